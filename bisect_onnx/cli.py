@@ -1,0 +1,121 @@
+"""The ``bisect-onnx`` command: parse arguments, call the API, print the report.
+
+Exit status: 0 parity, 1 diverged, 2 usage or input error, 3 the model could not be
+exported or run. Errors bisect-onnx raises on purpose print as one line; anything
+else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from bisect_onnx import __version__
+from bisect_onnx.compare import DEFAULT_ATOL, DEFAULT_RTOL
+from bisect_onnx.errors import BisectOnnxError
+
+__all__ = ["main", "build_parser"]
+
+EXIT_PARITY = 0
+EXIT_DIVERGED = 1
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors in one line with our exit status."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"bisect-onnx: error: {message} (see bisect-onnx --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line interface."""
+    from bisect_onnx.report.text import SHOW_CHOICES
+
+    parser = _Parser(
+        prog="bisect-onnx",
+        description="Find the first ONNX node whose output diverges from the PyTorch model, "
+        "and the module and source line it came from.",
+        epilog="exit status: 0 parity, 1 diverged, 2 usage or input error, "
+        "3 the model could not be exported or run",
+    )
+    parser.add_argument("model", metavar="MODEL",
+                        help="FILE.py:FACTORY or package.module:FACTORY, a callable that "
+                        "returns the nn.Module (the current folder is importable)")
+    parser.add_argument("-i", "--input", action="append", default=[], metavar="FILE",
+                        type=Path, help=".npy per forward argument, in order (repeat), or one "
+                        ".npz keyed by parameter or ONNX input names")
+    parser.add_argument("--onnx", type=Path, metavar="FILE",
+                        help="compare this existing export instead of exporting the model")
+    parser.add_argument("--opset", type=int, metavar="N", help="opset for the export")
+    parser.add_argument("--save-onnx", type=Path, metavar="PATH",
+                        help="keep a copy of the export made by bisect-onnx")
+    parser.add_argument("--rtol", type=float, default=DEFAULT_RTOL,
+                        help=f"relative tolerance (default {DEFAULT_RTOL:g})")
+    parser.add_argument("--atol", type=float, default=DEFAULT_ATOL,
+                        help=f"absolute tolerance (default {DEFAULT_ATOL:g})")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="write the report as JSON")
+    parser.add_argument("--show", choices=SHOW_CHOICES, default="window",
+                        help="table rows: a window around the first divergence on long "
+                        "models (default), or all")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="log progress to stderr (-vv for debug detail)")
+    parser.add_argument("--version", action="version", version=f"bisect-onnx {__version__}")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI and return its exit status."""
+    args = build_parser().parse_args(argv)
+    level = {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
+    logging.basicConfig(level=level, format="bisect-onnx: %(message)s")
+    if args.onnx is not None and (args.opset is not None or args.save_onnx is not None):
+        return _fail("--opset and --save-onnx apply to an export made here; drop them "
+                     "with --onnx", EXIT_USAGE)
+    try:
+        return _run(args)
+    except BisectOnnxError as error:
+        return _fail(str(error), error.exit_code)
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
+
+
+def _run(args: argparse.Namespace) -> int:
+    import bisect_onnx
+    from bisect_onnx.compare import check_tolerances
+    from bisect_onnx.loading import load_input_files, load_model
+    from bisect_onnx.report.json import write_json
+
+    check_tolerances(args.rtol, args.atol)  # before the slow steps
+    inputs = load_input_files(args.input)
+    model = load_model(args.model)
+    report = bisect_onnx.bisect(
+        model,
+        inputs,
+        onnx_model=args.onnx,
+        rtol=args.rtol,
+        atol=args.atol,
+        opset=args.opset,
+        save_onnx=args.save_onnx,
+        model_label=args.model,
+    )
+    for warning in report.warnings:
+        print(f"WARNING: {warning}", file=sys.stderr)
+    print(report.table(show=args.show))
+    print()
+    print(report.summary())
+    if args.json is not None:
+        write_json(report, args.json)
+    return EXIT_DIVERGED if report.diverged else EXIT_PARITY
+
+
+def _fail(message: str, status: int) -> int:
+    print(f"bisect-onnx: error: {message}", file=sys.stderr)
+    return status
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""The verdict: from ordered records to parity/diverged and the first divergence.
+
+Pure logic on records, no models: the driver in :mod:`bisect_onnx.api` runs the
+sides; this decides what the numbers mean.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bisect_onnx.records import Record
+
+__all__ = ["Decision", "decide"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the records say."""
+
+    verdict: str
+    first_divergence: Record | None
+    hidden_divergences: list[Record]
+    note: str | None
+
+
+def decide(comparisons: Sequence[Record], final_outputs: Sequence[Record]) -> Decision:
+    """Decide the verdict from the final outputs and locate the first divergence.
+
+    ``comparisons`` must be in topological order. The verdict is ``diverged`` when
+    any final output fails. The first divergence is then the first failing
+    comparison; if none fails, the failing final output itself, with a note that the
+    culprit lies after the last passing checkpoint. Intermediate failures under
+    passing outputs (masked positions, say) are *hidden divergences*, not a verdict.
+    """
+    failing = [record for record in comparisons if record.failed]
+    failing_outputs = [record for record in final_outputs if record.failed]
+    if not failing_outputs:
+        note = None
+        if failing:
+            note = (
+                f"{len(failing)} intermediate value(s) diverge but the final outputs agree "
+                "(masked or discarded positions?): listed as hidden divergences"
+            )
+        return Decision("parity", None, failing, note)
+    if failing:
+        return Decision("diverged", failing[0], [], None)
+    passing = [record for record in comparisons if not record.failed]
+    last_passing = passing[-1] if passing else None
+    where = (
+        f"after the last passing checkpoint ({last_passing.torch_module} = ONNX value "
+        f"{last_passing.onnx_value!r})" if last_passing
+        else "somewhere in the graph: no intermediate value could be compared"
+    )
+    note = f"no aligned intermediate value fails; the culprit lies {where}"
+    return Decision("diverged", failing_outputs[0], [], note)

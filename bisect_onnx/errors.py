@@ -1,0 +1,40 @@
+"""The errors bisect-onnx raises on purpose.
+
+Every message says what went wrong, why, and what to do next, in one line, because
+the CLI prints it as is (no traceback) and exits with the error's ``exit_code``.
+Anything else that escapes is a bug in bisect-onnx and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BisectOnnxError",
+    "UsageError",
+    "InputError",
+    "ModelError",
+]
+
+
+class BisectOnnxError(Exception):
+    """Base of every error bisect-onnx raises for a problem the user can fix."""
+
+    #: Process exit status the CLI uses for this error.
+    exit_code: int = 2
+
+
+class UsageError(BisectOnnxError):
+    """The arguments do not make sense together (a bad option value, say)."""
+
+    exit_code = 2
+
+
+class InputError(BisectOnnxError):
+    """A file or value the user gave cannot be used: missing, corrupt, wrong shape."""
+
+    exit_code = 2
+
+
+class ModelError(BisectOnnxError):
+    """The model could not be exported or run; the exporter's or runtime's reason is kept."""
+
+    exit_code = 3

@@ -1,0 +1,265 @@
+"""MODEL specifications and input files, turned into a module and arrays.
+
+Input files are read with ``allow_pickle=False``: a ``.npy`` of Python objects
+would run arbitrary code when loaded, so it is refused, never unpickled.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import re
+import sys
+import zipfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from bisect_onnx.errors import InputError, ModelError, UsageError
+from bisect_onnx.torch_side import describe_arrays
+
+if TYPE_CHECKING:
+    import torch
+
+    from bisect_onnx.onnx_side import InputSpec
+
+__all__ = ["load_model", "load_input_files", "arrange_inputs", "check_against_onnx",
+           "forward_parameters"]
+
+_NPY_MAGIC = b"\x93NUMPY"
+_ZIP_MAGIC = b"PK\x03\x04"
+_POSITIONAL_KEY = re.compile(r"arr_(\d+)")
+MODEL_FORMS = "FILE.py:FACTORY or package.module:FACTORY"
+
+
+def load_model(spec: str) -> torch.nn.Module:
+    """Call the factory named by ``spec`` and return the ``nn.Module`` it builds."""
+    import torch
+
+    location, colon, factory_name = spec.rpartition(":")
+    if not colon or not location or not factory_name.isidentifier():
+        hint = ""
+        if Path(spec).suffix in (".pt", ".pth", ".pt2", ".onnx"):
+            hint = (" (saved model files are not supported yet: write a factory function "
+                    "that builds and returns the nn.Module)")
+        raise UsageError(f"MODEL {spec!r} is not {MODEL_FORMS}{hint}")
+    module = _import_location(location)
+    factory = getattr(module, factory_name, None)
+    if factory is None:
+        available = sorted(
+            name for name, value in vars(module).items()
+            if callable(value) and not name.startswith("_")
+            and getattr(value, "__module__", None) == module.__name__
+        )
+        raise InputError(
+            f"{location} has no {factory_name!r}; callables defined there: "
+            f"{', '.join(available) or 'none'}"
+        )
+    if not callable(factory):
+        raise InputError(f"{location}:{factory_name} is a {type(factory).__name__}, "
+                         "not a factory; name a function or class that returns an nn.Module")
+    try:
+        model = factory()
+    except Exception as error:
+        raise ModelError(f"{spec}() raised {type(error).__name__}: {_first_line(error)}") \
+            from error
+    if not isinstance(model, torch.nn.Module):
+        raise InputError(f"{spec}() returned a {type(model).__name__}, not a torch.nn.Module; "
+                         "the factory must build and return the model")
+    return model
+
+
+def _import_location(location: str):  # noqa: ANN202 - returns a module
+    """Import ``path/to/file.py`` or ``package.module``, the current folder importable."""
+    if location.endswith(".py") or "/" in location or "\\" in location:
+        path = Path(location)
+        if not path.is_file():
+            what = "is a folder" if path.is_dir() else "does not exist"
+            raise InputError(f"model file {location} {what}; MODEL is {MODEL_FORMS}")
+        # Sibling imports in the user's file should work as when they run it directly.
+        folder = str(path.resolve().parent)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        name = f"_bisect_onnx_model_{abs(hash(str(path.resolve())))}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise InputError(f"cannot import {location} as Python; MODEL is {MODEL_FORMS}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as error:
+            sys.modules.pop(name, None)
+            raise ModelError(f"importing {location} raised {type(error).__name__}: "
+                             f"{_first_line(error)}") from error
+        return module
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        return importlib.import_module(location)
+    except ModuleNotFoundError as error:
+        raise InputError(f"cannot import module {location!r} ({error}); run from the folder "
+                         f"that holds it, or give {MODEL_FORMS}") from error
+    except Exception as error:
+        raise ModelError(f"importing {location} raised {type(error).__name__}: "
+                         f"{_first_line(error)}") from error
+
+
+def load_input_files(paths: Sequence[Path]) -> list[np.ndarray] | dict[str, np.ndarray]:
+    """Read ``.npy`` files (positional inputs) or one ``.npz`` (named inputs)."""
+    if not paths:
+        raise UsageError("no inputs: pass --input FILE.npy once per forward argument, "
+                         "or one --input FILE.npz")
+    arrays: list[np.ndarray] = []
+    for path in map(Path, paths):
+        kind = _sniff(path)
+        if kind == "npz":
+            if len(paths) > 1:
+                raise UsageError(f"{path} is an .npz archive: pass it as the only --input "
+                                 "(it names all inputs), or use one .npy per input")
+            return _load_npz(path)
+        arrays.append(_load_npy(path))
+    return arrays
+
+
+def _sniff(path: Path) -> str:
+    if not path.exists():
+        raise InputError(f"input file {path} does not exist; check the --input path")
+    if path.is_dir():
+        raise InputError(f"input {path} is a folder; pass .npy files or one .npz file")
+    with path.open("rb") as handle:
+        head = handle.read(6)
+    if head.startswith(_NPY_MAGIC):
+        return "npy"
+    if head.startswith(_ZIP_MAGIC):
+        return "npz"
+    what = "is empty" if not head else "is neither .npy nor .npz data"
+    raise InputError(f"input {path} {what}; save arrays with numpy.save or numpy.savez")
+
+
+def _load_npy(path: Path) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False)
+    except ValueError as error:
+        if "allow_pickle" in str(error):
+            raise InputError(_OBJECT_ARRAY.format(path=path)) from error
+        raise InputError(f"input {path} is not a readable .npy file ({error}); "
+                         "save it again with numpy.save") from error
+    except (OSError, EOFError) as error:
+        raise InputError(f"input {path} is truncated or unreadable ({error}); "
+                         "save it again with numpy.save") from error
+
+
+def _load_npz(path: Path) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            return {key: archive[key] for key in archive.files}
+    except ValueError as error:
+        if "allow_pickle" in str(error):
+            raise InputError(_OBJECT_ARRAY.format(path=path)) from error
+        raise InputError(f"input {path} is not a readable .npz file ({error}); "
+                         "save it again with numpy.savez") from error
+    except (OSError, EOFError, zipfile.BadZipFile) as error:
+        raise InputError(f"input {path} is truncated or unreadable ({error}); "
+                         "save it again with numpy.savez") from error
+
+
+_OBJECT_ARRAY = ("input {path} holds Python objects (dtype=object), which cannot be loaded "
+                 "without unpickling; save plain numeric arrays instead")
+
+
+def forward_parameters(model: torch.nn.Module) -> tuple[list[str], int, bool]:
+    """``forward``'s parameter names, how many are required, and whether it takes ``*args``."""
+    signature = inspect.signature(model.forward)
+    names, required, variadic = [], 0, False
+    for parameter in signature.parameters.values():
+        if parameter.kind is parameter.VAR_POSITIONAL:
+            variadic = True
+        elif parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD):
+            names.append(parameter.name)
+            required += parameter.default is parameter.empty
+    return names, required, variadic
+
+
+def arrange_inputs(
+    given: Sequence[np.ndarray] | Mapping[str, np.ndarray],
+    *,
+    forward_names: Sequence[str],
+    onnx_names: Sequence[str] | None = None,
+) -> list[np.ndarray]:
+    """Put the inputs in ``forward``'s order.
+
+    Positional inputs are taken as given. Named inputs (an ``.npz``) may name
+    ``forward``'s parameters, the ONNX graph's inputs, or be ``arr_0, arr_1, ...``.
+    """
+    if not isinstance(given, Mapping):
+        return [np.asarray(array) for array in given]
+    keys = list(given)
+    if keys and all(_POSITIONAL_KEY.fullmatch(key) for key in keys):
+        order = sorted(keys, key=lambda key: int(key[4:]))
+        if order != [f"arr_{i}" for i in range(len(order))]:
+            raise InputError(f"the .npz keys {', '.join(order)} skip a position; "
+                             f"expected arr_0 to arr_{len(order) - 1}")
+        return [given[key] for key in order]
+    for names, what in ((forward_names, "forward's parameters"),
+                        (onnx_names or [], "the ONNX graph's inputs")):
+        if names and set(keys) <= set(names) and _is_prefix_cover(keys, names):
+            return [given[name] for name in names if name in given]
+    expected = ", ".join(forward_names) or "(none)"
+    onnx = f"; ONNX inputs: {', '.join(onnx_names)}" if onnx_names else ""
+    missing = [name for name in forward_names if name not in given]
+    extra = [key for key in keys if key not in forward_names and key not in (onnx_names or [])]
+    detail = "; ".join(filter(None, [
+        f"missing {', '.join(missing)}" if missing else "",
+        f"unexpected {', '.join(extra)}" if extra else "",
+    ]))
+    raise InputError(f"the .npz keys ({', '.join(keys)}) do not match forward's parameters "
+                     f"({expected}{onnx}){': ' + detail if detail else ''}; "
+                     "name the arrays after them, or save them as arr_0, arr_1, ...")
+
+
+def _is_prefix_cover(keys: Sequence[str], names: Sequence[str]) -> bool:
+    """Whether ``keys`` name a leading run of ``names`` (later ones may have defaults)."""
+    return set(names[: len(keys)]) == set(keys)
+
+
+def check_forward_count(inputs: Sequence[np.ndarray], model: torch.nn.Module) -> None:
+    """Refuse an input count ``forward`` cannot take."""
+    names, required, variadic = forward_parameters(model)
+    if len(inputs) < required or (len(inputs) > len(names) and not variadic):
+        raise InputError(
+            f"got {len(inputs)} input(s) but {type(model).__name__}.forward takes "
+            f"{required if required == len(names) else f'{required} to {len(names)}'} "
+            f"({', '.join(names)}); pass one --input per argument, in order"
+        )
+
+
+def check_against_onnx(inputs: Sequence[np.ndarray], specs: Sequence[InputSpec]) -> None:
+    """Refuse inputs whose count, dtype, rank or fixed dimensions differ from the graph's."""
+    expected = "; ".join(str(spec) for spec in specs)
+    if len(inputs) != len(specs):
+        raise InputError(f"got {len(inputs)} input(s) ({describe_arrays(inputs)}) but the ONNX "
+                         f"graph takes {len(specs)}: {expected}")
+    for position, (array, spec) in enumerate(zip(inputs, specs, strict=True)):
+        problem = None
+        if array.dtype != spec.dtype:
+            problem = f"dtype {array.dtype}, expected {spec.dtype} (convert with .astype)"
+        elif spec.shape is not None and array.ndim != len(spec.shape):
+            problem = f"rank {array.ndim}, expected {len(spec.shape)}"
+        elif spec.shape is not None:
+            for axis, (have, want) in enumerate(zip(array.shape, spec.shape, strict=True)):
+                if isinstance(want, int) and have != want:
+                    problem = f"dimension {axis} is {have}, expected {want}"
+                    break
+        if problem:
+            raise InputError(f"input {position} ({spec.name}) has shape "
+                             f"{list(array.shape)} and {problem}; the ONNX graph takes: "
+                             f"{expected}")
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

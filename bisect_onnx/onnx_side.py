@@ -1,0 +1,237 @@
+"""The ONNX Runtime candidate side: promote every node output, run one session.
+
+The model the user gave is read without its external data and never written to.
+A promoted copy (every top-level node output appended as a graph output) is handed
+to ONNX Runtime as bytes, with the user's folder named as the place to find external
+weights, so nothing lands next to the user's model.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from bisect_onnx.errors import InputError, ModelError
+from bisect_onnx.provenance import Provenance, TorchMetadata, read_torch_metadata
+from bisect_onnx.sides import Capture, CapturedValue
+
+__all__ = ["InputSpec", "NodeInfo", "OnnxRuntimeSide", "load_onnx_model"]
+
+logger = logging.getLogger(__name__)
+
+CPU_PROVIDER = "CPUExecutionProvider"
+# ONNX Runtime's own default level; the candidate runs as production would.
+DEFAULT_OPT_LEVEL = "all"
+_OPT_LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
+               "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One graph input: name, numpy dtype, and dimensions (``None`` or a name when free)."""
+
+    name: str
+    dtype: np.dtype
+    shape: tuple[int | str | None, ...] | None
+
+    def __str__(self) -> str:
+        if self.shape is None:
+            return f"{self.name}: {self.dtype}[?]"
+        dims = ",".join("?" if d is None else str(d) for d in self.shape)
+        return f"{self.name}: {self.dtype}[{dims}]"
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One top-level ONNX node with the torch exporter's metadata, if any."""
+
+    index: int
+    name: str
+    op_type: str
+    outputs: tuple[str, ...]
+    torch: TorchMetadata | None
+
+
+def load_onnx_model(path: Path) -> onnx.ModelProto:
+    """Read an ONNX file's graph (not its external weights), with a clear error if it is not one."""
+    if not path.exists():
+        raise InputError(f"ONNX file {path} does not exist; check the --onnx path")
+    if path.is_dir():
+        raise InputError(f"--onnx {path} is a folder; pass the .onnx file inside it")
+    try:
+        return onnx.load(str(path), load_external_data=False)
+    except Exception as error:  # protobuf raises DecodeError, others for truncation
+        raise InputError(
+            f"{path} is not a readable ONNX model ({type(error).__name__}: "
+            f"{str(error).splitlines()[0] if str(error) else 'parse failed'}); "
+            "pass the .onnx file that torch.onnx.export wrote"
+        ) from error
+
+
+class OnnxRuntimeSide:
+    """Runs an ONNX model in ONNX Runtime with every intermediate value promoted to an output."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        provider: str = CPU_PROVIDER,
+        opt_level: str = DEFAULT_OPT_LEVEL,
+    ) -> None:
+        self.path = Path(path)
+        self.provider = provider
+        self.opt_level = opt_level
+        self.model = load_onnx_model(self.path)
+        graph = self.model.graph
+        initializers = {init.name for init in graph.initializer}
+        self.inputs = [
+            _input_spec(value) for value in graph.input if value.name not in initializers
+        ]
+        self.nodes = [
+            NodeInfo(
+                index=index,
+                name=node.name or f"{node.op_type}_{index}",
+                op_type=node.op_type,
+                outputs=tuple(node.output),
+                torch=read_torch_metadata({p.key: p.value for p in node.metadata_props}),
+            )
+            for index, node in enumerate(graph.node)
+        ]
+        self.output_names = [value.name for value in graph.output]
+
+    @property
+    def opset(self) -> int | None:
+        """The default-domain opset the model was exported with."""
+        for entry in self.model.opset_import:
+            if entry.domain in ("", "ai.onnx"):
+                return entry.version
+        return None
+
+    @property
+    def has_torch_metadata(self) -> bool:
+        """Whether any node carries the dynamo exporter's module metadata."""
+        return any(node.torch is not None for node in self.nodes)
+
+    def describe(self) -> dict[str, Any]:
+        """What this side is, for the report."""
+        return {
+            "kind": "onnxruntime",
+            "model": str(self.path),
+            "producer": f"{self.model.producer_name} {self.model.producer_version}".strip(),
+            "nodes": len(self.nodes),
+            "provider": self.provider,
+            "opt_level": self.opt_level,
+        }
+
+    def run(self, inputs: Sequence[np.ndarray]) -> Capture:
+        """One session, one run, every top-level node output fetched."""
+        import onnxruntime as ort
+
+        promoted = self._promoted_model()
+        options = ort.SessionOptions()
+        options.graph_optimization_level = getattr(
+            ort.GraphOptimizationLevel, _OPT_LEVELS[self.opt_level]
+        )
+        options.log_severity_level = 3  # ORT's warnings go to stderr unasked otherwise
+        # The promoted copy lives in memory: tell ORT where the external weights are.
+        options.add_session_config_entry(
+            "session.model_external_initializers_file_folder_path",
+            str(self.path.resolve().parent),
+        )
+        try:
+            session = ort.InferenceSession(
+                promoted.SerializeToString(), options, providers=[self.provider]
+            )
+        except Exception as error:
+            raise ModelError(
+                f"ONNX Runtime could not load {self.path.name}: {_one_line(error)}"
+            ) from error
+        feeds = {spec.name: array for spec, array in zip(self.inputs, inputs, strict=True)}
+        fetched = [output.name for output in session.get_outputs()]
+        try:
+            arrays = session.run(fetched, feeds)
+        except Exception as error:
+            raise ModelError(f"ONNX Runtime failed to run {self.path.name}: {_one_line(error)}") \
+                from error
+        by_name = dict(zip(fetched, arrays, strict=True))
+        logger.info("ONNX Runtime produced %d values", len(by_name))
+
+        values: dict[str, CapturedValue] = {}
+        producers: dict[str, NodeInfo] = {}
+        for node in self.nodes:
+            for output in node.outputs:
+                if output in by_name and output not in values:
+                    producers[output] = node
+                    values[output] = CapturedValue(
+                        output, np.asarray(by_name[output]), _provenance(node, len(values))
+                    )
+        outputs = [
+            CapturedValue(
+                name,
+                np.asarray(by_name[name]),
+                _provenance(producers[name], index) if name in producers
+                else Provenance(position=index),
+            )
+            for index, name in enumerate(self.output_names)
+        ]
+        return Capture(values=values, outputs=outputs)
+
+    def _promoted_model(self) -> onnx.ModelProto:
+        """A copy of the model with every top-level node output also a graph output.
+
+        Plain protos rather than onnx-graphsurgeon: its exporter wants typed outputs
+        and would pull every external weight into memory, while ORT is content with
+        untyped ``ValueInfoProto`` outputs.
+        """
+        promoted = onnx.ModelProto()
+        promoted.CopyFrom(self.model)
+        present = {value.name for value in promoted.graph.output}
+        present.update(value.name for value in promoted.graph.input)
+        for node in promoted.graph.node:
+            if node.op_type == "Constant":  # a constant cannot diverge
+                continue
+            for output in node.output:
+                if output and output not in present:
+                    promoted.graph.output.append(onnx.ValueInfoProto(name=output))
+                    present.add(output)
+        return promoted
+
+
+def _provenance(node: NodeInfo, position: int) -> Provenance:
+    meta = node.torch
+    return Provenance(
+        position=position,
+        module=meta.scopes[-1] if meta and meta.scopes else None,
+        node=node.name,
+        node_op=node.op_type,
+        torch_op=meta.torch_op if meta else None,
+        fx_node=meta.fx_node if meta else None,
+        scopes=meta.scopes if meta else (),
+        source=meta.source if meta else None,
+    )
+
+
+def _input_spec(value: onnx.ValueInfoProto) -> InputSpec:
+    tensor_type = value.type.tensor_type
+    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type))
+    if not tensor_type.HasField("shape"):
+        return InputSpec(value.name, dtype, None)
+    dims: list[int | str | None] = []
+    for dim in tensor_type.shape.dim:
+        if dim.HasField("dim_value"):
+            dims.append(dim.dim_value)
+        else:
+            dims.append(dim.dim_param or None)
+    return InputSpec(value.name, dtype, tuple(dims))
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return text[:400] + ("…" if len(text) > 400 else "") if text else type(error).__name__
+

@@ -1,0 +1,155 @@
+"""The records every output format is made from.
+
+One :class:`Record` per compared value pair; the table, the JSON file, the verdict
+line and (later) HTML and the pytest plugin all format these and nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from bisect_onnx.align import Pair, Unaligned
+from bisect_onnx.compare import ArrayComparison, Status
+from bisect_onnx.provenance import SourceLocation
+
+__all__ = ["Record", "Coverage", "Report", "make_record", "SCHEMA_VERSION"]
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Record:
+    """One compared pair: where the value came from on both sides, and its error figures."""
+
+    index: int
+    onnx_node: str | None
+    onnx_op: str | None
+    onnx_value: str
+    torch_module: str | None
+    """Module path; ``relu@1`` is the second call of ``relu``; ``None`` for final outputs."""
+    torch_op: str | None
+    source: SourceLocation | None
+    shape: list[int]
+    dtype: str
+    candidate_shape: list[int]
+    candidate_dtype: str
+    max_abs_error: float | None
+    max_rel_error: float | None
+    mismatch_fraction: float | None
+    min_passing_atol: float | None
+    nan_mismatch: int
+    status: str
+    introduced_here: bool | None = None
+    """Filled by culprit attribution (a later stage); ``None`` until then."""
+
+    @property
+    def failed(self) -> bool:
+        """Whether this pair is out of tolerance (or mismatched in shape, dtype or NaN)."""
+        return self.status != Status.PASS
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as the JSON schema lays it out."""
+        data = asdict(self)
+        data["source"] = (
+            {"file": self.source.file, "line": self.source.line} if self.source else None
+        )
+        return data
+
+
+def make_record(index: int, pair: Pair, result: ArrayComparison, *, final: bool = False) -> Record:
+    """Build a record from an aligned pair and its comparison."""
+    candidate = pair.candidate.provenance
+    reference = pair.reference
+    return Record(
+        index=index,
+        onnx_node=candidate.node,
+        onnx_op=candidate.node_op,
+        onnx_value=pair.candidate.name,
+        torch_module=None if final else reference.name,
+        torch_op=candidate.torch_op,
+        source=candidate.source,
+        shape=list(result.shape),
+        dtype=result.dtype,
+        candidate_shape=list(result.candidate_shape),
+        candidate_dtype=result.candidate_dtype,
+        max_abs_error=result.max_abs_error,
+        max_rel_error=result.max_rel_error,
+        mismatch_fraction=result.mismatch_fraction,
+        min_passing_atol=result.min_passing_atol,
+        nan_mismatch=result.nan_mismatch,
+        status=result.status,
+    )
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """How much of each side the alignment could pair up."""
+
+    onnx_values: int
+    aligned_values: int
+    torch_modules: int
+    """Module calls recorded on the PyTorch side (each call of a reused module counts)."""
+    aligned_modules: int
+
+
+@dataclass
+class Report:
+    """The result of one bisection: verdict, records and context."""
+
+    verdict: str
+    """``parity`` or ``diverged``, decided by the final outputs."""
+    rtol: float
+    atol: float
+    environment: dict[str, Any]
+    reference: dict[str, Any]
+    candidate: dict[str, Any]
+    first_divergence: Record | None
+    final_outputs: list[Record]
+    comparisons: list[Record]
+    hidden_divergences: list[Record]
+    coverage: Coverage
+    unaligned: list[Unaligned] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    note: str | None = None
+    """Extra context for the verdict (where the culprit must lie when no checkpoint fails)."""
+
+    @property
+    def diverged(self) -> bool:
+        """Whether the final outputs disagree."""
+        return self.verdict == "diverged"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as schema-1 JSON data."""
+        return {
+            "schema": SCHEMA_VERSION,
+            "verdict": self.verdict,
+            "rtol": self.rtol,
+            "atol": self.atol,
+            "environment": self.environment,
+            "reference": self.reference,
+            "candidate": self.candidate,
+            "first_divergence": self.first_divergence.to_dict() if self.first_divergence else None,
+            "final_outputs": [record.to_dict() for record in self.final_outputs],
+            "comparisons": [record.to_dict() for record in self.comparisons],
+            "hidden_divergences": [record.to_dict() for record in self.hidden_divergences],
+            "warnings": list(self.warnings),
+            "coverage": asdict(self.coverage),
+            "unaligned": [asdict(item) for item in self.unaligned],
+            "note": self.note,
+        }
+
+    def summary(self) -> str:
+        """The verdict in one line."""
+        from bisect_onnx.report.text import verdict_line
+
+        return verdict_line(self)
+
+    def table(self, *, show: str = "window") -> str:
+        """The comparison table (``show="all"`` for every row)."""
+        from bisect_onnx.report.text import format_table
+
+        return format_table(self, show=show)
+
+    def __str__(self) -> str:
+        return f"{self.table()}\n\n{self.summary()}"

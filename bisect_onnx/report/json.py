@@ -1,0 +1,37 @@
+"""The schema-1 JSON file (documented in README.md)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from bisect_onnx.errors import InputError
+from bisect_onnx.records import Report
+
+__all__ = ["to_json", "write_json"]
+
+
+def to_json(report: Report) -> str:
+    """The report as strict JSON text (non-finite numbers become ``null``)."""
+    return json.dumps(_finite(report.to_dict()), indent=2, allow_nan=False)
+
+
+def write_json(report: Report, path: Path) -> None:
+    """Write the report to ``path``, a file the user named."""
+    try:
+        Path(path).write_text(to_json(report) + "\n", encoding="utf-8")
+    except OSError as error:
+        raise InputError(f"cannot write the JSON report to {path}: {error.strerror}; "
+                         "choose a writable path for --json") from error
+
+
+def _finite(data: Any) -> Any:
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {key: _finite(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [_finite(value) for value in data]
+    return data

@@ -1,0 +1,51 @@
+"""The interface both sides of a comparison implement.
+
+A *reference* side (a PyTorch model today) and a *candidate* side (an ONNX model in
+ONNX Runtime today) each run on the same inputs and hand back named values with
+their provenance. Later sides (another execution provider, ONNX's reference
+evaluator, an ONNX model as reference) only have to implement :class:`Side`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from bisect_onnx.provenance import Provenance
+
+__all__ = ["CapturedValue", "Capture", "Side"]
+
+
+@dataclass(frozen=True)
+class CapturedValue:
+    """One named array a side produced, and where it came from."""
+
+    name: str
+    array: np.ndarray
+    provenance: Provenance
+
+
+@dataclass
+class Capture:
+    """Everything one run of a side produced."""
+
+    values: dict[str, CapturedValue]
+    """Intermediate values by name, in the order the side produced them."""
+    outputs: list[CapturedValue]
+    """The model's final outputs, in order."""
+    warnings: list[str] = field(default_factory=list)
+
+
+class Side(Protocol):
+    """One side of a comparison."""
+
+    def describe(self) -> dict[str, Any]:
+        """What this side is, for the report (kind, model, settings)."""
+        ...
+
+    def run(self, inputs: Sequence[np.ndarray]) -> Capture:
+        """Run on positional inputs and capture every value this side can see."""
+        ...

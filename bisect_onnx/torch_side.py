@@ -1,0 +1,156 @@
+"""The PyTorch reference side: forward hooks record every module call's output.
+
+Each output is copied the moment the hook fires, because a later in-place op (a
+``ReLU(inplace=True)`` right after a conv) would otherwise change it under us.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bisect_onnx.errors import ModelError
+from bisect_onnx.provenance import Provenance
+from bisect_onnx.sides import Capture, CapturedValue
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["TorchModuleSide", "flatten_outputs", "training_mode_warning", "describe_arrays"]
+
+logger = logging.getLogger(__name__)
+
+# Module types whose behaviour changes between train and eval mode: the usual
+# reason a model left in training mode disagrees with its (eval-mode) export.
+_MODE_DEPENDENT = ("BatchNorm", "Dropout", "InstanceNorm", "GroupNorm", "AlphaDropout")
+
+
+class TorchModuleSide:
+    """Runs an ``nn.Module`` eagerly and records the output of every module call."""
+
+    def __init__(self, model: torch.nn.Module, *, label: str | None = None) -> None:
+        self.model = model
+        self.label = label or type(model).__name__
+
+    def describe(self) -> dict[str, Any]:
+        """What this side is, for the report."""
+        return {
+            "kind": "torch",
+            "model": self.label,
+            "class": type(self.model).__name__,
+            "training": bool(self.model.training),
+        }
+
+    def run(self, inputs: Sequence[np.ndarray]) -> Capture:
+        """Run the model once on ``inputs`` with a forward hook on every submodule."""
+        import torch
+
+        names = {}
+        for path, module in self.model.named_modules():
+            if path:  # the model itself: its output is the final output, compared apart
+                names[module] = path
+        calls: dict[str, int] = {}
+        values: dict[str, CapturedValue] = {}
+
+        def record(module: torch.nn.Module, _args: Any, output: Any) -> None:
+            path = names[module]
+            call = calls.get(path, 0)
+            calls[path] = call + 1
+            base = path if call == 0 else f"{path}@{call}"
+            for suffix, tensor in flatten_outputs(output):
+                name = base + suffix
+                values[name] = CapturedValue(
+                    name=name,
+                    array=_to_numpy(tensor),
+                    provenance=Provenance(
+                        position=len(values),
+                        module=path,
+                        call=call,
+                        module_class=type(module).__name__,
+                    ),
+                )
+
+        handles = [module.register_forward_hook(record) for module in names]
+        tensors = [torch.from_numpy(np.ascontiguousarray(array)) for array in inputs]
+        try:
+            with torch.no_grad():
+                result = self.model(*tensors)
+        except Exception as error:
+            raise ModelError(
+                f"the PyTorch model's forward raised {type(error).__name__} on inputs "
+                f"{describe_arrays(inputs)}: {_first_line(error)}; check that the inputs "
+                "are the ones forward expects"
+            ) from error
+        finally:
+            for handle in handles:
+                handle.remove()
+
+        outputs = [
+            CapturedValue(
+                name=f"output{suffix}",
+                array=_to_numpy(tensor),
+                provenance=Provenance(position=index, module="", module_class=self.label),
+            )
+            for index, (suffix, tensor) in enumerate(flatten_outputs(result))
+        ]
+        logger.info("recorded %d module outputs from %d module calls", len(values),
+                    sum(calls.values()))
+        return Capture(values=values, outputs=outputs)
+
+
+def flatten_outputs(output: Any, suffix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield ``(suffix, tensor)`` for every tensor in a nested output, in order.
+
+    A lone tensor has the suffix ``""``; a tuple element ``[0]``; a dict (including
+    Hugging Face ``ModelOutput``) entry ``[key]``. Non-tensors (``None``, ints) are
+    skipped: the exporter turns them into constants, not graph outputs.
+    """
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        yield suffix, output
+    elif isinstance(output, dict):
+        for key, item in output.items():
+            yield from flatten_outputs(item, f"{suffix}[{key}]")
+    elif isinstance(output, (list, tuple)):
+        for index, item in enumerate(output):
+            yield from flatten_outputs(item, f"{suffix}[{index}]")
+
+
+def training_mode_warning(model: torch.nn.Module) -> str | None:
+    """A warning naming the train-mode modules likely to explain a divergence."""
+    suspects = [
+        f"{path} ({type(module).__name__})"
+        for path, module in model.named_modules()
+        if module.training and any(kind in type(module).__name__ for kind in _MODE_DEPENDENT)
+    ]
+    if not suspects:
+        return None
+    shown = ", ".join(suspects[:6]) + (f" and {len(suspects) - 6} more" if len(suspects) > 6 else "")
+    return (
+        f"the model is in training mode: {shown} behave differently in training and eval; "
+        "this is a likely cause of any divergence — call model.eval() before comparing if "
+        "you meant inference (bisect-onnx leaves the mode as given)"
+    )
+
+
+def describe_arrays(arrays: Sequence[np.ndarray]) -> str:
+    """``float32[1,3,32,32], int64[2]`` — a compact description for messages."""
+    return ", ".join(f"{np.asarray(a).dtype}[{','.join(map(str, np.shape(a)))}]" for a in arrays)
+
+
+def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    import torch
+
+    copied = tensor.detach().to("cpu")
+    if copied.dtype == torch.bfloat16:  # numpy has no bfloat16
+        copied = copied.float()
+    return copied.clone().numpy()
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
