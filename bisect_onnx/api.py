@@ -78,9 +78,15 @@ def bisect(
     with tempfile.TemporaryDirectory(prefix="bisect-onnx-") as workdir:
         folder = Path(workdir)
         call_index = None
+        reference = TorchModuleSide(model, label=model_label)
+        torch_capture = None
         if onnx_model is None:
             arrays = arrange_inputs(_as_arrays(inputs), forward_names=forward_names)
             check_forward_count(arrays, model)
+            # The reference runs first: a forward that fails says so more plainly than
+            # the exporter, which wraps the same failure in pages of advice.
+            logger.info("running the PyTorch reference")
+            torch_capture = reference.run(arrays)
             exported = export_dynamo(model, arrays, folder, opset=opset)
             onnx_path, call_index, exporter = exported.path, exported.call_index, "dynamo"
             if save_onnx is not None:
@@ -96,10 +102,10 @@ def bisect(
             )
         check_against_onnx(arrays, candidate.inputs)
 
-        reference = TorchModuleSide(model, label=model_label)
         warnings = [text for text in [training_mode_warning(model)] if text]
-        logger.info("running the PyTorch reference")
-        torch_capture = reference.run(arrays)
+        if torch_capture is None:
+            logger.info("running the PyTorch reference")
+            torch_capture = reference.run(arrays)
         logger.info("running ONNX Runtime with every value promoted")
         onnx_capture = candidate.run(arrays)
 

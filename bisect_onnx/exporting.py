@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -95,13 +96,22 @@ def _quiet_exporter() -> Iterator[None]:
 
 
 def _summarize(error: BaseException) -> str:
-    """The exporter's reason in one readable line (its messages run to pages)."""
-    for candidate in (error, error.__cause__):
-        if candidate is None:
-            continue
-        lines = [line.strip() for line in str(candidate).splitlines() if line.strip()]
+    """The exporter's reason in one readable line (its messages run to pages).
+
+    The exporter wraps the real failure (``TorchExportError: Failed to export the
+    model with torch.export. This is step 1/3 ...``); the innermost cause says why.
+    """
+    chain = [error]
+    while chain[-1].__cause__ is not None and len(chain) < 10:
+        chain.append(chain[-1].__cause__)
+    for candidate in reversed(chain):
+        text = _ANSI.sub("", str(candidate))
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
         useful = [line for line in lines if not line.startswith(("[", "#", "-", "="))]
         if useful:
-            text = f"{type(candidate).__name__}: {useful[0]}"
-            return text[:300] + ("…" if len(text) > 300 else "")
+            summary = f"{type(candidate).__name__}: {useful[0]}"
+            return summary[:300] + ("…" if len(summary) > 300 else "")
     return type(error).__name__
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")

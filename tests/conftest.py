@@ -1,0 +1,40 @@
+"""Shared fixtures: the checked-in models, inputs and exports of ``fixtures/``."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from fixtures.registry import FIXTURES, REPO_ROOT, build_model, load_inputs, repo_path
+
+
+@pytest.fixture(scope="session")
+def fixture_case():
+    """``fixture_case(name)`` -> (model, inputs dict, ONNX path), models built once."""
+    cache = {}
+
+    def get(name: str):
+        if name not in cache:
+            fixture = FIXTURES[name]
+            cache[name] = (build_model(fixture), load_inputs(fixture), repo_path(fixture.onnx_file))
+        return cache[name]
+
+    return get
+
+
+def tree_digest(folder: Path) -> dict[str, str]:
+    """A content hash of every file under ``folder`` (to prove nothing was written)."""
+    return {
+        str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(folder.rglob("*")) if path.is_file() and "__pycache__" not in path.parts
+    }
+
+
+@pytest.fixture
+def fixtures_untouched():
+    """Fail the test if it changed any file under ``fixtures/``."""
+    before = tree_digest(REPO_ROOT / "fixtures")
+    yield
+    assert tree_digest(REPO_ROOT / "fixtures") == before, "a fixture file was modified"

@@ -1,0 +1,62 @@
+"""Planted bugs: small edits of an exported ONNX file that make it disagree with PyTorch.
+
+Each edit changes one node, so a test knows exactly which node and module the
+divergence must be reported at.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from bisect_onnx.provenance import read_torch_metadata
+
+
+def plant(source: Path, target: Path, edit: Callable[[onnx.ModelProto], onnx.NodeProto]):
+    """Copy ``source`` to ``target`` with ``edit`` applied; return the edited node's module."""
+    model = onnx.load(str(source))
+    node = edit(model)
+    onnx.save(model, str(target))
+    meta = read_torch_metadata({p.key: p.value for p in node.metadata_props})
+    return node.name, meta.scopes[-1]
+
+
+def node_of_module(model: onnx.ModelProto, module: str, op_type: str) -> onnx.NodeProto:
+    """The node of ``op_type`` whose innermost module scope is ``module``."""
+    for node in model.graph.node:
+        meta = read_torch_metadata({p.key: p.value for p in node.metadata_props})
+        if node.op_type == op_type and meta and meta.scopes and meta.scopes[-1] == module:
+            return node
+    raise LookupError(f"no {op_type} node in module {module}")
+
+
+def scale_conv_weight(module: str, factor: float):
+    """Multiply the weight of the Conv node of ``module`` by ``factor``."""
+
+    def edit(model: onnx.ModelProto) -> onnx.NodeProto:
+        node = node_of_module(model, module, "Conv")
+        for index, init in enumerate(model.graph.initializer):
+            if init.name == node.input[1]:
+                scaled = numpy_helper.to_array(init) * np.float32(factor)
+                model.graph.initializer[index].CopyFrom(numpy_helper.from_array(scaled, init.name))
+                return node
+        raise LookupError(f"weight {node.input[1]} is not an initializer")
+
+    return edit
+
+
+def set_attribute(module: str, op_type: str, name: str, value: object):
+    """Set attribute ``name`` of the ``op_type`` node of ``module`` to ``value``."""
+
+    def edit(model: onnx.ModelProto) -> onnx.NodeProto:
+        node = node_of_module(model, module, op_type)
+        kept = [attr for attr in node.attribute if attr.name != name]
+        del node.attribute[:]
+        node.attribute.extend(kept + [onnx.helper.make_attribute(name, value)])
+        return node
+
+    return edit

@@ -1,0 +1,183 @@
+"""End to end through the Python API: real exports, real ONNX Runtime sessions."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import bisect_onnx
+from bisect_onnx.report.json import to_json
+from tests.planting import plant, scale_conv_weight, set_attribute
+
+
+def run(fixture_case, name, onnx_path=None, **options):
+    model, inputs, exported = fixture_case(name)
+    return bisect_onnx.bisect(model, inputs, onnx_model=onnx_path or exported, **options)
+
+
+@pytest.mark.parametrize("name", ["tiny_mlp", "resnet_like", "tiny_transformer", "inplace_relu",
+                                  "two_inputs", "reused_block"])
+def test_faithful_exports_are_in_parity_with_no_false_alarm(fixture_case, name):
+    report = run(fixture_case, name)
+    assert report.verdict == "parity"
+    assert report.first_divergence is None
+    assert report.hidden_divergences == []
+    assert report.coverage.aligned_modules > 0
+    assert all(record.status == "pass" for record in report.comparisons)
+
+
+# Each plant is small: just over the default tolerance, as real exporter bugs often are.
+PLANTS = [
+    ("resnet_like", scale_conv_weight("layer2.bn1", 1.01), "layer2.bn1"),
+    ("tiny_transformer",
+     set_attribute("blocks.1.ln2", "LayerNormalization", "epsilon", 1e-2), "blocks.1.ln2"),
+    ("resnet_like",
+     set_attribute("up", "Resize", "coordinate_transformation_mode", "asymmetric"), "up"),
+]
+
+
+@pytest.mark.parametrize(("name", "edit", "module"), PLANTS,
+                         ids=["conv-weight", "layernorm-epsilon", "resize-coordinates"])
+def test_planted_edit_is_reported_at_its_module(fixture_case, tmp_path, name, edit, module):
+    _, _, exported = fixture_case(name)
+    planted = tmp_path / "planted.onnx"
+    node_name, node_module = plant(exported, planted, edit)
+    assert node_module == module
+
+    clean = run(fixture_case, name)
+    report = run(fixture_case, name, planted)
+
+    # The plant must actually change the final output, or the test proves nothing.
+    assert clean.final_outputs[0].status == "pass"
+    assert report.final_outputs[0].status == "fail"
+    assert report.verdict == "diverged"
+    first = report.first_divergence
+    assert first.onnx_node == node_name
+    assert first.torch_module == module
+    # Everything before the plant still passes: the plant is the first failure.
+    assert all(not record.failed for record in report.comparisons[: first.index])
+
+
+def test_avgpool_divisor_override_is_reported_at_the_pool(fixture_case):
+    report = run(fixture_case, "avgpool_divisor")
+    assert report.verdict == "diverged"
+    assert report.first_divergence.torch_module == "pool"
+    assert report.first_divergence.onnx_op == "AveragePool"
+    assert report.first_divergence.torch_op == "aten.avg_pool2d.default"
+    assert report.first_divergence.source.file.endswith("fixtures/models.py")
+    source_line = open(report.first_divergence.source.file).read().splitlines()[
+        report.first_divergence.source.line - 1]
+    assert "self.pool" in source_line
+
+
+def test_inplace_relu_does_not_corrupt_the_recorded_conv_output(fixture_case):
+    report = run(fixture_case, "inplace_relu")
+    conv = next(record for record in report.comparisons if record.torch_module == "conv1")
+    assert conv.status == "pass"
+    model, inputs, _ = fixture_case("inplace_relu")
+    with torch.no_grad():
+        raw = model.conv1(torch.from_numpy(inputs["x"]))
+    assert raw.min() < 0, "conv1 must produce negatives for this test to mean anything"
+
+
+def test_reused_module_calls_align_to_their_own_nodes(fixture_case):
+    report = run(fixture_case, "reused_block")
+    by_module = {record.torch_module: record for record in report.comparisons}
+    assert [by_module[f"block{suffix}"].onnx_value for suffix in ("", "@1", "@2")] == [
+        "tanh", "tanh_1", "tanh_2"]
+    assert by_module["act"].onnx_value != by_module["act@1"].onnx_value
+
+
+def test_reused_relu_calls_split_in_resnet(fixture_case):
+    report = run(fixture_case, "resnet_like")
+    values = {record.torch_module: record.onnx_value for record in report.comparisons}
+    assert values["layer1.relu"] != values["layer1.relu@1"]
+    # Folded BatchNorm: the fused Conv's output belongs to the BatchNorm, the conv has no row.
+    assert "layer1.bn1" in values and "layer1.conv1" not in values
+    assert any(item.name == "layer1.conv1" for item in report.unaligned)
+
+
+def test_two_inputs_from_npz_keys_and_tuple_output(fixture_case):
+    model, inputs, exported = fixture_case("two_inputs")
+    reordered = {"y": inputs["y"], "x": inputs["x"]}  # key order must not matter
+    report = bisect_onnx.bisect(model, reordered, onnx_model=exported)
+    assert report.verdict == "parity"
+    assert len(report.final_outputs) == 2
+
+
+def test_second_output_divergence_counts(fixture_case, tmp_path):
+    import onnx
+    from onnx import numpy_helper
+
+    model, inputs, exported = fixture_case("two_inputs")
+    proto = onnx.load(str(exported))
+    c_node = next(n for n in proto.graph.node if n.output[0] == proto.graph.output[1].name)
+    bias = next(i for i in proto.graph.initializer if i.name == c_node.input[2])
+    bias.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(bias) + np.float32(0.5), bias.name))
+    onnx.save(proto, str(tmp_path / "m.onnx"))
+    report = bisect_onnx.bisect(model, inputs, onnx_model=tmp_path / "m.onnx")
+    assert report.verdict == "diverged"
+    assert [record.status for record in report.final_outputs] == ["pass", "fail"]
+    assert report.first_divergence.torch_module == "c"
+
+
+def test_live_export_of_a_model_in_parity(fixture_case, tmp_path):
+    model, inputs, _ = fixture_case("tiny_mlp")
+    saved = tmp_path / "kept.onnx"
+    report = bisect_onnx.bisect(model, inputs, save_onnx=saved)
+    assert report.verdict == "parity"
+    assert report.environment["exporter"] == "dynamo"
+    assert saved.is_file()
+    # The kept export is the one that was compared: comparing it again agrees.
+    again = bisect_onnx.bisect(model, inputs, onnx_model=saved)
+    assert [r.onnx_value for r in again.comparisons] == [r.onnx_value for r in report.comparisons]
+
+
+def test_training_mode_is_warned_and_left_alone(fixture_case):
+    model, inputs, exported = fixture_case("resnet_like")
+    model.train()
+    try:
+        report = bisect_onnx.bisect(model, inputs, onnx_model=exported)
+        assert model.training, "bisect-onnx must not change the model's mode"
+    finally:
+        model.eval()
+    assert any("training mode" in warning and "bn1" in warning for warning in report.warnings)
+    assert report.verdict == "diverged"  # batch statistics differ from running statistics
+
+
+def test_graph_without_metadata_says_so_loudly(fixture_case, tmp_path):
+    import onnx
+
+    model, inputs, exported = fixture_case("tiny_mlp")
+    proto = onnx.load(str(exported))
+    for node in proto.graph.node:
+        del node.metadata_props[:]
+    onnx.save(proto, str(tmp_path / "stripped.onnx"))
+    report = bisect_onnx.bisect(model, inputs, onnx_model=tmp_path / "stripped.onnx")
+    assert report.verdict == "parity"
+    assert report.coverage.aligned_modules == 0
+    assert report.comparisons == []
+    assert "FINAL OUTPUTS ONLY" in report.summary()
+    assert any("no torch exporter metadata" in warning for warning in report.warnings)
+
+
+def test_json_follows_schema_1(fixture_case):
+    data = json.loads(to_json(run(fixture_case, "avgpool_divisor")))
+    assert data["schema"] == 1
+    assert data["verdict"] == "diverged"
+    assert set(data["environment"]) >= {"bisect_onnx", "torch", "onnx", "onnxruntime", "python",
+                                        "platform", "provider", "opt_level", "exporter", "opset"}
+    assert set(data["coverage"]) == {"onnx_values", "aligned_values", "torch_modules",
+                                     "aligned_modules"}
+    record_keys = {"index", "onnx_node", "onnx_op", "onnx_value", "torch_module", "torch_op",
+                   "source", "shape", "dtype", "max_abs_error", "max_rel_error",
+                   "mismatch_fraction", "min_passing_atol", "nan_mismatch", "status",
+                   "introduced_here"}
+    for record in data["comparisons"] + data["final_outputs"] + [data["first_divergence"]]:
+        assert record_keys <= set(record)
+        assert record["introduced_here"] is None
+    assert data["first_divergence"]["torch_module"] == "pool"
+    assert set(data["first_divergence"]["source"]) == {"file", "line"}
