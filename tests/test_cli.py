@@ -158,19 +158,20 @@ def test_no_temporary_folder_is_left_behind(tmp_path, monkeypatch, capsys):
 
 def test_export_failure_exits_3_with_the_exporters_reason(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    # Eager PyTorch runs this fine; tracing cannot follow a tensor through numpy.
-    (tmp_path / "numpy_model.py").write_text(
+    # Eager PyTorch runs this fine; the ONNX translation has no histc.
+    (tmp_path / "histc_model.py").write_text(
         "import torch\n"
-        "class ViaNumpy(torch.nn.Module):\n"
+        "class Histogram(torch.nn.Module):\n"
         "    def forward(self, x):\n"
-        "        return torch.from_numpy(x.numpy() * 2)\n"
+        "        return torch.histc(x, bins=4)\n"
         "def make():\n"
-        "    return ViaNumpy()\n"
+        "    return Histogram()\n"
     )
-    np.save(tmp_path / "x.npy", np.ones((2, 3), dtype=np.float32))
-    status = main(["numpy_model.py:make", "--input", "x.npy"])
+    np.save(tmp_path / "x.npy", np.ones((3, 3), dtype=np.float32))
+    status = main(["histc_model.py:make", "--input", "x.npy"])
     err = capsys.readouterr().err
     assert status == 3
     assert len(err.strip().splitlines()) == 1
-    assert "could not export ViaNumpy" in err
+    assert "could not export Histogram" in err
+    assert "histc" in err
     assert "\x1b[" not in err

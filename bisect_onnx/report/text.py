@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
+from pathlib import Path
 
 from tabulate import tabulate
 
+from bisect_onnx.provenance import SourceLocation
 from bisect_onnx.records import Record, Report
 
 __all__ = ["format_table", "verdict_line", "SHOW_CHOICES"]
@@ -75,7 +78,7 @@ def verdict_line(report: Report) -> str:
         else "a final output"
     )
     op = f" [{record.torch_op}]" if record.torch_op else ""
-    source = f" at {record.source}" if record.source else ""
+    source = f" at {_source(record.source)}" if record.source else ""
     line = (
         f"DIVERGED: first divergence at {where} <- {module}{op}{source}: "
         f"{_describe_error(record)} ({tolerance}; {compared})"
@@ -103,8 +106,8 @@ def _row(record: Record, *, marked: bool) -> list[str]:
         shape += f" vs {_shape(record.candidate_shape)}"
     return [
         _MARK if marked else "",
-        str(record.index) if record.torch_module is not None else "",
-        record.torch_module if record.torch_module is not None else "(output)",
+        str(record.index),
+        record.torch_module if record.torch_module is not None else f"(output {record.index})",
         record.onnx_node or record.onnx_value,
         record.onnx_op or "",
         shape,
@@ -127,6 +130,14 @@ def _describe_error(record: Record) -> str:
     elif record.min_passing_atol is not None:
         parts.append(f"atol >= {_number(record.min_passing_atol)} would pass")
     return ", ".join(parts)
+
+
+def _source(location: SourceLocation) -> str:
+    """``file:line``, the file relative to the current folder when it lies inside it."""
+    path = Path(location.file)
+    with contextlib.suppress(ValueError):
+        path = path.relative_to(Path.cwd())
+    return f"{path}:{location.line}"
 
 
 def _shape(shape: Sequence[int]) -> str:

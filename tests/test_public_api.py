@@ -1,0 +1,41 @@
+"""The public face: what ``bisect_onnx`` exports, and what importing it costs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import bisect_onnx
+from fixtures.registry import REPO_ROOT
+
+
+def test_public_names_are_exactly_these():
+    assert sorted(bisect_onnx.__all__) == sorted([
+        "bisect", "DEFAULT_RTOL", "DEFAULT_ATOL", "Report", "Record", "Coverage",
+        "BisectOnnxError", "UsageError", "InputError", "ModelError", "__version__",
+    ])
+    for name in bisect_onnx.__all__:
+        assert hasattr(bisect_onnx, name), name
+
+
+def test_importing_the_package_loads_neither_torch_nor_onnxruntime():
+    code = ("import sys, bisect_onnx; "
+            "print(sorted(m for m in ('torch', 'onnxruntime') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.strip() == "[]"
+
+
+def test_user_errors_share_one_base_with_exit_codes():
+    assert issubclass(bisect_onnx.InputError, bisect_onnx.BisectOnnxError)
+    assert issubclass(bisect_onnx.UsageError, bisect_onnx.BisectOnnxError)
+    assert bisect_onnx.InputError.exit_code == 2
+    assert bisect_onnx.ModelError.exit_code == 3
+
+
+def test_ci_runs_the_test_command_the_readme_gives():
+    readme = (REPO_ROOT / "README.md").read_text()
+    ci = (REPO_ROOT / ".ci" / "run").read_text()
+    test_lines = [line for line in readme.splitlines() if line.endswith("python -m pytest")]
+    assert len(test_lines) == 1
+    assert test_lines[0] in ci.splitlines()

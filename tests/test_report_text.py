@@ -1,0 +1,72 @@
+"""The terminal table and verdict line, from hand-made records."""
+
+from __future__ import annotations
+
+import re
+
+from bisect_onnx.engine import decide
+from bisect_onnx.provenance import SourceLocation
+from bisect_onnx.records import Coverage, Record, Report
+
+
+def record(index: int, status: str = "pass", module: str | None = "m") -> Record:
+    return Record(
+        index=index, onnx_node=f"node_{index}", onnx_op="Add", onnx_value=f"v{index}",
+        torch_module=f"{module}{index}" if module else None, torch_op="aten.add.Tensor",
+        source=SourceLocation("model.py", 10 + index), shape=[2], dtype="float32",
+        candidate_shape=[2], candidate_dtype="float32",
+        max_abs_error=0.5 if status != "pass" else 0.0, max_rel_error=0.1, mismatch_fraction=0.5,
+        min_passing_atol=0.5, nan_mismatch=0, status=status,
+    )
+
+
+def report(rows: list[Record], outputs: list[Record], aligned: int = 5) -> Report:
+    decision = decide(rows, outputs)
+    return Report(
+        verdict=decision.verdict, rtol=1e-3, atol=1e-5, environment={}, reference={},
+        candidate={}, first_divergence=decision.first_divergence, final_outputs=outputs,
+        comparisons=rows, hidden_divergences=decision.hidden_divergences,
+        coverage=Coverage(onnx_values=10, aligned_values=aligned, torch_modules=10,
+                          aligned_modules=aligned),
+        note=decision.note,
+    )
+
+
+def test_long_table_shows_a_window_around_the_first_divergence():
+    rows = [record(i, "fail" if i >= 60 else "pass") for i in range(100)]
+    result = report(rows, [record(0, "fail", module=None)])
+    table = result.table()
+    shown = {int(number) for number in re.findall(r"\bm(\d+)\b", table)}
+    assert {52, 60, 68} <= shown
+    assert 5 not in shown and 99 not in shown
+    assert "rows hidden; --show all" in table
+    marked = [line for line in table.splitlines() if line.startswith(">>")]
+    assert len(marked) == 1 and "m60" in marked[0]
+    assert "m99" in result.table(show="all") and "m5 " in result.table(show="all")
+
+
+def test_short_table_shows_every_row():
+    rows = [record(i) for i in range(10)]
+    table = report(rows, [record(0, module=None)]).table()
+    assert all(f"m{i} " in table for i in range(10))
+    assert "hidden" not in table
+
+
+def test_verdict_line_names_node_module_op_and_source():
+    rows = [record(0), record(1, "fail")]
+    line = report(rows, [record(0, "fail", module=None)]).summary()
+    assert line.startswith("DIVERGED")
+    assert "'node_1'" in line and "m1" in line and "aten.add.Tensor" in line
+    assert "model.py:11" in line
+
+
+def test_zero_coverage_is_never_a_clean_bill():
+    line = report([], [record(0, module=None)], aligned=0).summary()
+    assert "FINAL OUTPUTS ONLY" in line and "nothing inside the model was checked" in line
+
+
+def test_hidden_divergences_are_counted_in_the_parity_line():
+    rows = [record(0), record(1, "fail")]
+    result = report(rows, [record(0, module=None)])
+    assert result.verdict == "parity"
+    assert "1 hidden intermediate divergence" in result.summary()
