@@ -28,7 +28,10 @@ __all__ = ["Pair", "Unaligned", "Alignment", "CallIndex", "align_modules"]
 #: ``call_index[fx_node][module_path]`` = which call of the module the FX node ran in.
 CallIndex = Mapping[str, Mapping[str, int]]
 
-NO_NODE = "no ONNX node carries this module's scope (fused into a neighbour, folded away, or identity-like)"
+NO_NODE = (
+    "no ONNX node carries this module's scope "
+    "(fused into a neighbour, folded away, or identity-like)"
+)
 NO_METADATA = (
     "the ONNX graph carries no torch exporter metadata (not a dynamo export, or stripped "
     "by another tool), so module outputs cannot be located"
@@ -63,7 +66,9 @@ class Alignment:
     @property
     def aligned_calls(self) -> int:
         """Number of module calls paired with a candidate value."""
-        return len({(p.reference.provenance.module, p.reference.provenance.call) for p in self.pairs})
+        calls = {(pair.reference.provenance.module, pair.reference.provenance.call)
+                 for pair in self.pairs}
+        return len(calls)
 
 
 def align_modules(
@@ -85,22 +90,67 @@ def align_modules(
         return alignment
 
     groups, ambiguous = _group_nodes_by_call(nodes, calls_per_module, call_index)
+    consumers = _consumers(nodes)
     for (module, call), values in calls.items():
-        if len(values) != 1:
-            reason = (
-                f"the module returns {len(values)} tensors; module-level alignment "
-                "compares modules with one tensor output"
-            )
-            alignment.unaligned.extend(Unaligned(v.name, reason) for v in values)
-            continue
-        value = values[0]
         group = groups.get((module, call))
-        candidate = _module_output(group, value, candidate_values) if group else None
-        if candidate is None:
-            alignment.unaligned.append(Unaligned(value.name, ambiguous.get(module, NO_NODE)))
+        if not group:
+            reason = ambiguous.get(module, NO_NODE)
+            alignment.unaligned.extend(Unaligned(value.name, reason) for value in values)
+        elif len(values) == 1:
+            candidate = _module_output(group, values[0], candidate_values)
+            if candidate is None:
+                alignment.unaligned.append(Unaligned(values[0].name, NO_NODE))
+            else:
+                alignment.pairs.append(Pair(values[0], candidate))
         else:
-            alignment.pairs.append(Pair(value, candidate))
+            _align_several_outputs(group, values, candidate_values, consumers, alignment)
     return alignment
+
+
+def _align_several_outputs(
+    group: Sequence[NodeInfo],
+    values: Sequence[CapturedValue],
+    candidate_values: Mapping[str, CapturedValue],
+    consumers: Mapping[str, set[int]],
+    alignment: Alignment,
+) -> None:
+    """Pair a module's several tensor outputs (an attention's output and weights, say).
+
+    The candidates are the values that leave the call (used outside it, or not at
+    all); each output is paired with the one candidate of its shape and dtype, and
+    left unaligned when there is none or more than one: order says nothing here.
+    """
+    inside = {node.index for node in group}
+    leaving = []
+    for node in group:
+        for name in node.outputs:
+            readers = consumers.get(name, set())
+            if name in candidate_values and (not readers or not readers <= inside):
+                leaving.append(candidate_values[name])
+    for value in values:
+        matches = [
+            candidate for candidate in leaving
+            if candidate.array.shape == value.array.shape
+            and candidate.array.dtype == value.array.dtype
+        ]
+        if len(matches) == 1:
+            alignment.pairs.append(Pair(value, matches[0]))
+        else:
+            what = "no value" if not matches else f"{len(matches)} values"
+            alignment.unaligned.append(Unaligned(
+                value.name,
+                f"the module returns {len(values)} tensors and {what} of this one's shape "
+                "and dtype leave the call: cannot tell which is which",
+            ))
+
+
+def _consumers(nodes: Sequence[NodeInfo]) -> dict[str, set[int]]:
+    """Value name -> indices of the nodes that read it."""
+    readers: dict[str, set[int]] = defaultdict(set)
+    for node in nodes:
+        for name in node.inputs:
+            readers[name].add(node.index)
+    return readers
 
 
 def _group_nodes_by_call(

@@ -12,7 +12,7 @@ import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,21 +33,22 @@ from bisect_onnx.records import Coverage, Record, Report, make_record
 from bisect_onnx.torch_side import TorchModuleSide, training_mode_warning
 
 if TYPE_CHECKING:
-    import onnx
     import torch
 
 __all__ = ["bisect"]
 
 logger = logging.getLogger(__name__)
 
-Inputs = Union[Any, Sequence[Any], Mapping[str, Any]]
+Inputs = Any | Sequence[Any] | Mapping[str, Any]
+#: A path, an ``onnx.ModelProto`` or a ``torch.onnx.ONNXProgram``.
+OnnxModel = Any
 
 
 def bisect(
     model: torch.nn.Module,
     inputs: Inputs,
     *,
-    onnx_model: str | Path | onnx.ModelProto | None = None,
+    onnx_model: OnnxModel | None = None,
     rtol: float = DEFAULT_RTOL,
     atol: float = DEFAULT_ATOL,
     opset: int | None = None,
@@ -60,7 +61,8 @@ def bisect(
         model: The PyTorch model; its train/eval mode is used as given.
         inputs: One array or tensor, a sequence in ``forward``'s order, or a mapping
             from ``forward``'s parameter names (or the ONNX input names) to arrays.
-        onnx_model: An existing export (path or ``ModelProto``) to compare against.
+        onnx_model: An existing export to compare against: a path, an
+            ``onnx.ModelProto`` or a ``torch.onnx.ONNXProgram``.
             Without it the model is exported with the dynamo exporter.
         rtol: Relative tolerance; an element fails when
             ``|onnx - torch| > atol + rtol * |torch|``.
@@ -186,22 +188,26 @@ def _as_arrays(inputs: Inputs) -> list[np.ndarray] | dict[str, np.ndarray]:
 
 
 def _to_array(value: Any) -> np.ndarray:
-    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch.Tensor, without importing torch
+    # A torch.Tensor, recognised without importing torch.
+    if hasattr(value, "detach") and hasattr(value, "cpu"):
         return value.detach().cpu().numpy()
     return np.asarray(value)
 
 
-def _onnx_path(onnx_model: str | Path | onnx.ModelProto, folder: Path) -> Path:
-    """A path ORT can read; an in-memory ModelProto is saved into our temporary folder."""
+def _onnx_path(onnx_model: OnnxModel, folder: Path) -> Path:
+    """A path ORT can read; an in-memory model is saved into our temporary folder."""
     if isinstance(onnx_model, (str, Path)):
         return Path(onnx_model)
     import onnx
 
-    if not isinstance(onnx_model, onnx.ModelProto):
-        raise InputError(f"onnx_model must be a path or an onnx.ModelProto, got "
-                         f"{type(onnx_model).__name__}; for an ONNXProgram pass program.model_proto")
     path = folder / "given.onnx"
-    onnx.save(onnx_model, str(path))
+    if isinstance(onnx_model, onnx.ModelProto):
+        onnx.save(onnx_model, str(path))
+    elif hasattr(onnx_model, "model_proto") and hasattr(onnx_model, "save"):
+        onnx_model.save(str(path))  # a torch.onnx.ONNXProgram, external data included
+    else:
+        raise InputError(f"onnx_model must be a path, an onnx.ModelProto or a "
+                         f"torch.onnx.ONNXProgram, got {type(onnx_model).__name__}")
     return path
 
 

@@ -9,6 +9,7 @@ returns; nothing else recomputes an error.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,7 +64,9 @@ class ArrayComparison:
 def check_tolerances(rtol: float, atol: float) -> None:
     """Refuse tolerances that cannot mean anything (negative, NaN, infinite)."""
     for name, value in (("rtol", rtol), ("atol", atol)):
-        if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        # numbers.Real admits numpy scalars (np.float32(1e-3)) as well as int and float.
+        if (not isinstance(value, numbers.Real) or isinstance(value, bool)
+                or not math.isfinite(value) or value < 0):
             raise UsageError(
                 f"{name} must be a finite number >= 0, got {value!r}; "
                 f"for example --{name} {DEFAULT_RTOL if name == 'rtol' else DEFAULT_ATOL}"
@@ -106,17 +109,25 @@ def compare_arrays(
                       min_passing_atol=0.0)
 
     if not np.issubdtype(reference.dtype, np.inexact):
-        # Integers and booleans: exact equality; the "error" is the largest difference.
-        ref = reference.astype(np.float64)
-        cand = candidate.astype(np.float64)
-        diff = np.abs(cand - ref)
-        mismatched = int(np.count_nonzero(reference != candidate))
+        # Integers and booleans: exact equality. The error figures are computed with
+        # Python integers on the mismatched elements only, so that int64 values past
+        # 2**53 (where float64 loses the units digit) still show their difference.
+        unequal = reference != candidate
+        mismatched = int(np.count_nonzero(unequal))
+        if not mismatched:
+            return result(Status.PASS, max_abs_error=0.0, max_rel_error=0.0,
+                          mismatch_fraction=0.0, min_passing_atol=0.0)
+        ref = reference[unequal].astype(object)
+        diff = np.abs(candidate[unequal].astype(object) - ref)
+        magnitude = np.abs(ref)
+        nonzero = magnitude != 0
         return result(
-            Status.FAIL if mismatched else Status.PASS,
+            Status.FAIL,
             max_abs_error=float(diff.max()),
-            max_rel_error=_max_relative(diff, np.abs(ref)),
+            max_rel_error=float((diff[nonzero] / magnitude[nonzero]).max()) if nonzero.any()
+            else 0.0,
             mismatch_fraction=mismatched / reference.size,
-            min_passing_atol=0.0 if not mismatched else None,
+            min_passing_atol=None,
         )
 
     # Complex numbers are judged by their modulus of difference, like numpy.allclose.
@@ -131,12 +142,16 @@ def compare_arrays(
     )
     nan_mismatch = int(np.count_nonzero(~both_finite & ~same_nonfinite))
 
-    diff = np.abs(cand - ref)[both_finite]
-    magnitude = np.abs(ref)[both_finite]
-    over = diff > atol + rtol * magnitude
-    failed = int(np.count_nonzero(over))
-    max_abs = float(diff.max()) if diff.size else 0.0
-    needed_atol = float(np.max(diff - rtol * magnitude)) if diff.size else 0.0
+    # Only finite pairs enter the arithmetic: inf - inf would warn and mean nothing.
+    # Two huge finite values of opposite sign can still overflow to inf: that is a
+    # failure, and not worth a warning.
+    with np.errstate(over="ignore", invalid="ignore"):
+        diff = np.abs(cand[both_finite] - ref[both_finite])
+        magnitude = np.abs(ref[both_finite])
+        over = diff > atol + rtol * magnitude
+        failed = int(np.count_nonzero(over))
+        max_abs = float(diff.max()) if diff.size else 0.0
+        needed_atol = _smallest_passing_atol(diff, magnitude, rtol)
 
     if nan_mismatch:
         status = Status.NAN_MISMATCH
@@ -149,9 +164,23 @@ def compare_arrays(
         max_abs_error=max_abs,
         max_rel_error=_max_relative(diff, magnitude),
         mismatch_fraction=(failed + nan_mismatch) / reference.size,
-        min_passing_atol=None if nan_mismatch else max(needed_atol, 0.0),
+        min_passing_atol=None if nan_mismatch else needed_atol,
         nan_mismatch=nan_mismatch,
     )
+
+
+def _smallest_passing_atol(diff: np.ndarray, magnitude: np.ndarray, rtol: float) -> float:
+    """The smallest atol with ``diff <= atol + rtol * magnitude`` everywhere.
+
+    ``max(diff - rtol * magnitude)`` can round down by a unit in the last place, so
+    the candidate is nudged up until the check it stands for really passes.
+    """
+    if not diff.size:
+        return 0.0
+    atol = max(float(np.max(diff - rtol * magnitude)), 0.0)
+    while math.isfinite(atol) and not np.all(diff <= atol + rtol * magnitude):
+        atol = float(np.nextafter(atol, math.inf))
+    return atol
 
 
 def _max_relative(diff: np.ndarray, magnitude: np.ndarray) -> float:

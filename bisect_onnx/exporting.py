@@ -81,7 +81,7 @@ def call_index_from_program(exported_program: object | None) -> dict[str, dict[s
 
 @contextlib.contextmanager
 def _quiet_exporter() -> Iterator[None]:
-    """Keep the exporter's own chatter (optional-package notices, deprecations) out of our output."""
+    """Keep the exporter's chatter (optional-package notices, deprecations) out of our output."""
     torch_onnx_logger = logging.getLogger("torch.onnx")
     previous = torch_onnx_logger.level
     torch_onnx_logger.setLevel(logging.ERROR)

@@ -12,6 +12,7 @@ import inspect
 import re
 import sys
 import zipfile
+import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -141,6 +142,7 @@ def _sniff(path: Path) -> str:
 
 
 def _load_npy(path: Path) -> np.ndarray:
+    _check_npy_size(path)
     try:
         return np.load(path, allow_pickle=False)
     except ValueError as error:
@@ -153,18 +155,51 @@ def _load_npy(path: Path) -> np.ndarray:
                          "save it again with numpy.save") from error
 
 
+def _check_npy_size(path: Path) -> None:
+    """Refuse a ``.npy`` whose header promises more data than the file holds.
+
+    numpy would first try to allocate the promised size (a MemoryError for a
+    corrupt header) before noticing the file is short.
+    """
+    try:
+        with path.open("rb") as handle:
+            version = np.lib.format.read_magic(handle)
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            shape, _, dtype = read_header(handle)
+            offset = handle.tell()
+    except ValueError as error:
+        if "allow_pickle" in str(error) or "object" in str(error):
+            return  # np.load gives the precise refusal
+        raise InputError(f"input {path} has a corrupt .npy header ({error}); "
+                         "save it again with numpy.save") from error
+    if dtype.hasobject:
+        return
+    needed = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    available = path.stat().st_size - offset
+    if needed > available:
+        raise InputError(f"input {path} is truncated: its header describes {needed} bytes of "
+                         f"data but the file holds {available}; save it again with numpy.save")
+
+
 def _load_npz(path: Path) -> dict[str, np.ndarray]:
+    arrays: dict[str, np.ndarray] = {}
     try:
         with np.load(path, allow_pickle=False) as archive:
-            return {key: archive[key] for key in archive.files}
+            for key in archive.files:
+                arrays[key] = archive[key]
+                if not isinstance(arrays[key], np.ndarray):
+                    raise InputError(f"entry {key!r} of {path} is not a numpy array; "
+                                     "save the inputs with numpy.savez")
     except ValueError as error:
         if "allow_pickle" in str(error):
             raise InputError(_OBJECT_ARRAY.format(path=path)) from error
         raise InputError(f"input {path} is not a readable .npz file ({error}); "
                          "save it again with numpy.savez") from error
-    except (OSError, EOFError, zipfile.BadZipFile) as error:
-        raise InputError(f"input {path} is truncated or unreadable ({error}); "
-                         "save it again with numpy.savez") from error
+    except (OSError, EOFError, MemoryError, zipfile.BadZipFile, zlib.error) as error:
+        raise InputError(f"input {path} is truncated or corrupt ({type(error).__name__}: "
+                         f"{error}); save it again with numpy.savez") from error
+    return arrays
 
 
 _OBJECT_ARRAY = ("input {path} holds Python objects (dtype=object), which cannot be loaded "
@@ -204,8 +239,7 @@ def arrange_inputs(
             raise InputError(f"the .npz keys {', '.join(order)} skip a position; "
                              f"expected arr_0 to arr_{len(order) - 1}")
         return [given[key] for key in order]
-    for names, what in ((forward_names, "forward's parameters"),
-                        (onnx_names or [], "the ONNX graph's inputs")):
+    for names in (forward_names, onnx_names or []):
         if names and set(keys) <= set(names) and _is_prefix_cover(keys, names):
             return [given[name] for name in names if name in given]
     expected = ", ".join(forward_names) or "(none)"

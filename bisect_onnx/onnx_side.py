@@ -56,6 +56,7 @@ class NodeInfo:
     op_type: str
     outputs: tuple[str, ...]
     torch: TorchMetadata | None
+    inputs: tuple[str, ...] = ()
 
 
 def load_onnx_model(path: Path) -> onnx.ModelProto:
@@ -100,6 +101,7 @@ class OnnxRuntimeSide:
                 op_type=node.op_type,
                 outputs=tuple(node.output),
                 torch=read_torch_metadata({p.key: p.value for p in node.metadata_props}),
+                inputs=tuple(node.input),
             )
             for index, node in enumerate(graph.node)
         ]

@@ -129,7 +129,9 @@ def training_mode_warning(model: torch.nn.Module) -> str | None:
     ]
     if not suspects:
         return None
-    shown = ", ".join(suspects[:6]) + (f" and {len(suspects) - 6} more" if len(suspects) > 6 else "")
+    shown = ", ".join(suspects[:6])
+    if len(suspects) > 6:
+        shown += f" and {len(suspects) - 6} more"
     return (
         f"the model is in training mode: {shown} behave differently in training and eval; "
         "this is a likely cause of any divergence — call model.eval() before comparing if "
