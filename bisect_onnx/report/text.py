@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -128,7 +129,7 @@ def _describe_error(record: Record) -> str:
     if record.nan_mismatch:
         parts.append(f"{record.nan_mismatch} NaN/Inf in different places")
     elif record.min_passing_atol is not None:
-        parts.append(f"atol >= {_number(record.min_passing_atol)} would pass")
+        parts.append(f"atol >= {_rounded_up(record.min_passing_atol)} would pass")
     return ", ".join(parts)
 
 
@@ -142,6 +143,15 @@ def _source(location: SourceLocation) -> str:
 
 def _shape(shape: Sequence[int]) -> str:
     return "[" + ",".join(str(dim) for dim in shape) + "]"
+
+
+def _rounded_up(value: float) -> str:
+    """Three significant digits, rounded up: a printed atol that is advised must pass."""
+    text = f"{value:.2e}"
+    if float(text) < value:
+        step = 10.0 ** (int(text.split("e")[1]) - 2)
+        text = f"{(math.floor(value / step) + 1) * step:.2e}"
+    return text
 
 
 def _number(value: float | None) -> str:
