@@ -118,22 +118,39 @@ def test_bad_input_in_a_real_process_has_no_traceback(tmp_path):
     assert "not a readable ONNX model" in result.stderr
 
 
-def test_model_that_cannot_run_exits_3(tmp_path, capsys, monkeypatch):
+def _run_one_op_model(tmp_path, monkeypatch, capsys, forward_body: str) -> tuple[int, str]:
+    """Run the CLI on a one-line model written into ``tmp_path``; return status and stderr."""
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "broken.py").write_text(
+    (tmp_path / "one_op.py").write_text(
         "import torch\n"
-        "class Broken(torch.nn.Module):\n"
+        "class OneOp(torch.nn.Module):\n"
         "    def forward(self, x):\n"
-        "        raise RuntimeError('this model is broken')\n"
+        f"        {forward_body}\n"
         "def make():\n"
-        "    return Broken()\n"
+        "    return OneOp()\n"
     )
-    np.save(tmp_path / "x.npy", np.ones((2, 3), dtype=np.float32))
-    status = main(["broken.py:make", "--input", "x.npy"])
+    np.save(tmp_path / "x.npy", np.ones((3, 3), dtype=np.float32))
+    status = main(["one_op.py:make", "--input", "x.npy"])
     err = capsys.readouterr().err
-    assert status == 3
     assert len(err.strip().splitlines()) == 1
+    return status, err
+
+
+def test_model_that_cannot_run_exits_3(tmp_path, capsys, monkeypatch):
+    status, err = _run_one_op_model(tmp_path, monkeypatch, capsys,
+                                    "raise RuntimeError('this model is broken')")
+    assert status == 3
     assert "this model is broken" in err
+
+
+def test_export_failure_exits_3_with_the_exporters_reason(tmp_path, capsys, monkeypatch):
+    # Eager PyTorch runs this fine; the ONNX translation has no histc.
+    status, err = _run_one_op_model(tmp_path, monkeypatch, capsys,
+                                    "return torch.histc(x, bins=4)")
+    assert status == 3
+    assert "could not export OneOp" in err
+    assert "histc" in err
+    assert "\x1b[" not in err
 
 
 class _no_exit:
@@ -155,23 +172,3 @@ def test_no_temporary_folder_is_left_behind(tmp_path, monkeypatch, capsys):
     assert main([MLP.factory, "--input", MLP.input_file]) == 0
     assert os.listdir(tmp_path) == []
 
-
-def test_export_failure_exits_3_with_the_exporters_reason(tmp_path, capsys, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    # Eager PyTorch runs this fine; the ONNX translation has no histc.
-    (tmp_path / "histc_model.py").write_text(
-        "import torch\n"
-        "class Histogram(torch.nn.Module):\n"
-        "    def forward(self, x):\n"
-        "        return torch.histc(x, bins=4)\n"
-        "def make():\n"
-        "    return Histogram()\n"
-    )
-    np.save(tmp_path / "x.npy", np.ones((3, 3), dtype=np.float32))
-    status = main(["histc_model.py:make", "--input", "x.npy"])
-    err = capsys.readouterr().err
-    assert status == 3
-    assert len(err.strip().splitlines()) == 1
-    assert "could not export Histogram" in err
-    assert "histc" in err
-    assert "\x1b[" not in err
