@@ -1,17 +1,24 @@
 """Pair PyTorch module calls with the ONNX values that hold the same tensor.
 
-Module level, for graphs made by the dynamo exporter. Each ONNX node's metadata
-lists the module paths enclosing it (``name_scopes``); a module call's output is the
-value produced last by the nodes of that call. Folded BatchNorm needs no special
-case here: the exporter gives the fused Conv node the BatchNorm's metadata, so the
-fused output belongs to the BatchNorm and the Conv module simply has no node.
+Module level. :mod:`bisect_onnx.scopes` says which modules enclose each ONNX node
+(from the dynamo exporter's metadata or the TorchScript exporter's node names); a
+module call's output is the value produced last by the nodes of that call.
 
 A module called several times (one ``self.relu`` used three times) gives all its
 calls the same scope. When the ExportedProgram is at hand, its ``nn_module_stack``
-keys (``relu``, ``relu@1``, ...) say which call each FX node belongs to. Otherwise
-the calls are told apart by graph order: the distinct FX nodes of the module are
-split into as many equal runs as there were calls, and a module whose count does
-not divide is left unaligned rather than guessed.
+keys (``relu``, ``relu@1``, ...) say which call each node belongs to. Otherwise the
+calls are told apart by graph order: the module's ops are split into as many equal
+runs as there were calls, accepted only when every run has the same op types; a
+module that does not split that way is left unaligned rather than guessed.
+
+Two exporter habits need a rule each:
+
+- BatchNorm folded into the preceding Conv. The dynamo exporter gives the fused node
+  the BatchNorm's metadata, so it simply belongs to the BatchNorm. The TorchScript
+  exporter keeps the *Conv's* name on it although its output is the BatchNorm's: a
+  BatchNorm call with no node of its own, right after a Conv call, takes that node.
+- Modules that return their input unchanged (eval-mode Dropout, ``nn.Identity``) have
+  no node: they are compared at the value they passed through.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from bisect_onnx.onnx_side import NodeInfo
+from bisect_onnx.scopes import NodeScope, read_scopes
 from bisect_onnx.sides import Capture, CapturedValue
 
 __all__ = ["Pair", "Unaligned", "Alignment", "CallIndex", "align_modules"]
@@ -33,9 +41,12 @@ NO_NODE = (
     "(fused into a neighbour, folded away, or identity-like)"
 )
 NO_METADATA = (
-    "the ONNX graph carries no torch exporter metadata (not a dynamo export, or stripped "
-    "by another tool), so module outputs cannot be located"
+    "the ONNX graph carries neither torch exporter metadata nor TorchScript-style scoped "
+    "node names (built elsewhere, or renamed by another tool), so module outputs cannot "
+    "be located"
 )
+
+CallKey = tuple[str, int]
 
 
 @dataclass(frozen=True)
@@ -79,22 +90,30 @@ def align_modules(
     call_index: CallIndex | None = None,
 ) -> Alignment:
     """Pair each recorded module call's output with the ONNX value it became."""
-    calls: dict[tuple[str, int], list[CapturedValue]] = defaultdict(list)
+    calls: dict[CallKey, list[CapturedValue]] = defaultdict(list)
     for value in reference.values.values():
         calls[(value.provenance.module or "", value.provenance.call)].append(value)
-    calls_per_module = Counter(module for module, _ in calls)
     alignment = Alignment(module_calls=len(calls))
 
-    if not any(node.torch for node in nodes):
+    scopes = read_scopes(nodes, {module for module, _ in calls}, call_index)
+    if not any(scopes):
         alignment.unaligned = [Unaligned(vs[0].name, NO_METADATA) for vs in calls.values()]
         return alignment
 
-    groups, ambiguous = _group_nodes_by_call(nodes, calls_per_module, call_index)
+    calls_per_module = Counter(module for module, _ in calls)
+    groups, reasons = _group_nodes_by_call(nodes, scopes, calls_per_module)
+    _give_folded_conv_to_batchnorm(calls, groups, reasons)
     consumers = _consumers(nodes)
-    for (module, call), values in calls.items():
-        group = groups.get((module, call))
-        if not group:
-            reason = ambiguous.get(module, NO_NODE)
+    paired: dict[str, CapturedValue] = {}  # reference name -> candidate
+    for key, values in calls.items():
+        group = groups.get(key)
+        passed_through = values[0].provenance.same_as if len(values) == 1 else None
+        if not group and passed_through in paired:
+            candidate = paired[passed_through]
+            alignment.pairs.append(Pair(values[0], candidate))
+            paired[values[0].name] = candidate
+        elif not group:
+            reason = reasons.get(key) or reasons.get(key[0]) or NO_NODE
             alignment.unaligned.extend(Unaligned(value.name, reason) for value in values)
         elif len(values) == 1:
             candidate = _module_output(group, values[0], candidate_values)
@@ -102,9 +121,35 @@ def align_modules(
                 alignment.unaligned.append(Unaligned(values[0].name, NO_NODE))
             else:
                 alignment.pairs.append(Pair(values[0], candidate))
+                paired[values[0].name] = candidate
         else:
             _align_several_outputs(group, values, candidate_values, consumers, alignment)
     return alignment
+
+
+def _give_folded_conv_to_batchnorm(
+    calls: Mapping[CallKey, Sequence[CapturedValue]],
+    groups: dict[CallKey, list[NodeInfo]],
+    reasons: dict[CallKey | str, str],
+) -> None:
+    """Hand a Conv's node to the BatchNorm folded into it (TorchScript exports).
+
+    Hooks fire in call order, so a BatchNorm applied to a Conv's output is the very
+    next call. The fused node computes the BatchNorm's output: comparing it with the
+    Conv's would be a false alarm at the first block.
+    """
+    keys = list(calls)
+    for previous, key in zip(keys, keys[1:], strict=False):
+        conv_class = calls[previous][0].provenance.module_class or ""
+        norm_class = calls[key][0].provenance.module_class or ""
+        conv_nodes = groups.get(previous)
+        if (norm_class.startswith("BatchNorm") and conv_class.startswith("Conv")
+                and key not in groups and conv_nodes and conv_nodes[-1].op_type == "Conv"):
+            groups[key] = groups.pop(previous)
+            reasons[previous] = (
+                f"folded with the BatchNorm after it into one ONNX Conv, whose output is "
+                f"the BatchNorm's: compared as {calls[key][0].name}"
+            )
 
 
 def _align_several_outputs(
@@ -155,54 +200,56 @@ def _consumers(nodes: Sequence[NodeInfo]) -> dict[str, set[int]]:
 
 def _group_nodes_by_call(
     nodes: Sequence[NodeInfo],
+    scopes: Sequence[NodeScope | None],
     calls_per_module: Mapping[str, int],
-    call_index: CallIndex | None,
-) -> tuple[dict[tuple[str, int], list[NodeInfo]], dict[str, str]]:
+) -> tuple[dict[CallKey, list[NodeInfo]], dict[CallKey | str, str]]:
     """Group nodes by (module path, call), and say why for modules that cannot be."""
-    members: dict[str, list[NodeInfo]] = defaultdict(list)
-    for node in nodes:
-        if node.torch:
-            for scope in node.torch.scopes:
-                if scope:  # "" is the model itself, compared through its final outputs
-                    members[scope].append(node)
+    members: dict[str, list[tuple[NodeInfo, NodeScope]]] = defaultdict(list)
+    for node, scope in zip(nodes, scopes, strict=True):
+        if scope is not None:
+            for module in scope.modules:
+                members[module].append((node, scope))
 
-    groups: dict[tuple[str, int], list[NodeInfo]] = defaultdict(list)
-    ambiguous: dict[str, str] = {}
-    for module, module_nodes in members.items():
+    groups: dict[CallKey, list[NodeInfo]] = defaultdict(list)
+    reasons: dict[CallKey | str, str] = {}
+    for module, module_members in members.items():
         count = calls_per_module.get(module, 0)
         if count == 0:
             continue
-        known = _calls_from_index(module, module_nodes, call_index) if call_index else None
-        if known is not None:
-            for node, call in zip(module_nodes, known, strict=True):
+        known = [scope.calls.get(module) for _, scope in module_members]
+        if all(call is not None for call in known):
+            for (node, _), call in zip(module_members, known, strict=True):
                 groups[(module, call)].append(node)
             continue
-        origins = list(dict.fromkeys(node.torch.fx_node for node in module_nodes if node.torch))
-        if len(origins) % count:
-            ambiguous[module] = (
-                f"{len(origins)} exported ops for {count} calls of a reused module: "
-                "cannot tell which call each op belongs to"
+        split = _split_by_order(module_members, count)
+        if split is None:
+            reasons[module] = (
+                f"a module called {count} times whose ops do not split into {count} alike "
+                "runs in graph order: cannot tell which call each op belongs to (let "
+                "bisect-onnx export the model, which records the calls)"
             )
             continue
-        per_call = len(origins) // count
-        call_of = {origin: position // per_call for position, origin in enumerate(origins)}
-        for node in module_nodes:
-            groups[(module, call_of[node.torch.fx_node])].append(node)
-    return groups, ambiguous
+        for call, run in enumerate(split):
+            groups[(module, call)].extend(run)
+    return groups, reasons
 
 
-def _calls_from_index(
-    module: str, module_nodes: Sequence[NodeInfo], call_index: CallIndex
-) -> list[int] | None:
-    """Each node's call of ``module`` from the ExportedProgram, or ``None`` if any is unknown."""
-    calls = []
-    for node in module_nodes:
-        fx_node = node.torch.fx_node if node.torch else None
-        call = call_index.get(fx_node, {}).get(module) if fx_node else None
-        if call is None:
-            return None
-        calls.append(call)
-    return calls
+def _split_by_order(
+    members: Sequence[tuple[NodeInfo, NodeScope]], count: int
+) -> list[list[NodeInfo]] | None:
+    """Split a reused module's nodes into ``count`` runs of equal length and op types."""
+    origins = list(dict.fromkeys(scope.origin for _, scope in members))
+    if count == 1:
+        return [[node for node, _ in members]]
+    if len(origins) % count:
+        return None
+    per_call = len(origins) // count
+    call_of = {origin: position // per_call for position, origin in enumerate(origins)}
+    runs: list[list[NodeInfo]] = [[] for _ in range(count)]
+    for node, scope in members:
+        runs[call_of[scope.origin]].append(node)
+    signatures = {tuple(node.op_type for node in run) for run in runs}
+    return runs if len(signatures) == 1 else None
 
 
 def _module_output(

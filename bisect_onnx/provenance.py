@@ -59,6 +59,9 @@ class Provenance:
     scopes: tuple[str, ...] = ()
     """Every module path enclosing the value, outermost first (ONNX side)."""
     source: SourceLocation | None = None
+    same_as: str | None = None
+    """Name of an earlier value this module passed through unchanged (an eval-mode
+    Dropout, ``nn.Identity``): exporters leave no node for such modules."""
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ Each output is copied the moment the hook fires, because a later in-place op (a
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -54,24 +55,30 @@ class TorchModuleSide:
                 names[module] = path
         calls: dict[str, int] = {}
         values: dict[str, CapturedValue] = {}
+        # The live tensor behind each recorded value, to recognise a module that hands
+        # its input back unchanged; weak, so that recording keeps nothing alive.
+        recorded: dict[str, weakref.ref] = {}
 
-        def record(module: torch.nn.Module, _args: Any, output: Any) -> None:
+        def record(module: torch.nn.Module, args: Any, output: Any) -> None:
             path = names[module]
             call = calls.get(path, 0)
             calls[path] = call + 1
             base = path if call == 0 else f"{path}@{call}"
             for suffix, tensor in flatten_outputs(output):
                 name = base + suffix
+                array = _to_numpy(tensor)
                 values[name] = CapturedValue(
                     name=name,
-                    array=_to_numpy(tensor),
+                    array=array,
                     provenance=Provenance(
                         position=len(values),
                         module=path,
                         call=call,
                         module_class=type(module).__name__,
+                        same_as=_passed_through(tensor, array, args, recorded, values),
                     ),
                 )
+                recorded[name] = weakref.ref(tensor)
 
         handles = [module.register_forward_hook(record) for module in names]
         tensors = [torch.from_numpy(np.ascontiguousarray(array)) for array in inputs]
@@ -99,6 +106,45 @@ class TorchModuleSide:
         logger.info("recorded %d module outputs from %d module calls", len(values),
                     sum(calls.values()))
         return Capture(values=values, outputs=outputs)
+
+
+def _passed_through(
+    tensor: torch.Tensor,
+    array: np.ndarray,
+    args: Any,
+    recorded: dict[str, weakref.ref],
+    values: dict[str, CapturedValue],
+) -> str | None:
+    """The recorded value a module returned unchanged as its output, if it did.
+
+    The output must be the input tensor itself (or an identical view of it) *and* still
+    hold the values recorded for it: an in-place ReLU also returns its input, changed.
+    """
+    inputs = [arg for arg in args if _same_tensor(arg, tensor)]
+    if not inputs:
+        return None
+    for name in reversed(list(recorded)):
+        source = recorded[name]()
+        if source is not None and _same_tensor(source, tensor):
+            earlier = values[name].array
+            if earlier.shape == array.shape and np.array_equal(earlier, array, equal_nan=True):
+                return name
+            return None
+    return None
+
+
+def _same_tensor(candidate: Any, tensor: torch.Tensor) -> bool:
+    import torch
+
+    if candidate is tensor:
+        return True
+    return (
+        isinstance(candidate, torch.Tensor)
+        and candidate.data_ptr() == tensor.data_ptr()
+        and candidate.shape == tensor.shape
+        and candidate.stride() == tensor.stride()
+        and candidate.dtype == tensor.dtype
+    )
 
 
 def flatten_outputs(output: Any, suffix: str = "") -> Iterator[tuple[str, torch.Tensor]]:

@@ -117,7 +117,7 @@ def test_indivisible_op_count_for_a_reused_module_is_left_unaligned():
     assert alignment.pairs == []
     found = reasons(alignment)
     assert set(found) == {"block", "block@1"}
-    assert all("3 exported ops for 2 calls" in reason for reason in found.values())
+    assert all("do not split into 2 alike runs" in reason for reason in found.values())
 
 
 def test_module_without_any_node_is_unaligned_with_a_reason():

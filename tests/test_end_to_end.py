@@ -10,6 +10,7 @@ import torch
 
 import bisect_onnx
 from bisect_onnx.report.json import to_json
+from fixtures.registry import repo_path
 from tests.planting import plant, scale_conv_weight, set_attribute
 
 
@@ -68,7 +69,7 @@ def test_avgpool_divisor_override_is_reported_at_the_pool(fixture_case):
     assert report.first_divergence.onnx_op == "AveragePool"
     assert report.first_divergence.torch_op == "aten.avg_pool2d.default"
     assert report.first_divergence.source.file.endswith("fixtures/models.py")
-    source_line = open(report.first_divergence.source.file).read().splitlines()[
+    source_line = repo_path(report.first_divergence.source.file).read_text().splitlines()[
         report.first_divergence.source.line - 1]
     assert "self.pool" in source_line
 
