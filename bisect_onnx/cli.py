@@ -1,8 +1,8 @@
 """The ``bisect-onnx`` command: parse arguments, call the API, print the report.
 
 Exit status: 0 parity, 1 diverged, 2 usage or input error, 3 the model could not be
-exported or run. Errors bisect-onnx raises on purpose print as one line; anything
-else is a bug and keeps its traceback.
+exported or run, 4 a bug in bisect-onnx. Errors bisect-onnx raises on purpose print
+as one line; anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,6 +23,7 @@ __all__ = ["main", "build_parser"]
 EXIT_PARITY = 0
 EXIT_DIVERGED = 1
 EXIT_USAGE = 2
+EXIT_BUG = 4
 
 
 class _Parser(argparse.ArgumentParser):
@@ -33,6 +35,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
+    from bisect_onnx.exporting import EXPORTERS
     from bisect_onnx.report.text import SHOW_CHOICES
 
     parser = _Parser(
@@ -40,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Find the first ONNX node whose output diverges from the PyTorch model, "
         "and the module and source line it came from.",
         epilog="exit status: 0 parity, 1 diverged, 2 usage or input error, "
-        "3 the model could not be exported or run",
+        "3 the model could not be exported or run, 4 a bug in bisect-onnx",
     )
     parser.add_argument("model", metavar="MODEL",
                         help="FILE.py:FACTORY or package.module:FACTORY, a callable that "
@@ -50,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
                         ".npz keyed by parameter or ONNX input names")
     parser.add_argument("--onnx", type=Path, metavar="FILE",
                         help="compare this existing export instead of exporting the model")
+    parser.add_argument("--exporter", choices=EXPORTERS, default="dynamo",
+                        help="exporter for the export made here: dynamo (default, "
+                        "torch.onnx.export's default) or torchscript (dynamo=False)")
     parser.add_argument("--opset", type=int, metavar="N", help="opset for the export")
     parser.add_argument("--save-onnx", type=Path, metavar="PATH",
                         help="keep a copy of the export made by bisect-onnx")
@@ -70,32 +76,45 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return its exit status."""
     args = build_parser().parse_args(argv)
-    level = {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
-    logging.basicConfig(level=level, format="bisect-onnx: %(message)s")
-    if args.onnx is not None and (args.opset is not None or args.save_onnx is not None):
-        return _fail("--opset and --save-onnx apply to an export made here; drop them "
-                     "with --onnx", EXIT_USAGE)
+    _log_to_stderr(args.verbose)
     try:
         return _run(args)
     except BisectOnnxError as error:
         return _fail(str(error), error.exit_code)
     except KeyboardInterrupt:
         return _fail("interrupted", 130)
+    except Exception:  # a bug: keep the traceback, but never exit as "diverged"
+        traceback.print_exc()
+        return _fail("this is a bug in bisect-onnx; please report it with the traceback "
+                     "above", EXIT_BUG)
+
+
+def _log_to_stderr(verbosity: int) -> None:
+    """Show bisect-onnx's own log records (not the libraries' chatter) at -v and -vv."""
+    logger = logging.getLogger("bisect_onnx")
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("bisect-onnx: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel({0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG))
 
 
 def _run(args: argparse.Namespace) -> int:
     import bisect_onnx
     from bisect_onnx.compare import check_tolerances
-    from bisect_onnx.loading import load_input_files, load_model
+    from bisect_onnx.loading import check_writable, load_input_files, load_model
     from bisect_onnx.report.json import write_json
 
     check_tolerances(args.rtol, args.atol)  # before the slow steps
+    for option, path in (("--json", args.json), ("--save-onnx", args.save_onnx)):
+        if path is not None:
+            check_writable(path, option)
     inputs = load_input_files(args.input)
     model = load_model(args.model)
     report = bisect_onnx.bisect(
         model,
         inputs,
         onnx_model=args.onnx,
+        exporter=args.exporter,
         rtol=args.rtol,
         atol=args.atol,
         opset=args.opset,

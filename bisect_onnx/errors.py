@@ -7,12 +7,19 @@ Anything else that escapes is a bug in bisect-onnx and keeps its traceback.
 
 from __future__ import annotations
 
+import re
+
 __all__ = [
     "BisectOnnxError",
     "UsageError",
     "InputError",
     "ModelError",
+    "one_line",
 ]
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# Long enough for an exporter's or runtime's reason, short enough for one terminal line.
+_MAX_REASON = 300
 
 
 class BisectOnnxError(Exception):
@@ -38,3 +45,11 @@ class ModelError(BisectOnnxError):
     """The model could not be exported or run; the exporter's or runtime's reason is kept."""
 
     exit_code = 3
+
+
+def one_line(error: BaseException) -> str:
+    """An exception's reason as one readable line: first non-empty line, colours removed."""
+    text = _ANSI.sub("", str(error))
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    reason = lines[0] if lines else type(error).__name__
+    return reason[:_MAX_REASON] + ("…" if len(reason) > _MAX_REASON else "")

@@ -1,27 +1,30 @@
-"""Export a PyTorch model to ONNX with the dynamo exporter, into a folder we own."""
+"""Export a PyTorch model to ONNX, with either exporter, into a folder we own."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bisect_onnx.align import CallIndex
-from bisect_onnx.errors import ModelError
+from bisect_onnx.errors import ModelError, UsageError, one_line
+from bisect_onnx.torch_side import to_tensor
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["ExportResult", "export_dynamo", "call_index_from_program"]
+__all__ = ["EXPORTERS", "ExportResult", "export_model", "call_index_from_program"]
 
 logger = logging.getLogger(__name__)
+
+#: ``dynamo``: torch.export then ONNX translation (torch's default since 2.9);
+#: ``torchscript``: the older tracer, ``torch.onnx.export(..., dynamo=False)``.
+EXPORTERS = ("dynamo", "torchscript")
 
 
 @dataclass(frozen=True)
@@ -29,28 +32,53 @@ class ExportResult:
     """The exported file and what the exporter knew that the file does not say."""
 
     path: Path
-    call_index: CallIndex
-    """Which call of each module every FX node ran in (from ``nn_module_stack``)."""
+    call_index: dict[str, dict[str, int]]
+    """Which call of each module every FX node ran in (dynamo only; from ``nn_module_stack``)."""
 
 
-def export_dynamo(
-    model: torch.nn.Module, inputs: Sequence[np.ndarray], folder: Path, *, opset: int | None
+def export_model(
+    model: torch.nn.Module,
+    inputs: Sequence[np.ndarray],
+    folder: Path,
+    *,
+    exporter: str = "dynamo",
+    opset: int | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> ExportResult:
-    """Export ``model`` on ``inputs`` with ``torch.onnx.export(dynamo=True)``."""
+    """Export ``model`` on ``inputs`` into ``folder`` with the chosen exporter.
+
+    ``options`` are passed to ``torch.onnx.export`` as they are (``dynamic_shapes``,
+    ``custom_translation_table``, ...).
+    """
     import torch
 
-    args = tuple(torch.from_numpy(np.ascontiguousarray(array)) for array in inputs)
+    if exporter not in EXPORTERS:
+        raise UsageError(f"unknown exporter {exporter!r}; choose one of {', '.join(EXPORTERS)}")
+    if opset is not None and opset < 7:
+        raise UsageError(f"opset {opset} is not an ONNX opset torch can export to; "
+                         "use 17 or later (or leave it to the exporter)")
+    args = tuple(to_tensor(array) for array in inputs)
     path = folder / "model.onnx"
-    logger.info("exporting %s with the dynamo exporter", type(model).__name__)
+    logger.info("exporting %s with the %s exporter", type(model).__name__, exporter)
+    program = None
     try:
         with _quiet_exporter():
-            program = torch.onnx.export(
-                model, args, dynamo=True, opset_version=opset, verbose=False
-            )
-            program.save(str(path))
+            if exporter == "dynamo":
+                program = torch.onnx.export(model, args, dynamo=True, opset_version=opset,
+                                            verbose=False, **(options or {}))
+                program.save(str(path))
+            else:
+                torch.onnx.export(model, args, str(path), dynamo=False, opset_version=opset,
+                                  **(options or {}))
+    except TypeError as error:
+        if options and "unexpected keyword" in str(error):
+            raise UsageError(f"torch.onnx.export does not take that option: "
+                             f"{one_line(error)}") from error
+        raise ModelError(f"the {exporter} exporter could not export "
+                         f"{type(model).__name__}: {_summarize(error)}") from error
     except Exception as error:
         logger.debug("export failed", exc_info=True)
-        raise ModelError(f"the dynamo exporter could not export {type(model).__name__}: "
+        raise ModelError(f"the {exporter} exporter could not export {type(model).__name__}: "
                          f"{_summarize(error)}") from error
     exported = getattr(program, "exported_program", None)
     return ExportResult(path=path, call_index=call_index_from_program(exported))
@@ -101,17 +129,9 @@ def _summarize(error: BaseException) -> str:
     The exporter wraps the real failure (``TorchExportError: Failed to export the
     model with torch.export. This is step 1/3 ...``); the innermost cause says why.
     """
-    chain = [error]
-    while chain[-1].__cause__ is not None and len(chain) < 10:
-        chain.append(chain[-1].__cause__)
-    for candidate in reversed(chain):
-        text = _ANSI.sub("", str(candidate))
-        lines = [line.strip() for line in text.splitlines() if line.strip()]
-        useful = [line for line in lines if not line.startswith(("[", "#", "-", "="))]
-        if useful:
-            summary = f"{type(candidate).__name__}: {useful[0]}"
-            return summary[:300] + ("…" if len(summary) > 300 else "")
-    return type(error).__name__
-
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+    innermost = error
+    for _ in range(10):  # a bound, in case of a cycle
+        if innermost.__cause__ is None:
+            break
+        innermost = innermost.__cause__
+    return f"{type(innermost).__name__}: {one_line(innermost)}"

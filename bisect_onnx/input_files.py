@@ -41,9 +41,9 @@ def is_torch_save_file(path: Path) -> bool:
     """Whether ``path`` holds ``torch.save`` data, by content, not by extension.
 
     A ``torch.save`` file is either a zip whose one top-level folder holds
-    ``data.pkl`` (TorchScript and ``torch.export`` archives, which also have one,
-    are models, not saved inputs) or a pickle that starts with torch's legacy
-    magic number. ``.npy``, ``.npz`` and ONNX files are none of those.
+    ``data.pkl`` or a pickle that starts with torch's legacy magic number.
+    TorchScript and ``torch.export`` archives are zips of one folder too, but
+    models, not saved inputs; ``.npy``, ``.npz`` and ONNX files are neither.
     """
     return _torch_kind(Path(path)) == "save"
 

@@ -6,9 +6,11 @@ would run arbitrary code when loaded, so it is refused, never unpickled.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import inspect
+import os
 import re
 import sys
 import zipfile
@@ -19,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bisect_onnx.errors import InputError, ModelError, UsageError
+from bisect_onnx.errors import InputError, ModelError, UsageError, one_line
 from bisect_onnx.torch_side import describe_arrays
 
 if TYPE_CHECKING:
@@ -65,7 +67,7 @@ def load_model(spec: str) -> torch.nn.Module:
     try:
         model = factory()
     except Exception as error:
-        raise ModelError(f"{spec}() raised {type(error).__name__}: {_first_line(error)}") \
+        raise ModelError(f"{spec}() raised {type(error).__name__}: {one_line(error)}") \
             from error
     if not isinstance(model, torch.nn.Module):
         raise InputError(f"{spec}() returned a {type(model).__name__}, not a torch.nn.Module; "
@@ -84,18 +86,24 @@ def _import_location(location: str):  # noqa: ANN202 - returns a module
         folder = str(path.resolve().parent)
         if folder not in sys.path:
             sys.path.insert(0, folder)
-        name = f"_bisect_onnx_model_{abs(hash(str(path.resolve())))}"
+        # A stable, unique module name per file (hash() changes between processes).
+        digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
+        name = f"_bisect_onnx_model_{path.stem}_{digest}"
         spec = importlib.util.spec_from_file_location(name, path)
         if spec is None or spec.loader is None:
             raise InputError(f"cannot import {location} as Python; MODEL is {MODEL_FORMS}")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
+        # No __pycache__ beside the user's file: their folder is not ours to write.
+        writes_bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True
         try:
             spec.loader.exec_module(module)
         except Exception as error:
             sys.modules.pop(name, None)
             raise ModelError(f"importing {location} raised {type(error).__name__}: "
-                             f"{_first_line(error)}") from error
+                             f"{one_line(error)}") from error
+        finally:
+            sys.dont_write_bytecode = writes_bytecode
         return module
     if "" not in sys.path and str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
@@ -106,7 +114,7 @@ def _import_location(location: str):  # noqa: ANN202 - returns a module
                          f"that holds it, or give {MODEL_FORMS}") from error
     except Exception as error:
         raise ModelError(f"importing {location} raised {type(error).__name__}: "
-                         f"{_first_line(error)}") from error
+                         f"{one_line(error)}") from error
 
 
 def load_input_files(paths: Sequence[Path]) -> list[np.ndarray] | dict[str, np.ndarray]:
@@ -294,6 +302,13 @@ def check_against_onnx(inputs: Sequence[np.ndarray], specs: Sequence[InputSpec])
                              f"{expected}")
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+def check_writable(path: Path, option: str) -> None:
+    """Refuse an output path that cannot be written, before the slow steps."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{option} {path} is a folder; name a file inside it")
+    parent = path.parent if str(path.parent) else Path(".")
+    if parent.exists() and not parent.is_dir():
+        raise InputError(f"{option} {path}: {parent} is not a folder; choose another path")
+    if parent.exists() and not os.access(parent, os.W_OK):
+        raise InputError(f"{option} {path}: cannot write in {parent}; choose a writable path")

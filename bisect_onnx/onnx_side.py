@@ -12,14 +12,16 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import onnx
 
-from bisect_onnx.errors import InputError, ModelError
+from bisect_onnx.errors import InputError, ModelError, one_line
 from bisect_onnx.provenance import Provenance, TorchMetadata, read_torch_metadata
 from bisect_onnx.sides import Capture, CapturedValue
+
+if TYPE_CHECKING:
+    import onnx
 
 __all__ = ["InputSpec", "NodeInfo", "OnnxRuntimeSide", "load_onnx_model"]
 
@@ -61,6 +63,8 @@ class NodeInfo:
 
 def load_onnx_model(path: Path) -> onnx.ModelProto:
     """Read an ONNX file's graph (not its external weights), with a clear error if it is not one."""
+    import onnx
+
     if not path.exists():
         raise InputError(f"ONNX file {path} does not exist; check the --onnx path")
     if path.is_dir():
@@ -140,7 +144,9 @@ class OnnxRuntimeSide:
         options.graph_optimization_level = getattr(
             ort.GraphOptimizationLevel, _OPT_LEVELS[self.opt_level]
         )
-        options.log_severity_level = 3  # ORT's warnings go to stderr unasked otherwise
+        # ORT logs to stderr on its own (colour codes and all); its errors reach us as
+        # exceptions, which become one-line messages, so only fatal logs get through.
+        options.log_severity_level = 4
         # The promoted copy lives in memory: tell ORT where the external weights are.
         options.add_session_config_entry(
             "session.model_external_initializers_file_folder_path",
@@ -152,14 +158,14 @@ class OnnxRuntimeSide:
             )
         except Exception as error:
             raise ModelError(
-                f"ONNX Runtime could not load {self.path.name}: {_one_line(error)}"
+                f"ONNX Runtime could not load {self.path.name}: {one_line(error)}"
             ) from error
         feeds = {spec.name: array for spec, array in zip(self.inputs, inputs, strict=True)}
         fetched = [output.name for output in session.get_outputs()]
         try:
             arrays = session.run(fetched, feeds)
         except Exception as error:
-            raise ModelError(f"ONNX Runtime failed to run {self.path.name}: {_one_line(error)}") \
+            raise ModelError(f"ONNX Runtime failed to run {self.path.name}: {one_line(error)}") \
                 from error
         by_name = dict(zip(fetched, arrays, strict=True))
         logger.info("ONNX Runtime produced %d values", len(by_name))
@@ -191,6 +197,8 @@ class OnnxRuntimeSide:
         and would pull every external weight into memory, while ORT is content with
         untyped ``ValueInfoProto`` outputs.
         """
+        import onnx
+
         promoted = onnx.ModelProto()
         promoted.CopyFrom(self.model)
         present = {value.name for value in promoted.graph.output}
@@ -213,13 +221,13 @@ def _provenance(node: NodeInfo, position: int) -> Provenance:
         node=node.name,
         node_op=node.op_type,
         torch_op=meta.torch_op if meta else None,
-        fx_node=meta.fx_node if meta else None,
-        scopes=meta.scopes if meta else (),
         source=meta.source if meta else None,
     )
 
 
 def _input_spec(value: onnx.ValueInfoProto) -> InputSpec:
+    import onnx
+
     tensor_type = value.type.tensor_type
     dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type))
     if not tensor_type.HasField("shape"):
@@ -231,9 +239,3 @@ def _input_spec(value: onnx.ValueInfoProto) -> InputSpec:
         else:
             dims.append(dim.dim_param or None)
     return InputSpec(value.name, dtype, tuple(dims))
-
-
-def _one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split())
-    return text[:400] + ("…" if len(text) > 400 else "") if text else type(error).__name__
-

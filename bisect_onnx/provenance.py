@@ -55,9 +55,6 @@ class Provenance:
     node_op: str | None = None
     torch_op: str | None = None
     """The ATen op the value was exported from (``aten.conv2d.default``)."""
-    fx_node: str | None = None
-    scopes: tuple[str, ...] = ()
-    """Every module path enclosing the value, outermost first (ONNX side)."""
     source: SourceLocation | None = None
     same_as: str | None = None
     """Name of an earlier value this module passed through unchanged (an eval-mode

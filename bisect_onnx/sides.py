@@ -9,8 +9,8 @@ evaluator, an ONNX model as reference) only have to implement :class:`Side`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -36,9 +36,9 @@ class Capture:
     """Intermediate values by name, in the order the side produced them."""
     outputs: list[CapturedValue]
     """The model's final outputs, in order."""
-    warnings: list[str] = field(default_factory=list)
 
 
+@runtime_checkable
 class Side(Protocol):
     """One side of a comparison."""
 

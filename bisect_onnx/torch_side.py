@@ -13,14 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bisect_onnx.errors import ModelError
+from bisect_onnx.errors import ModelError, one_line
 from bisect_onnx.provenance import Provenance
 from bisect_onnx.sides import Capture, CapturedValue
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["TorchModuleSide", "flatten_outputs", "training_mode_warning", "describe_arrays"]
+__all__ = ["TorchModuleSide", "flatten_outputs", "training_mode_warning", "describe_arrays",
+           "to_tensor"]
 
 logger = logging.getLogger(__name__)
 
@@ -81,25 +82,32 @@ class TorchModuleSide:
                 recorded[name] = weakref.ref(tensor)
 
         handles = [module.register_forward_hook(record) for module in names]
-        tensors = [torch.from_numpy(np.ascontiguousarray(array)) for array in inputs]
+        tensors = [to_tensor(array) for array in inputs]
+        # A model in training mode updates its BatchNorm statistics as it runs: put
+        # them back, so that comparing leaves the user's model as it was.
+        buffers = {name: buffer.clone() for name, buffer in self.model.named_buffers()}
         try:
             with torch.no_grad():
                 result = self.model(*tensors)
         except Exception as error:
             raise ModelError(
                 f"the PyTorch model's forward raised {type(error).__name__} on inputs "
-                f"{describe_arrays(inputs)}: {_first_line(error)}; check that the inputs "
+                f"{describe_arrays(inputs)}: {one_line(error)}; check that the inputs "
                 "are the ones forward expects"
             ) from error
         finally:
             for handle in handles:
                 handle.remove()
+            with torch.no_grad():
+                for name, buffer in self.model.named_buffers():
+                    buffer.copy_(buffers[name])
 
         outputs = [
             CapturedValue(
                 name=f"output{suffix}",
                 array=_to_numpy(tensor),
-                provenance=Provenance(position=index, module="", module_class=self.label),
+                provenance=Provenance(position=index, module="",
+                                      module_class=type(self.model).__name__),
             )
             for index, (suffix, tensor) in enumerate(flatten_outputs(result))
         ]
@@ -185,6 +193,13 @@ def training_mode_warning(model: torch.nn.Module) -> str | None:
     )
 
 
+def to_tensor(array: np.ndarray) -> torch.Tensor:
+    """A tensor of the array's values (0-d stays 0-d, unlike ``np.ascontiguousarray``)."""
+    import torch
+
+    return torch.from_numpy(np.require(array, requirements=["C", "W"]))
+
+
 def describe_arrays(arrays: Sequence[np.ndarray]) -> str:
     """``float32[1,3,32,32], int64[2]`` — a compact description for messages."""
     return ", ".join(f"{np.asarray(a).dtype}[{','.join(map(str, np.shape(a)))}]" for a in arrays)
@@ -197,8 +212,3 @@ def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
     if copied.dtype == torch.bfloat16:  # numpy has no bfloat16
         copied = copied.float()
     return copied.clone().numpy()
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__

@@ -162,7 +162,7 @@ def test_graph_without_metadata_says_so_loudly(fixture_case, tmp_path):
     assert report.coverage.aligned_modules == 0
     assert report.comparisons == []
     assert "FINAL OUTPUTS ONLY" in report.summary()
-    assert any("no torch exporter metadata" in warning for warning in report.warnings)
+    assert any("neither torch exporter metadata" in warning for warning in report.warnings)
 
 
 def test_json_follows_schema_1(fixture_case):
