@@ -46,6 +46,11 @@ NO_METADATA = (
     "be located"
 )
 
+FOLDED_INTO_BATCHNORM = (
+    "folded with the BatchNorm that follows it into one ONNX Conv, whose output is the "
+    "BatchNorm's (compared there)"
+)
+
 CallKey = tuple[str, int]
 
 
@@ -132,7 +137,7 @@ def _give_folded_conv_to_batchnorm(
     groups: dict[CallKey, list[NodeInfo]],
     reasons: dict[CallKey | str, str],
 ) -> None:
-    """Hand a Conv's node to the BatchNorm folded into it (TorchScript exports).
+    """Hand a Conv's node to the BatchNorm folded into it, and say why the Conv has none.
 
     Hooks fire in call order, so a BatchNorm applied to a Conv's output is the very
     next call. The fused node computes the BatchNorm's output: comparing it with the
@@ -142,14 +147,14 @@ def _give_folded_conv_to_batchnorm(
     for previous, key in zip(keys, keys[1:], strict=False):
         conv_class = calls[previous][0].provenance.module_class or ""
         norm_class = calls[key][0].provenance.module_class or ""
-        conv_nodes = groups.get(previous)
-        if (norm_class.startswith("BatchNorm") and conv_class.startswith("Conv")
-                and key not in groups and conv_nodes and conv_nodes[-1].op_type == "Conv"):
-            groups[key] = groups.pop(previous)
-            reasons[previous] = (
-                f"folded with the BatchNorm after it into one ONNX Conv, whose output is "
-                f"the BatchNorm's: compared as {calls[key][0].name}"
-            )
+        if not (norm_class.startswith("BatchNorm") and conv_class.startswith("Conv")):
+            continue
+        conv_nodes, norm_nodes = groups.get(previous), groups.get(key)
+        if not norm_nodes and conv_nodes and conv_nodes[-1].op_type == "Conv":
+            groups[key] = groups.pop(previous)  # TorchScript: the node has the Conv's name
+            reasons[previous] = FOLDED_INTO_BATCHNORM
+        elif not conv_nodes and norm_nodes and norm_nodes[-1].op_type == "Conv":
+            reasons[previous] = FOLDED_INTO_BATCHNORM  # dynamo: it has the BatchNorm's
 
 
 def _align_several_outputs(

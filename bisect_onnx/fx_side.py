@@ -89,6 +89,9 @@ class ExportedProgramSide:
         wanted = {node for call in self._calls for node in call.outputs}
         recorder = _recorder_class()(self._module, wanted)
         tensors = [to_tensor(array) for array in inputs]
+        # A program exported in training mode updates its BatchNorm statistics, which it
+        # shares with the ExportedProgram's state_dict: put them back afterwards.
+        buffers = {name: buffer.clone() for name, buffer in self._module.named_buffers()}
         try:
             with torch.no_grad():
                 result = recorder.run(*tensors)
@@ -99,6 +102,10 @@ class ExportedProgramSide:
                 "match the ones it was exported with (shapes are fixed unless exported "
                 "with dynamic_shapes)"
             ) from error
+        finally:
+            with torch.no_grad():
+                for name, buffer in self._module.named_buffers():
+                    buffer.copy_(buffers[name])
 
         values: dict[str, CapturedValue] = {}
         latest: dict[Node, str] = {}  # node -> last name its (whole) value was recorded as
@@ -144,7 +151,9 @@ def _plan_calls(graph: torch.fx.Graph) -> tuple[list[_ModuleCall], str | None]:
     later module, a functional op of the parent, or the graph's output): that is
     exactly what its ``forward`` returned, whether one tensor, a tuple of getitems, or
     a list a ``split`` made. A call whose output nobody uses falls back to its last
-    tensor-valued node.
+    tensor-valued node. Several outputs are numbered in graph order, which is the
+    order ``forward`` returns them in unless it computes a later one first (the graph
+    does not say); alignment pairs several outputs by shape, not by number.
     """
     position = {node: index for index, node in enumerate(graph.nodes)}
     members: dict[tuple[str, int], list[Node]] = defaultdict(list)

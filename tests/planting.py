@@ -17,16 +17,21 @@ from bisect_onnx.provenance import read_torch_metadata
 
 
 def plant(source: Path, target: Path, edit: Callable[[onnx.ModelProto], onnx.NodeProto]):
-    """Copy ``source`` to ``target`` with ``edit`` applied; return the edited node's module."""
+    """Copy ``source`` to ``target`` with ``edit`` applied; return the edited node's name
+    and, for a dynamo export, its innermost module (from metadata; else ``None``)."""
     model = onnx.load(str(source))
     node = edit(model)
     onnx.save(model, str(target))
     meta = read_torch_metadata({p.key: p.value for p in node.metadata_props})
-    return node.name, meta.scopes[-1]
+    return node.name, meta.scopes[-1] if meta else None
 
 
 def node_of_module(model: onnx.ModelProto, module: str, op_type: str) -> onnx.NodeProto:
-    """The node of ``op_type`` whose innermost module scope is ``module``."""
+    """The node of ``op_type`` in ``module``: named so (a TorchScript export's
+    ``/layer2/conv1/Conv``), or whose innermost module scope it is (a dynamo export)."""
+    for node in model.graph.node:
+        if node.name == module and node.op_type == op_type:
+            return node
     for node in model.graph.node:
         meta = read_torch_metadata({p.key: p.value for p in node.metadata_props})
         if node.op_type == op_type and meta and meta.scopes and meta.scopes[-1] == module:
@@ -45,6 +50,21 @@ def scale_conv_weight(module: str, factor: float):
                 model.graph.initializer[index].CopyFrom(numpy_helper.from_array(scaled, init.name))
                 return node
         raise LookupError(f"weight {node.input[1]} is not an initializer")
+
+    return edit
+
+
+def shift_bias(module: str, op_type: str, amount: float):
+    """Add ``amount`` to the bias (input 2) of the ``op_type`` node of ``module``."""
+
+    def edit(model: onnx.ModelProto) -> onnx.NodeProto:
+        node = node_of_module(model, module, op_type)
+        for init in model.graph.initializer:
+            if init.name == node.input[2]:
+                shifted = numpy_helper.to_array(init) + np.float32(amount)
+                init.CopyFrom(numpy_helper.from_array(shifted, init.name))
+                return node
+        raise LookupError(f"bias {node.input[2]} is not an initializer")
 
     return edit
 

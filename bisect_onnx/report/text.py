@@ -20,6 +20,7 @@ SHOW_CHOICES = ("window", "all")
 _WINDOW_THRESHOLD = 40
 _WINDOW_RADIUS = 8
 _MARK = ">>"
+_NAMES_PER_REASON = 6
 _HEADERS = ["", "#", "torch module", "ONNX node", "op", "shape", "max abs", "max rel", "status"]
 
 
@@ -50,7 +51,23 @@ def format_table(report: Report, *, show: str = "window") -> str:
     parts.append("final outputs:\n" + tabulate(
         outputs, headers=_HEADERS, tablefmt="simple", disable_numparse=True
     ))
+    if report.unaligned:
+        parts.append(_not_compared(report))
     return "\n\n".join(parts)
+
+
+def _not_compared(report: Report) -> str:
+    """The module calls with no ONNX counterpart, grouped by reason."""
+    by_reason: dict[str, list[str]] = {}
+    for item in report.unaligned:
+        by_reason.setdefault(item.reason, []).append(item.name)
+    lines = [f"not compared ({len(report.unaligned)} module outputs):"]
+    for reason, names in by_reason.items():
+        shown = ", ".join(names[:_NAMES_PER_REASON])
+        if len(names) > _NAMES_PER_REASON:
+            shown += f" and {len(names) - _NAMES_PER_REASON} more"
+        lines.append(f"  {shown}: {reason}")
+    return "\n".join(lines)
 
 
 def verdict_line(report: Report) -> str:
