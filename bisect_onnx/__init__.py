@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from bisect_onnx.api import bisect  # noqa: E402
+from bisect_onnx.api import ExportOptions, RandomInputs, bisect  # noqa: E402
 from bisect_onnx.compare import DEFAULT_ATOL, DEFAULT_RTOL  # noqa: E402
 from bisect_onnx.errors import BisectOnnxError, InputError, ModelError, UsageError  # noqa: E402
 from bisect_onnx.records import Coverage, Record, Report  # noqa: E402
@@ -16,6 +16,8 @@ from bisect_onnx.records import Coverage, Record, Report  # noqa: E402
 __all__ = [
     # Running a bisection
     "bisect",
+    "ExportOptions",
+    "RandomInputs",
     "DEFAULT_RTOL",
     "DEFAULT_ATOL",
     # Results

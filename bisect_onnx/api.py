@@ -7,11 +7,12 @@ them together and owns the temporary folder.
 from __future__ import annotations
 
 import logging
+import math
 import platform
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,152 +24,232 @@ from bisect_onnx.compare import DEFAULT_ATOL, DEFAULT_RTOL, check_tolerances, co
 from bisect_onnx.engine import decide
 from bisect_onnx.errors import InputError, UsageError
 from bisect_onnx.exporting import EXPORTERS, call_index_from_program, export_model
-from bisect_onnx.loading import (
-    arrange_inputs,
-    check_against_onnx,
-    check_forward_count,
-    forward_parameters,
-)
+from bisect_onnx.loading import arrange_inputs, check_against_onnx, check_input_count
 from bisect_onnx.onnx_side import OnnxRuntimeSide
 from bisect_onnx.records import Coverage, Record, Report, make_record
+from bisect_onnx.reference import EXPORTED_PROGRAM, SCRIPT_MODULE, Reference, reference_for
 from bisect_onnx.scopes import detect_exporter
 from bisect_onnx.sides import Capture, CapturedValue
-from bisect_onnx.torch_side import TorchModuleSide, training_mode_warning
+from bisect_onnx.synthetic_inputs import synthesize_inputs, vocabulary_limits
 
 if TYPE_CHECKING:
     import onnx
     import torch
 
-__all__ = ["bisect"]
+__all__ = ["bisect", "ExportOptions", "RandomInputs"]
 
 logger = logging.getLogger(__name__)
 
-#: One array or tensor, a sequence of them in ``forward``'s order, or a mapping from
-#: ``forward``'s parameter names (or the ONNX input names) to them.
-Inputs = Any
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """How bisect-onnx exports the model when no ONNX model is given."""
+
+    exporter: str | None = None
+    """``dynamo`` (torch's default) or ``torchscript`` (``dynamo=False``); ``None``
+    picks dynamo, or torchscript for a TorchScript model, which dynamo cannot take."""
+    opset: int | None = None
+    dynamic_batch: bool = False
+    """Export dimension 0 of every input as dynamic."""
+    save_to: str | Path | None = None
+    """Keep a copy of the export there."""
+    torch_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """More keywords for ``torch.onnx.export`` (``custom_translation_table``, ...)."""
+
+
+@dataclass(frozen=True)
+class RandomInputs:
+    """Inputs drawn from the ONNX graph's input specification, when none are given."""
+
+    seed: int = 0
+    dims: Mapping[str, int] = field(default_factory=dict)
+    """Values of the graph's named free dimensions (``{"sequence": 128}``)."""
+    samples: int = 1
+    """How many inputs to try; the report is the worst one's."""
 
 
 def bisect(
-    model: torch.nn.Module,
-    inputs: Inputs,
+    model: Any,
+    inputs: Any = None,
     *,
     onnx_model: str | Path | onnx.ModelProto | torch.onnx.ONNXProgram | None = None,
-    exporter: str = "dynamo",
     rtol: float = DEFAULT_RTOL,
     atol: float = DEFAULT_ATOL,
-    opset: int | None = None,
-    save_onnx: str | Path | None = None,
-    export_options: Mapping[str, Any] | None = None,
+    export: ExportOptions | None = None,
+    random_inputs: RandomInputs | None = None,
+    trust_pickle: bool = False,
     model_label: str | None = None,
 ) -> Report:
-    """Compare ``model`` in PyTorch with its ONNX export in ONNX Runtime, layer by layer.
+    """Compare a PyTorch model with its ONNX export in ONNX Runtime, layer by layer.
 
     Args:
-        model: The PyTorch model; its train/eval mode is used as given.
+        model: An ``nn.Module`` (its train/eval mode is used as given), an
+            ``ExportedProgram``, a ``torch.onnx.ONNXProgram`` (its own ONNX model is
+            the one tested), a TorchScript module, or a path to a saved one.
         inputs: One array or tensor, a sequence in ``forward``'s order, or a mapping
             from ``forward``'s parameter names (or the ONNX input names) to arrays.
+            ``None`` draws random inputs from the ONNX graph (see ``random_inputs``).
         onnx_model: An existing export to compare against: a path, an
             ``onnx.ModelProto`` or a ``torch.onnx.ONNXProgram``. Without it the
-            model is exported here with ``exporter``.
-        exporter: ``dynamo`` (torch's default) or ``torchscript`` (``dynamo=False``).
+            model is exported here (see ``export``).
         rtol: Relative tolerance; an element fails when
             ``|onnx - torch| > atol + rtol * |torch|``.
         atol: Absolute tolerance.
-        opset: Opset for the export made here.
-        save_onnx: Where to keep a copy of the export made here.
-        export_options: More keywords for ``torch.onnx.export`` (``dynamic_shapes``...).
-        model_label: How the model is named in the report (default: its class).
+        export: How to export when no ONNX model is given.
+        random_inputs: Seed, free dimensions and sample count for drawn inputs.
+        trust_pickle: Allow ``model`` to be a path to a whole pickled module, which
+            runs any code the file names when loaded.
+        model_label: How the model is named in the report.
 
     Returns:
         The :class:`~bisect_onnx.records.Report`; ``report.verdict`` is ``parity``
         or ``diverged``, ``report.first_divergence`` the first failing record.
     """
     check_tolerances(rtol, atol)
-    _check_options(model, onnx_model, exporter, opset, save_onnx, export_options)
-    given = _as_arrays(inputs)
-    reference = TorchModuleSide(model, label=model_label)
+    reference = reference_for(model, label=model_label, trust_pickle=trust_pickle)
+    export = _resolve_export(reference, onnx_model, export)
+    random_inputs = random_inputs or RandomInputs()
+    if inputs is not None and random_inputs.samples != 1:
+        raise UsageError("samples apply to random inputs: drop them, or the given inputs")
+    given = _as_arrays(inputs) if inputs is not None else None
     with tempfile.TemporaryDirectory(prefix="bisect-onnx-") as workdir:
-        if onnx_model is None:
-            prepared = _export_here(model, given, reference, Path(workdir), exporter=exporter,
-                                    opset=opset, options=export_options)
-            if save_onnx is not None:
-                _keep_copy(prepared.candidate.path, Path(save_onnx))
+        folder = Path(workdir)
+        first_capture = None
+        if onnx_model is not None or reference.onnx_program is not None:
+            candidate, source, call_index = _given_candidate(reference, onnx_model, folder)
+            exporter = detect_exporter(candidate.nodes)
         else:
-            prepared = _use_given(model, given, onnx_model, Path(workdir))
-        candidate = prepared.candidate
-        warnings = [text for text in [training_mode_warning(model)] if text]
-        torch_capture = prepared.reference_capture or reference.run(prepared.inputs)
-        logger.info("running ONNX Runtime with every value promoted")
-        onnx_capture = candidate.run(prepared.inputs)
-        return _compare(
-            torch_capture, onnx_capture, candidate, prepared, rtol=rtol, atol=atol,
-            warnings=warnings, reference_description=reference.describe(),
-        )
+            candidate, first_capture, call_index = _export_candidate(
+                reference, given, export, folder)
+            source, exporter = "exported here", export.exporter
+        if given is not None:
+            samples = [(_arrange(reference, candidate, given), "given")]
+        else:
+            samples = _random_samples(candidate, random_inputs)
+        reports = []
+        for arrays, description in samples:
+            check_against_onnx(arrays, candidate.inputs)
+            reuse = first_capture is not None and given is not None
+            torch_capture = first_capture if reuse else reference.side.run(arrays)
+            logger.info("running ONNX Runtime with every value promoted")
+            onnx_capture = candidate.run(arrays)
+            report = _compare(torch_capture, onnx_capture, candidate, call_index, rtol=rtol,
+                              atol=atol, warnings=list(reference.warnings))
+            report.reference = {**reference.side.describe(), "inputs": description}
+            report.candidate = {**candidate.describe(), "model": source}
+            report.environment = _environment(candidate, exporter)
+            _check_opset(report, export, candidate)
+            reports.append(report)
+        return _worst(reports)
 
 
-@dataclass
-class _Prepared:
-    """What the comparison starts from, however the ONNX model was obtained."""
-
-    candidate: OnnxRuntimeSide
-    inputs: list[np.ndarray]
-    exporter: str
-    source: str
-    """``exported here`` or what the user passed (a path, ``ModelProto``, ``ONNXProgram``)."""
-    call_index: dict[str, dict[str, int]] = field(default_factory=dict)
-    reference_capture: Capture | None = None
-    warnings: list[str] = field(default_factory=list)
-
-
-def _export_here(model, given, reference, folder, *, exporter, opset, options) -> _Prepared:
-    names, _, _ = forward_parameters(model)
-    arrays = arrange_inputs(given, forward_names=names)
-    check_forward_count(arrays, model)
-    # The reference runs first: a forward that fails says so more plainly than the
-    # exporter, which wraps the same failure in pages of advice.
-    logger.info("running the PyTorch reference")
-    capture = reference.run(arrays)
-    if not capture.outputs:
-        raise InputError(f"{type(model).__name__}.forward returned no tensor, so there is "
-                         "nothing to compare; return the tensors to check")
-    exported = export_model(model, arrays, folder, exporter=exporter, opset=opset,
-                            options=options)
-    candidate = OnnxRuntimeSide(exported.path)
-    check_against_onnx(arrays, candidate.inputs)
-    prepared = _Prepared(candidate, arrays, exporter, "exported here", exported.call_index,
-                         capture)
-    if opset is not None and candidate.opset != opset:
-        prepared.warnings.append(f"asked for opset {opset}, but the {exporter} exporter "
-                                 f"produced opset {candidate.opset}")
-    return prepared
+def _resolve_export(reference: Reference, onnx_model: Any,
+                    export: ExportOptions | None) -> ExportOptions:
+    """Check the export options against the model form; fill in the exporter."""
+    if export is not None and (onnx_model is not None or reference.onnx_program is not None):
+        raise UsageError("export options apply to an export made here; drop them when "
+                         "comparing an existing ONNX model")
+    if onnx_model is not None and reference.onnx_program is not None:
+        raise UsageError("an ONNXProgram brings its own ONNX model; pass onnx_model only "
+                         "with an nn.Module or ExportedProgram")
+    export = export or ExportOptions()
+    exporter = export.exporter
+    if exporter is None:
+        exporter = "torchscript" if reference.kind == SCRIPT_MODULE else "dynamo"
+    if exporter not in EXPORTERS:
+        raise UsageError(f"unknown exporter {exporter!r}; choose one of {', '.join(EXPORTERS)}")
+    if exporter == "dynamo" and reference.kind == SCRIPT_MODULE:
+        raise UsageError("the dynamo exporter cannot take a TorchScript model; use the "
+                         "torchscript exporter (--exporter torchscript)")
+    if exporter == "torchscript" and reference.kind == EXPORTED_PROGRAM:
+        raise UsageError("the TorchScript exporter cannot take an ExportedProgram; use the "
+                         "dynamo exporter (--exporter dynamo)")
+    return replace(export, exporter=exporter)
 
 
-def _use_given(model, given, onnx_model, folder) -> _Prepared:
-    path, source = _onnx_path(onnx_model, folder)
-    candidate = OnnxRuntimeSide(path)
-    names, _, _ = forward_parameters(model)
-    arrays = arrange_inputs(given, forward_names=names,
-                            onnx_names=[spec.name for spec in candidate.inputs])
-    check_against_onnx(arrays, candidate.inputs)
+def _given_candidate(reference: Reference, onnx_model: Any, folder: Path):
+    """The user's ONNX model, and the call record its ExportedProgram may carry."""
+    given = onnx_model if onnx_model is not None else reference.onnx_program
+    path, source = _onnx_path(given, folder)
     # An ONNXProgram still knows its ExportedProgram, and so which call of a reused
     # module each node ran in.
-    call_index = call_index_from_program(getattr(onnx_model, "exported_program", None))
-    return _Prepared(candidate, arrays, detect_exporter(candidate.nodes), source, call_index)
+    call_index = call_index_from_program(getattr(given, "exported_program", None))
+    return OnnxRuntimeSide(path), source, call_index
+
+
+def _export_candidate(reference: Reference, given: Any, export: ExportOptions, folder: Path):
+    """Export the model here; the reference runs first on the export's inputs."""
+    if given is not None:
+        arrays = _arrange(reference, None, given)
+    elif reference.example_inputs is not None:
+        arrays = [np.asarray(tensor.detach().cpu()) for tensor in reference.example_inputs]
+    else:
+        raise UsageError("no inputs: pass inputs (--input FILE), or an existing ONNX model "
+                         "(--onnx FILE) to draw random inputs from its input specification")
+    # A forward that fails says so more plainly than the exporter, which wraps the same
+    # failure in pages of advice.
+    logger.info("running the PyTorch reference")
+    capture = reference.side.run(arrays)
+    if not capture.outputs:
+        raise InputError("the model's forward returned no tensor, so there is nothing to "
+                         "compare; return the tensors to check")
+    options = dict(export.torch_kwargs)
+    if export.dynamic_batch:
+        options.update(_dynamic_batch(export.exporter, reference, arrays))
+    exported = export_model(reference.exportable, arrays, folder, exporter=export.exporter,
+                            opset=export.opset, options=options)
+    if export.save_to is not None:
+        _keep_copy(exported.path, Path(export.save_to))
+    return OnnxRuntimeSide(exported.path), capture, exported.call_index
+
+
+def _arrange(reference: Reference, candidate: OnnxRuntimeSide | None,
+             given: list[np.ndarray] | dict[str, np.ndarray]) -> list[np.ndarray]:
+    onnx_names = [spec.name for spec in candidate.inputs] if candidate else None
+    arrays = arrange_inputs(given, forward_names=reference.input_names, onnx_names=onnx_names)
+    if candidate is None:
+        check_input_count(arrays, names=reference.input_names,
+                          required=reference.required_inputs,
+                          variadic=reference.takes_varargs, owner=reference.side.describe()
+                          .get("class", "model"))
+    return arrays
+
+
+def _random_samples(candidate: OnnxRuntimeSide, random: RandomInputs):
+    limits = vocabulary_limits(candidate.model)
+    for sample in range(random.samples):
+        arrays = synthesize_inputs(candidate.inputs, seed=random.seed, dims=random.dims,
+                                   sample=sample, int_high=limits)
+        yield arrays, f"random (seed {random.seed}, sample {sample + 1} of {random.samples})"
+
+
+def _dynamic_batch(exporter: str, reference: Reference,
+                   arrays: Sequence[np.ndarray]) -> dict[str, Any]:
+    """The export keywords that make dimension 0 of every input dynamic."""
+    import torch
+
+    if exporter == "dynamo":
+        return {"dynamic_shapes": tuple(
+            {0: torch.export.Dim.DYNAMIC} if array.ndim else None for array in arrays)}
+    names = reference.input_names[: len(arrays)]
+    return {"input_names": names,
+            "dynamic_axes": {name: {0: "batch"} for name, array in zip(names, arrays,
+                                                                        strict=True)
+                             if array.ndim}}
 
 
 def _compare(
     torch_capture: Capture,
     onnx_capture: Capture,
     candidate: OnnxRuntimeSide,
-    prepared: _Prepared,
+    call_index: Mapping[str, Mapping[str, int]],
     *,
     rtol: float,
     atol: float,
     warnings: list[str],
-    reference_description: dict[str, Any],
 ) -> Report:
     alignment = align_modules(torch_capture, candidate.nodes, onnx_capture.values,
-                              call_index=prepared.call_index)
+                              call_index=call_index)
     pairs = sorted(alignment.pairs, key=lambda pair: (
         pair.candidate.provenance.position, pair.reference.provenance.position))
     comparisons = [
@@ -176,26 +257,25 @@ def _compare(
             pair.reference.array, pair.candidate.array, rtol=rtol, atol=atol))
         for index, pair in enumerate(pairs)
     ]
-    warnings = warnings + prepared.warnings
     final_outputs = _compare_outputs(torch_capture.outputs, onnx_capture.outputs,
                                      rtol=rtol, atol=atol, warnings=warnings)
     decision = decide(comparisons, final_outputs)
-    if prepared.exporter == "unknown":
+    if detect_exporter(candidate.nodes) == "unknown":
         warnings.append(
             "the ONNX graph carries neither torch exporter metadata nor TorchScript-style "
             "node names, so no layer could be aligned: only the final outputs were "
             "compared (let bisect-onnx export the model, or pass the exporter's own file)"
         )
-    elif not pairs:
+    elif not pairs and alignment.module_calls:
         warnings.append("no intermediate value could be aligned: only the final outputs "
                         "were compared, which says nothing about where a divergence starts")
     return Report(
         verdict=decision.verdict,
         rtol=rtol,
         atol=atol,
-        environment=_environment(candidate, prepared.exporter),
-        reference=reference_description,
-        candidate={**candidate.describe(), "model": prepared.source},
+        environment={},
+        reference={},
+        candidate={},
         first_divergence=decision.first_divergence,
         final_outputs=final_outputs,
         comparisons=comparisons,
@@ -234,25 +314,29 @@ def _compare_outputs(
     ]
 
 
-def _check_options(model, onnx_model, exporter, opset, save_onnx, export_options) -> None:
-    """Refuse option combinations that cannot mean anything, before any slow step."""
-    import torch
+def _worst(reports: Sequence[Report]) -> Report:
+    """The report of the worst sample: a divergence first, then the largest output error."""
+    def severity(report: Report) -> tuple[bool, float]:
+        needed = [record.min_passing_atol for record in report.final_outputs if record.failed]
+        return report.diverged, max((math.inf if n is None else n for n in needed),
+                                    default=0.0)
 
-    if not isinstance(model, torch.nn.Module):
-        raise InputError(f"model must be a torch.nn.Module, got {type(model).__name__}; "
-                         "wrap a function in an nn.Module whose forward calls it")
-    if exporter not in EXPORTERS:
-        raise UsageError(f"unknown exporter {exporter!r}; choose one of {', '.join(EXPORTERS)}")
-    if onnx_model is not None:
-        ignored = [name for name, value in (("opset", opset), ("save_onnx", save_onnx),
-                                            ("export_options", export_options))
-                   if value is not None]
-        if ignored:
-            raise UsageError(f"{' and '.join(ignored)} apply to an export made here; "
-                             "drop them when comparing an existing ONNX model")
+    worst = max(reports, key=severity)
+    if len(reports) > 1:
+        diverged = sum(report.diverged for report in reports)
+        summary = (f"worst of {len(reports)} random samples ({diverged} diverged): "
+                   f"{worst.reference['inputs']}")
+        worst.note = f"{worst.note} {summary}" if worst.note else summary
+    return worst
 
 
-def _as_arrays(inputs: Inputs) -> list[np.ndarray] | dict[str, np.ndarray]:
+def _check_opset(report: Report, export: ExportOptions, candidate: OnnxRuntimeSide) -> None:
+    if export.opset is not None and candidate.opset != export.opset:
+        report.warnings.append(f"asked for opset {export.opset}, but the {export.exporter} "
+                               f"exporter produced opset {candidate.opset}")
+
+
+def _as_arrays(inputs: Any) -> list[np.ndarray] | dict[str, np.ndarray]:
     """Accept arrays, tensors, sequences and mappings of them; always numpy out."""
     if isinstance(inputs, Mapping):
         return {str(key): _to_array(value) for key, value in inputs.items()}

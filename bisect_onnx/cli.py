@@ -16,7 +16,7 @@ from pathlib import Path
 
 from bisect_onnx import __version__
 from bisect_onnx.compare import DEFAULT_ATOL, DEFAULT_RTOL
-from bisect_onnx.errors import BisectOnnxError
+from bisect_onnx.errors import BisectOnnxError, UsageError
 
 __all__ = ["main", "build_parser"]
 
@@ -46,17 +46,32 @@ def build_parser() -> argparse.ArgumentParser:
         "3 the model could not be exported or run, 4 a bug in bisect-onnx",
     )
     parser.add_argument("model", metavar="MODEL",
-                        help="FILE.py:FACTORY or package.module:FACTORY, a callable that "
-                        "returns the nn.Module (the current folder is importable)")
+                        help="FILE.py:FACTORY or package.module:FACTORY (a callable that "
+                        "returns the nn.Module; the current folder is importable), a .pt2 "
+                        "from torch.export.save, a torch.jit.save archive, or a "
+                        "torch.save(model) file with --trust-pickle")
+    parser.add_argument("--trust-pickle", action="store_true",
+                        help="allow MODEL to be a whole pickled module: loading it runs any "
+                        "code the file names, so only for files you trust")
     parser.add_argument("-i", "--input", action="append", default=[], metavar="FILE",
-                        type=Path, help=".npy per forward argument, in order (repeat), or one "
-                        ".npz keyed by parameter or ONNX input names")
+                        type=Path, help=".npy (or .pt holding a tensor) per forward argument, "
+                        "in order (repeat), or one .npz (or .pt holding a tuple or dict) "
+                        "keyed by parameter or ONNX input names; without it, random inputs "
+                        "are drawn from the ONNX graph's input specification")
+    parser.add_argument("--seed", type=int, default=0, help="seed of random inputs")
+    parser.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
+                        help="value of a named free dimension, for random inputs (repeat)")
+    parser.add_argument("--samples", type=int, default=1, metavar="N",
+                        help="try N random inputs and report the worst (default 1)")
     parser.add_argument("--onnx", type=Path, metavar="FILE",
                         help="compare this existing export instead of exporting the model")
-    parser.add_argument("--exporter", choices=EXPORTERS, default="dynamo",
-                        help="exporter for the export made here: dynamo (default, "
-                        "torch.onnx.export's default) or torchscript (dynamo=False)")
+    parser.add_argument("--exporter", choices=EXPORTERS,
+                        help="exporter for the export made here: dynamo (the default, as in "
+                        "torch.onnx.export) or torchscript (dynamo=False; the default for a "
+                        "TorchScript MODEL)")
     parser.add_argument("--opset", type=int, metavar="N", help="opset for the export")
+    parser.add_argument("--dynamic", action="store_true",
+                        help="export dimension 0 (the batch) of every input as dynamic")
     parser.add_argument("--save-onnx", type=Path, metavar="PATH",
                         help="keep a copy of the export made by bisect-onnx")
     parser.add_argument("--rtol", type=float, default=DEFAULT_RTOL,
@@ -100,25 +115,36 @@ def _log_to_stderr(verbosity: int) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     import bisect_onnx
+    from bisect_onnx.api import ExportOptions, RandomInputs
     from bisect_onnx.compare import check_tolerances
     from bisect_onnx.loading import check_writable, load_input_files, load_model
     from bisect_onnx.report.json import write_json
+    from bisect_onnx.synthetic_inputs import parse_dim_options
 
     check_tolerances(args.rtol, args.atol)  # before the slow steps
     for option, path in (("--json", args.json), ("--save-onnx", args.save_onnx)):
         if path is not None:
             check_writable(path, option)
-    inputs = load_input_files(args.input)
-    model = load_model(args.model)
+    exporting = {"--exporter": args.exporter, "--opset": args.opset,
+                 "--save-onnx": args.save_onnx, "--dynamic": args.dynamic or None}
+    if args.onnx is not None and any(value is not None for value in exporting.values()):
+        used = [option for option, value in exporting.items() if value is not None]
+        raise UsageError(f"{', '.join(used)} apply to an export made here; drop them with "
+                         "--onnx")
+    random_inputs = RandomInputs(seed=args.seed, dims=parse_dim_options(args.dim),
+                                 samples=args.samples)
+    inputs = load_input_files(args.input) if args.input else None
+    model = load_model(args.model, trust_pickle=args.trust_pickle)
     report = bisect_onnx.bisect(
         model,
         inputs,
         onnx_model=args.onnx,
-        exporter=args.exporter,
         rtol=args.rtol,
         atol=args.atol,
-        opset=args.opset,
-        save_onnx=args.save_onnx,
+        export=None if args.onnx is not None else ExportOptions(
+            exporter=args.exporter, opset=args.opset, dynamic_batch=args.dynamic,
+            save_to=args.save_onnx),
+        random_inputs=random_inputs,
         model_label=args.model,
     )
     for warning in report.warnings:

@@ -25,10 +25,10 @@ from bisect_onnx.errors import ModelError, one_line
 from bisect_onnx.provenance import Provenance
 from bisect_onnx.sides import Capture, CapturedValue
 from bisect_onnx.torch_side import (
-    _same_tensor,
-    _to_numpy,
     describe_arrays,
     flatten_outputs,
+    same_tensor,
+    to_numpy,
     to_tensor,
 )
 
@@ -133,7 +133,7 @@ class ExportedProgramSide:
         outputs = [
             CapturedValue(
                 name=f"output{suffix}",
-                array=_to_numpy(tensor),
+                array=to_numpy(tensor),
                 provenance=Provenance(position=index, module="",
                                       module_class=self.module_class),
             )
@@ -241,7 +241,7 @@ def _recorder_class() -> type:
         def run_node(self, node: Node) -> Any:
             result = super().run_node(node)
             if node in self.wanted:
-                self.copies[node] = [(suffix, _to_numpy(tensor))
+                self.copies[node] = [(suffix, to_numpy(tensor))
                                      for suffix, tensor in flatten_outputs(result)]
                 source = self._source_of(node, result)
                 if source is not None:
@@ -259,7 +259,7 @@ def _recorder_class() -> type:
             for source in node.all_input_nodes:
                 value = self.env.get(source)
                 recorded = self.copies.get(source)
-                if (_same_tensor(value, result) and recorded and len(recorded) == 1
+                if (same_tensor(value, result) and recorded and len(recorded) == 1
                         and np.array_equal(recorded[0][1], self.copies[node][0][1],
                                            equal_nan=True)):
                     return source

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bisect_onnx.errors import InputError
+from bisect_onnx.errors import InputError, one_line
 
 if TYPE_CHECKING:
     import torch
@@ -199,7 +199,7 @@ def _to_array(path: Path, tensor: torch.Tensor, where: str) -> np.ndarray:
         array = tensor.detach().cpu().resolve_conj().resolve_neg().numpy()
     except (TypeError, RuntimeError) as error:
         raise InputError(f"{where} of input {path} has dtype {tensor.dtype}, which numpy cannot "
-                         f"hold ({_first_line(error)}); save it in a numpy-compatible dtype") \
+                         f"hold ({one_line(error)}); save it in a numpy-compatible dtype") \
             from error
     # A copy: the array must not share memory with a tensor someone may still write to.
     return array.copy()
@@ -224,8 +224,3 @@ def _reason(message: str) -> str:
     reason = (informative or lines or [""])[0]
     # torch's messages go on with advice that does not apply here; the first sentence is the fact.
     return reason.split(". ", 1)[0].rstrip(".")[:300]
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0][:300] if text else ""

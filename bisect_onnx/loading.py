@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from bisect_onnx.errors import InputError, ModelError, UsageError, one_line
+from bisect_onnx.input_files import is_torch_save_file, load_pt_inputs
 from bisect_onnx.torch_side import describe_arrays
 
 if TYPE_CHECKING:
@@ -30,25 +31,34 @@ if TYPE_CHECKING:
     from bisect_onnx.onnx_side import InputSpec
 
 __all__ = ["load_model", "load_input_files", "arrange_inputs", "check_against_onnx",
-           "forward_parameters"]
+           "check_input_count", "check_writable", "forward_parameters"]
 
 _NPY_MAGIC = b"\x93NUMPY"
 _ZIP_MAGIC = b"PK\x03\x04"
 _POSITIONAL_KEY = re.compile(r"arr_(\d+)")
 MODEL_FORMS = "FILE.py:FACTORY or package.module:FACTORY"
+SAVED_FORMS = ("a saved model (a .pt2 from torch.export.save, a torch.jit.save archive, or a "
+               "torch.save(model) file with --trust-pickle)")
+_SAVED_SUFFIXES = (".pt", ".pth", ".pt2", ".jit", ".ts", ".bin", ".pkl")
 
 
-def load_model(spec: str) -> torch.nn.Module:
+def load_model(spec: str, *, trust_pickle: bool = False) -> object:
+    """The model MODEL names: a factory's ``nn.Module``, or a saved model file's content."""
+    location, colon, factory_name = spec.rpartition(":")
+    if colon and location and factory_name.isidentifier():
+        return _call_factory(spec, location, factory_name)
+    path = Path(spec)
+    if path.exists() or path.suffix.lower() in _SAVED_SUFFIXES:
+        from bisect_onnx.model_forms import load_model_file
+
+        return load_model_file(path, trust_pickle=trust_pickle).model
+    raise UsageError(f"MODEL {spec!r} is not {MODEL_FORMS}, nor {SAVED_FORMS}")
+
+
+def _call_factory(spec: str, location: str, factory_name: str) -> torch.nn.Module:
     """Call the factory named by ``spec`` and return the ``nn.Module`` it builds."""
     import torch
 
-    location, colon, factory_name = spec.rpartition(":")
-    if not colon or not location or not factory_name.isidentifier():
-        hint = ""
-        if Path(spec).suffix in (".pt", ".pth", ".pt2", ".onnx"):
-            hint = (" (saved model files are not supported yet: write a factory function "
-                    "that builds and returns the nn.Module)")
-        raise UsageError(f"MODEL {spec!r} is not {MODEL_FORMS}{hint}")
     module = _import_location(location)
     factory = getattr(module, factory_name, None)
     if factory is None:
@@ -125,12 +135,17 @@ def load_input_files(paths: Sequence[Path]) -> list[np.ndarray] | dict[str, np.n
     arrays: list[np.ndarray] = []
     for path in map(Path, paths):
         kind = _sniff(path)
-        if kind == "npz":
-            if len(paths) > 1:
-                raise UsageError(f"{path} is an .npz archive: pass it as the only --input "
-                                 "(it names all inputs), or use one .npy per input")
-            return _load_npz(path)
-        arrays.append(_load_npy(path))
+        if kind == "npy":
+            arrays.append(_load_npy(path))
+            continue
+        loaded = _load_npz(path) if kind == "npz" else load_pt_inputs(path)
+        if isinstance(loaded, list) and len(loaded) == 1:
+            arrays.extend(loaded)  # a .pt of one tensor stands for one input, like a .npy
+        elif len(paths) > 1:
+            raise UsageError(f"{path} holds several named or ordered inputs: pass it as the "
+                             "only --input, or use one file per input")
+        else:
+            return loaded
     return arrays
 
 
@@ -143,10 +158,13 @@ def _sniff(path: Path) -> str:
         head = handle.read(6)
     if head.startswith(_NPY_MAGIC):
         return "npy"
+    if is_torch_save_file(path):
+        return "pt"
     if head.startswith(_ZIP_MAGIC):
         return "npz"
-    what = "is empty" if not head else "is neither .npy nor .npz data"
-    raise InputError(f"input {path} {what}; save arrays with numpy.save or numpy.savez")
+    what = "is empty" if not head else "is neither .npy, .npz nor torch.save data"
+    raise InputError(f"input {path} {what}; save arrays with numpy.save or numpy.savez, "
+                     "or tensors with torch.save")
 
 
 def _load_npy(path: Path) -> np.ndarray:
@@ -268,12 +286,14 @@ def _is_prefix_cover(keys: Sequence[str], names: Sequence[str]) -> bool:
     return set(names[: len(keys)]) == set(keys)
 
 
-def check_forward_count(inputs: Sequence[np.ndarray], model: torch.nn.Module) -> None:
-    """Refuse an input count ``forward`` cannot take."""
-    names, required, variadic = forward_parameters(model)
+def check_input_count(
+    inputs: Sequence[np.ndarray], *, names: Sequence[str], required: int, variadic: bool,
+    owner: str,
+) -> None:
+    """Refuse an input count ``owner.forward`` (with these parameters) cannot take."""
     if len(inputs) < required or (len(inputs) > len(names) and not variadic):
         raise InputError(
-            f"got {len(inputs)} input(s) but {type(model).__name__}.forward takes "
+            f"got {len(inputs)} input(s) but {owner}.forward takes "
             f"{required if required == len(names) else f'{required} to {len(names)}'} "
             f"({', '.join(names)}); pass one --input per argument, in order"
         )

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["TorchModuleSide", "flatten_outputs", "training_mode_warning", "describe_arrays",
-           "to_tensor"]
+           "to_tensor", "to_numpy", "same_tensor"]
 
 logger = logging.getLogger(__name__)
 
@@ -34,8 +34,12 @@ class TorchModuleSide:
     """Runs an ``nn.Module`` eagerly and records the output of every module call."""
 
     def __init__(self, model: torch.nn.Module, *, label: str | None = None) -> None:
+        import torch
+
         self.model = model
         self.label = label or type(model).__name__
+        # ScriptModules support no forward hooks: only their final outputs can be had.
+        self.records_modules = not isinstance(model, torch.jit.ScriptModule)
 
     def describe(self) -> dict[str, Any]:
         """What this side is, for the report."""
@@ -51,7 +55,7 @@ class TorchModuleSide:
         import torch
 
         names = {}
-        for path, module in self.model.named_modules():
+        for path, module in self.model.named_modules() if self.records_modules else ():
             if path:  # the model itself: its output is the final output, compared apart
                 names[module] = path
         calls: dict[str, int] = {}
@@ -67,7 +71,7 @@ class TorchModuleSide:
             base = path if call == 0 else f"{path}@{call}"
             for suffix, tensor in flatten_outputs(output):
                 name = base + suffix
-                array = _to_numpy(tensor)
+                array = to_numpy(tensor)
                 values[name] = CapturedValue(
                     name=name,
                     array=array,
@@ -105,7 +109,7 @@ class TorchModuleSide:
         outputs = [
             CapturedValue(
                 name=f"output{suffix}",
-                array=_to_numpy(tensor),
+                array=to_numpy(tensor),
                 provenance=Provenance(position=index, module="",
                                       module_class=type(self.model).__name__),
             )
@@ -128,12 +132,12 @@ def _passed_through(
     The output must be the input tensor itself (or an identical view of it) *and* still
     hold the values recorded for it: an in-place ReLU also returns its input, changed.
     """
-    inputs = [arg for arg in args if _same_tensor(arg, tensor)]
+    inputs = [arg for arg in args if same_tensor(arg, tensor)]
     if not inputs:
         return None
     for name in reversed(list(recorded)):
         source = recorded[name]()
-        if source is not None and _same_tensor(source, tensor):
+        if source is not None and same_tensor(source, tensor):
             earlier = values[name].array
             if earlier.shape == array.shape and np.array_equal(earlier, array, equal_nan=True):
                 return name
@@ -141,7 +145,8 @@ def _passed_through(
     return None
 
 
-def _same_tensor(candidate: Any, tensor: torch.Tensor) -> bool:
+def same_tensor(candidate: Any, tensor: torch.Tensor) -> bool:
+    """Whether ``candidate`` is ``tensor`` or an identical view of the same memory."""
     import torch
 
     if candidate is tensor:
@@ -205,7 +210,8 @@ def describe_arrays(arrays: Sequence[np.ndarray]) -> str:
     return ", ".join(f"{np.asarray(a).dtype}[{','.join(map(str, np.shape(a)))}]" for a in arrays)
 
 
-def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
+def to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    """A copy of the tensor's values, taken now (later in-place ops cannot change it)."""
     import torch
 
     copied = tensor.detach().to("cpu")

@@ -128,7 +128,7 @@ def test_second_output_divergence_counts(fixture_case, tmp_path):
 def test_live_export_of_a_model_in_parity(fixture_case, tmp_path):
     model, inputs, _ = fixture_case("tiny_mlp")
     saved = tmp_path / "kept.onnx"
-    report = bisect_onnx.bisect(model, inputs, save_onnx=saved)
+    report = bisect_onnx.bisect(model, inputs, export=bisect_onnx.ExportOptions(save_to=saved))
     assert report.verdict == "parity"
     assert report.environment["exporter"] == "dynamo"
     assert saved.is_file()

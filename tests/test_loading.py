@@ -15,7 +15,8 @@ from bisect_onnx.errors import InputError, ModelError, UsageError
 from bisect_onnx.loading import (
     arrange_inputs,
     check_against_onnx,
-    check_forward_count,
+    check_input_count,
+    forward_parameters,
     load_input_files,
     load_model,
 )
@@ -476,14 +477,24 @@ def test_malformed_model_spec_is_a_usage_error(spec):
     assert "FACTORY" in message
 
 
-@pytest.mark.parametrize("spec", ["model.pt", "weights.pth", "exported.onnx"])
-def test_saved_model_file_is_a_usage_error_with_a_hint(spec):
-    message = raises_one_line(UsageError, load_model, spec)
-    assert "not supported" in message
-    assert "factory" in message
+@pytest.mark.parametrize("spec", ["model.pt", "weights.pth", "exported.pt2"])
+def test_missing_saved_model_file_is_an_input_error(spec):
+    message = raises_one_line(InputError, load_model, spec)
+    assert "does not exist" in message
+
+
+def test_onnx_file_as_model_is_a_usage_error_naming_the_forms():
+    message = raises_one_line(UsageError, load_model, "exported.onnx")
+    assert "FACTORY" in message and ".pt2" in message
 
 
 # --- check_forward_count ------------------------------------------------------------------
+
+
+def check_forward_count(inputs, model):
+    names, required, variadic = forward_parameters(model)
+    return check_input_count(inputs, names=names, required=required, variadic=variadic,
+                             owner=type(model).__name__)
 
 
 def _module(forward):
