@@ -20,6 +20,7 @@ import io
 import json
 import logging
 import pickle
+import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -300,6 +301,10 @@ def _load_pickled_module(path: Path, *, trust_pickle: bool) -> Any:
                              f"({type(error).__name__}: {one_line(error)}); save the model "
                              "again") from error
         raise InputError(_not_a_module(path, content))
+    # The pickle names its classes by module; like a factory, they are looked up
+    # from the current folder.
+    if str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
     try:
         content = torch.load(path, weights_only=False, map_location="cpu")
     except Exception as error:

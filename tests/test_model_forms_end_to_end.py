@@ -1,0 +1,164 @@
+"""Every form a model arrives in, end to end through the CLI or the API."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+import onnx
+import onnx_ir
+import pytest
+import torch
+
+import bisect_onnx
+from bisect_onnx.cli import main
+from fixtures.registry import FIXTURES, REPO_ROOT, repo_path
+from tests.planting import node_of_module, plant, scale_conv_weight
+
+POOL = FIXTURES["avgpool_divisor"]
+RESNET = FIXTURES["resnet_like"]
+
+
+def run_cli(tmp_path, *args):
+    report = tmp_path / "report.json"
+    status = main([*map(str, args), "--json", str(report)])
+    return status, json.loads(report.read_text()) if report.exists() else None
+
+
+@pytest.fixture
+def in_repo(monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+
+
+def _args(fixture_case, name):
+    _, inputs, _ = fixture_case(name)
+    return tuple(torch.from_numpy(array) for array in inputs.values())
+
+
+def test_pt2_exported_here_names_the_diverging_module(fixture_case, tmp_path, in_repo):
+    model, _, _ = fixture_case("avgpool_divisor")
+    torch.export.save(torch.export.export(model, _args(fixture_case, "avgpool_divisor")),
+                      tmp_path / "model.pt2")
+    status, report = run_cli(tmp_path, tmp_path / "model.pt2", "--input", POOL.input_file)
+    assert status == 1
+    assert report["reference"]["kind"] == "exported_program"
+    assert report["first_divergence"]["torch_module"] == "pool"
+
+
+def test_pt2_against_a_planted_onnx_file(fixture_case, tmp_path, in_repo):
+    model, _, _ = fixture_case("resnet_like")
+    torch.export.save(torch.export.export(model, _args(fixture_case, "resnet_like")),
+                      tmp_path / "model.pt2")
+    plant(repo_path(RESNET.onnx_file), tmp_path / "planted.onnx",
+          scale_conv_weight("layer2.bn1", 1.003))
+    status, report = run_cli(tmp_path, tmp_path / "model.pt2", "--input", RESNET.input_file,
+                             "--onnx", tmp_path / "planted.onnx")
+    assert status == 1
+    assert report["first_divergence"]["torch_module"] == "layer2.bn1"
+
+
+def test_torchscript_archive_says_only_outputs_were_compared(fixture_case, tmp_path, in_repo):
+    model, _, _ = fixture_case("avgpool_divisor")
+    torch.jit.save(torch.jit.trace(model, _args(fixture_case, "avgpool_divisor")),
+                   tmp_path / "model.ts")
+    status, report = run_cli(tmp_path, tmp_path / "model.ts", "--input", POOL.input_file)
+    assert status == 1
+    assert report["environment"]["exporter"] == "torchscript"
+    assert report["first_divergence"]["torch_module"] is None  # the output itself
+    assert any("TorchScript model supports no forward hooks" in w for w in report["warnings"])
+
+
+def test_trusted_pickle_is_bisected_like_the_module(fixture_case, tmp_path, in_repo):
+    from fixtures import models
+
+    torch.save(models.avgpool_divisor(), tmp_path / "whole_model.pt")
+    status, report = run_cli(tmp_path, tmp_path / "whole_model.pt", "--trust-pickle",
+                             "--input", POOL.input_file)
+    assert status == 1
+    assert report["first_divergence"]["torch_module"] == "pool"
+
+
+class _Payload:
+    """Unpickling this creates a file: proof that code ran."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+def test_pickle_without_the_flag_is_refused_and_never_run(tmp_path, capsys, in_repo):
+    marker = tmp_path / "pwned"
+    with open(tmp_path / "evil.pt", "wb") as handle:
+        torch.save({"model": _Payload(marker)}, handle, pickle_module=pickle)
+    status = main([str(tmp_path / "evil.pt"), "--input", POOL.input_file])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert "--trust-pickle" in err and len(err.strip().splitlines()) == 1
+    assert not marker.exists()
+
+
+def test_onnx_program_is_tested_as_the_users_own_export(fixture_case):
+    model, inputs, _ = fixture_case("resnet_like")
+    program = torch.onnx.export(model, _args(fixture_case, "resnet_like"), dynamo=True,
+                                verbose=False)
+    # model_proto is a fresh copy each time: plant in the program's own IR model.
+    node = node_of_module(program.model_proto, "layer2.bn1", "Conv")
+    weight = program.model.graph.initializers[node.input[1]]
+    weight.const_value = onnx_ir.tensor(weight.const_value.numpy() * np.float32(1.003))
+    report = bisect_onnx.bisect(program, inputs)
+    assert report.reference["kind"] == "exported_program"
+    assert report.candidate["model"] == "(torch.onnx.ONNXProgram)"
+    assert report.first_divergence.torch_module == "layer2.bn1"
+    assert report.first_divergence.onnx_node == node.name
+
+
+def test_exported_program_object_with_keyword_inputs(fixture_case):
+    model, inputs, exported = fixture_case("two_inputs")
+    program = torch.export.export(model, _args(fixture_case, "two_inputs"))
+    report = bisect_onnx.bisect(program, {"y": inputs["y"], "x": inputs["x"]},
+                                onnx_model=exported)
+    assert report.verdict == "parity"
+    assert {record.torch_module for record in report.comparisons} == {"a", "b", "c"}
+
+
+def test_random_token_ids_stay_in_the_vocabulary_over_samples(tmp_path, in_repo):
+    fixture = FIXTURES["token_classifier"]
+    status, report = run_cli(tmp_path, fixture.factory, "--onnx", fixture.onnx_file,
+                             "--samples", "3", "--seed", "7")
+    assert status == 0
+    assert "worst of 3 random samples (0 diverged)" in report["note"]
+    assert report["reference"]["inputs"].startswith("random (seed 7, sample ")
+
+
+def test_random_inputs_need_an_onnx_model_or_inputs(tmp_path, capsys, in_repo):
+    status = main([FIXTURES["tiny_mlp"].factory])
+    assert status == 2
+    assert "no inputs" in capsys.readouterr().err
+
+
+def test_pt_input_files(fixture_case, tmp_path, in_repo):
+    _, inputs, _ = fixture_case("two_inputs")
+    torch.save({name: torch.from_numpy(array) for name, array in inputs.items()},
+               tmp_path / "inputs.pt")
+    fixture = FIXTURES["two_inputs"]
+    status, report = run_cli(tmp_path, fixture.factory, "--input", tmp_path / "inputs.pt",
+                             "--onnx", fixture.onnx_file)
+    assert status == 0 and report["verdict"] == "parity"
+
+
+def test_dynamic_batch_export_runs_on_another_batch_size(fixture_case, tmp_path, in_repo):
+    saved = tmp_path / "dynamic.onnx"
+    status, _ = run_cli(tmp_path, RESNET.factory, "--input", RESNET.input_file, "--dynamic",
+                        "--save-onnx", saved)
+    assert status == 0
+    batch = onnx.load(str(saved)).graph.input[0].type.tensor_type.shape.dim[0]
+    assert batch.dim_param and not batch.dim_value
+    np.save(tmp_path / "batch3.npy", np.random.RandomState(1).randn(3, 3, 32, 32)
+            .astype(np.float32))
+    status, report = run_cli(tmp_path, RESNET.factory, "--input", tmp_path / "batch3.npy",
+                             "--onnx", saved)
+    assert status == 0
+    assert report["final_outputs"][0]["shape"] == [3, 10]
