@@ -5,7 +5,8 @@
   ``nn_module_stack``, because hooks on ``.module()``'s submodules never fire;
 - a ``torch.onnx.ONNXProgram``: its own ExportedProgram as reference and its own
   ONNX model as candidate, so the graph under test is exactly the user's export;
-- a TorchScript ``ScriptModule``: no hooks at all, so only its final outputs.
+- a TorchScript ``ScriptModule``: no hooks at all, so its own inlined graph is run
+  with every value captured (only its final outputs if that graph cannot be read).
 
 Each form also says what ``torch.onnx.export`` can take from it and what its inputs
 are called.
@@ -13,6 +14,7 @@ are called.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,9 +24,12 @@ from bisect_onnx.fx_side import ExportedProgramSide
 from bisect_onnx.loading import forward_parameters
 from bisect_onnx.sides import Side
 from bisect_onnx.torch_side import TorchModuleSide, training_mode_warning
+from bisect_onnx.torchscript_side import ScriptModuleSide
 
 __all__ = ["Reference", "reference_for", "MODULE", "EXPORTED_PROGRAM", "ONNX_PROGRAM",
            "SCRIPT_MODULE"]
+
+logger = logging.getLogger(__name__)
 
 MODULE = "module"
 EXPORTED_PROGRAM = "exported_program"
@@ -32,9 +37,9 @@ ONNX_PROGRAM = "onnx_program"
 SCRIPT_MODULE = "torchscript"
 
 NO_HOOKS_ON_SCRIPT_MODULES = (
-    "a TorchScript model supports no forward hooks, so only its final outputs were "
-    "compared: for layer-by-layer results pass the nn.Module (FILE.py:FACTORY) or a .pt2 "
-    "written by torch.export.save"
+    "a TorchScript model supports no forward hooks and its graph could not be read "
+    "module by module, so only its final outputs were compared: for layer-by-layer "
+    "results pass the nn.Module (FILE.py:FACTORY) or a .pt2 written by torch.export.save"
 )
 
 
@@ -68,9 +73,7 @@ def reference_for(model: Any, *, label: str | None = None,
         label = label or str(model)
         model = load_model_file(Path(model), trust_pickle=trust_pickle).model
     if isinstance(model, torch.jit.ScriptModule):
-        names = [argument.name for argument in model.forward.schema.arguments][1:]
-        return Reference(SCRIPT_MODULE, TorchModuleSide(model, label=label), model, names,
-                         len(names), warnings=[NO_HOOKS_ON_SCRIPT_MODULES])
+        return _from_script_module(model, label)
     if isinstance(model, torch.nn.Module):
         names, required, variadic = forward_parameters(model)
         warnings = [text for text in [training_mode_warning(model)] if text]
@@ -88,6 +91,22 @@ def reference_for(model: Any, *, label: str | None = None,
     raise InputError(f"model must be a torch.nn.Module, an ExportedProgram, an ONNXProgram, "
                      f"a TorchScript module or a path to a saved one, got "
                      f"{type(model).__name__}")
+
+
+def _from_script_module(model: Any, label: str | None) -> Reference:
+    names = [argument.name for argument in model.forward.schema.arguments][1:]
+    try:
+        side: Side = ScriptModuleSide(model, label=label)
+        warnings = []
+        if side.uncaptured:
+            shown = ", ".join(side.uncaptured[:6]) + (" ..." if len(side.uncaptured) > 6 else "")
+            warnings.append(f"{len(side.uncaptured)} module call(s) of the TorchScript model "
+                            f"run inside control flow or are not told apart in its graph, "
+                            f"so they were not compared: {shown}")
+    except Exception:  # a graph this reading does not cover: its outputs still compare
+        logger.debug("cannot instrument the TorchScript graph", exc_info=True)
+        side, warnings = TorchModuleSide(model, label=label), [NO_HOOKS_ON_SCRIPT_MODULES]
+    return Reference(SCRIPT_MODULE, side, model, names, len(names), warnings=warnings)
 
 
 def _from_program(program: Any, kind: str, label: str | None) -> Reference:

@@ -58,15 +58,40 @@ def test_pt2_against_a_planted_onnx_file(fixture_case, tmp_path, in_repo):
     assert report["first_divergence"]["torch_module"] == "layer2.bn1"
 
 
-def test_torchscript_archive_says_only_outputs_were_compared(fixture_case, tmp_path, in_repo):
+@pytest.mark.parametrize("compile_", [torch.jit.trace, torch.jit.script],
+                         ids=["traced", "scripted"])
+def test_torchscript_archive_is_compared_module_by_module(fixture_case, tmp_path, in_repo,
+                                                          compile_):
     model, _, _ = fixture_case("avgpool_divisor")
-    torch.jit.save(torch.jit.trace(model, _args(fixture_case, "avgpool_divisor")),
+    args = _args(fixture_case, "avgpool_divisor")
+    torch.jit.save(compile_(model, args) if compile_ is torch.jit.trace else compile_(model),
                    tmp_path / "model.ts")
     status, report = run_cli(tmp_path, tmp_path / "model.ts", "--input", POOL.input_file)
     assert status == 1
+    assert report["reference"]["kind"] == "torchscript"
     assert report["environment"]["exporter"] == "torchscript"
-    assert report["first_divergence"]["torch_module"] is None  # the output itself
-    assert any("TorchScript model supports no forward hooks" in w for w in report["warnings"])
+    assert report["first_divergence"]["torch_module"] == "pool"
+
+
+def test_torchscript_archive_against_a_planted_torchscript_export(fixture_case, tmp_path, in_repo):
+    model, _, _ = fixture_case("resnet_like")
+    torch.jit.save(torch.jit.trace(model, _args(fixture_case, "resnet_like")),
+                   tmp_path / "model.ts")
+    plant(repo_path(RESNET.torchscript_onnx_file), tmp_path / "planted.onnx",
+          scale_conv_weight("/layer3/conv2/Conv", 1.003))
+    status, report = run_cli(tmp_path, tmp_path / "model.ts", "--input", RESNET.input_file,
+                             "--onnx", tmp_path / "planted.onnx")
+    assert status == 1
+    assert report["first_divergence"]["torch_module"] == "layer3.bn2"
+
+
+def test_scripted_control_flow_is_named_as_not_compared(fixture_case, tmp_path, in_repo):
+    model, _, _ = fixture_case("resnet_like")
+    torch.jit.save(torch.jit.script(model), tmp_path / "model.ts")  # Upsample branches
+    status, report = run_cli(tmp_path, tmp_path / "model.ts", "--input", RESNET.input_file,
+                             "--onnx", RESNET.torchscript_onnx_file)
+    assert status == 0
+    assert any("not compared: up" in warning for warning in report["warnings"])
 
 
 def test_trusted_pickle_is_bisected_like_the_module(fixture_case, tmp_path, in_repo):

@@ -1,0 +1,201 @@
+"""The reference side for a TorchScript model, from its own graph.
+
+ScriptModules support no forward hooks, and ``torch.export`` cannot take them. But
+their inlined graph still says, for every ATen node, which module instances it ran
+in (``node.getModuleHierarchy()``: ``layer2(BasicBlock).downsample(Sequential).0(...)``).
+So the inlined graph is copied with every node output added to its outputs, run
+once, and each module call's output is read off as the value its nodes produced
+last — the same names and order :class:`~bisect_onnx.torch_side.TorchModuleSide`
+gives, so alignment works unchanged.
+
+How many times each module is called comes from the un-inlined graphs (one
+``prim::CallMethod`` per call); a reused module's nodes are split into that many
+equal runs, accepted only when the runs are alike, as in :mod:`bisect_onnx.align`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bisect_onnx.errors import ModelError, one_line
+from bisect_onnx.provenance import Provenance
+from bisect_onnx.sides import Capture, CapturedValue
+from bisect_onnx.torch_side import describe_arrays, flatten_outputs, to_numpy, to_tensor
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["ScriptModuleSide"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Call:
+    path: str
+    call: int
+    module_class: str
+    output: int
+    """Index (into the captured values) of the value the call produced last."""
+    done_at: int
+    depth: int
+
+    @property
+    def name(self) -> str:
+        return self.path if self.call == 0 else f"{self.path}@{self.call}"
+
+
+class ScriptModuleSide:
+    """Runs a TorchScript module once, capturing every module call's output from its graph."""
+
+    def __init__(self, model: torch.jit.ScriptModule, *, label: str | None = None) -> None:
+        self.model = model
+        self.label = label or model.original_name
+        self.graph, self._values, self._calls, called = _instrument(model)
+        captured = {(call.path, call.call) for call in self._calls}
+        #: Module calls the graph does not show (inside control flow, or calls of one
+        #: module that ran different code), in call order.
+        self.uncaptured = [
+            path if number == 0 else f"{path}@{number}"
+            for path, count in called.items() for number in range(count)
+            if (path, number) not in captured
+        ]
+
+    def describe(self) -> dict[str, Any]:
+        """What this side is, for the report."""
+        return {"kind": "torchscript", "model": self.label, "class": self.model.original_name,
+                "module_calls": len(self._calls)}
+
+    def run(self, inputs: Sequence[np.ndarray]) -> Capture:
+        """Run the instrumented graph once; copy each module call's output."""
+        import torch
+
+        function = torch._C._create_function_from_graph("bisect_onnx_capture", self.graph)
+        try:
+            with torch.no_grad():
+                results = function(self.model._c, *[to_tensor(array) for array in inputs])
+        except Exception as error:
+            raise ModelError(f"the TorchScript model raised {type(error).__name__} on inputs "
+                             f"{describe_arrays(inputs)}: {one_line(error)}") from error
+        final, captured = results[0], results[1:]
+        values: dict[str, CapturedValue] = {}
+        for call in sorted(self._calls, key=lambda call: (call.done_at, -call.depth)):
+            values[call.name] = CapturedValue(
+                name=call.name,
+                array=to_numpy(captured[call.output]),
+                provenance=Provenance(position=len(values), module=call.path, call=call.call,
+                                      module_class=call.module_class),
+            )
+        outputs = [
+            CapturedValue(f"output{suffix}", to_numpy(tensor),
+                          Provenance(position=index, module="",
+                                     module_class=self.model.original_name))
+            for index, (suffix, tensor) in enumerate(flatten_outputs(final))
+        ]
+        return Capture(values=values, outputs=outputs)
+
+
+def _instrument(
+    model: torch.jit.ScriptModule,
+) -> tuple[Any, list[Any], list[_Call], Counter[str]]:
+    """Instrument the inlined graph.
+
+    Returns the graph (returning its output and every tensor value), those values,
+    the module calls the graph shows, and how often each module is called.
+    """
+    import torch
+
+    graph = model.inlined_graph
+    # In-place ops (a ReLU(inplace=True) after a conv) would change captured values
+    # before the run returns them: make them functional where that is safe.
+    torch._C._jit_pass_remove_mutation(graph)
+    paths = [path for path, _ in model.named_modules() if path]
+    calls_per_module = Counter(_called_paths(model, ""))
+    nodes, values, modules = [], [], []
+    for node in graph.nodes():  # the top-level block: nodes inside If/Loop are not promotable
+        if not node.kind().startswith("aten::"):
+            continue
+        tensors = [out for out in node.outputs() if out.type().kind() == "TensorType"]
+        if not tensors:
+            continue
+        nodes.append(node)
+        values.append(tensors[-1])
+        modules.append(_resolve(node.getModuleHierarchy(), paths))
+
+    members: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for index, resolved in enumerate(modules):
+        for path, module_class in resolved:
+            members[(path, module_class)].append(index)
+    calls = []
+    for (path, module_class), indices in members.items():
+        count = calls_per_module.get(path, 0)
+        if count == 0 or len(indices) % count:
+            continue
+        size = len(indices) // count
+        runs = [indices[start:start + size] for start in range(0, len(indices), size)]
+        if len({tuple(nodes[i].kind() for i in run) for run in runs}) != 1:
+            continue  # calls that ran different code: cannot tell them apart
+        for call, run in enumerate(runs):
+            calls.append(_Call(path, call, module_class, run[-1], run[-1], path.count(".")))
+
+    # One tuple output (the model's own result, then every captured value), since a
+    # graph function returns a single value.
+    originals = list(graph.outputs())
+    for position in reversed(range(len(originals))):
+        graph.eraseOutput(position)
+    everything = originals + values
+    pack = graph.create("prim::TupleConstruct", everything, 1)
+    graph.appendNode(pack)
+    pack.output().setType(torch._C.TupleType([value.type() for value in everything]))
+    graph.registerOutput(pack.output())
+    return graph, values, calls, calls_per_module
+
+
+def _called_paths(module: Any, prefix: str, method: str = "forward") -> list[str]:
+    """Every submodule call in ``module.<method>``, recursively, as dotted paths.
+
+    Tracing gives each further call of a module a method of its own (``forward1``,
+    ``forward2``), so every ``forward*`` method call counts as a call.
+    """
+    found = []
+    for node in getattr(module, method).graph.nodes():
+        if node.kind() != "prim::CallMethod" or not node.s("name").startswith("forward"):
+            continue
+        chain, value = [], node.inputsAt(0)
+        while value.node().kind() == "prim::GetAttr":
+            chain.append(value.node().s("name"))
+            value = value.node().inputsAt(0)
+        if not chain:
+            continue
+        relative = ".".join(reversed(chain))
+        path = f"{prefix}.{relative}" if prefix else relative
+        found.append(path)
+        try:
+            submodule = module
+            for name in reversed(chain):
+                submodule = getattr(submodule, name)
+            found.extend(_called_paths(submodule, path, node.s("name")))
+        except AttributeError:
+            logger.debug("cannot follow the call of %s", path)
+    return found
+
+
+def _resolve(hierarchy: str, paths: Sequence[str]) -> list[tuple[str, str]]:
+    """``blocks.0`` for ``0(TransformerBlock)``: the hierarchy's instances as module paths."""
+    resolved, parent = [], ""
+    for part in hierarchy.split(").") if hierarchy else []:
+        instance, _, module_class = part.rstrip(")").partition("(")
+        prefix = f"{parent}." if parent else ""
+        matches = [path for path in paths
+                   if path.startswith(prefix) and path.rsplit(".", 1)[-1] == instance]
+        if not matches:
+            break  # UNKNOWN_INSTANCE: a function call, not a module
+        parent = min(matches, key=lambda path: path.count("."))
+        resolved.append((parent, module_class))
+    return resolved
