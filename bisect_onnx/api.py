@@ -24,7 +24,12 @@ from bisect_onnx.compare import DEFAULT_ATOL, DEFAULT_RTOL, check_tolerances, co
 from bisect_onnx.engine import decide
 from bisect_onnx.errors import InputError, UsageError
 from bisect_onnx.exporting import EXPORTERS, call_index_from_program, export_model
-from bisect_onnx.loading import arrange_inputs, check_against_onnx, check_input_count
+from bisect_onnx.loading import (
+    arrange_inputs,
+    check_against_onnx,
+    check_input_count,
+    keyword_order,
+)
 from bisect_onnx.onnx_side import OnnxRuntimeSide
 from bisect_onnx.records import Coverage, Record, Report, make_record
 from bisect_onnx.reference import EXPORTED_PROGRAM, SCRIPT_MODULE, Reference, reference_for
@@ -122,6 +127,7 @@ def bisect(
             candidate, first_capture, call_index = _export_candidate(
                 reference, given, export, folder)
             source, exporter = "exported here", export.exporter
+        keywords = _keywords(reference, given)
         if given is not None:
             samples = [(_arrange(reference, candidate, given), "given")]
         else:
@@ -130,7 +136,8 @@ def bisect(
         for arrays, description in samples:
             check_against_onnx(arrays, candidate.inputs)
             reuse = first_capture is not None and given is not None
-            torch_capture = first_capture if reuse else reference.side.run(arrays)
+            torch_capture = (first_capture if reuse
+                             else reference.side.run(arrays, keywords=keywords))
             logger.info("running ONNX Runtime with every value promoted")
             onnx_capture = candidate.run(arrays)
             report = _compare(torch_capture, onnx_capture, candidate, call_index, rtol=rtol,
@@ -188,8 +195,9 @@ def _export_candidate(reference: Reference, given: Any, export: ExportOptions, f
                          "(--onnx FILE) to draw random inputs from its input specification")
     # A forward that fails says so more plainly than the exporter, which wraps the same
     # failure in pages of advice.
+    keywords = _keywords(reference, given)
     logger.info("running the PyTorch reference")
-    capture = reference.side.run(arrays)
+    capture = reference.side.run(arrays, keywords=keywords)
     if not capture.outputs:
         raise InputError("the model's forward returned no tensor, so there is nothing to "
                          "compare; return the tensors to check")
@@ -197,14 +205,25 @@ def _export_candidate(reference: Reference, given: Any, export: ExportOptions, f
     if export.dynamic_batch:
         options.update(_dynamic_batch(export.exporter, reference, arrays))
     exported = export_model(reference.exportable, arrays, folder, exporter=export.exporter,
-                            opset=export.opset, options=options)
+                            opset=export.opset, options=options, keywords=keywords)
     if export.save_to is not None:
         _keep_copy(exported.path, Path(export.save_to))
     return OnnxRuntimeSide(exported.path), capture, exported.call_index
 
 
+def _keywords(reference: Reference, given: Any) -> list[str]:
+    """Names of the inputs that go by keyword (none unless they skip a parameter)."""
+    if given is None:
+        return []
+    return keyword_order(given, forward_names=reference.input_names,
+                         required=reference.required_inputs) or []
+
+
 def _arrange(reference: Reference, candidate: OnnxRuntimeSide | None,
              given: list[np.ndarray] | dict[str, np.ndarray]) -> list[np.ndarray]:
+    keywords = _keywords(reference, given)
+    if keywords:
+        return [given[name] for name in keywords]
     onnx_names = [spec.name for spec in candidate.inputs] if candidate else None
     arrays = arrange_inputs(given, forward_names=reference.input_names, onnx_names=onnx_names)
     if candidate is None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bisect_onnx.errors import ModelError, UsageError, one_line
-from bisect_onnx.torch_side import to_tensor
+from bisect_onnx.torch_side import split_keywords, to_tensor
 
 if TYPE_CHECKING:
     import torch
@@ -44,6 +44,7 @@ def export_model(
     exporter: str = "dynamo",
     opset: int | None = None,
     options: Mapping[str, Any] | None = None,
+    keywords: Sequence[str] = (),
 ) -> ExportResult:
     """Export ``model`` on ``inputs`` into ``folder`` with the chosen exporter.
 
@@ -57,7 +58,9 @@ def export_model(
     if opset is not None and opset < 7:
         raise UsageError(f"opset {opset} is not an ONNX opset torch can export to; "
                          "use 17 or later (or leave it to the exporter)")
-    args = tuple(to_tensor(array) for array in inputs)
+    positional, kwargs = split_keywords([to_tensor(array) for array in inputs], keywords)
+    args = tuple(positional)
+    options = {**(options or {}), **({"kwargs": kwargs} if kwargs else {})}
     path = folder / "model.onnx"
     logger.info("exporting %s with the %s exporter", type(model).__name__, exporter)
     program = None
@@ -65,13 +68,13 @@ def export_model(
         with _quiet_exporter():
             if exporter == "dynamo":
                 program = torch.onnx.export(model, args, dynamo=True, opset_version=opset,
-                                            verbose=False, **(options or {}))
+                                            verbose=False, **options)
                 program.save(str(path))
             else:
                 torch.onnx.export(model, args, str(path), dynamo=False, opset_version=opset,
-                                  **(options or {}))
+                                  **options)
     except TypeError as error:
-        if options and "unexpected keyword" in str(error):
+        if "unexpected keyword" in str(error):
             raise UsageError(f"torch.onnx.export does not take that option: "
                              f"{one_line(error)}") from error
         raise ModelError(f"the {exporter} exporter could not export "

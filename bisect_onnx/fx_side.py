@@ -82,12 +82,14 @@ class ExportedProgramSide:
             "module_calls": len(self._calls),
         }
 
-    def run(self, inputs: Sequence[np.ndarray]) -> Capture:
+    def run(self, inputs: Sequence[np.ndarray], *, keywords: Sequence[str] = ()) -> Capture:
         """Run the graph once on ``inputs``, copying each module call's output as it appears."""
         import torch
 
         wanted = {node for call in self._calls for node in call.outputs}
         recorder = _recorder_class()(self._module, wanted)
+        # The graph's placeholders are the program's user inputs in its own order, which
+        # is the order the inputs were arranged in: keywords need no special handling.
         tensors = [to_tensor(array) for array in inputs]
         # A program exported in training mode updates its BatchNorm statistics, which it
         # shares with the ExportedProgram's state_dict: put them back afterwards.

@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 
     from bisect_onnx.onnx_side import InputSpec
 
-__all__ = ["load_model", "load_input_files", "arrange_inputs", "check_against_onnx",
+__all__ = ["load_model", "load_input_files", "arrange_inputs", "keyword_order",
+           "check_against_onnx",
            "check_input_count", "check_writable", "forward_parameters"]
 
 _NPY_MAGIC = b"\x93NUMPY"
@@ -279,6 +280,29 @@ def arrange_inputs(
     raise InputError(f"the .npz keys ({', '.join(keys)}) do not match forward's parameters "
                      f"({expected}{onnx}){': ' + detail if detail else ''}; "
                      "name the arrays after them, or save them as arr_0, arr_1, ...")
+
+
+def keyword_order(
+    given: Sequence[np.ndarray] | Mapping[str, np.ndarray],
+    *,
+    forward_names: Sequence[str],
+    required: int,
+) -> list[str] | None:
+    """The parameters ``given`` names, in ``forward``'s order, when they must go by keyword.
+
+    That is when they skip a parameter that has a default (``input_ids`` and
+    ``token_type_ids`` without ``attention_mask``); a leading run of parameters
+    goes by position. ``None`` when the inputs are positional.
+    """
+    if not isinstance(given, Mapping) or not set(given) <= set(forward_names):
+        return None
+    if _is_prefix_cover(list(given), forward_names):
+        return None
+    missing = [name for name in forward_names[:required] if name not in given]
+    if missing:
+        raise InputError(f"the inputs name {', '.join(given)} but forward also requires "
+                         f"{', '.join(missing)}; give every required parameter")
+    return [name for name in forward_names if name in given]
 
 
 def _is_prefix_cover(keys: Sequence[str], names: Sequence[str]) -> bool:

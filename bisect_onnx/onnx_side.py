@@ -135,8 +135,12 @@ class OnnxRuntimeSide:
             "opt_level": self.opt_level,
         }
 
-    def run(self, inputs: Sequence[np.ndarray]) -> Capture:
-        """One session, one run, every top-level node output fetched."""
+    def run(self, inputs: Sequence[np.ndarray], *, keywords: Sequence[str] = ()) -> Capture:
+        """One session, one run, every top-level node output fetched.
+
+        Inputs feed the graph's inputs in order, keyword or not: an export names and
+        orders its inputs as the model was called.
+        """
         import onnxruntime as ort
 
         promoted = self._promoted_model()

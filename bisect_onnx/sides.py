@@ -46,6 +46,9 @@ class Side(Protocol):
         """What this side is, for the report (kind, model, settings)."""
         ...
 
-    def run(self, inputs: Sequence[np.ndarray]) -> Capture:
-        """Run on positional inputs and capture every value this side can see."""
+    def run(self, inputs: Sequence[np.ndarray], *, keywords: Sequence[str] = ()) -> Capture:
+        """Run on ``inputs`` and capture every value this side can see.
+
+        The last ``len(keywords)`` inputs go by keyword, under those names.
+        """
         ...

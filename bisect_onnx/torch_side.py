@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["TorchModuleSide", "flatten_outputs", "training_mode_warning", "describe_arrays",
-           "to_tensor", "to_numpy", "same_tensor"]
+           "to_tensor", "to_numpy", "same_tensor", "split_keywords"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class TorchModuleSide:
             "training": bool(self.model.training),
         }
 
-    def run(self, inputs: Sequence[np.ndarray]) -> Capture:
+    def run(self, inputs: Sequence[np.ndarray], *, keywords: Sequence[str] = ()) -> Capture:
         """Run the model once on ``inputs`` with a forward hook on every submodule."""
         import torch
 
@@ -86,13 +86,13 @@ class TorchModuleSide:
                 recorded[name] = weakref.ref(tensor)
 
         handles = [module.register_forward_hook(record) for module in names]
-        tensors = [to_tensor(array) for array in inputs]
+        args, kwargs = split_keywords([to_tensor(array) for array in inputs], keywords)
         # A model in training mode updates its BatchNorm statistics as it runs: put
         # them back, so that comparing leaves the user's model as it was.
         buffers = {name: buffer.clone() for name, buffer in self.model.named_buffers()}
         try:
             with torch.no_grad():
-                result = self.model(*tensors)
+                result = self.model(*args, **kwargs)
         except Exception as error:
             raise ModelError(
                 f"the PyTorch model's forward raised {type(error).__name__} on inputs "
@@ -196,6 +196,12 @@ def training_mode_warning(model: torch.nn.Module) -> str | None:
         "this is a likely cause of any divergence — call model.eval() before comparing if "
         "you meant inference (bisect-onnx leaves the mode as given)"
     )
+
+
+def split_keywords(values: Sequence[Any], keywords: Sequence[str]) -> tuple[list, dict]:
+    """Positional values, and the trailing ones named by ``keywords`` as a dict."""
+    cut = len(values) - len(keywords)
+    return list(values[:cut]), dict(zip(keywords, values[cut:], strict=True))
 
 
 def to_tensor(array: np.ndarray) -> torch.Tensor:

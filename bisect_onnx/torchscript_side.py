@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bisect_onnx.errors import ModelError, one_line
+from bisect_onnx.errors import InputError, ModelError, one_line
 from bisect_onnx.provenance import Provenance
 from bisect_onnx.sides import Capture, CapturedValue
 from bisect_onnx.torch_side import describe_arrays, flatten_outputs, to_numpy, to_tensor
@@ -72,10 +72,13 @@ class ScriptModuleSide:
         return {"kind": "torchscript", "model": self.label, "class": self.model.original_name,
                 "module_calls": len(self._calls)}
 
-    def run(self, inputs: Sequence[np.ndarray]) -> Capture:
+    def run(self, inputs: Sequence[np.ndarray], *, keywords: Sequence[str] = ()) -> Capture:
         """Run the instrumented graph once; copy each module call's output."""
         import torch
 
+        if keywords:
+            raise InputError("a TorchScript model takes its inputs in order: give every "
+                             "input up to the last one you need, positionally")
         function = torch._C._create_function_from_graph("bisect_onnx_capture", self.graph)
         try:
             with torch.no_grad():

@@ -187,3 +187,30 @@ def test_dynamic_batch_export_runs_on_another_batch_size(fixture_case, tmp_path,
                              "--onnx", saved)
     assert status == 0
     assert report["final_outputs"][0]["shape"] == [3, 10]
+
+
+def test_keyword_inputs_that_skip_a_parameter(tmp_path):
+    (tmp_path / "keywords.py").write_text(
+        "import torch\n"
+        "class Tagger(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.embed = torch.nn.Embedding(20, 4)\n"
+        "        self.segment = torch.nn.Embedding(2, 4)\n"
+        "    def forward(self, input_ids, attention_mask=None, token_type_ids=None):\n"
+        "        out = self.embed(input_ids)\n"
+        "        if token_type_ids is not None:\n"
+        "            out = out + self.segment(token_type_ids)\n"
+        "        return out\n"
+        "def make():\n"
+        "    torch.manual_seed(0)\n"
+        "    return Tagger()\n"
+    )
+    from bisect_onnx.loading import load_model
+
+    model = load_model(f"{tmp_path}/keywords.py:make")
+    rng = np.random.RandomState(0)
+    inputs = {"token_type_ids": rng.randint(0, 2, (2, 5)), "input_ids": rng.randint(0, 20, (2, 5))}
+    report = bisect_onnx.bisect(model, inputs)
+    assert report.verdict == "parity"
+    assert {record.torch_module for record in report.comparisons} == {"embed", "segment"}
