@@ -40,3 +40,16 @@ def test_ci_runs_the_test_command_the_readme_gives():
     test_lines = [line for line in readme.splitlines() if line.endswith("python -m pytest")]
     assert len(test_lines) == 1
     assert test_lines[0] in ci.splitlines()
+
+
+def test_readme_sample_output_is_what_the_example_prints(capsys, monkeypatch):
+    from bisect_onnx.cli import main
+
+    readme = (REPO_ROOT / "README.md").read_text()
+    sample = readme.split("The output of the example above, unedited:\n\n```\n", 1)[1]
+    sample = sample.split("```", 1)[0]
+    command = next(line for line in readme.splitlines() if "bisect-onnx fixtures/" in line)
+    args = command.split("&& bisect-onnx ", 1)[1].split()
+    monkeypatch.chdir(REPO_ROOT)
+    main(args)
+    assert capsys.readouterr().out == sample
