@@ -33,7 +33,7 @@ from bisect_onnx.loading import (
 from bisect_onnx.onnx_side import OnnxRuntimeSide
 from bisect_onnx.records import Coverage, Record, Report, make_record
 from bisect_onnx.reference import EXPORTED_PROGRAM, SCRIPT_MODULE, Reference, reference_for
-from bisect_onnx.scopes import detect_exporter
+from bisect_onnx.scopes import count_attributed, detect_exporter
 from bisect_onnx.sides import Capture, CapturedValue
 from bisect_onnx.synthetic_inputs import synthesize_inputs, vocabulary_limits
 
@@ -304,6 +304,8 @@ def _compare(
             aligned_values=len({pair.candidate.name for pair in pairs}),
             torch_modules=alignment.module_calls,
             aligned_modules=alignment.aligned_calls,
+            onnx_nodes=len(candidate.nodes),
+            attributed_nodes=count_attributed(candidate.nodes),
         ),
         unaligned=alignment.unaligned,
         warnings=warnings,

@@ -91,6 +91,9 @@ class Coverage:
     torch_modules: int
     """Module calls recorded on the PyTorch side (each call of a reused module counts)."""
     aligned_modules: int
+    onnx_nodes: int = 0
+    attributed_nodes: int = 0
+    """ONNX nodes the exporter's metadata or node names attribute to a module (or the model)."""
 
 
 @dataclass

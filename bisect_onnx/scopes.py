@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 from bisect_onnx.onnx_side import NodeInfo
 
-__all__ = ["NodeScope", "read_scopes", "detect_exporter", "unqualified_name"]
+__all__ = ["NodeScope", "read_scopes", "detect_exporter", "count_attributed",
+           "unqualified_name"]
 
 _CALL_SUFFIX = re.compile(r"(?P<name>.+)_(?P<call>\d+)")
 
@@ -43,6 +44,11 @@ def detect_exporter(nodes: Sequence[NodeInfo]) -> str:
     if nodes and scoped >= len(nodes) / 2:
         return "torchscript"
     return "unknown"
+
+
+def count_attributed(nodes: Sequence[NodeInfo]) -> int:
+    """How many nodes carry a module attribution: torch metadata, or a scoped name."""
+    return sum(node.torch is not None or node.name.startswith("/") for node in nodes)
 
 
 def read_scopes(

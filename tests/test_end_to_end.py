@@ -172,7 +172,8 @@ def test_json_follows_schema_1(fixture_case):
     assert set(data["environment"]) >= {"bisect_onnx", "torch", "onnx", "onnxruntime", "python",
                                         "platform", "provider", "opt_level", "exporter", "opset"}
     assert set(data["coverage"]) == {"onnx_values", "aligned_values", "torch_modules",
-                                     "aligned_modules"}
+                                     "aligned_modules", "onnx_nodes", "attributed_nodes"}
+    assert data["coverage"]["attributed_nodes"] == data["coverage"]["onnx_nodes"] == 5
     record_keys = {"index", "onnx_node", "onnx_op", "onnx_value", "torch_module", "torch_op",
                    "source", "shape", "dtype", "max_abs_error", "max_rel_error",
                    "mismatch_fraction", "min_passing_atol", "nan_mismatch", "status",
