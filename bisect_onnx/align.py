@@ -27,6 +27,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from bisect_onnx.calls import split_into_calls
 from bisect_onnx.onnx_side import NodeInfo
 from bisect_onnx.scopes import NodeScope, read_scopes
 from bisect_onnx.sides import Capture, CapturedValue
@@ -222,39 +223,24 @@ def _group_nodes_by_call(
         if count == 0:
             continue
         known = [scope.calls.get(module) for _, scope in module_members]
-        if all(call is not None for call in known):
+        # Recorded calls are used when they account for every call and nothing else (a
+        # TorchScript name without a suffix is only presumed to be a first call).
+        if None not in known and set(known) == set(range(count)):
             for (node, _), call in zip(module_members, known, strict=True):
                 groups[(module, call)].append(node)
             continue
-        split = _split_by_order(module_members, count)
+        split = split_into_calls(module_members, count, origin=lambda m: m[1].origin,
+                                 kind=lambda m: m[0].op_type)
         if split is None:
             reasons[module] = (
                 f"a module called {count} times whose ops do not split into {count} alike "
-                "runs in graph order: cannot tell which call each op belongs to (let "
-                "bisect-onnx export the model, which records the calls)"
+                "runs in graph order: cannot tell which call each op belongs to (an "
+                "export made here with the dynamo exporter records the calls)"
             )
             continue
         for call, run in enumerate(split):
-            groups[(module, call)].extend(run)
+            groups[(module, call)].extend(node for node, _ in run)
     return groups, reasons
-
-
-def _split_by_order(
-    members: Sequence[tuple[NodeInfo, NodeScope]], count: int
-) -> list[list[NodeInfo]] | None:
-    """Split a reused module's nodes into ``count`` runs of equal length and op types."""
-    origins = list(dict.fromkeys(scope.origin for _, scope in members))
-    if count == 1:
-        return [[node for node, _ in members]]
-    if len(origins) % count:
-        return None
-    per_call = len(origins) // count
-    call_of = {origin: position // per_call for position, origin in enumerate(origins)}
-    runs: list[list[NodeInfo]] = [[] for _ in range(count)]
-    for node, scope in members:
-        runs[call_of[scope.origin]].append(node)
-    signatures = {tuple(node.op_type for node in run) for run in runs}
-    return runs if len(signatures) == 1 else None
 
 
 def _module_output(

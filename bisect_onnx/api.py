@@ -113,9 +113,8 @@ def bisect(
     check_tolerances(rtol, atol)
     reference = reference_for(model, label=model_label, trust_pickle=trust_pickle)
     export = _resolve_export(reference, onnx_model, export)
+    _check_random_inputs(inputs, random_inputs)
     random_inputs = random_inputs or RandomInputs()
-    if inputs is not None and random_inputs.samples != 1:
-        raise UsageError("samples apply to random inputs: drop them, or the given inputs")
     given = _as_arrays(inputs) if inputs is not None else None
     with tempfile.TemporaryDirectory(prefix="bisect-onnx-") as workdir:
         folder = Path(workdir)
@@ -150,6 +149,16 @@ def bisect(
         return _worst(reports)
 
 
+def _check_random_inputs(inputs: Any, random_inputs: RandomInputs | None) -> None:
+    if random_inputs is None:
+        return
+    if not isinstance(random_inputs.samples, int) or random_inputs.samples < 1:
+        raise UsageError(f"samples must be a whole number >= 1, got {random_inputs.samples!r}")
+    if inputs is not None and random_inputs != RandomInputs():
+        raise UsageError("seed, dims and samples apply to random inputs: drop them, or drop "
+                         "the given inputs")
+
+
 def _resolve_export(reference: Reference, onnx_model: Any,
                     export: ExportOptions | None) -> ExportOptions:
     """Check the export options against the model form; fill in the exporter."""
@@ -171,6 +180,13 @@ def _resolve_export(reference: Reference, onnx_model: Any,
     if exporter == "torchscript" and reference.kind == EXPORTED_PROGRAM:
         raise UsageError("the TorchScript exporter cannot take an ExportedProgram; use the "
                          "dynamo exporter (--exporter dynamo)")
+    if export.dynamic_batch and reference.kind == EXPORTED_PROGRAM:
+        raise UsageError("an ExportedProgram's shapes were fixed when it was exported: "
+                         "export it with dynamic_shapes instead of --dynamic")
+    overridden = {"dynamic_shapes", "dynamic_axes", "input_names"} & set(export.torch_kwargs)
+    if export.dynamic_batch and overridden:
+        raise UsageError(f"dynamic_batch sets {', '.join(sorted(overridden))} itself; drop "
+                         "one or the other")
     return replace(export, exporter=exporter)
 
 
@@ -179,8 +195,11 @@ def _given_candidate(reference: Reference, onnx_model: Any, folder: Path):
     given = onnx_model if onnx_model is not None else reference.onnx_program
     path, source = _onnx_path(given, folder)
     # An ONNXProgram still knows its ExportedProgram, and so which call of a reused
-    # module each node ran in.
-    call_index = call_index_from_program(getattr(given, "exported_program", None))
+    # module each node ran in; so does an ExportedProgram compared with an export of it.
+    program = getattr(given, "exported_program", None)
+    if program is None and reference.kind == EXPORTED_PROGRAM:
+        program = reference.exportable
+    call_index = call_index_from_program(program)
     return OnnxRuntimeSide(path), source, call_index
 
 
@@ -371,6 +390,9 @@ def _to_array(value: Any) -> np.ndarray:
     if hasattr(value, "detach") and hasattr(value, "cpu"):
         return value.detach().cpu().numpy()
     array = np.asarray(value)
+    if array.dtype.kind not in "biufc":
+        raise InputError(f"an input of type {type(value).__name__} is not numeric data "
+                         f"(numpy makes it dtype {array.dtype}); pass arrays or tensors")
     # Big-endian data (saved on another machine) is fine for numpy, not for torch or ORT.
     return array if array.dtype.isnative else array.astype(array.dtype.newbyteorder("="))
 

@@ -53,8 +53,6 @@ def export_model(
     """
     import torch
 
-    if exporter not in EXPORTERS:
-        raise UsageError(f"unknown exporter {exporter!r}; choose one of {', '.join(EXPORTERS)}")
     if opset is not None and opset < 7:
         raise UsageError(f"opset {opset} is not an ONNX opset torch can export to; "
                          "use 17 or later (or leave it to the exporter)")
@@ -74,7 +72,7 @@ def export_model(
                 torch.onnx.export(model, args, str(path), dynamo=False, opset_version=opset,
                                   **options)
     except TypeError as error:
-        if "unexpected keyword" in str(error):
+        if "unexpected keyword" in str(error) or "multiple values" in str(error):
             raise UsageError(f"torch.onnx.export does not take that option: "
                              f"{one_line(error)}") from error
         raise ModelError(f"the {exporter} exporter could not export "
@@ -113,9 +111,12 @@ def call_index_from_program(exported_program: object | None) -> dict[str, dict[s
 @contextlib.contextmanager
 def _quiet_exporter() -> Iterator[None]:
     """Keep the exporter's chatter (optional-package notices, deprecations) out of our output."""
-    torch_onnx_logger = logging.getLogger("torch.onnx")
-    previous = torch_onnx_logger.level
-    torch_onnx_logger.setLevel(logging.ERROR)
+    # The exporter and its optimizer log (and print tracebacks of) problems they
+    # recover from; a failure that matters reaches us as an exception.
+    loggers = [logging.getLogger(name) for name in ("torch.onnx", "onnxscript", "onnx_ir")]
+    previous = [each.level for each in loggers]
+    for each in loggers:
+        each.setLevel(logging.CRITICAL)
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -123,7 +124,8 @@ def _quiet_exporter() -> Iterator[None]:
         for warning in caught:
             logger.debug("exporter warning: %s", warning.message)
     finally:
-        torch_onnx_logger.setLevel(previous)
+        for each, level in zip(loggers, previous, strict=True):
+            each.setLevel(level)
 
 
 def _summarize(error: BaseException) -> str:

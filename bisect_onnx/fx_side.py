@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bisect_onnx.calls import call_name
 from bisect_onnx.errors import ModelError, one_line
 from bisect_onnx.provenance import Provenance
 from bisect_onnx.sides import Capture, CapturedValue
@@ -60,7 +61,7 @@ class _ModuleCall:
 
     @property
     def name(self) -> str:
-        return self.path if self.call == 0 else f"{self.path}@{self.call}"
+        return call_name(self.path, self.call)
 
 
 class ExportedProgramSide:

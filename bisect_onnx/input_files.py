@@ -17,14 +17,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bisect_onnx.errors import InputError, one_line
+from bisect_onnx.file_kinds import PICKLE_PROTO, ZIP_MAGIC
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["load_pt_inputs", "is_torch_save_file"]
+__all__ = ["load_pt_inputs", "is_torch_save_file", "torch_file_kind"]
 
-_ZIP_MAGIC = b"PK\x03\x04"
-_PICKLE_PROTO = 0x80
 # torch.save's legacy (pre-1.6, or _use_new_zipfile_serialization=False) format
 # opens with this number pickled as a LONG1: 0x1950a86a20f9469cfc6c, little-endian.
 _LEGACY_MAGIC = bytes.fromhex("6cfc9c46f9206aa85019")
@@ -45,19 +44,19 @@ def is_torch_save_file(path: Path) -> bool:
     TorchScript and ``torch.export`` archives are zips of one folder too, but
     models, not saved inputs; ``.npy``, ``.npz`` and ONNX files are neither.
     """
-    return _torch_kind(Path(path)) == "save"
+    return torch_file_kind(Path(path)) == "save"
 
 
-def _torch_kind(path: Path) -> str | None:
+def torch_file_kind(path: Path) -> str | None:
     """``"save"``, ``"torchscript"``, ``"exported_program"`` or None (not torch's)."""
     try:
         with path.open("rb") as handle:
             head = handle.read(512)  # room for the first zip member's name
     except OSError:
         return None
-    if head[:1] == bytes([_PICKLE_PROTO]) and _LEGACY_MAGIC in head[:32]:
+    if head[:1] == bytes([PICKLE_PROTO]) and _LEGACY_MAGIC in head[:32]:
         return "save"
-    if not head.startswith(_ZIP_MAGIC):
+    if not head.startswith(ZIP_MAGIC):
         return None
     try:
         with zipfile.ZipFile(path) as archive:
@@ -115,7 +114,7 @@ def _check_file(path: Path) -> None:
         raise InputError(f"input {path} is a folder; pass a file written by torch.save")
     if path.stat().st_size == 0:
         raise InputError(f"input {path} is empty; {_ACCEPTED}")
-    kind = _torch_kind(path)
+    kind = torch_file_kind(path)
     if kind == "torchscript":
         raise InputError(f"input {path} is a TorchScript archive (a model), not saved inputs; "
                          f"{_ACCEPTED}")

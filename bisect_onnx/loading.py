@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from bisect_onnx.errors import InputError, ModelError, UsageError, one_line
-from bisect_onnx.input_files import is_torch_save_file, load_pt_inputs
+from bisect_onnx.file_kinds import NPY_MAGIC, ZIP_MAGIC
+from bisect_onnx.input_files import load_pt_inputs, torch_file_kind
 from bisect_onnx.torch_side import describe_arrays
 
 if TYPE_CHECKING:
@@ -34,8 +35,6 @@ __all__ = ["load_model", "load_input_files", "arrange_inputs", "keyword_order",
            "check_against_onnx",
            "check_input_count", "check_writable", "forward_parameters"]
 
-_NPY_MAGIC = b"\x93NUMPY"
-_ZIP_MAGIC = b"PK\x03\x04"
 _POSITIONAL_KEY = re.compile(r"arr_(\d+)")
 MODEL_FORMS = "FILE.py:FACTORY or package.module:FACTORY"
 SAVED_FORMS = ("a saved model (a .pt2 from torch.export.save, a torch.jit.save archive, or a "
@@ -157,11 +156,15 @@ def _sniff(path: Path) -> str:
         raise InputError(f"input {path} is a folder; pass .npy files or one .npz file")
     with path.open("rb") as handle:
         head = handle.read(6)
-    if head.startswith(_NPY_MAGIC):
+    if head.startswith(NPY_MAGIC):
         return "npy"
-    if is_torch_save_file(path):
+    kind = torch_file_kind(path)
+    if kind == "save":
         return "pt"
-    if head.startswith(_ZIP_MAGIC):
+    if kind is not None:
+        raise InputError(f"input {path} is a saved model ({kind.replace('_', ' ')}), not "
+                         "inputs; pass it as MODEL, and the inputs with --input")
+    if head.startswith(ZIP_MAGIC):
         return "npz"
     what = "is empty" if not head else "is neither .npy, .npz nor torch.save data"
     raise InputError(f"input {path} {what}; save arrays with numpy.save or numpy.savez, "

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bisect_onnx.errors import InputError, ModelError, one_line
+from bisect_onnx.file_kinds import NPY_MAGIC, PICKLE_PROTO, ZIP_MAGIC
 
 __all__ = [
     "EXPORTED_PROGRAM",
@@ -49,11 +50,6 @@ TRUST_FLAG = "--trust-pickle"
 SAFER_FORMS = ("a FILE.py:FACTORY that builds the model, a .pt2 from torch.export.save, "
                "or a TorchScript archive from torch.jit.save")
 
-_ZIP_MAGIC = b"PK\x03\x04"
-_NPY_MAGIC = b"\x93NUMPY"
-# Pickle protocols 2 and later open with the PROTO opcode; torch.save's legacy
-# (non-zip) format, used with _use_new_zipfile_serialization=False, is such a pickle.
-_PICKLE_PROTO = 0x80
 # An ONNX ModelProto is protobuf: field 1 (ir_version, a varint) comes first, so the
 # file opens with tag 0x08, a small version number, then the tag of a later field:
 # producer_name, producer_version, domain, model_version, doc_string, graph,
@@ -103,11 +99,11 @@ def detect_model_file(path: Path) -> str:
     """
     path = Path(path)
     head = _read_head(path)
-    if head.startswith(_ZIP_MAGIC):
+    if head.startswith(ZIP_MAGIC):
         return _detect_zip(path)
-    if head[0] == _PICKLE_PROTO:
+    if head[0] == PICKLE_PROTO:
         return PICKLED_MODULE
-    if head.startswith(_NPY_MAGIC):
+    if head.startswith(NPY_MAGIC):
         raise InputError(f"MODEL {path} is a NumPy array, not a model; pass arrays with "
                          "--input")
     if _looks_like_onnx(head) or path.suffix.lower() == ".onnx":
@@ -302,15 +298,19 @@ def _load_pickled_module(path: Path, *, trust_pickle: bool) -> Any:
                              "again") from error
         raise InputError(_not_a_module(path, content))
     # The pickle names its classes by module; like a factory, they are looked up
-    # from the current folder.
-    if str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))
+    # from the current folder, which gets no __pycache__ from us.
+    saved_path, writes_bytecode = list(sys.path), sys.dont_write_bytecode
+    sys.path.insert(0, str(Path.cwd()))
+    sys.dont_write_bytecode = True
     try:
         content = torch.load(path, weights_only=False, map_location="cpu")
     except Exception as error:
         raise ModelError(f"torch.load could not read {path}: {type(error).__name__}: "
                          f"{one_line(error)}; the classes it pickled must be importable "
                          "(run from the folder that defines them)") from error
+    finally:
+        sys.path[:] = saved_path
+        sys.dont_write_bytecode = writes_bytecode
     if not isinstance(content, torch.nn.Module):
         raise InputError(_not_a_module(path, content))
     return content

@@ -119,11 +119,6 @@ class OnnxRuntimeSide:
                 return entry.version
         return None
 
-    @property
-    def has_torch_metadata(self) -> bool:
-        """Whether any node carries the dynamo exporter's module metadata."""
-        return any(node.torch is not None for node in self.nodes)
-
     def describe(self) -> dict[str, Any]:
         """What this side is, for the report."""
         return {

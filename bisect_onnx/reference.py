@@ -26,14 +26,12 @@ from bisect_onnx.sides import Side
 from bisect_onnx.torch_side import TorchModuleSide, training_mode_warning
 from bisect_onnx.torchscript_side import ScriptModuleSide
 
-__all__ = ["Reference", "reference_for", "MODULE", "EXPORTED_PROGRAM", "ONNX_PROGRAM",
-           "SCRIPT_MODULE"]
+__all__ = ["Reference", "reference_for", "MODULE", "EXPORTED_PROGRAM", "SCRIPT_MODULE"]
 
 logger = logging.getLogger(__name__)
 
 MODULE = "module"
 EXPORTED_PROGRAM = "exported_program"
-ONNX_PROGRAM = "onnx_program"
 SCRIPT_MODULE = "torchscript"
 
 NO_HOOKS_ON_SCRIPT_MODULES = (
@@ -85,7 +83,7 @@ def reference_for(model: Any, *, label: str | None = None,
         if model.exported_program is None:
             raise InputError("this ONNXProgram carries no ExportedProgram to run as the "
                              "reference; pass the nn.Module and the ONNX model instead")
-        reference = _from_program(model.exported_program, ONNX_PROGRAM, label)
+        reference = _from_program(model.exported_program, EXPORTED_PROGRAM, label)
         reference.onnx_program = model
         return reference
     raise InputError(f"model must be a torch.nn.Module, an ExportedProgram, an ONNXProgram, "
@@ -94,19 +92,23 @@ def reference_for(model: Any, *, label: str | None = None,
 
 
 def _from_script_module(model: Any, label: str | None) -> Reference:
-    names = [argument.name for argument in model.forward.schema.arguments][1:]
+    arguments = model.forward.schema.arguments[1:]  # the first is self
+    names = [argument.name for argument in arguments]
+    required = sum(not argument.has_default_value() for argument in arguments)
     try:
         side: Side = ScriptModuleSide(model, label=label)
-        warnings = []
+        warnings = [text for text in [training_mode_warning(model)] if text]
         if side.uncaptured:
             shown = ", ".join(side.uncaptured[:6]) + (" ..." if len(side.uncaptured) > 6 else "")
             warnings.append(f"{len(side.uncaptured)} module call(s) of the TorchScript model "
                             f"run inside control flow or are not told apart in its graph, "
                             f"so they were not compared: {shown}")
-    except Exception:  # a graph this reading does not cover: its outputs still compare
-        logger.debug("cannot instrument the TorchScript graph", exc_info=True)
+    except (RuntimeError, AttributeError, TypeError, ValueError):
+        # A graph this reading does not cover (private TorchScript APIs change between
+        # torch versions): its final outputs still compare.
+        logger.warning("cannot read the TorchScript graph module by module", exc_info=True)
         side, warnings = TorchModuleSide(model, label=label), [NO_HOOKS_ON_SCRIPT_MODULES]
-    return Reference(SCRIPT_MODULE, side, model, names, len(names), warnings=warnings)
+    return Reference(SCRIPT_MODULE, side, model, names, required, warnings=warnings)
 
 
 def _from_program(program: Any, kind: str, label: str | None) -> Reference:

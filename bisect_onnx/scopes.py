@@ -80,18 +80,23 @@ def _torchscript_scope(node: NodeInfo, module_paths: frozenset[str]) -> NodeScop
         return None
     components = node.name.split("/")[1:-1]  # the last part names the op itself
     modules: list[str] = []
-    parent = ""
+    parent, call = "", 0
     for component in components:
-        path = _child(parent, component, module_paths)
+        path, call = _child(parent, component, module_paths), 0
         if path is None:
             suffixed = _CALL_SUFFIX.fullmatch(component)
             if suffixed:
                 path = _child(parent, suffixed["name"], module_paths)
+                call = int(suffixed["call"])
         if path is None:
             break  # a scope the PyTorch side never called: the rest is not a module path
         modules.append(path)
         parent = path
-    return NodeScope(modules=tuple(modules), origin=node.name)
+    # The exporter suffixes the innermost module of a repeated call (``act_1``); its
+    # enclosing modules keep their plain names on every call, so only the innermost
+    # module's call is known (and an unsuffixed one only presumed the first).
+    calls = {modules[-1]: call} if modules else {}
+    return NodeScope(modules=tuple(modules), origin=node.name, calls=calls)
 
 
 def _child(parent: str, component: str, module_paths: frozenset[str]) -> str | None:

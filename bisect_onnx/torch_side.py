@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bisect_onnx.calls import call_name
 from bisect_onnx.errors import ModelError, one_line
 from bisect_onnx.provenance import Provenance
 from bisect_onnx.sides import Capture, CapturedValue
@@ -68,7 +69,7 @@ class TorchModuleSide:
             path = names[module]
             call = calls.get(path, 0)
             calls[path] = call + 1
-            base = path if call == 0 else f"{path}@{call}"
+            base = call_name(path, call)
             for suffix, tensor in flatten_outputs(output):
                 name = base + suffix
                 array = to_numpy(tensor)
@@ -85,8 +86,8 @@ class TorchModuleSide:
                 )
                 recorded[name] = weakref.ref(tensor)
 
-        handles = [module.register_forward_hook(record) for module in names]
         args, kwargs = split_keywords([to_tensor(array) for array in inputs], keywords)
+        handles = [module.register_forward_hook(record) for module in names]
         # A model in training mode updates its BatchNorm statistics as it runs: put
         # them back, so that comparing leaves the user's model as it was.
         buffers = {name: buffer.clone() for name, buffer in self.model.named_buffers()}
@@ -182,9 +183,9 @@ def flatten_outputs(output: Any, suffix: str = "") -> Iterator[tuple[str, torch.
 def training_mode_warning(model: torch.nn.Module) -> str | None:
     """A warning naming the train-mode modules likely to explain a divergence."""
     suspects = [
-        f"{path} ({type(module).__name__})"
+        f"{path} ({_class_name(module)})"
         for path, module in model.named_modules()
-        if module.training and any(kind in type(module).__name__ for kind in _MODE_DEPENDENT)
+        if module.training and any(kind in _class_name(module) for kind in _MODE_DEPENDENT)
     ]
     if not suspects:
         return None
@@ -209,6 +210,11 @@ def to_tensor(array: np.ndarray) -> torch.Tensor:
     import torch
 
     return torch.from_numpy(np.require(array, requirements=["C", "W"]))
+
+
+def _class_name(module: torch.nn.Module) -> str:
+    # A TorchScript module's type is RecursiveScriptModule; its source class is kept.
+    return getattr(module, "original_name", None) or type(module).__name__
 
 
 def describe_arrays(arrays: Sequence[np.ndarray]) -> str:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bisect_onnx.calls import call_name, split_into_calls
 from bisect_onnx.errors import InputError, ModelError, one_line
 from bisect_onnx.provenance import Provenance
 from bisect_onnx.sides import Capture, CapturedValue
@@ -41,14 +42,11 @@ class _Call:
     path: str
     call: int
     module_class: str
-    output: int
-    """Index (into the captured values) of the value the call produced last."""
+    outputs: tuple[int, ...]
+    """Indices (into the captured values) of the values that leave the call."""
     done_at: int
+    """Graph position of the call's last node: where eager mode would fire the hook."""
     depth: int
-
-    @property
-    def name(self) -> str:
-        return self.path if self.call == 0 else f"{self.path}@{self.call}"
 
 
 class ScriptModuleSide:
@@ -57,12 +55,12 @@ class ScriptModuleSide:
     def __init__(self, model: torch.jit.ScriptModule, *, label: str | None = None) -> None:
         self.model = model
         self.label = label or model.original_name
-        self.graph, self._values, self._calls, called = _instrument(model)
+        self.graph, self._calls, called = _instrument(model)
         captured = {(call.path, call.call) for call in self._calls}
         #: Module calls the graph does not show (inside control flow, or calls of one
         #: module that ran different code), in call order.
         self.uncaptured = [
-            path if number == 0 else f"{path}@{number}"
+            call_name(path, number)
             for path, count in called.items() for number in range(count)
             if (path, number) not in captured
         ]
@@ -89,12 +87,15 @@ class ScriptModuleSide:
         final, captured = results[0], results[1:]
         values: dict[str, CapturedValue] = {}
         for call in sorted(self._calls, key=lambda call: (call.done_at, -call.depth)):
-            values[call.name] = CapturedValue(
-                name=call.name,
-                array=to_numpy(captured[call.output]),
-                provenance=Provenance(position=len(values), module=call.path, call=call.call,
-                                      module_class=call.module_class),
-            )
+            several = len(call.outputs) > 1
+            for number, index in enumerate(call.outputs):
+                name = call_name(call.path, call.call) + (f"[{number}]" if several else "")
+                values[name] = CapturedValue(
+                    name=name,
+                    array=to_numpy(captured[index]),
+                    provenance=Provenance(position=len(values), module=call.path,
+                                          call=call.call, module_class=call.module_class),
+                )
         outputs = [
             CapturedValue(f"output{suffix}", to_numpy(tensor),
                           Provenance(position=index, module="",
@@ -106,10 +107,10 @@ class ScriptModuleSide:
 
 def _instrument(
     model: torch.jit.ScriptModule,
-) -> tuple[Any, list[Any], list[_Call], Counter[str]]:
+) -> tuple[Any, list[_Call], Counter[str]]:
     """Instrument the inlined graph.
 
-    Returns the graph (returning its output and every tensor value), those values,
+    Returns the graph (returning its output, then every tensor an ATen node makes),
     the module calls the graph shows, and how often each module is called.
     """
     import torch
@@ -120,32 +121,39 @@ def _instrument(
     torch._C._jit_pass_remove_mutation(graph)
     paths = [path for path, _ in model.named_modules() if path]
     calls_per_module = Counter(_called_paths(model, ""))
-    nodes, values, modules = [], [], []
-    for node in graph.nodes():  # the top-level block: nodes inside If/Loop are not promotable
-        if not node.kind().startswith("aten::"):
-            continue
-        tensors = [out for out in node.outputs() if out.type().kind() == "TensorType"]
-        if not tensors:
-            continue
-        nodes.append(node)
-        values.append(tensors[-1])
-        modules.append(_resolve(node.getModuleHierarchy(), paths))
+    top_level = list(graph.nodes())  # nodes inside If/Loop blocks are not promotable
+    users = _users(graph, top_level)
 
+    values: list[Any] = []
+    outputs_of: dict[int, list[tuple[str, int]]] = {}  # position -> (value name, index)
     members: dict[tuple[str, str], list[int]] = defaultdict(list)
-    for index, resolved in enumerate(modules):
-        for path, module_class in resolved:
-            members[(path, module_class)].append(index)
-    calls = []
-    for (path, module_class), indices in members.items():
-        count = calls_per_module.get(path, 0)
-        if count == 0 or len(indices) % count:
+    for position, node in enumerate(top_level):
+        tensors = [out for out in node.outputs() if out.type().kind() == "TensorType"]
+        if not node.kind().startswith("aten::") or node.kind() in _SHAPE_OPS or not tensors:
             continue
-        size = len(indices) // count
-        runs = [indices[start:start + size] for start in range(0, len(indices), size)]
-        if len({tuple(nodes[i].kind() for i in run) for run in runs}) != 1:
-            continue  # calls that ran different code: cannot tell them apart
-        for call, run in enumerate(runs):
-            calls.append(_Call(path, call, module_class, run[-1], run[-1], path.count(".")))
+        outputs_of[position] = [(out.debugName(), len(values) + i) for i, out in
+                                enumerate(tensors)]
+        values.extend(tensors)
+        for path, module_class in _resolve(node.getModuleHierarchy(), paths):
+            members[(path, module_class)].append(position)
+
+    calls = []
+    for (path, module_class), positions in members.items():
+        runs = split_into_calls(positions, calls_per_module.get(path, 0),
+                                origin=lambda position: position,
+                                kind=lambda position: top_level[position].kind())
+        for call, run in enumerate(runs or []):
+            # Inlining keeps a call's nodes together: everything between its first and
+            # last op (list constructions, inner calls) is inside it.
+            inside = set(range(run[0], run[-1] + 1))
+            # What the call returns: the values used after it (or by the graph's
+            # output), not whatever its last op made (max_pool's indices, LSTM's c_n).
+            leaving = [index for position in run for name, index in outputs_of[position]
+                       if users.get(name, set()) - inside]
+            if not leaving:
+                leaving = [outputs_of[run[-1]][0][1]]
+            calls.append(_Call(path, call, module_class, tuple(leaving), run[-1],
+                               path.count(".")))
 
     # One tuple output (the model's own result, then every captured value), since a
     # graph function returns a single value.
@@ -157,7 +165,36 @@ def _instrument(
     graph.appendNode(pack)
     pack.output().setType(torch._C.TupleType([value.type() for value in everything]))
     graph.registerOutput(pack.output())
-    return graph, values, calls, calls_per_module
+    return graph, calls, calls_per_module
+
+
+_RETURN = -1
+# Shape arithmetic, which tracing records as tensors: not values anyone debugs.
+_SHAPE_OPS = frozenset({"aten::size", "aten::numel", "aten::dim", "aten::Int",
+                        "aten::ScalarImplicit", "aten::len"})
+
+
+def _users(graph: Any, top_level: Sequence[Any]) -> dict[str, set[int]]:
+    """Value name -> positions of the top-level nodes that read it (``_RETURN``: the output).
+
+    A read inside an If or Loop counts as a read by that If or Loop.
+    """
+    users: dict[str, set[int]] = defaultdict(set)
+
+    def visit(node: Any, position: int) -> None:
+        for value in node.inputs():
+            users[value.debugName()].add(position)
+        for block in node.blocks():
+            for inner in block.nodes():
+                visit(inner, position)
+            for value in block.outputs():
+                users[value.debugName()].add(position)
+
+    for position, node in enumerate(top_level):
+        visit(node, position)
+    for value in graph.outputs():
+        users[value.debugName()].add(_RETURN)
+    return users
 
 
 def _called_paths(module: Any, prefix: str, method: str = "forward") -> list[str]:

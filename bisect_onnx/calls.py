@@ -1,0 +1,48 @@
+"""Module calls: how they are named, and how the calls of a reused module are told apart.
+
+A module called several times (one ``self.relu`` used three times) gets one row per
+call: ``relu``, ``relu@1``, ``relu@2`` — the convention of ``torch.export``'s
+``nn_module_stack`` keys, used by every side so that their names meet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from typing import TypeVar
+
+__all__ = ["call_name", "split_into_calls"]
+
+Item = TypeVar("Item")
+
+
+def call_name(path: str, call: int) -> str:
+    """``relu`` for the first call of ``relu``, ``relu@2`` for the third."""
+    return path if call == 0 else f"{path}@{call}"
+
+
+def split_into_calls(
+    items: Sequence[Item],
+    count: int,
+    *,
+    origin: Callable[[Item], Hashable],
+    kind: Callable[[Item], str],
+) -> list[list[Item]] | None:
+    """Split a reused module's ops (in execution order) into ``count`` calls.
+
+    Items with the same ``origin`` come from one torch op and stay together. The
+    distinct origins are cut into ``count`` equal runs, accepted only when every run
+    has the same sequence of kinds: calls that ran different code (a branch taken in
+    one call only) cannot be told apart by order, and ``None`` says so.
+    """
+    if count == 1:
+        return [list(items)]
+    origins = list(dict.fromkeys(origin(item) for item in items))
+    if count < 1 or len(origins) % count:
+        return None
+    per_call = len(origins) // count
+    call_of = {key: position // per_call for position, key in enumerate(origins)}
+    runs: list[list[Item]] = [[] for _ in range(count)]
+    for item in items:
+        runs[call_of[origin(item)]].append(item)
+    signatures = {tuple(kind(item) for item in run) for run in runs}
+    return runs if len(signatures) == 1 else None
