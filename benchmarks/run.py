@@ -112,12 +112,13 @@ def worker_verify(arch: str, folder: Path) -> dict:
     """torch.onnx.verification with intermediates, on an in-memory export (excluded)."""
     _quiet()
     import torch
+    from torch.onnx.verification import verify_onnx_program
 
     model, inputs = _load(arch, folder)
     args = tuple(torch.from_numpy(array) for array in inputs.values())
     program = torch.onnx.export(model, args, dynamo=True, verbose=False)
     start = time.perf_counter()
-    infos = torch.onnx.verification.verify_onnx_program(program, compare_intermediates=True)
+    infos = verify_onnx_program(program, compare_intermediates=True)
     return {"seconds": time.perf_counter() - start, "peak_rss_mb": _peak_rss_mb(),
             "values": len(infos)}
 
@@ -163,7 +164,8 @@ def run_process(command: list[str]) -> tuple[float, float, str]:
 def run_worker(*args: str) -> dict:
     """Run one worker in a fresh process and return what it printed."""
     _, _, stdout = run_process([sys.executable, __file__, "--worker", *args])
-    return json.loads(stdout.strip().splitlines()[-1])
+    lines = stdout.strip().splitlines()
+    return json.loads(lines[-1]) if lines else {"error": "the worker failed (rerun it alone)"}
 
 
 def export_once(arch: str, folder: Path) -> float:
@@ -216,8 +218,9 @@ def benchmark_model(arch: str, reps: int, verify: bool) -> dict:
              "--onnx", str(folder / "model.onnx")]))
         if verify:
             result = run_worker("verify", arch, str(folder))
-            rows["verify_onnx_program(compare_intermediates=True), once"] = (
-                result["seconds"], result["peak_rss_mb"])
+            if "seconds" in result:
+                rows["verify_onnx_program(compare_intermediates=True), once"] = (
+                    result["seconds"], result["peak_rss_mb"])
         return rows
 
 

@@ -56,11 +56,13 @@ def export_model(
     if opset is not None and opset < 7:
         raise UsageError(f"opset {opset} is not an ONNX opset torch can export to; "
                          "use 17 or later (or leave it to the exporter)")
+    # A TorchScript module's type is RecursiveScriptModule; its source class is kept.
+    name = getattr(model, "original_name", None) or type(model).__name__
     positional, kwargs = split_keywords([to_tensor(array) for array in inputs], keywords)
     args = tuple(positional)
     options = {**(options or {}), **({"kwargs": kwargs} if kwargs else {})}
     path = folder / "model.onnx"
-    logger.info("exporting %s with the %s exporter", type(model).__name__, exporter)
+    logger.info("exporting %s with the %s exporter", name, exporter)
     program = None
     try:
         with _quiet_exporter():
@@ -76,10 +78,10 @@ def export_model(
             raise UsageError(f"torch.onnx.export does not take that option: "
                              f"{one_line(error)}") from error
         raise ModelError(f"the {exporter} exporter could not export "
-                         f"{type(model).__name__}: {_summarize(error)}") from error
+                         f"{name}: {_summarize(error)}") from error
     except Exception as error:
         logger.debug("export failed", exc_info=True)
-        raise ModelError(f"the {exporter} exporter could not export {type(model).__name__}: "
+        raise ModelError(f"the {exporter} exporter could not export {name}: "
                          f"{_summarize(error)}") from error
     exported = getattr(program, "exported_program", None)
     return ExportResult(path=path, call_index=call_index_from_program(exported))

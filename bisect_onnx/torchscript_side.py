@@ -70,6 +70,9 @@ class ScriptModuleSide:
         return {"kind": "torchscript", "model": self.label, "class": self.model.original_name,
                 "module_calls": len(self._calls)}
 
+    def _defaults(self, given: int) -> list[Any]:
+        return _defaults_after(self.model, given)
+
     def run(self, inputs: Sequence[np.ndarray], *, keywords: Sequence[str] = ()) -> Capture:
         """Run the instrumented graph once; copy each module call's output."""
         import torch
@@ -80,7 +83,8 @@ class ScriptModuleSide:
         function = torch._C._create_function_from_graph("bisect_onnx_capture", self.graph)
         try:
             with torch.no_grad():
-                results = function(self.model._c, *[to_tensor(array) for array in inputs])
+                results = function(self.model._c, *[to_tensor(array) for array in inputs],
+                                   *self._defaults(len(inputs)))
         except Exception as error:
             raise ModelError(f"the TorchScript model raised {type(error).__name__} on inputs "
                              f"{describe_arrays(inputs)}: {one_line(error)}") from error
@@ -103,6 +107,15 @@ class ScriptModuleSide:
             for index, (suffix, tensor) in enumerate(flatten_outputs(final))
         ]
         return Capture(values=values, outputs=outputs)
+
+
+def _defaults_after(model: Any, given: int) -> list[Any]:
+    """Default values of ``forward``'s parameters after the first ``given``.
+
+    A function made from the graph keeps the parameters but not their defaults.
+    """
+    arguments = model.forward.schema.arguments[1 + given:]  # the first is self
+    return [argument.default_value for argument in arguments if argument.has_default_value()]
 
 
 def _instrument(
@@ -144,8 +157,14 @@ def _instrument(
                                 kind=lambda position: top_level[position].kind())
         for call, run in enumerate(runs or []):
             # Inlining keeps a call's nodes together: everything between its first and
-            # last op (list constructions, inner calls) is inside it.
-            inside = set(range(run[0], run[-1] + 1))
+            # last op (list constructions, inner calls) is inside it, and so are the
+            # control-flow nodes right after it that still belong to the module (the
+            # If that picks max_pool's values or indices in a scripted module).
+            end = run[-1]
+            while (end + 1 < len(top_level) and end + 1 not in outputs_of
+                   and path in _module_paths(top_level[end + 1], paths)):
+                end += 1
+            inside = set(range(run[0], end + 1))
             # What the call returns: the values used after it (or by the graph's
             # output), not whatever its last op made (max_pool's indices, LSTM's c_n).
             leaving = [index for position in run for name, index in outputs_of[position]
@@ -224,6 +243,10 @@ def _called_paths(module: Any, prefix: str, method: str = "forward") -> list[str
         except AttributeError:
             logger.debug("cannot follow the call of %s", path)
     return found
+
+
+def _module_paths(node: Any, paths: Sequence[str]) -> set[str]:
+    return {path for path, _ in _resolve(node.getModuleHierarchy(), paths)}
 
 
 def _resolve(hierarchy: str, paths: Sequence[str]) -> list[tuple[str, str]]:

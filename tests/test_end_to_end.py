@@ -208,3 +208,18 @@ def test_divergence_masked_before_the_output_is_hidden_not_a_verdict(fixture_cas
     assert report.first_divergence is None
     assert [record.torch_module for record in report.hidden_divergences] == ["fc1"]
     assert "hidden" in report.summary()
+
+
+def test_a_failed_run_leaves_no_hooks_on_the_model(fixture_case):
+    model, inputs, exported = fixture_case("tiny_mlp")
+    with pytest.raises(bisect_onnx.InputError, match="not numeric"):
+        bisect_onnx.bisect(model, [inputs["x"], "not an array"], onnx_model=exported)
+    assert all(not module._forward_hooks for module in model.modules())
+
+
+@pytest.mark.parametrize("samples", [0, -2])
+def test_sample_count_must_be_positive(fixture_case, samples):
+    model, _, exported = fixture_case("tiny_mlp")
+    with pytest.raises(bisect_onnx.UsageError, match="samples"):
+        bisect_onnx.bisect(model, onnx_model=exported,
+                           random_inputs=bisect_onnx.RandomInputs(samples=samples))

@@ -214,3 +214,103 @@ def test_keyword_inputs_that_skip_a_parameter(tmp_path):
     report = bisect_onnx.bisect(model, inputs)
     assert report.verdict == "parity"
     assert {record.torch_module for record in report.comparisons} == {"embed", "segment"}
+
+
+def _write_model(tmp_path, source: str) -> str:
+    (tmp_path / "inline_model.py").write_text(source)
+    return f"{tmp_path}/inline_model.py:make"
+
+
+MULTI_OUTPUT_OPS = """
+import torch
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+        self.pool = torch.nn.AdaptiveMaxPool2d(2)   # max_pool returns values and indices
+        self.fc = torch.nn.Linear(16, 3)
+    def forward(self, x):
+        return self.fc(self.pool(self.conv(x)).flatten(1))
+def make():
+    torch.manual_seed(0)
+    return Net().eval()
+"""
+
+
+def test_traced_archive_compares_what_a_multi_output_op_returns(tmp_path):
+    from bisect_onnx.loading import load_model
+
+    model = load_model(_write_model(tmp_path, MULTI_OUTPUT_OPS))
+    x = np.random.RandomState(0).randn(2, 3, 8, 8).astype(np.float32)
+    torch.jit.save(torch.jit.trace(model, (torch.from_numpy(x),)), tmp_path / "net.ts")
+    report = bisect_onnx.bisect(str(tmp_path / "net.ts"), x)
+    pool = next(record for record in report.comparisons if record.torch_module == "pool")
+    assert pool.status == "pass" and pool.dtype == "float32"  # not the int64 indices
+    assert report.verdict == "parity" and report.hidden_divergences == []
+
+
+REUSED_TWICE = """
+import torch
+class Squash(torch.nn.Module):
+    def forward(self, x):
+        return torch.tanh(torch.tanh(x) * 2)
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.squash = Squash()
+        self.fc = torch.nn.Linear(4, 4)
+    def forward(self, x):
+        return self.squash(self.fc(self.squash(x)))
+def make():
+    torch.manual_seed(0)
+    return Net().eval()
+"""
+
+
+def test_torchscript_call_suffixes_tell_the_calls_apart(tmp_path):
+    from bisect_onnx.loading import load_model
+
+    model = load_model(_write_model(tmp_path, REUSED_TWICE))
+    x = np.random.RandomState(0).randn(2, 4).astype(np.float32) * 3
+    report = bisect_onnx.bisect(model, x, export=bisect_onnx.ExportOptions(
+        exporter="torchscript"))
+    nodes = {record.torch_module: record.onnx_node for record in report.comparisons}
+    assert nodes["squash"] == "/squash/Tanh_1"
+    assert nodes["squash@1"] == "/squash_1/Tanh_1"
+    assert report.hidden_divergences == []
+
+
+def test_scripted_forward_with_an_optional_argument(tmp_path):
+    source = MULTI_OUTPUT_OPS.replace("def forward(self, x):",
+                                      "def forward(self, x, scale: float = 1.0):")
+    from bisect_onnx.loading import load_model
+
+    model = load_model(_write_model(tmp_path, source))
+    torch.jit.save(torch.jit.script(model), tmp_path / "net.ts")
+    x = np.random.RandomState(0).randn(2, 3, 8, 8).astype(np.float32)
+    # The TorchScript exporter cannot take this scripted signature (a torch assertion):
+    # compare against the dynamo export of the module instead.
+    torch.onnx.export(model, (torch.from_numpy(x),), dynamo=True, verbose=False).save(
+        str(tmp_path / "net.onnx"))
+    report = bisect_onnx.bisect(str(tmp_path / "net.ts"), x, onnx_model=tmp_path / "net.onnx")
+    assert report.verdict == "parity"
+    assert report.reference["kind"] == "torchscript"
+    assert any(record.torch_module == "pool" for record in report.comparisons)
+
+
+def test_model_archive_given_as_input_is_named_as_a_model(fixture_case, tmp_path, capsys,
+                                                         in_repo):
+    model, _, _ = fixture_case("tiny_mlp")
+    torch.export.save(torch.export.export(model, _args(fixture_case, "tiny_mlp")),
+                      tmp_path / "model.pt2")
+    status = main([FIXTURES["tiny_mlp"].factory, "--input", str(tmp_path / "model.pt2")])
+    assert status == 2
+    assert "is a saved model" in capsys.readouterr().err
+
+
+def test_dynamic_batch_is_refused_for_an_exported_program(fixture_case):
+    model, inputs, _ = fixture_case("tiny_mlp")
+    program = torch.export.export(model, _args(fixture_case, "tiny_mlp"))
+    with pytest.raises(bisect_onnx.UsageError, match="dynamic_shapes"):
+        bisect_onnx.bisect(program, inputs,
+                           export=bisect_onnx.ExportOptions(dynamic_batch=True))
