@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -86,7 +87,7 @@ def compare_arrays(
     reference = np.asarray(reference)
     candidate = np.asarray(candidate)
 
-    def result(status: str, **figures: float | int | None) -> ArrayComparison:
+    def result(status: str, **figures: Any) -> ArrayComparison:
         return ArrayComparison(
             status=status,
             shape=tuple(reference.shape),
@@ -133,6 +134,13 @@ def compare_arrays(
     # Complex numbers are judged by their modulus of difference, like numpy.allclose.
     ref = reference.astype(np.complex128 if np.iscomplexobj(reference) else np.float64)
     cand = candidate.astype(ref.dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        difference = cand - ref
+    if np.isfinite(difference).all():
+        # The usual case, and the one that must be fast: every value finite on both
+        # sides (a NaN or Inf on either would make the difference non-finite).
+        return result(**_finite_figures(np.abs(difference), np.abs(ref), reference.size,
+                                        rtol=rtol, atol=atol))
     ref_finite = np.isfinite(ref)
     cand_finite = np.isfinite(cand)
     both_finite = ref_finite & cand_finite
@@ -146,46 +154,54 @@ def compare_arrays(
     # Two huge finite values of opposite sign can still overflow to inf: that is a
     # failure, and not worth a warning.
     with np.errstate(over="ignore", invalid="ignore"):
-        diff = np.abs(cand[both_finite] - ref[both_finite])
-        magnitude = np.abs(ref[both_finite])
-        over = diff > atol + rtol * magnitude
-        failed = int(np.count_nonzero(over))
-        max_abs = float(diff.max()) if diff.size else 0.0
-        needed_atol = _smallest_passing_atol(diff, magnitude, rtol)
+        figures = _finite_figures(np.abs(cand[both_finite] - ref[both_finite]),
+                                  np.abs(ref[both_finite]), reference.size,
+                                  rtol=rtol, atol=atol, nan_mismatch=nan_mismatch)
+    return result(**figures)
 
+
+def _finite_figures(diff: np.ndarray, magnitude: np.ndarray, size: int, *, rtol: float,
+                    atol: float, nan_mismatch: int = 0) -> dict[str, Any]:
+    """Status and figures from the finite pairs' ``|difference|`` and ``|reference|``."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        slack = diff - rtol * magnitude  # what each element needs of atol
+        failed = int(np.count_nonzero(slack > atol)) if diff.size else 0
+        needed_atol = _smallest_passing_atol(diff, magnitude, slack, rtol)
     if nan_mismatch:
         status = Status.NAN_MISMATCH
     elif failed:
         status = Status.FAIL
     else:
         status = Status.PASS
-    return result(
-        status,
-        max_abs_error=max_abs,
-        max_rel_error=_max_relative(diff, magnitude),
-        mismatch_fraction=(failed + nan_mismatch) / reference.size,
-        min_passing_atol=None if nan_mismatch else needed_atol,
-        nan_mismatch=nan_mismatch,
-    )
+    return {
+        "status": status,
+        "max_abs_error": float(diff.max()) if diff.size else 0.0,
+        "max_rel_error": _max_relative(diff, magnitude, out=slack),
+        "mismatch_fraction": (failed + nan_mismatch) / size,
+        "min_passing_atol": None if nan_mismatch else needed_atol,
+        "nan_mismatch": nan_mismatch,
+    }
 
 
-def _smallest_passing_atol(diff: np.ndarray, magnitude: np.ndarray, rtol: float) -> float:
+def _smallest_passing_atol(diff: np.ndarray, magnitude: np.ndarray, slack: np.ndarray,
+                           rtol: float) -> float:
     """The smallest atol with ``diff <= atol + rtol * magnitude`` everywhere.
 
-    ``max(diff - rtol * magnitude)`` can round down by a unit in the last place, so
-    the candidate is nudged up until the check it stands for really passes.
+    ``max(slack)`` can round down by a unit in the last place, so the candidate is
+    nudged up until the check it stands for really passes.
     """
     if not diff.size:
         return 0.0
-    atol = max(float(np.max(diff - rtol * magnitude)), 0.0)
+    atol = max(float(slack.max()), 0.0)
     while math.isfinite(atol) and not np.all(diff <= atol + rtol * magnitude):
         atol = float(np.nextafter(atol, math.inf))
     return atol
 
 
-def _max_relative(diff: np.ndarray, magnitude: np.ndarray) -> float:
-    """Largest ``diff / magnitude`` over elements with a non-zero reference."""
-    nonzero = magnitude > 0
-    if not np.any(nonzero):
+def _max_relative(diff: np.ndarray, magnitude: np.ndarray, *, out: np.ndarray) -> float:
+    """Largest ``diff / magnitude`` over elements with a non-zero reference (into ``out``)."""
+    if not diff.size:
         return 0.0
-    return float(np.max(diff[nonzero] / magnitude[nonzero]))
+    out[...] = 0.0
+    np.divide(diff, magnitude, out=out, where=magnitude > 0)
+    return float(out.max())
