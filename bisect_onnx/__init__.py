@@ -8,9 +8,17 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from bisect_onnx import events  # noqa: E402
 from bisect_onnx.api import ExportOptions, RandomInputs, bisect  # noqa: E402
 from bisect_onnx.compare import DEFAULT_ATOL, DEFAULT_RTOL  # noqa: E402
-from bisect_onnx.errors import BisectOnnxError, InputError, ModelError, UsageError  # noqa: E402
+from bisect_onnx.errors import (  # noqa: E402
+    BisectOnnxError,
+    InputError,
+    ModelError,
+    ParityError,
+    UsageError,
+)
+from bisect_onnx.parity import assert_parity  # noqa: E402
 from bisect_onnx.records import Coverage, Record, Report  # noqa: E402
 
 __all__ = [
@@ -20,6 +28,10 @@ __all__ = [
     "RandomInputs",
     "DEFAULT_RTOL",
     "DEFAULT_ATOL",
+    # Parity tests
+    "assert_parity",
+    "ParityError",
+    "events",
     # Results
     "Report",
     "Record",

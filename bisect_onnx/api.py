@@ -23,6 +23,7 @@ from bisect_onnx.align import Pair, align_modules
 from bisect_onnx.compare import DEFAULT_ATOL, DEFAULT_RTOL, check_tolerances, compare_arrays
 from bisect_onnx.engine import decide
 from bisect_onnx.errors import InputError, UsageError
+from bisect_onnx.events import BISECTION_STARTED, emit
 from bisect_onnx.exporting import EXPORTERS, call_index_from_program, export_model
 from bisect_onnx.loading import (
     arrange_inputs,
@@ -111,6 +112,7 @@ def bisect(
         or ``diverged``, ``report.first_divergence`` the first failing record.
     """
     check_tolerances(rtol, atol)
+    emit(BISECTION_STARTED, model_label or "")
     reference = reference_for(model, label=model_label, trust_pickle=trust_pickle)
     export = _resolve_export(reference, onnx_model, export)
     _check_random_inputs(inputs, random_inputs)

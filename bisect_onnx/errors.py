@@ -14,6 +14,7 @@ __all__ = [
     "UsageError",
     "InputError",
     "ModelError",
+    "ParityError",
     "one_line",
 ]
 
@@ -45,6 +46,18 @@ class ModelError(BisectOnnxError):
     """The model could not be exported or run; the exporter's or runtime's reason is kept."""
 
     exit_code = 3
+
+
+class ParityError(AssertionError):
+    """A parity check failed; the message holds the verdict and the rows around the culprit.
+
+    An ``AssertionError``, so pytest and unittest report it as a test failure, not an
+    error. The whole bisection report is on ``.report``.
+    """
+
+    def __init__(self, message: str, report: object) -> None:
+        super().__init__(message)
+        self.report = report
 
 
 def one_line(error: BaseException) -> str:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bisect_onnx.errors import ModelError, UsageError, one_line
+from bisect_onnx.events import EXPORT_STARTED, emit
 from bisect_onnx.torch_side import split_keywords, to_tensor
 
 if TYPE_CHECKING:
@@ -63,6 +64,7 @@ def export_model(
     options = {**(options or {}), **({"kwargs": kwargs} if kwargs else {})}
     path = folder / "model.onnx"
     logger.info("exporting %s with the %s exporter", name, exporter)
+    emit(EXPORT_STARTED, exporter)
     program = None
     try:
         with _quiet_exporter():
@@ -115,7 +117,9 @@ def _quiet_exporter() -> Iterator[None]:
     """Keep the exporter's chatter (optional-package notices, deprecations) out of our output."""
     # The exporter and its optimizer log (and print tracebacks of) problems they
     # recover from; a failure that matters reaches us as an exception.
-    loggers = [logging.getLogger(name) for name in ("torch.onnx", "onnxscript", "onnx_ir")]
+    # (torch.__trace logs every traced op at DEBUG, into any capturing handler.)
+    loggers = [logging.getLogger(name) for name in ("torch.onnx", "torch.__trace",
+                                                    "torch.export", "onnxscript", "onnx_ir")]
     previous = [each.level for each in loggers]
     for each in loggers:
         each.setLevel(logging.CRITICAL)

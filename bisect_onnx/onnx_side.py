@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bisect_onnx.errors import InputError, ModelError, one_line
+from bisect_onnx.events import SESSION_CREATED, emit
 from bisect_onnx.provenance import Provenance, TorchMetadata, read_torch_metadata
 from bisect_onnx.sides import Capture, CapturedValue
 
@@ -130,15 +131,29 @@ class OnnxRuntimeSide:
             "opt_level": self.opt_level,
         }
 
+    def run_outputs(self, inputs: Sequence[np.ndarray]) -> list[CapturedValue]:
+        """One plain session (nothing promoted) and one run: the final outputs only."""
+        session = self._session(self.model)
+        arrays = self._run(session, [value.name for value in session.get_outputs()], inputs)
+        return [CapturedValue(name, np.asarray(array), Provenance(position=index))
+                for index, (name, array) in enumerate(zip(self.output_names, arrays,
+                                                          strict=True))]
+
     def run(self, inputs: Sequence[np.ndarray], *, keywords: Sequence[str] = ()) -> Capture:
         """One session, one run, every top-level node output fetched.
 
         Inputs feed the graph's inputs in order, keyword or not: an export names and
         orders its inputs as the model was called.
         """
+        session = self._session(self._promoted_model())
+        fetched = [output.name for output in session.get_outputs()]
+        by_name = dict(zip(fetched, self._run(session, fetched, inputs), strict=True))
+        logger.info("ONNX Runtime produced %d values", len(by_name))
+        return self._capture(by_name)
+
+    def _session(self, model: onnx.ModelProto) -> Any:
         import onnxruntime as ort
 
-        promoted = self._promoted_model()
         options = ort.SessionOptions()
         options.graph_optimization_level = getattr(
             ort.GraphOptimizationLevel, _OPT_LEVELS[self.opt_level]
@@ -146,29 +161,31 @@ class OnnxRuntimeSide:
         # ORT logs to stderr on its own (colour codes and all); its errors reach us as
         # exceptions, which become one-line messages, so only fatal logs get through.
         options.log_severity_level = 4
-        # The promoted copy lives in memory: tell ORT where the external weights are.
+        # The model is handed over in memory: tell ORT where the external weights are.
         options.add_session_config_entry(
             "session.model_external_initializers_file_folder_path",
             str(self.path.resolve().parent),
         )
         try:
             session = ort.InferenceSession(
-                promoted.SerializeToString(), options, providers=[self.provider]
+                model.SerializeToString(), options, providers=[self.provider]
             )
         except Exception as error:
             raise ModelError(
                 f"ONNX Runtime could not load {self.path.name}: {one_line(error)}"
             ) from error
+        emit(SESSION_CREATED, self.path.name)
+        return session
+
+    def _run(self, session: Any, fetched: list[str], inputs: Sequence[np.ndarray]) -> list:
         feeds = {spec.name: array for spec, array in zip(self.inputs, inputs, strict=True)}
-        fetched = [output.name for output in session.get_outputs()]
         try:
-            arrays = session.run(fetched, feeds)
+            return session.run(fetched, feeds)
         except Exception as error:
             raise ModelError(f"ONNX Runtime failed to run {self.path.name}: {one_line(error)}") \
                 from error
-        by_name = dict(zip(fetched, arrays, strict=True))
-        logger.info("ONNX Runtime produced %d values", len(by_name))
 
+    def _capture(self, by_name: dict[str, Any]) -> Capture:
         values: dict[str, CapturedValue] = {}
         producers: dict[str, NodeInfo] = {}
         for node in self.nodes:

@@ -1,0 +1,95 @@
+"""pytest plugin: an ``onnx_parity`` fixture whose failures say where parity broke.
+
+Registered through the ``pytest11`` entry point, so it loads in every pytest run of
+an environment where bisect-onnx is installed: it must stay cheap, which is why it
+imports neither torch nor onnxruntime (nor the rest of bisect-onnx) until a test
+actually checks parity.
+
+Options (one group, ``--bisect-onnx-`` prefix):
+
+- ``--bisect-onnx-artifacts DIR``: each failing check writes its report there;
+- ``--bisect-onnx-rtol`` / ``--bisect-onnx-atol``: default tolerances of the fixture.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_FAILURES = pytest.StashKey[list]()
+_SECTION = "bisect-onnx"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Register the plugin's options."""
+    group = parser.getgroup("bisect-onnx", "ONNX parity checks (bisect-onnx)")
+    group.addoption("--bisect-onnx-artifacts", metavar="DIR", default=None,
+                    help="write the report of every failing parity check into DIR")
+    group.addoption("--bisect-onnx-rtol", type=float, default=None, metavar="RTOL",
+                    help="relative tolerance of onnx_parity checks (default 1e-3)")
+    group.addoption("--bisect-onnx-atol", type=float, default=None, metavar="ATOL",
+                    help="absolute tolerance of onnx_parity checks (default 1e-5)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Start the run's list of failed parity checks."""
+    config.stash[_FAILURES] = []
+
+
+@pytest.fixture
+def onnx_parity(request: pytest.FixtureRequest):
+    """``onnx_parity(model, inputs, onnx_model=None, **options)``: assert ONNX parity.
+
+    The options are those of :func:`bisect_onnx.assert_parity`; the command-line
+    tolerances and artifact folder are the defaults.
+    """
+    config = request.config
+
+    def check(model: Any, inputs: Any, onnx_model: Any = None, **options: Any) -> None:
+        from bisect_onnx.errors import ParityError
+        from bisect_onnx.parity import assert_parity
+
+        for option in ("rtol", "atol"):
+            value = config.getoption(f"bisect_onnx_{option}")
+            if value is not None:
+                options.setdefault(option, value)
+        artifacts = config.getoption("bisect_onnx_artifacts")
+        if artifacts is not None:
+            options.setdefault("artifacts_dir", Path(artifacts))
+        options.setdefault("name", _safe_name(request.node.nodeid))
+        try:
+            assert_parity(model, inputs, onnx_model, **options)
+        except ParityError as error:
+            config.stash[_FAILURES].append((request.node.nodeid, error.report.summary()))
+            raise
+
+    return check
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Attach the verdict of a failed parity check to the test's report."""
+    outcome = yield
+    report = outcome.get_result()
+    error = call.excinfo.value if call.excinfo is not None else None
+    summary = getattr(getattr(error, "report", None), "summary", None)
+    if callable(summary):
+        report.sections.append((_SECTION, summary()))
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int,
+                            config: pytest.Config) -> None:
+    """One line per failed parity check, after the run."""
+    failures = config.stash.get(_FAILURES, [])
+    if not failures:
+        return
+    terminalreporter.section("bisect-onnx: where ONNX parity broke")
+    for nodeid, summary in failures:
+        terminalreporter.line(f"{nodeid}: {summary}")
+
+
+def _safe_name(nodeid: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", nodeid).strip("_")

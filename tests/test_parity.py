@@ -1,0 +1,107 @@
+"""assert_parity, unittest, and the pytest plugin (run with pytester)."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import unittest
+
+import pytest
+
+import bisect_onnx
+from bisect_onnx.events import BISECTION_STARTED, SESSION_CREATED
+from fixtures.registry import repo_path
+
+pytest_plugins = ["pytester"]
+
+
+def kinds(events):
+    return [event.kind for event in events]
+
+
+def test_passing_check_builds_one_plain_session_and_no_bisection(fixture_case):
+    model, inputs, exported = fixture_case("resnet_like")
+    seen = []
+    with bisect_onnx.events.listening(seen.append):
+        bisect_onnx.assert_parity(model, inputs, exported)
+    assert kinds(seen).count(SESSION_CREATED) == 1
+    assert BISECTION_STARTED not in kinds(seen)
+
+
+def test_failing_check_bisects_and_names_the_culprit(fixture_case, tmp_path):
+    model, inputs, exported = fixture_case("avgpool_divisor")
+    seen = []
+    with bisect_onnx.events.listening(seen.append), \
+            pytest.raises(bisect_onnx.ParityError) as raised:
+        bisect_onnx.assert_parity(model, inputs, exported, artifacts_dir=tmp_path,
+                                  name="pool model")
+    assert isinstance(raised.value, AssertionError)
+    assert BISECTION_STARTED in kinds(seen)
+    message = str(raised.value)
+    assert "DIVERGED" in message and "torch module pool" in message and ">>" in message
+    assert raised.value.report.first_divergence.onnx_node == "node_avg_pool2d"
+    written = json.loads((tmp_path / "pool_model.json").read_text())
+    assert written["first_divergence"]["torch_module"] == "pool"
+
+
+def test_unittest_failure_message_holds_the_verdict(fixture_case):
+    model, inputs, exported = fixture_case("avgpool_divisor")
+
+    class ParityTest(unittest.TestCase):
+        def test_export(self):
+            bisect_onnx.assert_parity(model, inputs, exported)
+
+    stream = io.StringIO()
+    result = unittest.TextTestRunner(stream=stream).run(
+        unittest.defaultTestLoader.loadTestsFromTestCase(ParityTest))
+    assert len(result.failures) == 1 and not result.errors  # a failure, not an error
+    assert "DIVERGED: first divergence at ONNX node 'node_avg_pool2d'" in result.failures[0][1]
+
+
+def test_plugin_loads_without_torch_or_onnxruntime():
+    code = ("import sys, bisect_onnx.pytest_plugin; "
+            "print(sorted(m for m in ('torch', 'onnxruntime') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.strip() == "[]"
+
+
+PARITY_TESTS = """
+from fixtures.registry import FIXTURES, build_model, load_inputs, repo_path
+
+def check(onnx_parity, name):
+    fixture = FIXTURES[name]
+    onnx_parity(build_model(fixture), load_inputs(fixture), repo_path(fixture.onnx_file))
+
+def test_mlp_export(onnx_parity):
+    check(onnx_parity, "tiny_mlp")
+
+def test_pool_export(onnx_parity):
+    check(onnx_parity, "avgpool_divisor")
+"""
+
+
+def test_plugin_reports_where_parity_broke(pytester, tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(repo_path(".")))  # the fixtures package
+    pytester.makepyfile(test_exports=PARITY_TESTS)
+    artifacts = tmp_path / "artifacts"
+    result = pytester.runpytest_subprocess("--bisect-onnx-artifacts", str(artifacts), "-p",
+                                           "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    output = result.stdout.str()
+    assert "bisect-onnx" in output
+    assert "node_avg_pool2d" in output and "torch module pool" in output
+    assert "where ONNX parity broke" in output
+    assert "test_exports.py::test_pool_export" in output
+    written = sorted(path.name for path in artifacts.iterdir())
+    assert written == ["test_exports.py_test_pool_export.json"]
+
+
+def test_plugin_options_are_in_one_group(pytester):
+    result = pytester.runpytest_subprocess("--help")
+    help_text = result.stdout.str()
+    assert "ONNX parity checks (bisect-onnx)" in help_text
+    for option in ("--bisect-onnx-artifacts", "--bisect-onnx-rtol", "--bisect-onnx-atol"):
+        assert option in help_text
