@@ -23,7 +23,7 @@ from bisect_onnx.align import Pair, align_modules
 from bisect_onnx.compare import DEFAULT_ATOL, DEFAULT_RTOL, check_tolerances, compare_arrays
 from bisect_onnx.engine import decide
 from bisect_onnx.errors import InputError, UsageError
-from bisect_onnx.events import BISECTION_STARTED, emit
+from bisect_onnx.events import BISECTION_STARTED, CAPTURE_STARTED, emit
 from bisect_onnx.exporting import EXPORTERS, call_index_from_program, export_model
 from bisect_onnx.loading import (
     arrange_inputs,
@@ -34,6 +34,7 @@ from bisect_onnx.loading import (
 from bisect_onnx.onnx_side import OnnxRuntimeSide
 from bisect_onnx.records import Coverage, Record, Report, make_record
 from bisect_onnx.reference import EXPORTED_PROGRAM, SCRIPT_MODULE, Reference, reference_for
+from bisect_onnx.report.context import culprit_context
 from bisect_onnx.scopes import count_attributed, detect_exporter
 from bisect_onnx.sides import Capture, CapturedValue
 from bisect_onnx.synthetic_inputs import synthesize_inputs, vocabulary_limits
@@ -84,6 +85,7 @@ def bisect(
     export: ExportOptions | None = None,
     random_inputs: RandomInputs | None = None,
     trust_pickle: bool = False,
+    repro_dir: str | Path | None = None,
     model_label: str | None = None,
 ) -> Report:
     """Compare a PyTorch model with its ONNX export in ONNX Runtime, layer by layer.
@@ -105,6 +107,8 @@ def bisect(
         random_inputs: Seed, free dimensions and sample count for drawn inputs.
         trust_pickle: Allow ``model`` to be a path to a whole pickled module, which
             runs any code the file names when loaded.
+        repro_dir: On divergence, write there a standalone repro of the first
+            divergence (``<dir>/sample-<k>`` for each diverging random sample).
         model_label: How the model is named in the report.
 
     Returns:
@@ -134,19 +138,29 @@ def bisect(
         else:
             samples = _random_samples(candidate, random_inputs)
         reports = []
-        for arrays, description in samples:
+        for number, (arrays, description) in enumerate(samples, start=1):
             check_against_onnx(arrays, candidate.inputs)
             reuse = first_capture is not None and given is not None
+            if not reuse:
+                emit(CAPTURE_STARTED, "pytorch")
             torch_capture = (first_capture if reuse
                              else reference.side.run(arrays, keywords=keywords))
             logger.info("running ONNX Runtime with every value promoted")
+            emit(CAPTURE_STARTED, "onnxruntime")
             onnx_capture = candidate.run(arrays)
-            report = _compare(torch_capture, onnx_capture, candidate, call_index, rtol=rtol,
-                              atol=atol, warnings=list(reference.warnings))
+            report, pairs = _compare(torch_capture, onnx_capture, candidate, call_index,
+                                     rtol=rtol, atol=atol, warnings=list(reference.warnings))
             report.reference = {**reference.side.describe(), "inputs": description}
             report.candidate = {**candidate.describe(), "model": source}
             report.environment = _environment(candidate, exporter)
+            report.culprit = culprit_context(report.first_divergence, candidate,
+                                             torch_capture, onnx_capture, report.comparisons)
             _check_opset(report, export, candidate)
+            if repro_dir is not None and report.first_divergence is not None:
+                folder = Path(repro_dir) if given is not None else (
+                    Path(repro_dir) / f"sample-{number}")
+                report.repro = _write_repro(folder, report, candidate, pairs, torch_capture,
+                                            onnx_capture, arrays)
             reports.append(report)
         return _worst(reports)
 
@@ -218,6 +232,7 @@ def _export_candidate(reference: Reference, given: Any, export: ExportOptions, f
     # failure in pages of advice.
     keywords = _keywords(reference, given)
     logger.info("running the PyTorch reference")
+    emit(CAPTURE_STARTED, "pytorch")
     capture = reference.side.run(arrays, keywords=keywords)
     if not capture.outputs:
         raise InputError("the model's forward returned no tensor, so there is nothing to "
@@ -287,7 +302,7 @@ def _compare(
     rtol: float,
     atol: float,
     warnings: list[str],
-) -> Report:
+) -> tuple[Report, list[Pair]]:
     alignment = align_modules(torch_capture, candidate.nodes, onnx_capture.values,
                               call_index=call_index)
     pairs = sorted(alignment.pairs, key=lambda pair: (
@@ -309,7 +324,7 @@ def _compare(
     elif not pairs and alignment.module_calls:
         warnings.append("no intermediate value could be aligned: only the final outputs "
                         "were compared, which says nothing about where a divergence starts")
-    return Report(
+    report = Report(
         verdict=decision.verdict,
         rtol=rtol,
         atol=atol,
@@ -332,6 +347,33 @@ def _compare(
         warnings=warnings,
         note=decision.note,
     )
+    return report, pairs
+
+
+def _write_repro(folder: Path, report: Report, candidate: OnnxRuntimeSide,
+                 pairs: Sequence[Pair], torch_capture: Capture, onnx_capture: Capture,
+                 arrays: Sequence[np.ndarray]) -> dict[str, Any]:
+    """Write the first divergence's minimal repro; describe it for the report."""
+    from bisect_onnx.report.repro import write_repro
+
+    reference_values = {pair.candidate.name: pair.reference.array for pair in pairs}
+    reference_values.update({cand.name: ref.array for ref, cand in
+                             zip(torch_capture.outputs, onnx_capture.outputs, strict=False)})
+    repro = write_repro(
+        folder,
+        model=candidate.model,
+        model_dir=candidate.path.resolve().parent,
+        failing_value=report.first_divergence.onnx_value,
+        reference_values=reference_values,
+        candidate_values={name: value.array for name, value in onnx_capture.values.items()},
+        graph_inputs={spec.name: array for spec, array in zip(candidate.inputs, arrays,
+                                                               strict=True)},
+        rtol=report.rtol,
+        atol=report.atol,
+        environment=report.environment,
+    )
+    return {"folder": str(repro.folder), "nodes": repro.nodes, "inputs": repro.inputs,
+            "reproduces": repro.reproduces}
 
 
 def _compare_outputs(

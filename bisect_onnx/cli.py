@@ -8,15 +8,22 @@ as one line; anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
 import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
 
 from bisect_onnx import __version__
 from bisect_onnx.compare import DEFAULT_ATOL, DEFAULT_RTOL
 from bisect_onnx.errors import BisectOnnxError, UsageError
+
+if TYPE_CHECKING:
+    from bisect_onnx.api import RandomInputs
+    from bisect_onnx.records import Report
 
 __all__ = ["main", "build_parser"]
 
@@ -82,8 +89,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--show", choices=SHOW_CHOICES, default="window",
                         help="table rows: a window around the first divergence on long "
                         "models (default), or all")
+    parser.add_argument("--html", type=Path, metavar="PATH",
+                        help="write a self-contained HTML report")
+    parser.add_argument("--model-explorer", type=Path, metavar="PATH",
+                        help="write per-node errors as node data for Google's Model Explorer")
+    parser.add_argument("--repro-dir", type=Path, metavar="DIR",
+                        help="on divergence, write a minimal standalone repro of the first "
+                        "divergence (ONNX segment, inputs, expected outputs, repro.py)")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="print only the verdict line (and warnings and errors)")
     parser.add_argument("-v", "--verbose", action="count", default=0,
-                        help="log progress to stderr (-vv for debug detail)")
+                        help="log bisect-onnx's steps to stderr (-vv for debug detail)")
     parser.add_argument("--version", action="version", version=f"bisect-onnx {__version__}")
     return parser
 
@@ -115,14 +131,14 @@ def _log_to_stderr(verbosity: int) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     import bisect_onnx
-    from bisect_onnx.api import ExportOptions, RandomInputs
+    from bisect_onnx.api import RandomInputs
     from bisect_onnx.compare import check_tolerances
     from bisect_onnx.loading import check_writable, load_input_files, load_model
-    from bisect_onnx.report.json import write_json
     from bisect_onnx.synthetic_inputs import parse_dim_options
 
     check_tolerances(args.rtol, args.atol)  # before the slow steps
-    for option, path in (("--json", args.json), ("--save-onnx", args.save_onnx)):
+    for option, path in (("--json", args.json), ("--save-onnx", args.save_onnx),
+                         ("--html", args.html), ("--model-explorer", args.model_explorer)):
         if path is not None:
             check_writable(path, option)
     exporting = {"--exporter": args.exporter, "--opset": args.opset,
@@ -135,7 +151,19 @@ def _run(args: argparse.Namespace) -> int:
                                  samples=args.samples)
     inputs = load_input_files(args.input) if args.input else None
     model = load_model(args.model, trust_pickle=args.trust_pickle)
-    report = bisect_onnx.bisect(
+    progress = (bisect_onnx.events.listening(_show_progress)
+                if sys.stderr.isatty() and not args.quiet else contextlib.nullcontext())
+    with progress:
+        report = _bisect(args, model, inputs, random_inputs)
+    return _print(args, report)
+
+
+def _bisect(args: argparse.Namespace, model: object, inputs: object,
+            random_inputs: RandomInputs) -> Report:
+    import bisect_onnx
+    from bisect_onnx.api import ExportOptions
+
+    return bisect_onnx.bisect(
         model,
         inputs,
         onnx_model=args.onnx,
@@ -145,16 +173,61 @@ def _run(args: argparse.Namespace) -> int:
             exporter=args.exporter, opset=args.opset, dynamic_batch=args.dynamic,
             save_to=args.save_onnx),
         random_inputs=random_inputs,
+        repro_dir=args.repro_dir,
         model_label=args.model,
     )
+
+
+def _print(args: argparse.Namespace, report: Report) -> int:
+    from bisect_onnx.report.json import write_json
+
     for warning in report.warnings:
         print(f"WARNING: {warning}", file=sys.stderr)
-    print(report.table(show=args.show))
-    print()
-    print(report.summary())
+    colour = _colour_wanted(sys.stdout)
+    if not args.quiet:
+        print(_paint_table(report.table(show=args.show), colour))
+        print()
+    print(_paint(report.summary(), _RED if report.diverged else _GREEN, colour))
     if args.json is not None:
         write_json(report, args.json)
+    if args.html is not None:
+        from bisect_onnx.report.html import write_html
+
+        write_html(report, args.html)
+    if args.model_explorer is not None:
+        from bisect_onnx.report.overlay import write_model_explorer
+
+        write_model_explorer(report, args.model_explorer)
     return EXIT_DIVERGED if report.diverged else EXIT_PARITY
+
+
+_RED, _GREEN = "31", "32"
+_PROGRESS = {
+    "export_started": "exporting the model ({detail} exporter)",
+    "capture_started": "running {detail} and recording every value",
+    "session_created": "ONNX Runtime session ready",
+}
+
+
+def _colour_wanted(stream: TextIO) -> bool:
+    """Colour only on a terminal, and never when NO_COLOR is set (no-color.org)."""
+    return stream.isatty() and "NO_COLOR" not in os.environ
+
+
+def _paint(text: str, code: str, colour: bool) -> str:
+    return f"\x1b[{code}m{text}\x1b[0m" if colour else text
+
+
+def _paint_table(table: str, colour: bool) -> str:
+    return "\n".join(_paint(line, _RED, colour) if line.startswith(">>") else line
+                     for line in table.splitlines())
+
+
+def _show_progress(event: object) -> None:
+    """Print the library's long steps on stderr (a terminal only, and not with -q)."""
+    template = _PROGRESS.get(getattr(event, "kind", ""))
+    if template:
+        print(f"bisect-onnx: {template.format(detail=event.detail)}…", file=sys.stderr)
 
 
 def _fail(message: str, status: int) -> int:

@@ -126,6 +126,7 @@ class OnnxRuntimeSide:
             "kind": "onnxruntime",
             "model": str(self.path),
             "producer": f"{self.model.producer_name} {self.model.producer_version}".strip(),
+            "graph": self.model.graph.name,
             "nodes": len(self.nodes),
             "provider": self.provider,
             "opt_level": self.opt_level,

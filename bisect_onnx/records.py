@@ -116,6 +116,11 @@ class Report:
     warnings: list[str] = field(default_factory=list)
     note: str | None = None
     """Extra context for the verdict (where the culprit must lie when no checkpoint fails)."""
+    repro: dict[str, Any] | None = None
+    """Where the minimal repro of the first divergence was written, if asked for."""
+    culprit: dict[str, Any] | None = None
+    """The first divergence's ONNX node in its graph: op, attributes, and each input and
+    output with shape, dtype and where its value came from (see README's JSON schema)."""
 
     @property
     def diverged(self) -> bool:
@@ -140,6 +145,8 @@ class Report:
             "coverage": asdict(self.coverage),
             "unaligned": [asdict(item) for item in self.unaligned],
             "note": self.note,
+            "culprit": self.culprit,
+            "repro": self.repro,
         }
 
     def summary(self) -> str:
