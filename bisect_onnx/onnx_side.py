@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 CPU_PROVIDER = "CPUExecutionProvider"
 # ONNX Runtime's own default level; the candidate runs as production would.
 DEFAULT_OPT_LEVEL = "all"
-_OPT_LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
+OPT_LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
                "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
 
 
@@ -157,7 +157,7 @@ class OnnxRuntimeSide:
 
         options = ort.SessionOptions()
         options.graph_optimization_level = getattr(
-            ort.GraphOptimizationLevel, _OPT_LEVELS[self.opt_level]
+            ort.GraphOptimizationLevel, OPT_LEVELS[self.opt_level]
         )
         # ORT logs to stderr on its own (colour codes and all); its errors reach us as
         # exceptions, which become one-line messages, so only fatal logs get through.

@@ -53,7 +53,8 @@ def assert_parity(
         rtol: Relative tolerance (``|onnx - torch| > atol + rtol * |torch|`` fails).
         atol: Absolute tolerance.
         export: How to export when ``onnx_model`` is not given.
-        artifacts_dir: Where a failing check writes its report (``<name>.json``).
+        artifacts_dir: Where a failing check writes its report (``<name>.json`` and
+            ``<name>.html``) and the repro of its first divergence (``<name>.repro/``).
         name: The check's name in messages and artifact file names.
 
     Raises:
@@ -80,12 +81,17 @@ def assert_parity(
         emit(PARITY_CHECKED, f"{label}: {'parity' if agree else 'diverged'}")
         if agree:
             return
+    stem = _file_name(label)
+    folder = Path(artifacts_dir) if artifacts_dir is not None else None
     report = bisect(model, inputs, onnx_model=onnx_model, rtol=rtol, atol=atol, export=export,
-                    model_label=name)
-    if artifacts_dir is not None:
-        folder = Path(artifacts_dir)
+                    model_label=name,
+                    repro_dir=folder / f"{stem}.repro" if folder is not None else None)
+    if folder is not None:
+        from bisect_onnx.report.html import write_html
+
         folder.mkdir(parents=True, exist_ok=True)
-        write_json(report, folder / f"{_file_name(label)}.json")
+        write_json(report, folder / f"{stem}.json")
+        write_html(report, folder / f"{stem}.html")
     raise ParityError(f"ONNX parity of {label} broke.\n{report.summary()}\n\n{report.table()}",
                       report)
 

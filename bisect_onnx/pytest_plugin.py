@@ -7,7 +7,8 @@ actually checks parity.
 
 Options (one group, ``--bisect-onnx-`` prefix):
 
-- ``--bisect-onnx-artifacts DIR``: each failing check writes its report there;
+- ``--bisect-onnx-artifacts DIR``: each failing check writes its report (JSON, HTML)
+  and the repro of its first divergence there;
 - ``--bisect-onnx-rtol`` / ``--bisect-onnx-atol``: default tolerances of the fixture.
 """
 
@@ -27,7 +28,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     """Register the plugin's options."""
     group = parser.getgroup("bisect-onnx", "ONNX parity checks (bisect-onnx)")
     group.addoption("--bisect-onnx-artifacts", metavar="DIR", default=None,
-                    help="write the report of every failing parity check into DIR")
+                    help="write the report (JSON, HTML) and repro of every failing parity "
+                    "check into DIR")
     group.addoption("--bisect-onnx-rtol", type=float, default=None, metavar="RTOL",
                     help="relative tolerance of onnx_parity checks (default 1e-3)")
     group.addoption("--bisect-onnx-atol", type=float, default=None, metavar="ATOL",

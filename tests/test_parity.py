@@ -44,6 +44,8 @@ def test_failing_check_bisects_and_names_the_culprit(fixture_case, tmp_path):
     assert raised.value.report.first_divergence.onnx_node == "node_avg_pool2d"
     written = json.loads((tmp_path / "pool_model.json").read_text())
     assert written["first_divergence"]["torch_module"] == "pool"
+    assert "node_avg_pool2d" in (tmp_path / "pool_model.html").read_text()
+    assert (tmp_path / "pool_model.repro" / "repro.py").is_file()
 
 
 def test_unittest_failure_message_holds_the_verdict(fixture_case):
@@ -96,7 +98,9 @@ def test_plugin_reports_where_parity_broke(pytester, tmp_path, monkeypatch):
     assert "where ONNX parity broke" in output
     assert "test_exports.py::test_pool_export" in output
     written = sorted(path.name for path in artifacts.iterdir())
-    assert written == ["test_exports.py_test_pool_export.json"]
+    assert written == ["test_exports.py_test_pool_export.html",
+                       "test_exports.py_test_pool_export.json",
+                       "test_exports.py_test_pool_export.repro"]
 
 
 def test_plugin_options_are_in_one_group(pytester):

@@ -17,7 +17,7 @@ from typing import Any
 from bisect_onnx.errors import InputError
 from bisect_onnx.provenance import SourceLocation
 from bisect_onnx.records import Record, Report
-from bisect_onnx.report.text import _number, _rounded_up, _shape, _source
+from bisect_onnx.report.text import format_number, format_rounded_up, format_shape, format_source
 
 __all__ = ["render_html", "write_html"]
 
@@ -40,6 +40,7 @@ _VALUE_SOURCES = {
     "graph_input": "an input of the model",
     "candidate": "computed by ONNX Runtime only",
 }
+_RULE = "|onnx − torch| > atol + rtol · |torch|"
 _UNDETERMINED = "not determined yet (culprit attribution comes in a later version)"
 
 
@@ -54,7 +55,9 @@ def render_html(report: Report) -> str:
         _outputs_section(report),
         _not_compared_section(report),
     ])
-    title = "bisect-onnx: " + report.summary().split(":", 1)[0]
+    title = "bisect-onnx: " + report.summary().partition(":")[0]
+    if report.first_divergence is not None:
+        title += " at " + _module(report.first_divergence)
     return _page(title, _element("main", body))
 
 
@@ -107,7 +110,7 @@ def _mapping(data: Mapping[str, Any]) -> str:
 
 
 def _table(headers: Sequence[str], rows: Iterable[Sequence[str]], **attributes: object) -> str:
-    """A plain table of escaped-ahead HTML cells."""
+    """A plain table; ``rows`` hold cells that are HTML already."""
     head = _element("thead", _element("tr", "".join(_element("th", _text(h)) for h in headers)))
     body = "".join(_element("tr", "".join(_element("td", cell) for cell in row)) for row in rows)
     return _element("table", head + _element("tbody", body), **attributes)
@@ -160,22 +163,21 @@ def _figures_section(report: Report) -> str:
 
 def _tolerances(report: Report) -> str:
     """rtol, atol and the rule they define."""
-    return _definitions([
-        ("rtol", _text(f"{report.rtol:g}")),
-        ("atol", _text(f"{report.atol:g}")),
-        ("an element fails when", _text("|onnx − torch| > atol + rtol · |torch|")),
-    ])
+    figures = _definitions([("rtol", _text(f"{report.rtol:g}")),
+                            ("atol", _text(f"{report.atol:g}"))])
+    rule = _element("p", _text(f"an element fails when {_RULE}"), class_="muted small")
+    return figures + rule
 
 
 def _coverage(report: Report) -> str:
     """How much of each side was compared."""
     coverage = report.coverage
     return _definitions([
-        ("ONNX values compared", _of(coverage.aligned_values, coverage.onnx_values)),
-        ("module calls compared", _of(coverage.aligned_modules, coverage.torch_modules)),
-        ("ONNX nodes attributed", _of(coverage.attributed_nodes, coverage.onnx_nodes)),
+        ("values compared", _of(coverage.aligned_values, coverage.onnx_values)),
+        ("module calls", _of(coverage.aligned_modules, coverage.torch_modules)),
+        ("nodes attributed", _of(coverage.attributed_nodes, coverage.onnx_nodes)),
         ("hidden divergences", _text(len(report.hidden_divergences))),
-        ("module outputs not compared", _text(len(report.unaligned))),
+        ("not compared", _text(len(report.unaligned))),
     ])
 
 
@@ -203,7 +205,8 @@ class _Scale:
     def for_errors(cls, errors: Sequence[float | None], atol: float) -> _Scale:
         """A scale spanning every positive error, a floor below them, and ``atol``."""
         positive = [error for error in errors if _drawable(error) and error > 0]
-        floor = min(positive) / 10 if positive else _DEFAULT_FLOOR
+        # A whole decade below the smallest error, so zeros sit apart from it on a tick.
+        floor = 10.0 ** math.floor(math.log10(min(positive) / 10)) if positive else _DEFAULT_FLOOR
         bottom = min([floor, atol] if atol > 0 else [floor])
         top = max([*positive, atol, floor * 10])
         low = math.floor(math.log10(bottom))
@@ -218,9 +221,11 @@ class _Scale:
     def y(self, error: float | None) -> float:
         """Vertical position of an error; zeros at the floor, no figure at the top."""
         if not _drawable(error):
-            exponent = float(self.high)
-        else:
-            exponent = math.log10(max(error, self.floor))
+            return self.y_of_exponent(self.high)
+        return self.y_of_exponent(math.log10(max(error, self.floor)))
+
+    def y_of_exponent(self, exponent: float) -> float:
+        """Vertical position of ``10 ** exponent``."""
         height = _HEIGHT - _TOP - _BOTTOM
         return _TOP + (self.high - exponent) * height / (self.high - self.low)
 
@@ -236,14 +241,15 @@ def _chart_section(report: Report) -> str:
         content = _element("p", "No intermediate value could be aligned, so there is no chart.",
                            class_="muted")
     else:
-        content = _chart(report) + _chart_legend(report)
+        scale = _Scale.for_errors([record.max_abs_error for record in report.comparisons],
+                                  report.atol)
+        content = _chart(report, scale) + _chart_legend(report, scale)
     return _section("error along the graph", content, id_="chart")
 
 
-def _chart(report: Report) -> str:
+def _chart(report: Report, scale: _Scale) -> str:
     """The inline SVG: grid, atol line, error trace, points and the first divergence."""
     records = report.comparisons
-    scale = _Scale.for_errors([record.max_abs_error for record in records], report.atol)
     layers = [
         _y_axis(scale),
         _x_axis(scale),
@@ -261,7 +267,7 @@ def _y_axis(scale: _Scale) -> str:
     step = math.ceil((scale.high - scale.low) / _MAX_DECADE_LABELS)
     parts = []
     for exponent in range(scale.low, scale.high + 1, step):
-        y = _fmt(scale.y(10.0**exponent))
+        y = _fmt(scale.y_of_exponent(exponent))
         parts.append(_element("line", x1=_LEFT, x2=_WIDTH - _RIGHT, y1=y, y2=y, class_="grid"))
         parts.append(_element("text", _power_of_ten(exponent), x=_LEFT - 8, y=y,
                               class_="tick", text_anchor="end", dominant_baseline="middle"))
@@ -291,17 +297,19 @@ def _x_axis(scale: _Scale) -> str:
 
 def _index_step(count: int) -> int:
     """A round step (1, 2, 5, 10, 20, ...) that labels at most a dozen indices."""
-    step = 1
-    while count / step > _MAX_INDEX_LABELS:
-        step = step * 5 // 2 if str(step).startswith("2") else step * 2
-    return step
+    magnitude = 1
+    while True:
+        for multiple in (1, 2, 5):
+            if count <= _MAX_INDEX_LABELS * multiple * magnitude:
+                return multiple * magnitude
+        magnitude *= 10
 
 
 def _tolerance_band(scale: _Scale, atol: float) -> str:
     """A shaded band below atol and the atol line, labelled."""
     if atol <= 0:
         return ""
-    y = scale.y(atol)
+    y = scale.y_of_exponent(math.log10(atol))
     band = _element("rect", x=_LEFT, y=_fmt(y), width=_WIDTH - _LEFT - _RIGHT,
                     height=_fmt(_HEIGHT - _BOTTOM - y), class_="band")
     line = _element("line", x1=_LEFT, x2=_WIDTH - _RIGHT, y1=_fmt(y), y2=_fmt(y), class_="atol")
@@ -319,16 +327,24 @@ def _trace(scale: _Scale, records: Sequence[Record]) -> str:
 
 def _point(scale: _Scale, record: Record) -> str:
     """One comparison's dot, coloured by status, with a hover title and a link to its row."""
+    classes = ["point", "fail" if record.failed else "pass"]
+    if not _drawable(record.max_abs_error):
+        classes.append("no-figure")
     dot = _element("circle", _element("title", _text(_point_title(record))),
                    cx=_fmt(scale.x(record.index)), cy=_fmt(scale.y(record.max_abs_error)),
-                   r=4, class_="point " + ("fail" if record.failed else "pass"))
+                   r=4, class_=" ".join(classes))
     return _element("a", dot, href=f"#row-{record.index}")
 
 
 def _point_title(record: Record) -> str:
     """The hover text of a point: which value, and its error."""
     error = record.max_abs_error
-    figure = _number(error) if error != 0 else "0 (drawn at the chart's floor)"
+    if error == 0:
+        figure = "0 (drawn at the chart's floor)"
+    elif not _drawable(error):
+        figure = f"{format_number(error)} (no finite figure; drawn at the top)"
+    else:
+        figure = format_number(error)
     return (f"#{record.index} {_module(record)}\n"
             f"ONNX node {record.onnx_node or record.onnx_value} ({record.onnx_op or '?'})\n"
             f"max abs {figure}, {record.status}")
@@ -351,14 +367,20 @@ def _first_divergence_mark(scale: _Scale, report: Report) -> str:
     return _element("g", guide + ring + label, id="chart-first-divergence")
 
 
-def _chart_legend(report: Report) -> str:
+def _chart_legend(report: Report, scale: _Scale) -> str:
     """How to read the chart, including the cases the dots cannot show."""
     notes = [
         _element("span", "●", class_="swatch pass") + " pass",
         _element("span", "●", class_="swatch fail") + " fail",
-        _text("an element fails when |onnx − torch| > atol + rtol · |torch|, so a dot above the "
-              "atol line can still pass; exact zeros sit at the bottom; click a dot for its row"),
+        _text(f"an element fails when {_RULE}, so a dot above the atol line can still pass"),
     ]
+    errors = [record.max_abs_error for record in report.comparisons]
+    if 0 in errors:
+        notes.append(_text(f"exact zeros are drawn at {scale.floor:g}"))
+    if not all(_drawable(error) for error in errors):
+        notes.append(_text("hollow dots at the top have no finite error (shape or dtype "
+                           "mismatch, NaN or Inf)"))
+    notes.append(_text("hover a dot for its figures, click it for its row"))
     first = report.first_divergence
     if first is not None and not any(record is first for record in report.comparisons):
         notes.append(_text("the first divergence is a final output, not an aligned "
@@ -382,6 +404,8 @@ class _Column:
     cell: Callable[[Record], str]
     sort_key: Callable[[Record], str]
     numeric: bool = False
+    status: bool = False
+    """Whether the cell is coloured by the record's status."""
 
 
 def _module(record: Record) -> str:
@@ -391,9 +415,9 @@ def _module(record: Record) -> str:
 
 def _shape_text(record: Record) -> str:
     """The shape, with the ONNX shape beside it when they differ."""
-    shape = _shape(record.shape)
+    shape = format_shape(record.shape)
     if record.candidate_shape != record.shape:
-        shape += f" vs {_shape(record.candidate_shape)}"
+        shape += f" vs {format_shape(record.candidate_shape)}"
     return shape
 
 
@@ -404,7 +428,7 @@ def _fraction(value: float | None) -> str:
 
 def _passing_atol(value: float | None) -> str:
     """The smallest atol that would pass, rounded up as the text report advises it."""
-    return "-" if value is None else _rounded_up(value)
+    return "-" if value is None else format_rounded_up(value)
 
 
 def _sort_number(value: float | None) -> str:
@@ -421,15 +445,15 @@ _COLUMNS = (
             lambda r: r.onnx_node or r.onnx_value),
     _Column("op", lambda r: r.onnx_op or "", lambda r: r.onnx_op or ""),
     _Column("shape", _shape_text, _shape_text),
-    _Column("max abs", lambda r: _number(r.max_abs_error),
+    _Column("max abs", lambda r: format_number(r.max_abs_error),
             lambda r: _sort_number(r.max_abs_error), numeric=True),
-    _Column("max rel", lambda r: _number(r.max_rel_error),
+    _Column("max rel", lambda r: format_number(r.max_rel_error),
             lambda r: _sort_number(r.max_rel_error), numeric=True),
     _Column("mismatch", lambda r: _fraction(r.mismatch_fraction),
             lambda r: _sort_number(r.mismatch_fraction), numeric=True),
     _Column("min passing atol", lambda r: _passing_atol(r.min_passing_atol),
             lambda r: _sort_number(r.min_passing_atol), numeric=True),
-    _Column("status", lambda r: r.status, lambda r: r.status),
+    _Column("status", lambda r: r.status, lambda r: r.status, status=True),
 )
 
 
@@ -448,7 +472,7 @@ def _record_row(record: Record, *, marked: bool, row_id: str) -> str:
     """One record's row."""
     cells = "".join(
         _element("td", _text(column.cell(record)), data_sort=column.sort_key(record),
-                 class_=f"status-{record.status}" if column.title == "status" else None)
+                 class_=f"status-{record.status}" if column.status else None)
         for column in _COLUMNS
     )
     classes = ["fail" if record.failed else "pass"] + (["first-divergence"] if marked else [])
@@ -461,16 +485,20 @@ def _comparisons_section(report: Report) -> str:
     if not report.comparisons:
         content = _element("p", "No intermediate value could be aligned.", class_="muted")
         return _section("comparisons", content, id_="comparisons-section")
-    count = len(report.comparisons)
-    controls = _element("div", _element(
-        "input", type="search", id="filter", placeholder="filter rows: module, node, op, status…",
-        aria_label="filter the comparison rows") + _element(
-        "span", _text(f"{count} of {count} rows"), id="filter-count", class_="muted"),
-        class_="controls")
     table = _records_table(report.comparisons, report.first_divergence, table_id="comparisons",
                            row_prefix="row-")
-    return _section("comparisons (topological order)", controls + table,
-                    id_="comparisons-section")
+    return _section("comparisons (topological order)",
+                    _filter_controls(len(report.comparisons)) + table, id_="comparisons-section")
+
+
+def _filter_controls(count: int) -> str:
+    """The filter box over the comparison table and its count of rows shown."""
+    box = _element("input", type="search", id="filter",
+                   placeholder="filter rows: module, node, op, status…",
+                   aria_label="filter the comparison rows")
+    shown = _element("span", _text(f"{count} of {count} rows"), id="filter-count",
+                     class_="muted")
+    return _element("div", box + shown, class_="controls")
 
 
 def _outputs_section(report: Report) -> str:
@@ -487,10 +515,11 @@ def _not_compared_section(report: Report) -> str:
     by_reason: dict[str, list[str]] = {}
     for item in report.unaligned:
         by_reason.setdefault(item.reason, []).append(item.name)
-    content = _definitions(
-        (f"{reason} ({len(names)})", ", ".join(_element("code", _text(name)) for name in names))
+    content = _element("ul", "".join(
+        _element("li", _element("p", _text(f"{reason} ({len(names)}):"))
+                 + _element("p", ", ".join(_element("code", _text(name)) for name in names)))
         for reason, names in by_reason.items()
-    )
+    ), class_="reasons")
     return _section(f"not compared ({len(report.unaligned)} module outputs)", content,
                     id_="not-compared")
 
@@ -527,7 +556,7 @@ def _no_culprit_reason(report: Report) -> str:
 def _culprit_facts(culprit: Mapping[str, Any], first: Record | None) -> list[tuple[str, str]]:
     """Node, op, torch side and source of the culprit, as label and HTML pairs."""
     source = culprit.get("source")
-    location = _source(SourceLocation(source["file"], source["line"])) if source else "-"
+    location = format_source(SourceLocation(source["file"], source["line"])) if source else "-"
     op = f"{culprit.get('op_type')} ({culprit.get('domain')})"
     return [
         ("ONNX node", _element("code", _text(culprit.get("node")))),
@@ -569,7 +598,7 @@ def _values_table(values: Sequence[Mapping[str, Any]]) -> str:
         meaning = _VALUE_SOURCES.get(source)
         rows.append([
             _element("code", _text(value.get("name"))),
-            _text(_shape(shape) if shape is not None else "-"),
+            _text(format_shape(shape) if shape is not None else "-"),
             _text(value.get("dtype") or "-"),
             _text(f"{source}: {meaning}" if meaning else source),
         ])
@@ -600,8 +629,13 @@ code, td { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace
             padding: 8px 8px 8px 28px; }
 .note { background: #ddf4ff; border-radius: 6px; padding: 8px 12px; }
 .muted { color: var(--muted); }
-.cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(210px, 1fr)); gap: 12px;
-         margin-top: 16px; }
+.small { font-size: 12px; margin: 6px 0 0; }
+.reasons { list-style: none; padding: 0; }
+.reasons li { background: #fff; border: 1px solid var(--line); border-radius: 6px;
+              padding: 6px 12px; margin-bottom: 8px; }
+.reasons p { margin: 2px 0; }
+.cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(300px, 1fr)); gap: 12px;
+         align-items: start; margin-top: 16px; }
 .card { background: #fff; border: 1px solid var(--line); border-radius: 6px; padding: 4px 12px 10px;
         overflow-wrap: anywhere; }
 .card dl { margin: 0; }
@@ -622,6 +656,7 @@ dd { margin: 0; }
 .chart .point { stroke: #fff; stroke-width: 1; }
 .chart .point.pass { fill: var(--pass); }
 .chart .point.fail { fill: var(--fail); }
+.chart .point.no-figure { fill: #fff; stroke: var(--fail); stroke-width: 2; }
 .chart a:hover .point { stroke: #1f2328; stroke-width: 2; }
 .chart .culprit-guide { stroke: var(--fail); stroke-dasharray: 3 3; }
 .chart .culprit-ring { fill: none; stroke: var(--fail); stroke-width: 2; }

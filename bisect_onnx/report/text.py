@@ -12,7 +12,8 @@ from tabulate import tabulate
 from bisect_onnx.provenance import SourceLocation
 from bisect_onnx.records import Record, Report
 
-__all__ = ["format_table", "verdict_line", "SHOW_CHOICES"]
+__all__ = ["format_table", "verdict_line", "SHOW_CHOICES", "format_number", "format_shape",
+           "format_source", "format_rounded_up"]
 
 SHOW_CHOICES = ("window", "all")
 # Tables longer than this are cut to a window around the first divergence: a
@@ -96,7 +97,7 @@ def verdict_line(report: Report) -> str:
         else "a final output"
     )
     op = f" [{record.torch_op}]" if record.torch_op else ""
-    source = f" at {_source(record.source)}" if record.source else ""
+    source = f" at {format_source(record.source)}" if record.source else ""
     line = (
         f"DIVERGED: first divergence at {where} <- {module}{op}{source}: "
         f"{_describe_error(record)} ({tolerance}; {compared})"
@@ -119,9 +120,9 @@ def _rows_to_show(report: Report, show: str) -> set[int]:
 
 
 def _row(record: Record, *, marked: bool) -> list[str]:
-    shape = _shape(record.shape)
+    shape = format_shape(record.shape)
     if record.candidate_shape != record.shape:
-        shape += f" vs {_shape(record.candidate_shape)}"
+        shape += f" vs {format_shape(record.candidate_shape)}"
     return [
         _MARK if marked else "",
         str(record.index),
@@ -129,28 +130,30 @@ def _row(record: Record, *, marked: bool) -> list[str]:
         record.onnx_node or record.onnx_value,
         record.onnx_op or "",
         shape,
-        _number(record.max_abs_error),
-        _number(record.max_rel_error),
+        format_number(record.max_abs_error),
+        format_number(record.max_rel_error),
         record.status,
     ]
 
 
 def _describe_error(record: Record) -> str:
     if record.status == "shape_mismatch":
-        return f"shape {_shape(record.shape)} in torch, {_shape(record.candidate_shape)} in ONNX"
+        return (f"shape {format_shape(record.shape)} in torch, "
+                f"{format_shape(record.candidate_shape)} in ONNX")
     if record.status == "dtype_mismatch":
         return f"dtype {record.dtype} in torch, {record.candidate_dtype} in ONNX"
-    parts = [f"max abs {_number(record.max_abs_error)}", f"max rel {_number(record.max_rel_error)}"]
+    parts = [f"max abs {format_number(record.max_abs_error)}",
+             f"max rel {format_number(record.max_rel_error)}"]
     if record.mismatch_fraction is not None:
         parts.append(f"{record.mismatch_fraction:.1%} of elements out of tolerance")
     if record.nan_mismatch:
         parts.append(f"{record.nan_mismatch} NaN/Inf in different places")
     elif record.min_passing_atol is not None:
-        parts.append(f"atol >= {_rounded_up(record.min_passing_atol)} would pass")
+        parts.append(f"atol >= {format_rounded_up(record.min_passing_atol)} would pass")
     return ", ".join(parts)
 
 
-def _source(location: SourceLocation) -> str:
+def format_source(location: SourceLocation) -> str:
     """``file:line``, the file relative to the current folder when it lies inside it."""
     path = Path(location.file)
     with contextlib.suppress(ValueError):
@@ -158,11 +161,12 @@ def _source(location: SourceLocation) -> str:
     return f"{path}:{location.line}"
 
 
-def _shape(shape: Sequence[int]) -> str:
+def format_shape(shape: Sequence[int]) -> str:
+    """``[1,3,32,32]``."""
     return "[" + ",".join(str(dim) for dim in shape) + "]"
 
 
-def _rounded_up(value: float) -> str:
+def format_rounded_up(value: float) -> str:
     """Three significant digits, rounded up: a printed atol that is advised must pass."""
     text = f"{value:.2e}"
     if float(text) < value:
@@ -171,5 +175,6 @@ def _rounded_up(value: float) -> str:
     return text
 
 
-def _number(value: float | None) -> str:
+def format_number(value: float | None) -> str:
+    """An error figure in three significant digits (``-`` where it does not apply)."""
     return "-" if value is None else f"{value:.2e}"
