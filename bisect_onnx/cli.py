@@ -203,9 +203,9 @@ def _print(args: argparse.Namespace, report: Report) -> int:
 
 _RED, _GREEN = "31", "32"
 _PROGRESS = {
-    "export_started": "exporting the model ({detail} exporter)",
-    "capture_started": "running {detail} and recording every value",
-    "session_created": "ONNX Runtime session ready",
+    "export_started": "exporting the model ({detail} exporter)…",
+    "capture_started": "running {detail} and recording every value…",
+    "session_created": "ONNX Runtime session created",
 }
 
 
@@ -227,7 +227,7 @@ def _show_progress(event: object) -> None:
     """Print the library's long steps on stderr (a terminal only, and not with -q)."""
     template = _PROGRESS.get(getattr(event, "kind", ""))
     if template:
-        print(f"bisect-onnx: {template.format(detail=event.detail)}…", file=sys.stderr)
+        print(f"bisect-onnx: {template.format(detail=event.detail)}", file=sys.stderr)
 
 
 def _fail(message: str, status: int) -> int:

@@ -88,3 +88,36 @@ def test_quiet_prints_only_the_verdict(tmp_path, capsys, monkeypatch):
                  "-q"]) == 1
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and out[0].startswith("DIVERGED") and "\x1b[" not in out[0]
+
+
+class _FakeTerminal:
+    def __init__(self, tty: bool):
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch):
+    from bisect_onnx.cli import _colour_wanted
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    assert _colour_wanted(_FakeTerminal(True))
+    assert not _colour_wanted(_FakeTerminal(False))
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert not _colour_wanted(_FakeTerminal(True))
+
+
+def test_progress_lines_come_from_the_library_events(capsys):
+    import bisect_onnx
+    from bisect_onnx.cli import _show_progress
+
+    model_case = FIXTURES["tiny_mlp"]
+    from fixtures.registry import build_model, load_inputs
+
+    with bisect_onnx.events.listening(_show_progress):
+        bisect_onnx.bisect(build_model(model_case), load_inputs(model_case),
+                           onnx_model=repo_path(model_case.onnx_file))
+    lines = capsys.readouterr().err.splitlines()
+    assert "bisect-onnx: running pytorch and recording every value…" in lines
+    assert "bisect-onnx: ONNX Runtime session created" in lines
