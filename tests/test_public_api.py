@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 import bisect_onnx
 from fixtures.registry import REPO_ROOT
 
@@ -19,8 +21,10 @@ def test_public_names_are_exactly_these():
         assert hasattr(bisect_onnx, name), name
 
 
-def test_importing_the_package_loads_neither_torch_nor_onnxruntime():
-    code = ("import sys, bisect_onnx; "
+@pytest.mark.parametrize("module", ["bisect_onnx", "bisect_onnx.pytest_plugin"])
+def test_importing_loads_neither_torch_nor_onnxruntime(module):
+    # The pytest plugin loads in every pytest run where bisect-onnx is installed.
+    code = (f"import sys, {module}; "
             "print(sorted(m for m in ('torch', 'onnxruntime') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True)
