@@ -22,7 +22,7 @@ from bisect_onnx import __version__
 from bisect_onnx.align import Pair, align_modules
 from bisect_onnx.compare import DEFAULT_ATOL, DEFAULT_RTOL, check_tolerances, compare_arrays
 from bisect_onnx.engine import decide
-from bisect_onnx.errors import InputError, UsageError
+from bisect_onnx.errors import BisectOnnxError, InputError, UsageError
 from bisect_onnx.events import BISECTION_STARTED, CAPTURE_STARTED, emit
 from bisect_onnx.exporting import EXPORTERS, call_index_from_program, export_model
 from bisect_onnx.loading import (
@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["bisect", "ExportOptions", "RandomInputs"]
+# Also used by bisect_onnx.parity: prepare_candidate, arrange_for, as_arrays,
+# compare_final_outputs, resolve_export.
 
 logger = logging.getLogger(__name__)
 
@@ -118,33 +120,24 @@ def bisect(
     check_tolerances(rtol, atol)
     emit(BISECTION_STARTED, model_label or "")
     reference = reference_for(model, label=model_label, trust_pickle=trust_pickle)
-    export = _resolve_export(reference, onnx_model, export)
+    export = resolve_export(reference, onnx_model, export)
     _check_random_inputs(inputs, random_inputs)
     random_inputs = random_inputs or RandomInputs()
-    given = _as_arrays(inputs) if inputs is not None else None
+    given = as_arrays(inputs) if inputs is not None else None
     with tempfile.TemporaryDirectory(prefix="bisect-onnx-") as workdir:
-        folder = Path(workdir)
-        first_capture = None
-        if onnx_model is not None or reference.onnx_program is not None:
-            candidate, source, call_index = _given_candidate(reference, onnx_model, folder)
-            exporter = detect_exporter(candidate.nodes)
-        else:
-            candidate, first_capture, call_index = _export_candidate(
-                reference, given, export, folder)
-            source, exporter = "exported here", export.exporter
-        keywords = _keywords(reference, given)
+        prepared = prepare_candidate(reference, given, onnx_model, export, Path(workdir))
+        candidate, keywords = prepared.candidate, prepared.keywords
+        source, exporter, call_index = prepared.source, prepared.exporter, prepared.call_index
         if given is not None:
-            samples = [(_arrange(reference, candidate, given), "given")]
+            samples = [(arrange_for(reference, candidate, given), "given")]
         else:
             samples = _random_samples(candidate, random_inputs)
         reports = []
         for number, (arrays, description) in enumerate(samples, start=1):
             check_against_onnx(arrays, candidate.inputs)
-            reuse = first_capture is not None and given is not None
-            if not reuse:
+            if prepared.capture is None:
                 emit(CAPTURE_STARTED, "pytorch")
-            torch_capture = (first_capture if reuse
-                             else reference.side.run(arrays, keywords=keywords))
+            torch_capture = prepared.capture or reference.side.run(arrays, keywords=keywords)
             logger.info("running ONNX Runtime with every value promoted")
             emit(CAPTURE_STARTED, "onnxruntime")
             onnx_capture = candidate.run(arrays)
@@ -157,12 +150,42 @@ def bisect(
                                              torch_capture, onnx_capture, report.comparisons)
             _check_opset(report, export, candidate)
             if repro_dir is not None and report.first_divergence is not None:
-                folder = Path(repro_dir) if given is not None else (
+                repro_folder = Path(repro_dir) if given is not None else (
                     Path(repro_dir) / f"sample-{number}")
-                report.repro = _write_repro(folder, report, candidate, pairs, torch_capture,
-                                            onnx_capture, arrays)
+                try:
+                    report.repro = _write_repro(repro_folder, report, candidate, pairs,
+                                                torch_capture, onnx_capture, arrays)
+                except BisectOnnxError as error:  # the verdict stands without a repro
+                    report.warnings.append(f"no repro written: {error}")
             reports.append(report)
         return _worst(reports)
+
+
+@dataclass
+class PreparedCandidate:
+    """The ONNX model under test, ready to run, and what is already known about it."""
+
+    candidate: OnnxRuntimeSide
+    source: str
+    """``exported here``, or what the user passed."""
+    exporter: str
+    call_index: dict[str, dict[str, int]]
+    keywords: list[str]
+    capture: Capture | None = None
+    """The reference's capture on the given inputs, when the export already ran it."""
+
+
+def prepare_candidate(reference: Reference, given: Any, onnx_model: Any,
+                      export: ExportOptions, folder: Path) -> PreparedCandidate:
+    """The user's ONNX model (a path, a proto, an ONNXProgram's own), or an export made here."""
+    keywords = _keywords(reference, given)
+    if onnx_model is not None or reference.onnx_program is not None:
+        candidate, source, call_index = _given_candidate(reference, onnx_model, folder)
+        return PreparedCandidate(candidate, source, detect_exporter(candidate.nodes),
+                                 call_index, keywords)
+    candidate, capture, call_index = _export_candidate(reference, given, export, folder)
+    return PreparedCandidate(candidate, "exported here", export.exporter or "dynamo",
+                             call_index, keywords, capture if given is not None else None)
 
 
 def _check_random_inputs(inputs: Any, random_inputs: RandomInputs | None) -> None:
@@ -175,7 +198,7 @@ def _check_random_inputs(inputs: Any, random_inputs: RandomInputs | None) -> Non
                          "the given inputs")
 
 
-def _resolve_export(reference: Reference, onnx_model: Any,
+def resolve_export(reference: Reference, onnx_model: Any,
                     export: ExportOptions | None) -> ExportOptions:
     """Check the export options against the model form; fill in the exporter."""
     if export is not None and (onnx_model is not None or reference.onnx_program is not None):
@@ -222,7 +245,7 @@ def _given_candidate(reference: Reference, onnx_model: Any, folder: Path):
 def _export_candidate(reference: Reference, given: Any, export: ExportOptions, folder: Path):
     """Export the model here; the reference runs first on the export's inputs."""
     if given is not None:
-        arrays = _arrange(reference, None, given)
+        arrays = arrange_for(reference, None, given)
     elif reference.example_inputs is not None:
         arrays = [np.asarray(tensor.detach().cpu()) for tensor in reference.example_inputs]
     else:
@@ -255,7 +278,7 @@ def _keywords(reference: Reference, given: Any) -> list[str]:
                          required=reference.required_inputs) or []
 
 
-def _arrange(reference: Reference, candidate: OnnxRuntimeSide | None,
+def arrange_for(reference: Reference, candidate: OnnxRuntimeSide | None,
              given: list[np.ndarray] | dict[str, np.ndarray]) -> list[np.ndarray]:
     keywords = _keywords(reference, given)
     if keywords:
@@ -312,9 +335,10 @@ def _compare(
             pair.reference.array, pair.candidate.array, rtol=rtol, atol=atol))
         for index, pair in enumerate(pairs)
     ]
-    final_outputs = _compare_outputs(torch_capture.outputs, onnx_capture.outputs,
+    final_outputs = compare_final_outputs(torch_capture.outputs, onnx_capture.outputs,
                                      rtol=rtol, atol=atol, warnings=warnings)
-    decision = decide(comparisons, final_outputs)
+    decision = decide(comparisons, final_outputs, output_order={
+        name: value.provenance.position for name, value in onnx_capture.values.items()})
     if detect_exporter(candidate.nodes) == "unknown":
         warnings.append(
             "the ONNX graph carries neither torch exporter metadata nor TorchScript-style "
@@ -376,7 +400,7 @@ def _write_repro(folder: Path, report: Report, candidate: OnnxRuntimeSide,
             "reproduces": repro.reproduces}
 
 
-def _compare_outputs(
+def compare_final_outputs(
     torch_outputs: Sequence[CapturedValue],
     onnx_outputs: Sequence[CapturedValue],
     *,
@@ -420,7 +444,7 @@ def _check_opset(report: Report, export: ExportOptions, candidate: OnnxRuntimeSi
                                f"exporter produced opset {candidate.opset}")
 
 
-def _as_arrays(inputs: Any) -> list[np.ndarray] | dict[str, np.ndarray]:
+def as_arrays(inputs: Any) -> list[np.ndarray] | dict[str, np.ndarray]:
     """Accept arrays, tensors, sequences and mappings of them; always numpy out."""
     if isinstance(inputs, Mapping):
         return {str(key): _to_array(value) for key, value in inputs.items()}
@@ -488,8 +512,21 @@ def _environment(candidate: OnnxRuntimeSide, exporter: str) -> dict[str, Any]:
         "onnxruntime": onnxruntime.__version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
+        "cpu": _cpu_name(),
         "provider": candidate.provider,
         "opt_level": candidate.opt_level,
         "exporter": exporter,
         "opset": candidate.opset,
     }
+
+
+def _cpu_name() -> str:
+    """The CPU's model name (numerics differ between CPUs: AVX-512 kernels, say)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

@@ -141,6 +141,8 @@ def _run(args: argparse.Namespace) -> int:
                          ("--html", args.html), ("--model-explorer", args.model_explorer)):
         if path is not None:
             check_writable(path, option)
+    if args.repro_dir is not None and args.repro_dir.exists() and not args.repro_dir.is_dir():
+        raise UsageError(f"--repro-dir {args.repro_dir} is a file; name a folder")
     exporting = {"--exporter": args.exporter, "--opset": args.opset,
                  "--save-onnx": args.save_onnx, "--dynamic": args.dynamic or None}
     if args.onnx is not None and any(value is not None for value in exporting.values()):
@@ -205,13 +207,13 @@ _RED, _GREEN = "31", "32"
 _PROGRESS = {
     "export_started": "exporting the model ({detail} exporter)…",
     "capture_started": "running {detail} and recording every value…",
-    "session_created": "ONNX Runtime session created",
+    "session_started": "creating an ONNX Runtime session…",
 }
 
 
 def _colour_wanted(stream: TextIO) -> bool:
-    """Colour only on a terminal, and never when NO_COLOR is set (no-color.org)."""
-    return stream.isatty() and "NO_COLOR" not in os.environ
+    """Colour only on a terminal, and never when NO_COLOR is set non-empty (no-color.org)."""
+    return stream.isatty() and not os.environ.get("NO_COLOR")
 
 
 def _paint(text: str, code: str, colour: bool) -> str:

@@ -6,7 +6,7 @@ sides; this decides what the numbers mean.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from bisect_onnx.records import Record
@@ -24,13 +24,15 @@ class Decision:
     note: str | None
 
 
-def decide(comparisons: Sequence[Record], final_outputs: Sequence[Record]) -> Decision:
+def decide(comparisons: Sequence[Record], final_outputs: Sequence[Record],
+           output_order: Mapping[str, int] | None = None) -> Decision:
     """Decide the verdict from the final outputs and locate the first divergence.
 
     ``comparisons`` must be in topological order. The verdict is ``diverged`` when
     any final output fails. The first divergence is then the first failing
-    comparison; if none fails, the failing final output itself, with a note that the
-    culprit lies after the last passing checkpoint. Intermediate failures under
+    comparison; if none fails, the failing final output computed first
+    (``output_order``: ONNX value -> graph position), with a note that the culprit lies
+    after the last passing checkpoint. Intermediate failures under
     passing outputs (masked positions, say) are *hidden divergences*, not a verdict.
     """
     failing = [record for record in comparisons if record.failed]
@@ -53,4 +55,7 @@ def decide(comparisons: Sequence[Record], final_outputs: Sequence[Record]) -> De
         else "somewhere in the graph: no intermediate value could be compared"
     )
     note = f"no aligned intermediate value fails; the culprit lies {where}"
-    return Decision("diverged", failing_outputs[0], [], note)
+    order = output_order or {}
+    first_output = min(failing_outputs,
+                       key=lambda record: order.get(record.onnx_value, len(order) + record.index))
+    return Decision("diverged", first_output, [], note)

@@ -18,11 +18,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 __all__ = ["Event", "listening", "emit", "EXPORT_STARTED", "CAPTURE_STARTED",
-           "SESSION_CREATED", "BISECTION_STARTED", "PARITY_CHECKED"]
+           "SESSION_STARTED", "SESSION_CREATED", "BISECTION_STARTED", "PARITY_CHECKED"]
 
 EXPORT_STARTED = "export_started"
 CAPTURE_STARTED = "capture_started"
 """Detail: which side (``pytorch`` or ``onnxruntime``) starts recording its values."""
+SESSION_STARTED = "session_started"
 SESSION_CREATED = "session_created"
 BISECTION_STARTED = "bisection_started"
 PARITY_CHECKED = "parity_checked"

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bisect_onnx.errors import InputError, ModelError, one_line
-from bisect_onnx.events import SESSION_CREATED, emit
+from bisect_onnx.events import SESSION_CREATED, SESSION_STARTED, emit
 from bisect_onnx.provenance import Provenance, TorchMetadata, read_torch_metadata
 from bisect_onnx.sides import Capture, CapturedValue
 
@@ -155,6 +155,7 @@ class OnnxRuntimeSide:
     def _session(self, model: onnx.ModelProto) -> Any:
         import onnxruntime as ort
 
+        emit(SESSION_STARTED, self.path.name)
         options = ort.SessionOptions()
         options.graph_optimization_level = getattr(
             ort.GraphOptimizationLevel, OPT_LEVELS[self.opt_level]

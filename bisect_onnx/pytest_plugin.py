@@ -14,7 +14,6 @@ Options (one group, ``--bisect-onnx-`` prefix):
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +50,7 @@ def onnx_parity(request: pytest.FixtureRequest):
     config = request.config
 
     def check(model: Any, inputs: Any, onnx_model: Any = None, **options: Any) -> None:
+        __tracebackhide__ = True  # pytest shows the test's line, not ours
         from bisect_onnx.errors import ParityError
         from bisect_onnx.parity import assert_parity
 
@@ -61,7 +61,7 @@ def onnx_parity(request: pytest.FixtureRequest):
         artifacts = config.getoption("bisect_onnx_artifacts")
         if artifacts is not None:
             options.setdefault("artifacts_dir", Path(artifacts))
-        options.setdefault("name", _safe_name(request.node.nodeid))
+        options.setdefault("name", request.node.nodeid)
         try:
             assert_parity(model, inputs, onnx_model, **options)
         except ParityError as error:
@@ -92,6 +92,3 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int,
     for nodeid, summary in failures:
         terminalreporter.line(f"{nodeid}: {summary}")
 
-
-def _safe_name(nodeid: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", nodeid).strip("_")

@@ -123,3 +123,11 @@ def test_no_comparisons_and_failing_output_says_nothing_could_be_compared():
     assert decision.first_divergence is failing
     assert decision.note is not None
     assert "no intermediate value could be compared" in decision.note
+
+
+def test_failing_outputs_are_taken_in_graph_order_not_output_order():
+    outputs = [output(Status.FAIL, 0), output(Status.FAIL, 1)]
+    # output_1 is computed before output_0 (``return a + 1, a``): it is where it starts.
+    decision = decide([], outputs, output_order={"output_0": 7, "output_1": 3})
+    assert decision.first_divergence is outputs[1]
+    assert decide([], outputs).first_divergence is outputs[0]

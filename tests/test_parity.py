@@ -68,7 +68,12 @@ def check(onnx_parity, name):
     onnx_parity(build_model(fixture), load_inputs(fixture), repo_path(fixture.onnx_file))
 
 def test_mlp_export(onnx_parity):
-    check(onnx_parity, "tiny_mlp")
+    import bisect_onnx
+
+    seen = []
+    with bisect_onnx.events.listening(seen.append):
+        check(onnx_parity, "tiny_mlp")
+    assert "bisection_started" not in [event.kind for event in seen]
 
 def test_pool_export(onnx_parity):
     check(onnx_parity, "avgpool_divisor")
@@ -99,3 +104,18 @@ def test_plugin_options_are_in_one_group(pytester):
     assert "ONNX parity checks (bisect-onnx)" in help_text
     for option in ("--bisect-onnx-artifacts", "--bisect-onnx-rtol", "--bisect-onnx-atol"):
         assert option in help_text
+
+
+def test_an_onnx_program_is_checked_as_it_is(fixture_case):
+    import numpy as np
+    import onnx_ir
+    import torch
+
+    model, inputs, _ = fixture_case("tiny_mlp")
+    program = torch.onnx.export(model, (torch.from_numpy(inputs["x"]),), dynamo=True,
+                                verbose=False)
+    bisect_onnx.assert_parity(program, inputs)
+    weight = program.model.graph.initializers["fc2.weight"]
+    weight.const_value = onnx_ir.tensor(weight.const_value.numpy() * np.float32(1.5))
+    with pytest.raises(bisect_onnx.ParityError, match="fc2"):
+        bisect_onnx.assert_parity(program, inputs)

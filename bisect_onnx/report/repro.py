@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import string
 import zipfile
 from collections import deque
@@ -115,6 +116,8 @@ def write_repro(
                 segment.inputs)
 
     try:
+        # A repro written over an older one must not keep its extra input_<k>.pb files.
+        shutil.rmtree(folder / "backend_test", ignore_errors=True)
         (folder / "backend_test" / "test_data_set_0").mkdir(parents=True, exist_ok=True)
         _save_model(repro_model, folder / "model.onnx")
         checker = _check(folder / "model.onnx")
