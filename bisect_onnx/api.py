@@ -199,7 +199,7 @@ def _check_random_inputs(inputs: Any, random_inputs: RandomInputs | None) -> Non
 
 
 def resolve_export(reference: Reference, onnx_model: Any,
-                    export: ExportOptions | None) -> ExportOptions:
+                   export: ExportOptions | None) -> ExportOptions:
     """Check the export options against the model form; fill in the exporter."""
     if export is not None and (onnx_model is not None or reference.onnx_program is not None):
         raise UsageError("export options apply to an export made here; drop them when "
@@ -279,7 +279,8 @@ def _keywords(reference: Reference, given: Any) -> list[str]:
 
 
 def arrange_for(reference: Reference, candidate: OnnxRuntimeSide | None,
-             given: list[np.ndarray] | dict[str, np.ndarray]) -> list[np.ndarray]:
+                given: list[np.ndarray] | dict[str, np.ndarray]) -> list[np.ndarray]:
+    """The given inputs in the order the model (and its ONNX graph) takes them."""
     keywords = _keywords(reference, given)
     if keywords:
         return [given[name] for name in keywords]
