@@ -163,6 +163,8 @@ def compare_arrays(
 def _finite_figures(diff: np.ndarray, magnitude: np.ndarray, size: int, *, rtol: float,
                     atol: float, nan_mismatch: int = 0) -> dict[str, Any]:
     """Status and figures from the finite pairs' ``|difference|`` and ``|reference|``."""
+    # A 0-d pair (a scalar output) would turn into numpy scalars below, not arrays.
+    diff, magnitude = np.atleast_1d(diff), np.atleast_1d(magnitude)
     with np.errstate(over="ignore", invalid="ignore"):
         slack = diff - rtol * magnitude  # what each element needs of atol
         failed = int(np.count_nonzero(slack > atol)) if diff.size else 0

@@ -338,3 +338,14 @@ def test_check_tolerances_refuses_a_string():
 
 def test_check_tolerances_accepts_numpy_scalars():
     assert check_tolerances(np.float32(1e-3), np.float64(1e-5)) is None
+
+
+@pytest.mark.parametrize(("reference", "candidate", "status"), [
+    (np.float32(2.0), np.float32(2.0), "pass"),
+    (np.float32(2.0), np.float32(2.5), "fail"),
+    (np.float64(0.0), np.float64(np.nan), "nan_mismatch"),
+])
+def test_zero_dimensional_arrays_compare_like_any_other(reference, candidate, status):
+    result = compare_arrays(np.array(reference), np.array(candidate), rtol=1e-3, atol=1e-5)
+    assert result.status == status
+    assert result.shape == ()

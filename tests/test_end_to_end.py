@@ -223,3 +223,32 @@ def test_sample_count_must_be_positive(fixture_case, samples):
     with pytest.raises(bisect_onnx.UsageError, match="samples"):
         bisect_onnx.bisect(model, onnx_model=exported,
                            random_inputs=bisect_onnx.RandomInputs(samples=samples))
+
+
+ODD_OUTPUTS = """
+import torch
+class Odd(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+    def forward(self, x):
+        y = self.fc(x)
+        return {"logits": y, "pair": (y.argmax(-1), y > 0), "total": y.sum()}
+def make():
+    torch.manual_seed(0)
+    return Odd().eval()
+"""
+
+
+@pytest.mark.parametrize("rows", [2, 0], ids=["batch", "empty"])
+def test_dict_nested_integer_boolean_and_scalar_outputs(tmp_path, rows):
+    from bisect_onnx.loading import load_model
+
+    (tmp_path / "odd.py").write_text(ODD_OUTPUTS)
+    model = load_model(f"{tmp_path}/odd.py:make")
+    x = np.random.RandomState(0).randn(rows, 4).astype(np.float32)
+    report = bisect_onnx.bisect(model, x)
+    assert report.verdict == "parity"
+    assert [record.dtype for record in report.final_outputs] == [
+        "float32", "int64", "bool", "float32"]
+    assert report.final_outputs[3].shape == []
