@@ -112,13 +112,18 @@ def test_a_dim_that_names_no_free_dimension_is_a_usage_error():
     assert "btach" in message and "free dimensions are: batch" in message
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"seed": -1}, {"sample": -2}, {"dims": {"batch": 0}}, {"int_high": {"x": 0}},
+@pytest.mark.parametrize(("kwargs", "named"), [
+    ({"seed": -1}, "seed is -1"),
+    ({"sample": -2}, "sample is -2"),
+    ({"dims": {"batch": 0}}, "batch=0"),
+    ({"int_high": {"x": 0}}, "input 'x' is 0"),
 ])
-def test_bad_values_are_usage_errors(kwargs):
+def test_bad_values_are_usage_errors(kwargs, named):
     specs = [spec("x", "int64", ["batch"])]
     kwargs = {"dims": {"batch": 1}, **kwargs}
-    one_line_error(UsageError, lambda: synthesize_inputs(specs, **kwargs))
+    message = one_line_error(UsageError, lambda: synthesize_inputs(specs, **kwargs))
+    assert named in message
+    assert "positive integer" in message or "non-negative integer" in message
 
 
 def test_parse_dim_options():
