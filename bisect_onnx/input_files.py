@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bisect_onnx.errors import InputError, one_line
-from bisect_onnx.file_kinds import PICKLE_PROTO, ZIP_MAGIC
+from bisect_onnx.file_kinds import PICKLE_PROTO, ZIP_MAGIC, read_head
 
 if TYPE_CHECKING:
     import torch
@@ -108,12 +108,7 @@ def load_pt_inputs(path: Path) -> list[np.ndarray] | dict[str, np.ndarray]:
 
 def _check_file(path: Path) -> None:
     """Refuse, with the reason, what is not a readable ``torch.save`` file."""
-    if not path.exists():
-        raise InputError(f"input file {path} does not exist; check the --input path")
-    if path.is_dir():
-        raise InputError(f"input {path} is a folder; pass a file written by torch.save")
-    if path.stat().st_size == 0:
-        raise InputError(f"input {path} is empty; {_ACCEPTED}")
+    read_head(path, 1, label="input file", expected="a file written by torch.save")
     kind = torch_file_kind(path)
     if kind == "torchscript":
         raise InputError(f"input {path} is a TorchScript archive (a model), not saved inputs; "

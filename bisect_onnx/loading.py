@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from bisect_onnx.errors import InputError, ModelError, UsageError, one_line
-from bisect_onnx.file_kinds import NPY_MAGIC, ZIP_MAGIC
+from bisect_onnx.file_kinds import NPY_MAGIC, ZIP_MAGIC, read_head
 from bisect_onnx.input_files import load_pt_inputs, torch_file_kind
 from bisect_onnx.torch_side import describe_arrays
 
@@ -150,12 +150,8 @@ def load_input_files(paths: Sequence[Path]) -> list[np.ndarray] | dict[str, np.n
 
 
 def _sniff(path: Path) -> str:
-    if not path.exists():
-        raise InputError(f"input file {path} does not exist; check the --input path")
-    if path.is_dir():
-        raise InputError(f"input {path} is a folder; pass .npy files or one .npz file")
-    with path.open("rb") as handle:
-        head = handle.read(6)
+    head = read_head(path, 6, label="input file",
+                     expected=".npy or .pt files, or one .npz file, with --input")
     if head.startswith(NPY_MAGIC):
         return "npy"
     kind = torch_file_kind(path)
@@ -166,9 +162,8 @@ def _sniff(path: Path) -> str:
                          "inputs; pass it as MODEL, and the inputs with --input")
     if head.startswith(ZIP_MAGIC):
         return "npz"
-    what = "is empty" if not head else "is neither .npy, .npz nor torch.save data"
-    raise InputError(f"input {path} {what}; save arrays with numpy.save or numpy.savez, "
-                     "or tensors with torch.save")
+    raise InputError(f"input {path} is neither .npy, .npz nor torch.save data; save arrays "
+                     "with numpy.save or numpy.savez, or tensors with torch.save")
 
 
 def _load_npy(path: Path) -> np.ndarray:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bisect_onnx.errors import InputError, ModelError, one_line
-from bisect_onnx.file_kinds import NPY_MAGIC, PICKLE_PROTO, ZIP_MAGIC
+from bisect_onnx.file_kinds import NPY_MAGIC, PICKLE_PROTO, ZIP_MAGIC, read_head
 
 __all__ = [
     "EXPORTED_PROGRAM",
@@ -98,7 +98,7 @@ def detect_model_file(path: Path) -> str:
             file of another kind (ONNX, NumPy, unknown), with what to do instead.
     """
     path = Path(path)
-    head = _read_head(path)
+    head = read_head(path, 16, label="MODEL file", expected=f"a model file ({SAFER_FORMS})")
     if head.startswith(ZIP_MAGIC):
         return _detect_zip(path)
     if head[0] == PICKLE_PROTO:
@@ -140,18 +140,6 @@ def load_model_file(path: Path, *, trust_pickle: bool = False) -> LoadedModel:
         model = _load_pickled_module(path, trust_pickle=trust_pickle)
     logger.info("loaded %s as %s", path, kind)
     return LoadedModel(kind=kind, model=model, path=path)
-
-
-def _read_head(path: Path) -> bytes:
-    if not path.exists():
-        raise InputError(f"MODEL file {path} does not exist; check the path")
-    if path.is_dir():
-        raise InputError(f"MODEL {path} is a folder; pass a model file ({SAFER_FORMS})")
-    with path.open("rb") as handle:
-        head = handle.read(16)
-    if not head:
-        raise InputError(f"MODEL file {path} is empty; save the model again ({SAFER_FORMS})")
-    return head
 
 
 def _detect_zip(path: Path) -> str:

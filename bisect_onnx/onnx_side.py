@@ -111,6 +111,7 @@ class OnnxRuntimeSide:
             for index, node in enumerate(graph.node)
         ]
         self.output_names = [value.name for value in graph.output]
+        self._promoted_session: Any = None
 
     @property
     def opset(self) -> int | None:
@@ -134,7 +135,7 @@ class OnnxRuntimeSide:
 
     def run_outputs(self, inputs: Sequence[np.ndarray]) -> list[CapturedValue]:
         """One plain session (nothing promoted) and one run: the final outputs only."""
-        session = self._session(self.model)
+        session = self._session(self.model.SerializeToString())
         arrays = self._run(session, [value.name for value in session.get_outputs()], inputs)
         return [CapturedValue(name, np.asarray(array), Provenance(position=index))
                 for index, (name, array) in enumerate(zip(self.output_names, arrays,
@@ -146,13 +147,16 @@ class OnnxRuntimeSide:
         Inputs feed the graph's inputs in order, keyword or not: an export names and
         orders its inputs as the model was called.
         """
-        session = self._session(self._promoted_model())
+        # One promoted session serves every run (several random samples, say).
+        if self._promoted_session is None:
+            self._promoted_session = self._session(self._promoted_bytes())
+        session = self._promoted_session
         fetched = [output.name for output in session.get_outputs()]
         by_name = dict(zip(fetched, self._run(session, fetched, inputs), strict=True))
         logger.info("ONNX Runtime produced %d values", len(by_name))
         return self._capture(by_name)
 
-    def _session(self, model: onnx.ModelProto) -> Any:
+    def _session(self, serialized: bytes) -> Any:
         import onnxruntime as ort
 
         emit(SESSION_STARTED, self.path.name)
@@ -170,7 +174,7 @@ class OnnxRuntimeSide:
         )
         try:
             session = ort.InferenceSession(
-                model.SerializeToString(), options, providers=[self.provider]
+                serialized, options, providers=[self.provider]
             )
         except Exception as error:
             raise ModelError(
@@ -208,27 +212,32 @@ class OnnxRuntimeSide:
         ]
         return Capture(values=values, outputs=outputs)
 
-    def _promoted_model(self) -> onnx.ModelProto:
-        """A copy of the model with every top-level node output also a graph output.
+    def _promoted_bytes(self) -> bytes:
+        """The model serialized with every top-level node output also a graph output.
 
-        Plain protos rather than onnx-graphsurgeon: its exporter wants typed outputs
-        and would pull every external weight into memory, while ORT is content with
-        untyped ``ValueInfoProto`` outputs.
+        The outputs are appended to the loaded model only for the serialization, not
+        to a copy: a copy would hold every inline weight a second time. Plain protos
+        rather than onnx-graphsurgeon: its exporter wants typed outputs and would pull
+        every external weight into memory, while ORT is content with untyped
+        ``ValueInfoProto`` outputs.
         """
         import onnx
 
-        promoted = onnx.ModelProto()
-        promoted.CopyFrom(self.model)
-        present = {value.name for value in promoted.graph.output}
-        present.update(value.name for value in promoted.graph.input)
-        for node in promoted.graph.node:
-            if node.op_type == "Constant":  # a constant cannot diverge
-                continue
-            for output in node.output:
-                if output and output not in present:
-                    promoted.graph.output.append(onnx.ValueInfoProto(name=output))
-                    present.add(output)
-        return promoted
+        outputs = self.model.graph.output
+        original = len(outputs)
+        present = {value.name for value in outputs}
+        present.update(value.name for value in self.model.graph.input)
+        try:
+            for node in self.model.graph.node:
+                if node.op_type == "Constant":  # a constant cannot diverge
+                    continue
+                for output in node.output:
+                    if output and output not in present:
+                        outputs.append(onnx.ValueInfoProto(name=output))
+                        present.add(output)
+            return self.model.SerializeToString()
+        finally:
+            del outputs[original:]
 
 
 def _provenance(node: NodeInfo, position: int) -> Provenance:

@@ -252,3 +252,14 @@ def test_dict_nested_integer_boolean_and_scalar_outputs(tmp_path, rows):
     assert [record.dtype for record in report.final_outputs] == [
         "float32", "int64", "bool", "float32"]
     assert report.final_outputs[3].shape == []
+
+
+def test_random_samples_share_one_promoted_session(fixture_case):
+    model, _, exported = fixture_case("token_classifier")
+    seen = []
+    with bisect_onnx.events.listening(seen.append):
+        report = bisect_onnx.bisect(model, onnx_model=exported,
+                                    random_inputs=bisect_onnx.RandomInputs(samples=3))
+    assert report.verdict == "parity"
+    assert [event.kind for event in seen].count("session_created") == 1
+    assert [event.detail for event in seen].count("pytorch") == 3  # one capture per sample
