@@ -8,9 +8,10 @@ call: ``relu``, ``relu@1``, ``relu@2`` — the convention of ``torch.export``'s
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
-__all__ = ["call_name", "split_into_calls"]
+__all__ = ["call_name", "split_into_calls", "PlannedCall"]
 
 Item = TypeVar("Item")
 
@@ -18,6 +19,31 @@ Item = TypeVar("Item")
 def call_name(path: str, call: int) -> str:
     """``relu`` for the first call of ``relu``, ``relu@2`` for the third."""
     return path if call == 0 else f"{path}@{call}"
+
+
+@dataclass(frozen=True)
+class PlannedCall:
+    """One module call found in a graph before running it (FX or TorchScript)."""
+
+    path: str
+    call: int
+    module_class: str
+    outputs: tuple[Any, ...]
+    """What leaves the call, in graph order (FX nodes, or indices of captured values)."""
+    done_at: int
+    """Graph position of the call's last op: where eager mode would fire the hook."""
+    depth: int
+    """Nesting depth: of two calls done at one op, the inner one's hook fires first."""
+
+    @property
+    def name(self) -> str:
+        """The call's name on every side (``relu@1``)."""
+        return call_name(self.path, self.call)
+
+    @property
+    def hook_order(self) -> tuple[int, int]:
+        """Sort key giving the order in which forward hooks would have fired."""
+        return self.done_at, -self.depth
 
 
 def split_into_calls(

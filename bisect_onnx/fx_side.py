@@ -16,12 +16,11 @@ import logging
 import re
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bisect_onnx.calls import call_name
+from bisect_onnx.calls import PlannedCall
 from bisect_onnx.errors import ModelError, one_line
 from bisect_onnx.provenance import Provenance
 from bisect_onnx.sides import Capture, CapturedValue
@@ -43,25 +42,6 @@ __all__ = ["ExportedProgramSide"]
 logger = logging.getLogger(__name__)
 
 _CALL_SUFFIX = re.compile(r"@(\d+)$")
-
-
-@dataclass(frozen=True)
-class _ModuleCall:
-    """One call of one submodule, found in the graph before running it."""
-
-    path: str
-    call: int
-    module_class: str
-    outputs: tuple[Node, ...]
-    """The nodes whose values leave the call, in graph order."""
-    done_at: int
-    """Graph position of the last output: where eager mode would fire the hook."""
-    depth: int
-    """Nesting depth: of two calls done at one node the inner one's hook fires first."""
-
-    @property
-    def name(self) -> str:
-        return call_name(self.path, self.call)
 
 
 class ExportedProgramSide:
@@ -147,7 +127,7 @@ class ExportedProgramSide:
         return Capture(values=values, outputs=outputs)
 
 
-def _plan_calls(graph: torch.fx.Graph) -> tuple[list[_ModuleCall], str | None]:
+def _plan_calls(graph: torch.fx.Graph) -> tuple[list[PlannedCall], str | None]:
     """Every submodule call in ``graph`` with the nodes that are its outputs, in hook order.
 
     A call's outputs are the nodes inside it whose values are used outside it (by a
@@ -183,11 +163,11 @@ def _plan_calls(graph: torch.fx.Graph) -> tuple[list[_ModuleCall], str | None]:
         if not outputs:
             outputs = [node for node in nodes if _may_hold_tensors(node)][-1:]
         if outputs:
-            calls.append(_ModuleCall(
+            calls.append(PlannedCall(
                 path=call_key[0], call=call_key[1], module_class=classes[call_key],
                 outputs=tuple(outputs), done_at=position[outputs[-1]], depth=depths[call_key],
             ))
-    calls.sort(key=lambda call: (call.done_at, -call.depth))
+    calls.sort(key=lambda call: call.hook_order)
     return calls, root_class
 
 

@@ -18,12 +18,11 @@ from __future__ import annotations
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bisect_onnx.calls import call_name, split_into_calls
+from bisect_onnx.calls import PlannedCall, call_name, split_into_calls
 from bisect_onnx.errors import InputError, ModelError, one_line
 from bisect_onnx.provenance import Provenance
 from bisect_onnx.sides import Capture, CapturedValue
@@ -35,18 +34,6 @@ if TYPE_CHECKING:
 __all__ = ["ScriptModuleSide"]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class _Call:
-    path: str
-    call: int
-    module_class: str
-    outputs: tuple[int, ...]
-    """Indices (into the captured values) of the values that leave the call."""
-    done_at: int
-    """Graph position of the call's last node: where eager mode would fire the hook."""
-    depth: int
 
 
 class ScriptModuleSide:
@@ -90,10 +77,10 @@ class ScriptModuleSide:
                              f"{describe_arrays(inputs)}: {one_line(error)}") from error
         final, captured = results[0], results[1:]
         values: dict[str, CapturedValue] = {}
-        for call in sorted(self._calls, key=lambda call: (call.done_at, -call.depth)):
+        for call in sorted(self._calls, key=lambda call: call.hook_order):
             several = len(call.outputs) > 1
             for number, index in enumerate(call.outputs):
-                name = call_name(call.path, call.call) + (f"[{number}]" if several else "")
+                name = call.name + (f"[{number}]" if several else "")
                 values[name] = CapturedValue(
                     name=name,
                     array=to_numpy(captured[index]),
@@ -120,7 +107,7 @@ def _defaults_after(model: Any, given: int) -> list[Any]:
 
 def _instrument(
     model: torch.jit.ScriptModule,
-) -> tuple[Any, list[_Call], Counter[str]]:
+) -> tuple[Any, list[PlannedCall], Counter[str]]:
     """Instrument the inlined graph.
 
     Returns the graph (returning its output, then every tensor an ATen node makes),
@@ -171,7 +158,7 @@ def _instrument(
                        if users.get(name, set()) - inside]
             if not leaving:
                 leaving = [outputs_of[run[-1]][0][1]]
-            calls.append(_Call(path, call, module_class, tuple(leaving), run[-1],
+            calls.append(PlannedCall(path, call, module_class, tuple(leaving), run[-1],
                                path.count(".")))
 
     # One tuple output (the model's own result, then every captured value), since a
