@@ -11,9 +11,15 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-__all__ = ["call_name", "split_into_calls", "PlannedCall"]
+__all__ = ["call_name", "call_of_stack_key", "split_into_calls", "PlannedCall"]
 
 Item = TypeVar("Item")
+
+
+def call_of_stack_key(key: str) -> int:
+    """Which call an ``nn_module_stack`` key stands for: ``L__self__relu@2`` -> 2, else 0."""
+    _, at, number = key.rpartition("@")
+    return int(number) if at and number.isdigit() else 0
 
 
 def call_name(path: str, call: int) -> str:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bisect_onnx.calls import call_of_stack_key
 from bisect_onnx.errors import ModelError, UsageError, one_line
 from bisect_onnx.events import EXPORT_STARTED, emit
 from bisect_onnx.torch_side import split_keywords, to_tensor
@@ -105,8 +106,7 @@ def call_index_from_program(exported_program: object | None) -> dict[str, dict[s
         for key, entry in stack.items():
             path = entry[0] if isinstance(entry, tuple) and entry else None
             if isinstance(path, str):
-                _, at, number = key.rpartition("@")
-                calls[path] = int(number) if at and number.isdigit() else 0
+                calls[path] = call_of_stack_key(key)
         if calls:
             index[node.name] = calls
     return index

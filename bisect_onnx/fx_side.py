@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import functools
 import logging
-import re
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bisect_onnx.calls import PlannedCall
+from bisect_onnx.calls import PlannedCall, call_of_stack_key
 from bisect_onnx.errors import ModelError, one_line
 from bisect_onnx.provenance import Provenance
 from bisect_onnx.sides import Capture, CapturedValue
@@ -40,9 +39,6 @@ if TYPE_CHECKING:
 __all__ = ["ExportedProgramSide"]
 
 logger = logging.getLogger(__name__)
-
-_CALL_SUFFIX = re.compile(r"@(\d+)$")
-
 
 class ExportedProgramSide:
     """Runs an ``ExportedProgram`` and records the output of every module call."""
@@ -149,8 +145,7 @@ def _plan_calls(graph: torch.fx.Graph) -> tuple[list[PlannedCall], str | None]:
             if path == "":
                 root_class = root_class or short
                 continue
-            match = _CALL_SUFFIX.search(key)
-            call_key = (path, int(match.group(1)) if match else 0)
+            call_key = (path, call_of_stack_key(key))
             members[call_key].append(node)
             classes[call_key] = short
             depths[call_key] = depth
