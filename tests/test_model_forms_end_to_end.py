@@ -46,18 +46,6 @@ def test_pt2_exported_here_names_the_diverging_module(fixture_case, tmp_path, in
     assert report["first_divergence"]["torch_module"] == "pool"
 
 
-def test_pt2_against_a_planted_onnx_file(fixture_case, tmp_path, in_repo):
-    model, _, _ = fixture_case("resnet_like")
-    torch.export.save(torch.export.export(model, _args(fixture_case, "resnet_like")),
-                      tmp_path / "model.pt2")
-    plant(repo_path(RESNET.onnx_file), tmp_path / "planted.onnx",
-          scale_conv_weight("layer2.bn1", 1.003))
-    status, report = run_cli(tmp_path, tmp_path / "model.pt2", "--input", RESNET.input_file,
-                             "--onnx", tmp_path / "planted.onnx")
-    assert status == 1
-    assert report["first_divergence"]["torch_module"] == "layer2.bn1"
-
-
 @pytest.mark.parametrize("compile_", [torch.jit.trace, torch.jit.script],
                          ids=["traced", "scripted"])
 def test_torchscript_archive_is_compared_module_by_module(fixture_case, tmp_path, in_repo,
@@ -73,16 +61,28 @@ def test_torchscript_archive_is_compared_module_by_module(fixture_case, tmp_path
     assert report["first_divergence"]["torch_module"] == "pool"
 
 
-def test_torchscript_archive_against_a_planted_torchscript_export(fixture_case, tmp_path, in_repo):
+def _save_pt2(model, args, path):
+    torch.export.save(torch.export.export(model, args), path)
+
+
+def _save_traced(model, args, path):
+    torch.jit.save(torch.jit.trace(model, args), path)
+
+
+@pytest.mark.parametrize(("save", "onnx_file", "planted_node", "module"), [
+    (_save_pt2, RESNET.onnx_file, "layer2.bn1", "layer2.bn1"),
+    (_save_traced, RESNET.torchscript_onnx_file, "/layer3/conv2/Conv", "layer3.bn2"),
+], ids=["pt2-vs-dynamo-export", "torchscript-vs-torchscript-export"])
+def test_saved_model_against_a_planted_onnx_file(fixture_case, tmp_path, in_repo, save,
+                                                 onnx_file, planted_node, module):
     model, _, _ = fixture_case("resnet_like")
-    torch.jit.save(torch.jit.trace(model, _args(fixture_case, "resnet_like")),
-                   tmp_path / "model.ts")
-    plant(repo_path(RESNET.torchscript_onnx_file), tmp_path / "planted.onnx",
-          scale_conv_weight("/layer3/conv2/Conv", 1.003))
-    status, report = run_cli(tmp_path, tmp_path / "model.ts", "--input", RESNET.input_file,
+    save(model, _args(fixture_case, "resnet_like"), tmp_path / "model.saved")
+    plant(repo_path(onnx_file), tmp_path / "planted.onnx",
+          scale_conv_weight(planted_node, 1.003))
+    status, report = run_cli(tmp_path, tmp_path / "model.saved", "--input", RESNET.input_file,
                              "--onnx", tmp_path / "planted.onnx")
     assert status == 1
-    assert report["first_divergence"]["torch_module"] == "layer3.bn2"
+    assert report["first_divergence"]["torch_module"] == module
 
 
 def test_scripted_control_flow_is_named_as_not_compared(fixture_case, tmp_path, in_repo):
