@@ -22,6 +22,7 @@ from typing import Any
 from bisect_onnx.errors import InputError
 from bisect_onnx.fx_side import ExportedProgramSide
 from bisect_onnx.loading import forward_parameters
+from bisect_onnx.model_forms import EXPORTED_PROGRAM, TORCHSCRIPT, load_model_file
 from bisect_onnx.sides import Side
 from bisect_onnx.torch_side import TorchModuleSide, training_mode_warning
 from bisect_onnx.torchscript_side import ScriptModuleSide
@@ -31,8 +32,8 @@ __all__ = ["Reference", "reference_for", "MODULE", "EXPORTED_PROGRAM", "SCRIPT_M
 logger = logging.getLogger(__name__)
 
 MODULE = "module"
-EXPORTED_PROGRAM = "exported_program"
-SCRIPT_MODULE = "torchscript"
+# The same names as the saved-file forms they come from.
+SCRIPT_MODULE = TORCHSCRIPT
 
 NO_HOOKS_ON_SCRIPT_MODULES = (
     "a TorchScript model supports no forward hooks and its graph could not be read "
@@ -66,8 +67,6 @@ def reference_for(model: Any, *, label: str | None = None,
     import torch
 
     if isinstance(model, (str, Path)):
-        from bisect_onnx.model_forms import load_model_file
-
         label = label or str(model)
         model = load_model_file(Path(model), trust_pickle=trust_pickle).model
     if isinstance(model, torch.jit.ScriptModule):
