@@ -65,10 +65,14 @@ class Pair:
 
 @dataclass(frozen=True)
 class Unaligned:
-    """A reference value with no candidate counterpart, and why."""
+    """A value of one side with no counterpart on the other, and why."""
 
     name: str
     reason: str
+    kind: str = "module"
+    """What sort of value it is, for grouping: ``module`` (a module output), or at op
+    level ``fused``, ``removed``, ``folded``, ``layout``, ``intermediate``, ``foreign``,
+    and for a file of unknown origin ``unmatched`` and ``ambiguous``."""
 
 
 @dataclass

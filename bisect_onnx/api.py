@@ -19,21 +19,42 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bisect_onnx import __version__
-from bisect_onnx.align import Pair, align_modules
+from bisect_onnx.align import Alignment, Pair, align_modules
 from bisect_onnx.compare import DEFAULT_ATOL, DEFAULT_RTOL, check_tolerances, compare_arrays
 from bisect_onnx.engine import decide
 from bisect_onnx.errors import BisectOnnxError, InputError, UsageError
 from bisect_onnx.events import BISECTION_STARTED, CAPTURE_STARTED, emit
-from bisect_onnx.exporting import EXPORTERS, call_index_from_program, export_model
+from bisect_onnx.exporting import (
+    EXPORTERS,
+    as_translated,
+    call_index_from_program,
+    export_model,
+    trace_program,
+)
+from bisect_onnx.fx_ops import capture_ops
 from bisect_onnx.loading import (
     arrange_inputs,
     check_against_onnx,
     check_input_count,
     keyword_order,
 )
-from bisect_onnx.onnx_side import OnnxRuntimeSide
+from bisect_onnx.onnx_side import NodeInfo, OnnxRuntimeSide
+from bisect_onnx.op_align import OpAlignment
+from bisect_onnx.op_level import (
+    GRANULARITIES,
+    aggregate_ops,
+    align_op_values,
+    look_inside_first_divergence,
+    op_records,
+)
 from bisect_onnx.records import Coverage, Record, Report, make_record
-from bisect_onnx.reference import EXPORTED_PROGRAM, SCRIPT_MODULE, Reference, reference_for
+from bisect_onnx.reference import (
+    EXPORTED_PROGRAM,
+    MODULE,
+    SCRIPT_MODULE,
+    Reference,
+    reference_for,
+)
 from bisect_onnx.report.context import culprit_context
 from bisect_onnx.scopes import count_attributed, detect_exporter
 from bisect_onnx.sides import Capture, CapturedValue
@@ -48,6 +69,17 @@ __all__ = ["bisect", "ExportOptions", "RandomInputs"]
 # compare_final_outputs, resolve_export.
 
 logger = logging.getLogger(__name__)
+
+FOREIGN_FILE = (
+    "the ONNX file carries no exporter metadata (renamed by another tool, or built "
+    "elsewhere): its values were matched by structure to an export made here, each match "
+    "with a confidence (matched_by, match_confidence); check the match of the first "
+    "divergence"
+)
+NO_OP_LEVEL = (
+    "op granularity needs the ExportedProgram the dynamo exporter translated (an export "
+    "made here, an ONNXProgram, or a .pt2 exported here); compared at module level"
+)
 
 
 @dataclass(frozen=True)
@@ -89,6 +121,7 @@ def bisect(
     trust_pickle: bool = False,
     repro_dir: str | Path | None = None,
     model_label: str | None = None,
+    granularity: str | None = None,
 ) -> Report:
     """Compare a PyTorch model with its ONNX export in ONNX Runtime, layer by layer.
 
@@ -112,12 +145,18 @@ def bisect(
         repro_dir: On divergence, write there a standalone repro of the first
             divergence (``<dir>/sample-<k>`` for each diverging random sample).
         model_label: How the model is named in the report.
+        granularity: ``op`` (a row per ATen op, where the dynamo exporter's
+            ExportedProgram names the ONNX values) or ``module`` (a row per module
+            call). ``None``: op where available, else module.
 
     Returns:
         The :class:`~bisect_onnx.records.Report`; ``report.verdict`` is ``parity``
         or ``diverged``, ``report.first_divergence`` the first failing record.
     """
     check_tolerances(rtol, atol)
+    if granularity is not None and granularity not in GRANULARITIES:
+        raise UsageError(f"unknown granularity {granularity!r}; choose one of "
+                         f"{', '.join(GRANULARITIES)}")
     emit(BISECTION_STARTED, model_label or "")
     reference = reference_for(model, label=model_label, trust_pickle=trust_pickle)
     export = resolve_export(reference, onnx_model, export)
@@ -127,7 +166,7 @@ def bisect(
     with tempfile.TemporaryDirectory(prefix="bisect-onnx-") as workdir:
         prepared = prepare_candidate(reference, given, onnx_model, export, Path(workdir))
         candidate, keywords = prepared.candidate, prepared.keywords
-        source, exporter, call_index = prepared.source, prepared.exporter, prepared.call_index
+        source, exporter = prepared.source, prepared.exporter
         if given is not None:
             samples = [(arrange_for(reference, candidate, given), "given")]
         else:
@@ -141,8 +180,32 @@ def bisect(
             logger.info("running ONNX Runtime with every value promoted")
             emit(CAPTURE_STARTED, "onnxruntime")
             onnx_capture = candidate.run(arrays)
-            report, pairs = _compare(torch_capture, onnx_capture, candidate, call_index,
-                                     rtol=rtol, atol=atol, warnings=list(reference.warnings))
+            ops = op_alignment = None
+            if prepared.wants_program and granularity != "module":
+                prepared.find_program(reference, arrays, Path(workdir))
+            if prepared.program is not None:  # module rows aggregate ops too
+                emit(CAPTURE_STARTED, "pytorch ops")
+                ops = capture_ops(prepared.program, arrays)
+                op_alignment = align_op_values(
+                    ops, candidate.nodes, onnx_capture.values, template=prepared.template,
+                    foreign=candidate.model, foreign_dir=candidate.path.resolve().parent,
+                    graph_inputs={spec.name: array for spec, array
+                                  in zip(candidate.inputs, arrays, strict=True)},
+                    rtol=rtol, atol=atol)
+            warnings = list(reference.warnings)
+            if granularity == "op" and ops is None:
+                warnings.append(NO_OP_LEVEL)
+            report, pairs, segments = _compare(
+                torch_capture, onnx_capture, candidate, prepared.call_index, op_alignment,
+                len(ops.values) if ops else 0, rtol=rtol, atol=atol, warnings=warnings,
+                granularity="op" if ops is not None and granularity != "module" else "module")
+            if prepared.template is not None:
+                report.warnings.append(FOREIGN_FILE)
+            if (report.coverage.granularity == "op" and report.first_divergence is not None
+                    and prepared.template is None):
+                look_inside_first_divergence(report, segments, ops, prepared.program,
+                                             candidate.model, onnx_capture.values,
+                                             opset=candidate.opset)
             report.reference = {**reference.side.describe(), "inputs": description}
             report.candidate = {**candidate.describe(), "model": source}
             report.environment = _environment(candidate, exporter)
@@ -173,6 +236,53 @@ class PreparedCandidate:
     keywords: list[str]
     capture: Capture | None = None
     """The reference's capture on the given inputs, when the export already ran it."""
+    program: Any = None
+    """The ExportedProgram whose FX node names are the ONNX value names (op level)."""
+
+    template: Any = None
+    """For an ONNX file of unknown origin: an export made here (an ``onnx.ModelProto``)
+    whose values are named after ``program``'s ops, matched to the file by structure."""
+
+    @property
+    def wants_program(self) -> bool:
+        """A dynamo or unknown file given without a program: one may be made here."""
+        return (self.program is None and self.exporter in ("dynamo", "unknown")
+                and not self._looked)
+
+    def find_program(self, reference: Reference, arrays: Sequence[np.ndarray],
+                     folder: Path) -> None:
+        """Trace the model as the exporter did; for a file of unknown origin, export it.
+
+        A dynamo file's values are named after the traced program's ops when it is the
+        same model; any other file is matched to an export made here by structure.
+        """
+        self._looked = True
+        if self.exporter == "dynamo" and reference.kind == MODULE:
+            logger.info("tracing the model with torch.export for op-level alignment")
+            program = trace_program(reference.exportable, arrays, self.keywords)
+            if names_the_values(program, self.candidate.nodes):
+                self.program = program
+                self.call_index = call_index_from_program(program)
+        elif self.exporter == "unknown" and reference.kind in (MODULE, EXPORTED_PROGRAM):
+            self._export_template(reference, arrays, folder / "template")
+
+    def _export_template(self, reference: Reference, arrays: Sequence[np.ndarray],
+                         folder: Path) -> None:
+        import onnx
+
+        logger.info("exporting the model here to match a file of unknown origin")
+        folder.mkdir()
+        try:
+            exported = export_model(reference.exportable, arrays, folder, exporter="dynamo",
+                                    opset=self.candidate.opset, keywords=self.keywords)
+        except BisectOnnxError as error:  # the user's file is still compared at the end
+            logger.info("no template export: %s", error)
+            return
+        if exported.program is not None:
+            self.program = exported.program
+            self.template = onnx.load(str(exported.path))
+
+    _looked: bool = False
 
 
 def prepare_candidate(reference: Reference, given: Any, onnx_model: Any,
@@ -180,12 +290,14 @@ def prepare_candidate(reference: Reference, given: Any, onnx_model: Any,
     """The user's ONNX model (a path, a proto, an ONNXProgram's own), or an export made here."""
     keywords = _keywords(reference, given)
     if onnx_model is not None or reference.onnx_program is not None:
-        candidate, source, call_index = _given_candidate(reference, onnx_model, folder)
-        return PreparedCandidate(candidate, source, detect_exporter(candidate.nodes),
-                                 call_index, keywords)
-    candidate, capture, call_index = _export_candidate(reference, given, export, folder)
+        candidate, source, program = _given_candidate(reference, onnx_model, folder)
+        exporter = detect_exporter(candidate.nodes)
+        return PreparedCandidate(candidate, source, exporter, call_index_from_program(program),
+                                 keywords, program=program if exporter == "dynamo" else None)
+    candidate, capture, exported = _export_candidate(reference, given, export, folder)
     return PreparedCandidate(candidate, "exported here", export.exporter or "dynamo",
-                             call_index, keywords, capture if given is not None else None)
+                             exported.call_index, keywords,
+                             capture if given is not None else None, exported.program)
 
 
 def _check_random_inputs(inputs: Any, random_inputs: RandomInputs | None) -> None:
@@ -230,16 +342,31 @@ def resolve_export(reference: Reference, onnx_model: Any,
 
 
 def _given_candidate(reference: Reference, onnx_model: Any, folder: Path):
-    """The user's ONNX model, and the call record its ExportedProgram may carry."""
+    """The user's ONNX model, and the ExportedProgram it was made from, if known."""
     given = onnx_model if onnx_model is not None else reference.onnx_program
     path, source = _onnx_path(given, folder)
     # An ONNXProgram still knows its ExportedProgram, and so which call of a reused
     # module each node ran in; so does an ExportedProgram compared with an export of it.
     program = getattr(given, "exported_program", None)
     if program is None and reference.kind == EXPORTED_PROGRAM:
-        program = reference.exportable
-    call_index = call_index_from_program(program)
-    return OnnxRuntimeSide(path), source, call_index
+        program = as_translated(reference.exportable)
+    candidate = OnnxRuntimeSide(path)
+    return candidate, source, program if names_the_values(program, candidate.nodes) else None
+
+
+def names_the_values(program: Any, nodes: Sequence[NodeInfo]) -> bool:
+    """Whether ``program`` is the one the ONNX graph was translated from.
+
+    Its FX node names must account for the FX nodes nearly all ONNX nodes say they
+    were made from; a program the exporter decomposed differently (another torch
+    version, say) would pair values of different ops.
+    """
+    graph = getattr(program, "graph", None)
+    made_from = [node.torch.fx_node for node in nodes if node.torch and node.torch.fx_node]
+    if graph is None or not made_from:
+        return False
+    names = {node.name for node in graph.nodes}
+    return sum(name in names for name in made_from) >= 0.95 * len(made_from)
 
 
 def _export_candidate(reference: Reference, given: Any, export: ExportOptions, folder: Path):
@@ -267,7 +394,7 @@ def _export_candidate(reference: Reference, given: Any, export: ExportOptions, f
                             opset=export.opset, options=options, keywords=keywords)
     if export.save_to is not None:
         _keep_copy(exported.path, Path(export.save_to))
-    return OnnxRuntimeSide(exported.path), capture, exported.call_index
+    return OnnxRuntimeSide(exported.path), capture, exported
 
 
 def _keywords(reference: Reference, given: Any) -> list[str]:
@@ -322,25 +449,38 @@ def _compare(
     onnx_capture: Capture,
     candidate: OnnxRuntimeSide,
     call_index: Mapping[str, Mapping[str, int]],
+    op_alignment: OpAlignment | None,
+    torch_ops: int,
     *,
     rtol: float,
     atol: float,
     warnings: list[str],
-) -> tuple[Report, list[Pair]]:
+    granularity: str,
+) -> tuple[Report, list[Pair], dict[str, list[NodeInfo]]]:
     alignment = align_modules(torch_capture, candidate.nodes, onnx_capture.values,
                               call_index=call_index)
     pairs = sorted(alignment.pairs, key=lambda pair: (
         pair.candidate.provenance.position, pair.reference.provenance.position))
-    comparisons = [
-        make_record(index, pair, compare_arrays(
-            pair.reference.array, pair.candidate.array, rtol=rtol, atol=atol))
-        for index, pair in enumerate(pairs)
-    ]
+    op_rows = op_records(op_alignment, rtol=rtol, atol=atol) if op_alignment else []
+    unaligned, onnx_unaligned = alignment.unaligned, []
+    if granularity == "op" and op_alignment is not None:
+        # Module rows are not shown: their comparisons (the costly part) are skipped.
+        comparisons, pairs, unaligned = op_rows, op_alignment.pairs, op_alignment.torch_only
+        onnx_unaligned = op_alignment.onnx_only
+    else:
+        comparisons = [
+            make_record(index, pair, compare_arrays(
+                pair.reference.array, pair.candidate.array, rtol=rtol, atol=atol))
+            for index, pair in enumerate(pairs)
+        ]
+        if op_alignment is not None:
+            comparisons = aggregate_ops(comparisons, op_rows, op_alignment.pairs)
+            onnx_unaligned = op_alignment.onnx_only
     final_outputs = compare_final_outputs(torch_capture.outputs, onnx_capture.outputs,
                                      rtol=rtol, atol=atol, warnings=warnings)
     decision = decide(comparisons, final_outputs, output_order={
         name: value.provenance.position for name, value in onnx_capture.values.items()})
-    if detect_exporter(candidate.nodes) == "unknown":
+    if detect_exporter(candidate.nodes) == "unknown" and not pairs:
         warnings.append(
             "the ONNX graph carries neither torch exporter metadata nor TorchScript-style "
             "node names, so no layer could be aligned: only the final outputs were "
@@ -360,19 +500,41 @@ def _compare(
         final_outputs=final_outputs,
         comparisons=comparisons,
         hidden_divergences=decision.hidden_divergences,
-        coverage=Coverage(
-            onnx_values=len(onnx_capture.values),
-            aligned_values=len({pair.candidate.name for pair in pairs}),
-            torch_modules=alignment.module_calls,
-            aligned_modules=alignment.aligned_calls,
-            onnx_nodes=len(candidate.nodes),
-            attributed_nodes=count_attributed(candidate.nodes),
-        ),
-        unaligned=alignment.unaligned,
+        coverage=_coverage(alignment, op_alignment, pairs, onnx_capture, candidate,
+                           granularity, torch_ops),
+        unaligned=unaligned,
+        onnx_unaligned=onnx_unaligned,
+        op_comparisons=op_rows if granularity == "module" else [],
         warnings=warnings,
         note=decision.note,
     )
-    return report, pairs
+    return report, pairs, op_alignment.segments if op_alignment else {}
+
+
+def _coverage(alignment: Alignment, op_alignment: OpAlignment | None, pairs: Sequence[Pair],
+              onnx_capture: Capture, candidate: OnnxRuntimeSide, granularity: str,
+              torch_ops: int) -> Coverage:
+    coverage = Coverage(
+        onnx_values=len(onnx_capture.values),
+        aligned_values=len({pair.candidate.name for pair in pairs}),
+        torch_modules=alignment.module_calls,
+        aligned_modules=alignment.aligned_calls,
+        onnx_nodes=len(candidate.nodes),
+        attributed_nodes=count_attributed(candidate.nodes),
+        granularity=granularity,
+    )
+    if op_alignment is None:
+        return coverage
+    return replace(
+        coverage,
+        attributed_nodes=coverage.attributed_nodes + len(op_alignment.inferred),
+        inferred_nodes=len(op_alignment.inferred),
+        torch_ops=torch_ops,
+        compared_ops=len(op_alignment.pairs),
+        fused_ops=len(op_alignment.fused_into),
+        fx_named_values=op_alignment.fx_named_values,
+        fx_named_compared=op_alignment.fx_named_compared,
+    )
 
 
 def _write_repro(folder: Path, report: Report, candidate: OnnxRuntimeSide,

@@ -85,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"relative tolerance (default {DEFAULT_RTOL:g})")
     parser.add_argument("--atol", type=float, default=DEFAULT_ATOL,
                         help=f"absolute tolerance (default {DEFAULT_ATOL:g})")
+    parser.add_argument("--granularity", choices=("op", "module"), default=None,
+                        help="table rows: one per ATen op (the default where a dynamo export's "
+                        "program names the ONNX values) or one per module call")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the report as JSON")
     parser.add_argument("--show", choices=SHOW_CHOICES, default="window",
                         help="table rows: a window around the first divergence on long "
@@ -177,6 +180,7 @@ def _bisect(args: argparse.Namespace, model: object, inputs: object,
         random_inputs=random_inputs,
         repro_dir=args.repro_dir,
         model_label=args.model,
+        granularity=args.granularity,
     )
 
 

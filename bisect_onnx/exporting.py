@@ -20,7 +20,8 @@ from bisect_onnx.torch_side import split_keywords, to_tensor
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["EXPORTERS", "ExportResult", "export_model", "call_index_from_program"]
+__all__ = ["EXPORTERS", "ExportResult", "export_model", "call_index_from_program",
+           "as_translated", "trace_program"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +37,9 @@ class ExportResult:
     path: Path
     call_index: dict[str, dict[str, int]]
     """Which call of each module every FX node ran in (dynamo only; from ``nn_module_stack``)."""
+    program: Any = None
+    """The ExportedProgram the dynamo exporter translated (after its decompositions),
+    whose FX node names are the ONNX value names; ``None`` for TorchScript."""
 
 
 def export_model(
@@ -87,7 +91,8 @@ def export_model(
         raise ModelError(f"the {exporter} exporter could not export {name}: "
                          f"{_summarize(error)}") from error
     exported = getattr(program, "exported_program", None)
-    return ExportResult(path=path, call_index=call_index_from_program(exported))
+    return ExportResult(path=path, call_index=call_index_from_program(exported),
+                        program=exported)
 
 
 def call_index_from_program(exported_program: object | None) -> dict[str, dict[str, int]]:
@@ -110,6 +115,43 @@ def call_index_from_program(exported_program: object | None) -> dict[str, dict[s
         if calls:
             index[node.name] = calls
     return index
+
+
+def trace_program(model: Any, inputs: Sequence[np.ndarray], keywords: Sequence[str] = ()) -> Any:
+    """The program the dynamo exporter would translate ``model`` from, or ``None``.
+
+    For an ONNX file exported elsewhere from this very model: tracing it again gives
+    the FX node names its values were named after (checked by the caller).
+    """
+    import torch
+
+    positional, kwargs = split_keywords([to_tensor(array) for array in inputs], keywords)
+    try:
+        with _quiet_exporter():
+            program = torch.export.export(model, tuple(positional), kwargs or None, strict=False)
+    except Exception:
+        logger.debug("torch.export could not trace the model", exc_info=True)
+        return None
+    return as_translated(program)
+
+
+def as_translated(program: Any) -> Any:
+    """``program`` after the decompositions the dynamo exporter runs before translating.
+
+    The ONNX value names are the FX node names of that program, not of the one the
+    user saved (``batch_norm`` there becomes ``_native_batch_norm_legit_no_training``
+    and a ``getitem``). torch keeps this step private
+    (``_prepare_exported_program_for_export``); ``None`` when it is not there.
+    """
+    try:
+        from torch.onnx._internal.exporter import _core, _registration
+
+        with _quiet_exporter():
+            return _core._prepare_exported_program_for_export(
+                program, registry=_registration.ONNXRegistry.from_torchlib())
+    except Exception:  # a torch without that step, or a program it cannot decompose
+        logger.debug("could not run the exporter's decompositions", exc_info=True)
+        return None
 
 
 @contextlib.contextmanager

@@ -64,7 +64,7 @@ class ExportedProgramSide:
         import torch
 
         wanted = {node for call in self._calls for node in call.outputs}
-        recorder = _recorder_class()(self._module, wanted)
+        recorder = recorder_class()(self._module, wanted)
         # The graph's placeholders are the program's user inputs in its own order, which
         # is the order the inputs were arranged in: keywords need no special handling.
         tensors = [to_tensor(array) for array in inputs]
@@ -102,7 +102,7 @@ class ExportedProgramSide:
                             module=call.path,
                             call=call.call,
                             module_class=call.module_class,
-                            torch_op=_op_name(node),
+                            torch_op=op_name(node),
                             same_as=latest.get(same_as) if same_as is not None else None,
                         ),
                     )
@@ -140,7 +140,7 @@ def _plan_calls(graph: torch.fx.Graph) -> tuple[list[PlannedCall], str | None]:
     depths: dict[tuple[str, int], int] = {}
     root_class = None
     for node in graph.nodes:
-        for depth, (key, (path, qualified)) in enumerate(_module_stack(node).items()):
+        for depth, (key, (path, qualified)) in enumerate(module_stack(node).items()):
             short = str(qualified).rsplit(".", 1)[-1]
             if path == "":
                 root_class = root_class or short
@@ -166,7 +166,8 @@ def _plan_calls(graph: torch.fx.Graph) -> tuple[list[PlannedCall], str | None]:
     return calls, root_class
 
 
-def _module_stack(node: Node) -> dict[str, tuple[str, str]]:
+def module_stack(node: Node) -> dict[str, tuple[str, str]]:
+    """The node's ``nn_module_stack``: key -> (module path, qualified class), outermost first."""
     stack = node.meta.get("nn_module_stack") or {}
     return {key: value for key, value in stack.items()
             if isinstance(value, (tuple, list)) and len(value) == 2}
@@ -190,7 +191,7 @@ def _may_hold_tensors(node: Node) -> bool:
     return isinstance(value, torch.Tensor)
 
 
-def _op_name(node: Node) -> str | None:
+def op_name(node: Node) -> str | None:
     """``aten.linear.default`` for an ATen op; ``None`` for getitem and the like."""
     import torch
 
@@ -198,7 +199,7 @@ def _op_name(node: Node) -> str | None:
 
 
 @functools.cache
-def _recorder_class() -> type:
+def recorder_class() -> type:
     """The interpreter class, made on first use so that importing this module skips torch."""
     import torch.fx
 

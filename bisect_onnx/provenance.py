@@ -12,11 +12,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["SourceLocation", "Provenance", "TorchMetadata", "read_torch_metadata"]
+__all__ = ["SourceLocation", "Provenance", "TorchMetadata", "read_torch_metadata", "short_op"]
 
 NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 CLASS_HIERARCHY_KEY = "pkg.torch.onnx.class_hierarchy"
 STACK_TRACE_KEY = "pkg.torch.onnx.stack_trace"
+REWRITE_RULE_KEY = "pkg.onnxscript.rewriter.rule_name"
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
 # Frames in installed packages are the library's lines, not the user's model.
@@ -59,6 +60,11 @@ class Provenance:
     same_as: str | None = None
     """Name of an earlier value this module passed through unchanged (an eval-mode
     Dropout, ``nn.Identity``): exporters leave no node for such modules."""
+    fx_node: str | None = None
+    """The FX node the value is the output of (op-level values only)."""
+    scopes: tuple[str, ...] = ()
+    """Call names (``blocks.0``, ``relu@1``) of the module calls around an op-level
+    value, outermost first: which module rows the op belongs to."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,8 @@ class TorchMetadata:
     """Name of the FX node the ONNX node was made from."""
     torch_op: str | None
     source: SourceLocation | None
+    rewrite_rule: str | None = None
+    """The onnxscript optimizer's rule that rewrote the node (``FuseBatchNormIntoConv``)."""
 
 
 def read_torch_metadata(props: Mapping[str, str]) -> TorchMetadata | None:
@@ -87,6 +95,7 @@ def read_torch_metadata(props: Mapping[str, str]) -> TorchMetadata | None:
         fx_node=scopes[-1] if scopes else None,
         torch_op=torch_op,
         source=user_source(props.get(STACK_TRACE_KEY, "")),
+        rewrite_rule=props.get(REWRITE_RULE_KEY) or None,
     )
 
 
@@ -122,3 +131,11 @@ def _literal_list(text: str) -> list[str]:
     except (ValueError, SyntaxError):
         return []
     return [str(item) for item in value] if isinstance(value, (list, tuple)) else []
+
+
+def short_op(op: str) -> str:
+    """``aten.linear`` for ``aten.linear.default``: the name users know."""
+    parts = op.split(".")
+    if len(parts) == 3 and parts[0] == "aten":
+        return ".".join(parts[:2])
+    return op

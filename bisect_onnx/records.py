@@ -42,6 +42,17 @@ class Record:
     status: str
     introduced_here: bool | None = None
     """Filled by culprit attribution (a later stage); ``None`` until then."""
+    fx_node: str | None = None
+    """Op level: the FX node (torch op call) the compared torch value is the output of."""
+    ops_compared: int | None = None
+    """Module rows with op data: how many ops inside the module call were compared."""
+    ops_failed: int | None = None
+    first_failing_op: str | None = None
+    """Module rows with op data: the FX node of the first failing op inside the call."""
+    match_confidence: float | None = None
+    """Structural fallback (a file of unknown origin): how sure the match is, 0 to 1."""
+    matched_by: str | None = None
+    """Structural fallback: ``topology``, ``region``, ``values``, ``position``..."""
 
     @property
     def failed(self) -> bool:
@@ -61,14 +72,19 @@ def make_record(index: int, pair: Pair, result: ArrayComparison, *, final: bool 
     """Build a record from an aligned pair and its comparison."""
     candidate = pair.candidate.provenance
     reference = pair.reference
+    torch_module = None if final else reference.name
+    fx_node = reference.provenance.fx_node
+    if fx_node is not None and not final:  # an op: named by the module call around it
+        torch_module = reference.provenance.scopes[-1] if reference.provenance.scopes else ""
     return Record(
         index=index,
         onnx_node=candidate.node,
         onnx_op=candidate.node_op,
         onnx_value=pair.candidate.name,
-        torch_module=None if final else reference.name,
-        torch_op=candidate.torch_op,
-        source=candidate.source,
+        torch_module=torch_module,
+        torch_op=reference.provenance.torch_op if fx_node else candidate.torch_op,
+        source=(reference.provenance.source or candidate.source) if fx_node
+        else candidate.source,
         shape=list(result.shape),
         dtype=result.dtype,
         candidate_shape=list(result.candidate_shape),
@@ -79,6 +95,7 @@ def make_record(index: int, pair: Pair, result: ArrayComparison, *, final: bool 
         min_passing_atol=result.min_passing_atol,
         nan_mismatch=result.nan_mismatch,
         status=result.status,
+        fx_node=fx_node,
     )
 
 
@@ -94,6 +111,20 @@ class Coverage:
     onnx_nodes: int = 0
     attributed_nodes: int = 0
     """ONNX nodes the exporter's metadata or node names attribute to a module (or the model)."""
+    inferred_nodes: int = 0
+    """Op level: attributed nodes that carry no metadata, attributed through the FX name
+    their outputs were named after (nodes the exporter's optimizer rebuilt)."""
+    granularity: str = "module"
+    """``op`` (rows are ATen ops) or ``module`` (rows are module calls)."""
+    torch_ops: int = 0
+    """Op level: ops whose value torch computed as one tensor."""
+    compared_ops: int = 0
+    fused_ops: int = 0
+    """Op level: ops fused by the exporter's optimizer into another op's ONNX node."""
+    fx_named_values: int = 0
+    """Op level: floating-point ONNX values that stand for an op's value (named after it
+    or mapped to it through metadata); decomposition intermediates are not among them."""
+    fx_named_compared: int = 0
 
 
 @dataclass
@@ -113,11 +144,20 @@ class Report:
     hidden_divergences: list[Record]
     coverage: Coverage
     unaligned: list[Unaligned] = field(default_factory=list)
+    """Torch values (module outputs, or ops at op level) with no ONNX value, and why."""
+    onnx_unaligned: list[Unaligned] = field(default_factory=list)
+    """Op level: ONNX values with no torch value (decomposition intermediates), and why."""
+    op_comparisons: list[Record] = field(default_factory=list)
+    """Module granularity with op data: the op rows the module rows aggregate."""
     warnings: list[str] = field(default_factory=list)
     note: str | None = None
     """Extra context for the verdict (where the culprit must lie when no checkpoint fails)."""
     repro: dict[str, Any] | None = None
     """Where the minimal repro of the first divergence was written, if asked for."""
+    inside_op: dict[str, Any] | None = None
+    """Op level, when the first divergence is an op made of several ONNX nodes: which
+    node inside it went wrong (``node``; ``None`` when it could not be told) and how
+    that was found (``how``)."""
     culprit: dict[str, Any] | None = None
     """The first divergence's ONNX node in its graph: op, attributes, and each input and
     output with shape, dtype and where its value came from (see README's JSON schema)."""
@@ -144,7 +184,10 @@ class Report:
             "warnings": list(self.warnings),
             "coverage": asdict(self.coverage),
             "unaligned": [asdict(item) for item in self.unaligned],
+            "onnx_unaligned": [asdict(item) for item in self.onnx_unaligned],
+            "op_comparisons": [record.to_dict() for record in self.op_comparisons],
             "note": self.note,
+            "inside_op": self.inside_op,
             "culprit": self.culprit,
             "repro": self.repro,
         }

@@ -80,3 +80,24 @@ def set_attribute(module: str, op_type: str, name: str, value: object):
         return node
 
     return edit
+
+
+def scale_initializer_input(node_name: str, index: int, factor: float):
+    """Scale input ``index`` (an initializer) of node ``node_name`` by ``factor``.
+
+    The node gets a private copy: exporters share constants between nodes (both GELUs
+    of a model read one ``sqrt(2)``), and the edit must change this node only.
+    """
+
+    def edit(model: onnx.ModelProto) -> onnx.NodeProto:
+        node = next(node for node in model.graph.node if node.name == node_name)
+        original = next(init for init in model.graph.initializer
+                        if init.name == node.input[index])
+        array = numpy_helper.to_array(original)
+        copy = numpy_helper.from_array((array * factor).astype(array.dtype),
+                                       f"{original.name}_planted")
+        model.graph.initializer.append(copy)
+        node.input[index] = copy.name
+        return node
+
+    return edit

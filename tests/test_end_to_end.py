@@ -85,7 +85,7 @@ def test_inplace_relu_does_not_corrupt_the_recorded_conv_output(fixture_case):
 
 
 def test_reused_module_calls_align_to_their_own_nodes(fixture_case):
-    report = run(fixture_case, "reused_block")
+    report = run(fixture_case, "reused_block", granularity="module")
     by_module = {record.torch_module: record for record in report.comparisons}
     assert [by_module[f"block{suffix}"].onnx_value for suffix in ("", "@1", "@2")] == [
         "tanh", "tanh_1", "tanh_2"]
@@ -93,7 +93,7 @@ def test_reused_module_calls_align_to_their_own_nodes(fixture_case):
 
 
 def test_reused_relu_calls_split_in_resnet(fixture_case):
-    report = run(fixture_case, "resnet_like")
+    report = run(fixture_case, "resnet_like", granularity="module")
     values = {record.torch_module: record.onnx_value for record in report.comparisons}
     assert values["layer1.relu"] != values["layer1.relu@1"]
     # Folded BatchNorm: the fused Conv's output belongs to the BatchNorm, the conv has no row.
@@ -157,12 +157,30 @@ def test_graph_without_metadata_says_so_loudly(fixture_case, tmp_path):
     for node in proto.graph.node:
         del node.metadata_props[:]
     onnx.save(proto, str(tmp_path / "stripped.onnx"))
-    report = bisect_onnx.bisect(model, inputs, onnx_model=tmp_path / "stripped.onnx")
+    report = bisect_onnx.bisect(model, inputs, onnx_model=tmp_path / "stripped.onnx",
+                                granularity="module")
     assert report.verdict == "parity"
     assert report.coverage.aligned_modules == 0
     assert report.comparisons == []
     assert "FINAL OUTPUTS ONLY" in report.summary()
     assert any("neither torch exporter metadata" in warning for warning in report.warnings)
+
+
+def test_graph_without_metadata_is_matched_by_structure_at_op_level(fixture_case, tmp_path):
+    import onnx
+
+    model, inputs, exported = fixture_case("tiny_mlp")
+    proto = onnx.load(str(exported))
+    for node in proto.graph.node:
+        del node.metadata_props[:]
+    onnx.save(proto, str(tmp_path / "stripped.onnx"))
+    report = bisect_onnx.bisect(model, inputs, onnx_model=tmp_path / "stripped.onnx")
+    assert report.verdict == "parity"
+    assert report.coverage.granularity == "op"
+    assert report.comparisons and all(record.matched_by for record in report.comparisons)
+    # Names were kept here, so each match can be checked: the value of the op's name.
+    assert all(record.onnx_value == record.fx_node for record in report.comparisons)
+    assert any("matched by structure" in warning for warning in report.warnings)
 
 
 def test_json_follows_schema_1(fixture_case):
@@ -172,7 +190,10 @@ def test_json_follows_schema_1(fixture_case):
     assert set(data["environment"]) >= {"bisect_onnx", "torch", "onnx", "onnxruntime", "python",
                                         "platform", "provider", "opt_level", "exporter", "opset"}
     assert set(data["coverage"]) == {"onnx_values", "aligned_values", "torch_modules",
-                                     "aligned_modules", "onnx_nodes", "attributed_nodes"}
+                                     "aligned_modules", "onnx_nodes", "attributed_nodes",
+                                     "granularity", "torch_ops", "compared_ops", "fused_ops",
+                                     "fx_named_values", "fx_named_compared",
+                                     "inferred_nodes"}
     assert data["coverage"]["attributed_nodes"] == data["coverage"]["onnx_nodes"] == 5
     record_keys = {"index", "onnx_node", "onnx_op", "onnx_value", "torch_module", "torch_op",
                    "source", "shape", "dtype", "max_abs_error", "max_rel_error",

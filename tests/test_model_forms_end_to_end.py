@@ -144,7 +144,7 @@ def test_exported_program_object_with_keyword_inputs(fixture_case):
     model, inputs, exported = fixture_case("two_inputs")
     program = torch.export.export(model, _args(fixture_case, "two_inputs"))
     report = bisect_onnx.bisect(program, {"y": inputs["y"], "x": inputs["x"]},
-                                onnx_model=exported)
+                                onnx_model=exported, granularity="module")
     assert report.verdict == "parity"
     assert {record.torch_module for record in report.comparisons} == {"a", "b", "c"}
 
@@ -211,7 +211,7 @@ def test_keyword_inputs_that_skip_a_parameter(tmp_path):
     model = load_model(f"{tmp_path}/keywords.py:make")
     rng = np.random.RandomState(0)
     inputs = {"token_type_ids": rng.randint(0, 2, (2, 5)), "input_ids": rng.randint(0, 20, (2, 5))}
-    report = bisect_onnx.bisect(model, inputs)
+    report = bisect_onnx.bisect(model, inputs, granularity="module")
     assert report.verdict == "parity"
     assert {record.torch_module for record in report.comparisons} == {"embed", "segment"}
 

@@ -13,7 +13,9 @@ from tests.planting import plant, scale_conv_weight, set_attribute, shift_bias
 def run(fixture_case, name, onnx_path=None):
     model, inputs, _ = fixture_case(name)
     onnx_path = onnx_path or repo_path(FIXTURES[name].torchscript_onnx_file)
-    return bisect_onnx.bisect(model, inputs, onnx_model=onnx_path)
+    # Module level: what these tests check is how module calls meet TorchScript nodes
+    # (a dynamo file given here would otherwise be compared op by op).
+    return bisect_onnx.bisect(model, inputs, onnx_model=onnx_path, granularity="module")
 
 
 @pytest.mark.parametrize("name", ["tiny_mlp", "resnet_like", "tiny_transformer", "inplace_relu",

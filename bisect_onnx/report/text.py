@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from bisect_onnx.provenance import SourceLocation
+from bisect_onnx.provenance import SourceLocation, short_op
 from bisect_onnx.records import Record, Report
 
 __all__ = ["format_table", "verdict_line", "SHOW_CHOICES", "format_number", "format_shape",
@@ -23,6 +23,22 @@ _WINDOW_RADIUS = 8
 _MARK = ">>"
 _NAMES_PER_REASON = 6
 _HEADERS = ["", "#", "torch module", "ONNX node", "op", "shape", "max abs", "max rel", "status"]
+_OP_HEADERS = ["", "#", "torch op", "torch module", "ONNX node", "op", "shape", "max abs",
+               "max rel", "status"]
+_AGGREGATE_HEADER = "ops failed"
+_MATCH_HEADER = "match"
+_KIND_TITLES = {
+    "module": "module outputs",
+    "fused": "ops fused into another op's ONNX node by the exporter's optimizer",
+    "removed": "ops that returned their input unchanged (removed; compared at the input)",
+    "folded": "ops with no ONNX node (folded into constants or removed)",
+    "layout": "ops whose ONNX values changed layout or type",
+    "intermediate": "ONNX values inside multi-node ops (no torch value; compared at the "
+                    "op's output)",
+    "foreign": "ONNX values with no torch metadata",
+    "unmatched": "ops no value of the given file matches by structure",
+    "ambiguous": "ONNX values that fit several ops equally (ambiguous, not compared)",
+}
 
 
 def format_table(report: Report, *, show: str = "window") -> str:
@@ -30,6 +46,7 @@ def format_table(report: Report, *, show: str = "window") -> str:
     rows = report.comparisons
     keep = _rows_to_show(report, show)
     first = report.first_divergence
+    headers = _headers(report)
     body: list[list[str]] = []
     previous = -1
     for record in rows:
@@ -37,47 +54,97 @@ def format_table(report: Report, *, show: str = "window") -> str:
             continue
         if record.index != previous + 1:
             body.append(["", "…", f"({record.index - previous - 1} rows hidden; --show all)"]
-                        + [""] * 6)
-        body.append(_row(record, marked=record is first))
+                        + [""] * (len(headers) - 3))
+        body.append(_row(record, marked=record is first, headers=headers))
         previous = record.index
     if rows and previous != rows[-1].index:
         body.append(["", "…", f"({rows[-1].index - previous} rows hidden; --show all)"]
-                    + [""] * 6)
+                    + [""] * (len(headers) - 3))
     parts = []
     if body:
-        parts.append(tabulate(body, headers=_HEADERS, tablefmt="simple", disable_numparse=True))
+        parts.append(tabulate(body, headers=headers, tablefmt="simple", disable_numparse=True))
     else:
         parts.append("(no intermediate value could be aligned)")
-    outputs = [_row(record, marked=record is first) for record in report.final_outputs]
+    outputs = [_row(record, marked=record is first, headers=headers)
+               for record in report.final_outputs]
     parts.append("final outputs:\n" + tabulate(
-        outputs, headers=_HEADERS, tablefmt="simple", disable_numparse=True
+        outputs, headers=headers, tablefmt="simple", disable_numparse=True
     ))
-    if report.unaligned:
+    if report.unaligned or report.onnx_unaligned:
         parts.append(_not_compared(report))
+    parts.append(coverage_line(report))
     return "\n\n".join(parts)
 
 
+def _headers(report: Report) -> list[str]:
+    if report.coverage.granularity == "op":
+        if any(record.matched_by for record in report.comparisons):
+            return [*_OP_HEADERS[:-1], _MATCH_HEADER, _OP_HEADERS[-1]]
+        return _OP_HEADERS
+    if any(record.ops_compared is not None for record in report.comparisons):
+        return [*_HEADERS[:-1], _AGGREGATE_HEADER, _HEADERS[-1]]
+    return _HEADERS
+
+
 def _not_compared(report: Report) -> str:
-    """The module calls with no ONNX counterpart, grouped by reason."""
-    by_reason: dict[str, list[str]] = {}
-    for item in report.unaligned:
-        by_reason.setdefault(item.reason, []).append(item.name)
-    lines = [f"not compared ({len(report.unaligned)} module outputs):"]
-    for reason, names in by_reason.items():
-        shown = ", ".join(names[:_NAMES_PER_REASON])
-        if len(names) > _NAMES_PER_REASON:
-            shown += f" and {len(names) - _NAMES_PER_REASON} more"
-        lines.append(f"  {shown}: {reason}")
+    """Values of either side with no counterpart, grouped.
+
+    Module outputs by reason; op-level values by kind (their reasons name each op).
+    """
+    if report.coverage.granularity != "op":
+        by_reason: dict[str, list[str]] = {}
+        for item in report.unaligned:
+            by_reason.setdefault(item.reason, []).append(item.name)
+        lines = [f"not compared ({len(report.unaligned)} module outputs):"]
+        lines.extend(_listing(names, reason) for reason, names in by_reason.items())
+        return "\n".join(lines)
+    by_kind: dict[str, list[str]] = {}
+    for item in [*report.unaligned, *report.onnx_unaligned]:
+        by_kind.setdefault(item.kind, []).append(item.name)
+    lines = ["not compared (every reason in the JSON report):"]
+    lines.extend(_listing(names, f"{_KIND_TITLES.get(kind, kind)} ({len(names)})")
+                 for kind, names in by_kind.items())
     return "\n".join(lines)
+
+
+def _listing(names: Sequence[str], why: str) -> str:
+    shown = ", ".join(names[:_NAMES_PER_REASON])
+    if len(names) > _NAMES_PER_REASON:
+        shown += f" and {len(names) - _NAMES_PER_REASON} more"
+    return f"  {why}: {shown}"
+
+
+def coverage_line(report: Report) -> str:
+    """Attributed and compared coverage in one line."""
+    coverage = report.coverage
+    parts = [f"coverage: {_percent(coverage.attributed_nodes, coverage.onnx_nodes)} of "
+             f"{coverage.onnx_nodes} ONNX nodes attributed to a torch op or module"]
+    if coverage.inferred_nodes:
+        parts[0] += f" ({coverage.inferred_nodes} without metadata, by their values' names or "
+        parts[0] += "by structure)"
+    if coverage.granularity == "op" or coverage.torch_ops:
+        parts.append(f"{coverage.compared_ops} of {coverage.torch_ops} torch ops compared "
+                     f"({coverage.fused_ops} fused)")
+        parts.append(f"{_percent(coverage.fx_named_compared, coverage.fx_named_values)} of "
+                     f"{coverage.fx_named_values} floating-point ONNX values named after an "
+                     "op compared")
+    parts.append(f"{coverage.aligned_modules} of {coverage.torch_modules} module calls compared")
+    return "; ".join(parts)
+
+
+def _percent(part: int, whole: int) -> str:
+    return f"{100.0 * part / whole:.1f}%" if whole else "-"
 
 
 def verdict_line(report: Report) -> str:
     """``PARITY: ...`` or ``DIVERGED: first divergence at ...`` in one line."""
     coverage = report.coverage
     compared = f"{coverage.aligned_modules} of {coverage.torch_modules} module calls compared"
+    if coverage.granularity == "op":
+        compared = f"{coverage.compared_ops} of {coverage.torch_ops} torch ops compared"
     tolerance = f"rtol={report.rtol:g}, atol={report.atol:g}"
     if not report.diverged:
-        if coverage.aligned_modules == 0:
+        if coverage.aligned_modules == 0 and coverage.compared_ops == 0:
             return (
                 f"PARITY OF FINAL OUTPUTS ONLY ({tolerance}): no intermediate value could be "
                 f"aligned (0 of {coverage.torch_modules} module calls), so nothing inside the "
@@ -92,19 +159,50 @@ def verdict_line(report: Report) -> str:
     record = report.first_divergence
     assert record is not None
     where = f"ONNX node {record.onnx_node!r} ({record.onnx_op}), value {record.onnx_value!r}"
-    module = (
-        f"torch module {record.torch_module}" if record.torch_module
-        else "a final output"
-    )
-    op = f" [{record.torch_op}]" if record.torch_op else ""
+    inside = report.inside_op
+    if inside and inside.get("node") == record.onnx_node:
+        where = (f"ONNX node {record.onnx_node!r} ({record.onnx_op}), the first of the "
+                 f"{len(inside['nodes'])} nodes of its op to disagree with the op exported "
+                 f"alone (value {inside['value']!r}; the op's output {record.onnx_value!r})")
     source = f" at {format_source(record.source)}" if record.source else ""
+    if record.fx_node is not None:
+        origin = (f"{_short_op(record.torch_op)} ({record.fx_node}) in "
+                  f"{_module_name(record.torch_module)}")
+    elif record.torch_module is not None:
+        origin = f"torch module {record.torch_module}"
+        origin += f" [{record.torch_op}]" if record.torch_op else ""
+    else:
+        origin = "a final output"
+        origin += f" [{record.torch_op}]" if record.torch_op else ""
     line = (
-        f"DIVERGED: first divergence at {where} <- {module}{op}{source}: "
+        f"DIVERGED: first divergence at {where} <- {origin}{source}: "
         f"{_describe_error(record)} ({tolerance}; {compared})"
     )
+    inner = _first_failing_op(report, record)
+    if inner is not None:
+        inner_source = f" at {format_source(inner.source)}" if inner.source else ""
+        line += (f"; first failing op inside: {_short_op(inner.torch_op)} ({inner.fx_node}) "
+                 f"in {_module_name(inner.torch_module)}, ONNX node {inner.onnx_node!r} "
+                 f"({inner.onnx_op}){inner_source}")
     if report.note:
         line += f". {report.note}"
     return line
+
+
+def _first_failing_op(report: Report, record: Record) -> Record | None:
+    """At module granularity: the op record a module row's first failure points to."""
+    if record.first_failing_op is None:
+        return None
+    return next((op for op in report.op_comparisons if op.fx_node == record.first_failing_op),
+                None)
+
+
+def _short_op(op: str | None) -> str:
+    return short_op(op) if op else "an op"
+
+
+def _module_name(module: str | None) -> str:
+    return f"module {module}" if module else "the model's own forward"
 
 
 def _rows_to_show(report: Report, show: str) -> set[int]:
@@ -119,21 +217,27 @@ def _rows_to_show(report: Report, show: str) -> set[int]:
     return keep
 
 
-def _row(record: Record, *, marked: bool) -> list[str]:
+def _row(record: Record, *, marked: bool, headers: Sequence[str] = _HEADERS) -> list[str]:
     shape = format_shape(record.shape)
     if record.candidate_shape != record.shape:
         shape += f" vs {format_shape(record.candidate_shape)}"
-    return [
-        _MARK if marked else "",
-        str(record.index),
-        record.torch_module if record.torch_module is not None else f"(output {record.index})",
-        record.onnx_node or record.onnx_value,
-        record.onnx_op or "",
-        shape,
-        format_number(record.max_abs_error),
-        format_number(record.max_rel_error),
-        record.status,
-    ]
+    module = (record.torch_module if record.torch_module is not None
+              else f"(output {record.index})")
+    row = [_MARK if marked else "", str(record.index)]
+    if headers[2] == _OP_HEADERS[2]:
+        op = f"{_short_op(record.torch_op)} ({record.fx_node})" if record.fx_node else ""
+        row += [op, module or "(model)"]
+    else:
+        row.append(module)
+    row += [record.onnx_node or record.onnx_value, record.onnx_op or "", shape,
+            format_number(record.max_abs_error), format_number(record.max_rel_error)]
+    if _AGGREGATE_HEADER in headers:
+        row.append(f"{record.ops_failed}/{record.ops_compared}"
+                   if record.ops_compared is not None else "")
+    if _MATCH_HEADER in headers:
+        row.append(f"{record.matched_by} {record.match_confidence:.2f}"
+                   if record.matched_by and record.match_confidence is not None else "")
+    return [*row, record.status]
 
 
 def _describe_error(record: Record) -> str:
