@@ -15,9 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from bisect_onnx.errors import InputError
-from bisect_onnx.provenance import SourceLocation
+from bisect_onnx.provenance import SourceLocation, short_op
 from bisect_onnx.records import Record, Report
-from bisect_onnx.report.text import format_number, format_rounded_up, format_shape, format_source
+from bisect_onnx.report.text import (
+    format_number,
+    format_rounded_up,
+    format_shape,
+    format_source,
+    group_not_compared,
+)
 
 __all__ = ["render_html", "write_html"]
 
@@ -172,13 +178,20 @@ def _tolerances(report: Report) -> str:
 def _coverage(report: Report) -> str:
     """How much of each side was compared."""
     coverage = report.coverage
-    return _definitions([
+    rows = [
+        ("granularity", _text(coverage.granularity)),
         ("values compared", _of(coverage.aligned_values, coverage.onnx_values)),
         ("module calls", _of(coverage.aligned_modules, coverage.torch_modules)),
         ("nodes attributed", _of(coverage.attributed_nodes, coverage.onnx_nodes)),
-        ("hidden divergences", _text(len(report.hidden_divergences))),
-        ("not compared", _text(len(report.unaligned))),
-    ])
+    ]
+    if coverage.torch_ops:
+        rows += [("torch ops compared", _of(coverage.compared_ops, coverage.torch_ops)),
+                 ("ops fused", _text(coverage.fused_ops)),
+                 ("op-named float values compared",
+                  _of(coverage.fx_named_compared, coverage.fx_named_values))]
+    rows += [("hidden divergences", _text(len(report.hidden_divergences))),
+             ("not compared", _text(len(report.unaligned) + len(report.onnx_unaligned)))]
+    return _definitions(rows)
 
 
 def _of(part: int, whole: int) -> str:
@@ -408,6 +421,13 @@ class _Column:
     """Whether the cell is coloured by the record's status."""
 
 
+def _torch_op(record: Record) -> str:
+    """The ATen op and its FX node, at op level."""
+    if record.fx_node is None:
+        return record.torch_op or ""
+    return f"{short_op(record.torch_op or '')} ({record.fx_node})"
+
+
 def _module(record: Record) -> str:
     """The torch module, or which final output the record is."""
     return record.torch_module if record.torch_module is not None else f"(output {record.index})"
@@ -440,6 +460,7 @@ def _sort_number(value: float | None) -> str:
 
 _COLUMNS = (
     _Column("#", lambda r: str(r.index), lambda r: str(r.index), numeric=True),
+    _Column("torch op", _torch_op, _torch_op),
     _Column("torch module", _module, _module),
     _Column("ONNX node", lambda r: r.onnx_node or r.onnx_value,
             lambda r: r.onnx_node or r.onnx_value),
@@ -509,19 +530,17 @@ def _outputs_section(report: Report) -> str:
 
 
 def _not_compared_section(report: Report) -> str:
-    """The module calls with no ONNX counterpart, grouped by reason."""
-    if not report.unaligned:
+    """Values of either side with no counterpart, grouped by reason."""
+    unaligned = [*report.unaligned, *report.onnx_unaligned]
+    if not unaligned:
         return ""
-    by_reason: dict[str, list[str]] = {}
-    for item in report.unaligned:
-        by_reason.setdefault(item.reason, []).append(item.name)
     content = _element("ul", "".join(
-        _element("li", _element("p", _text(f"{reason} ({len(names)}):"))
+        _element("li", _element("p", _text(f"{why}:"))
                  + _element("p", ", ".join(_element("code", _text(name)) for name in names)))
-        for reason, names in by_reason.items()
+        for why, names in group_not_compared(report)
     ), class_="reasons")
-    return _section(f"not compared ({len(report.unaligned)} module outputs)", content,
-                    id_="not-compared")
+    what = "values" if report.coverage.granularity == "op" else "module outputs"
+    return _section(f"not compared ({len(unaligned)} {what})", content, id_="not-compared")
 
 
 # --- the culprit ---------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from bisect_onnx.provenance import SourceLocation, short_op
 from bisect_onnx.records import Record, Report
 
 __all__ = ["format_table", "verdict_line", "SHOW_CHOICES", "format_number", "format_shape",
-           "format_source", "format_rounded_up"]
+           "format_source", "format_rounded_up", "coverage_line", "group_not_compared"]
 
 SHOW_CHOICES = ("window", "all")
 # Tables longer than this are cut to a window around the first divergence: a
@@ -86,24 +86,29 @@ def _headers(report: Report) -> list[str]:
     return _HEADERS
 
 
-def _not_compared(report: Report) -> str:
-    """Values of either side with no counterpart, grouped.
+def group_not_compared(report: Report) -> list[tuple[str, list[str]]]:
+    """Values of either side with no counterpart, as (why, names) groups.
 
-    Module outputs by reason; op-level values by kind (their reasons name each op).
+    Module outputs by reason; op-level values by kind, since their reasons name each
+    op (every reason is in the JSON report).
     """
+    groups: dict[str, list[str]] = {}
     if report.coverage.granularity != "op":
-        by_reason: dict[str, list[str]] = {}
         for item in report.unaligned:
-            by_reason.setdefault(item.reason, []).append(item.name)
-        lines = [f"not compared ({len(report.unaligned)} module outputs):"]
-        lines.extend(_listing(names, reason) for reason, names in by_reason.items())
-        return "\n".join(lines)
-    by_kind: dict[str, list[str]] = {}
+            groups.setdefault(item.reason, []).append(item.name)
+        return list(groups.items())
     for item in [*report.unaligned, *report.onnx_unaligned]:
-        by_kind.setdefault(item.kind, []).append(item.name)
-    lines = ["not compared (every reason in the JSON report):"]
-    lines.extend(_listing(names, f"{_KIND_TITLES.get(kind, kind)} ({len(names)})")
-                 for kind, names in by_kind.items())
+        groups.setdefault(item.kind, []).append(item.name)
+    return [(f"{_KIND_TITLES.get(kind, kind)} ({len(names)})", names)
+            for kind, names in groups.items()]
+
+
+def _not_compared(report: Report) -> str:
+    if report.coverage.granularity != "op":
+        lines = [f"not compared ({len(report.unaligned)} module outputs):"]
+    else:
+        lines = ["not compared (every reason in the JSON report):"]
+    lines.extend(_listing(names, why) for why, names in group_not_compared(report))
     return "\n".join(lines)
 
 
