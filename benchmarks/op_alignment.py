@@ -128,7 +128,11 @@ def measure(name: str, size: str) -> dict:
             planted_seconds = time.perf_counter() - started
             if planted.diverged:
                 break
-    coverage, first = clean.coverage, planted.first_divergence
+    coverage = clean.coverage
+    # The culprit when one was found; else the first divergence; on a parity verdict
+    # (the edit did not reach the outputs at any scale) the first hidden divergence.
+    first = planted.first_culprit or planted.first_divergence or next(
+        iter(planted.hidden_divergences), None)
     return {
         "name": name, "verdict": clean.verdict, "coverage": coverage,
         "clean_seconds": clean_seconds, "what": what, "planted": planted_node,
@@ -136,7 +140,8 @@ def measure(name: str, size: str) -> dict:
         "reported_op": f"{first.torch_op} in {first.torch_module}" if first else "",
         "rel": first.max_rel_error if first else None,
         "granularity": planted.coverage.granularity, "planted_seconds": planted_seconds,
-        "factor": factor,
+        "factor": factor, "planted_verdict": planted.verdict,
+        "classification": first.classification if first else None,
     }
 
 
@@ -167,15 +172,15 @@ def main() -> None:
               f"{c.compared_ops}/{c.torch_ops} | {c.fused_ops} | {row['verdict']} | "
               f"{row['clean_seconds']:.1f} |")
     print("\n#### Planted edits (one initializer scaled, mid-graph)\n")
-    print("| architecture | edit | scale | planted node | reported node | torch op, module | "
-          "max rel | found | seconds |")
-    print("|---|---|---:|---|---|---|---:|---|---:|")
+    print("| architecture | edit | scale | verdict | planted node | reported node | "
+          "torch op, module | class | max rel | found | seconds |")
+    print("|---|---|---:|---|---|---|---|---|---:|---|---:|")
     for row in rows:
         found = "yes" if row["reported"] == row["planted"] else "NO"
         rel = "-" if row["rel"] is None else f"{row['rel']:.2e}"
-        print(f"| {row['name']} | {row['what']} | {row['factor']} | {row['planted']} | "
-              f"{row['reported']} | "
-              f"{row['reported_op']} | {rel} | {found} | {row['planted_seconds']:.1f} |")
+        print(f"| {row['name']} | {row['what']} | {row['factor']} | {row['planted_verdict']} | "
+              f"{row['planted']} | {row['reported']} | {row['reported_op']} | "
+              f"{row['classification']} | {rel} | {found} | {row['planted_seconds']:.1f} |")
 
 
 if __name__ == "__main__":

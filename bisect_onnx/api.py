@@ -20,6 +20,7 @@ import numpy as np
 
 from bisect_onnx import __version__
 from bisect_onnx.align import Alignment, Pair, align_modules
+from bisect_onnx.blame import attribute_divergence
 from bisect_onnx.compare import DEFAULT_ATOL, DEFAULT_RTOL, check_tolerances, compare_arrays
 from bisect_onnx.engine import decide
 from bisect_onnx.errors import BisectOnnxError, InputError, UsageError
@@ -122,6 +123,7 @@ def bisect(
     repro_dir: str | Path | None = None,
     model_label: str | None = None,
     granularity: str | None = None,
+    all_culprits: bool = False,
 ) -> Report:
     """Compare a PyTorch model with its ONNX export in ONNX Runtime, layer by layer.
 
@@ -148,6 +150,8 @@ def bisect(
         granularity: ``op`` (a row per ATen op, where the dynamo exporter's
             ExportedProgram names the ONNX values) or ``module`` (a row per module
             call). ``None``: op where available, else module.
+        all_culprits: Check every failing value on PyTorch's inputs and list each one
+            that introduces error (``report.culprits``), not only the first.
 
     Returns:
         The :class:`~bisect_onnx.records.Report`; ``report.verdict`` is ``parity``
@@ -201,6 +205,17 @@ def bisect(
                 granularity="op" if ops is not None and granularity != "module" else "module")
             if prepared.template is not None:
                 report.warnings.append(FOREIGN_FILE)
+            if report.diverged:
+                attribute_divergence(
+                    report, candidate,
+                    {pair.candidate.name: pair.reference.array for pair in pairs},
+                    {name: value.array for name, value in onnx_capture.values.items()},
+                    {spec.name: array for spec, array in zip(candidate.inputs, arrays,
+                                                             strict=True)},
+                    program=prepared.program,
+                    torch_values={**{name: value.array for name, value in ops.values.items()},
+                                  **ops.graph_inputs} if ops else None,
+                    everything=all_culprits)
             if (report.coverage.granularity == "op" and report.first_divergence is not None
                     and prepared.template is None):
                 look_inside_first_divergence(report, segments, ops, prepared.program,
@@ -209,7 +224,8 @@ def bisect(
             report.reference = {**reference.side.describe(), "inputs": description}
             report.candidate = {**candidate.describe(), "model": source}
             report.environment = _environment(candidate, exporter)
-            report.culprit = culprit_context(report.first_divergence, candidate,
+            report.culprit = culprit_context(report.first_culprit or report.first_divergence,
+                                             candidate,
                                              torch_capture, onnx_capture, report.comparisons)
             _check_opset(report, export, candidate)
             if repro_dir is not None and report.first_divergence is not None:
@@ -550,7 +566,7 @@ def _write_repro(folder: Path, report: Report, candidate: OnnxRuntimeSide,
         folder,
         model=candidate.model,
         model_dir=candidate.path.resolve().parent,
-        failing_value=report.first_divergence.onnx_value,
+        failing_value=(report.first_culprit or report.first_divergence).onnx_value,
         reference_values=reference_values,
         candidate_values={name: value.array for name, value in onnx_capture.values.items()},
         graph_inputs={spec.name: array for spec, array in zip(candidate.inputs, arrays,

@@ -88,6 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--granularity", choices=("op", "module"), default=None,
                         help="table rows: one per ATen op (the default where a dynamo export's "
                         "program names the ONNX values) or one per module call")
+    parser.add_argument("--all-culprits", action="store_true",
+                        help="check every failing value on PyTorch's inputs and list each one "
+                        "that introduces error, not only the first")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the report as JSON")
     parser.add_argument("--show", choices=SHOW_CHOICES, default="window",
                         help="table rows: a window around the first divergence on long "
@@ -181,6 +184,7 @@ def _bisect(args: argparse.Namespace, model: object, inputs: object,
         repro_dir=args.repro_dir,
         model_label=args.model,
         granularity=args.granularity,
+        all_culprits=args.all_culprits,
     )
 
 

@@ -24,7 +24,7 @@ from bisect_onnx.sides import Capture, CapturedValue
 if TYPE_CHECKING:
     import onnx
 
-__all__ = ["InputSpec", "NodeInfo", "OnnxRuntimeSide", "load_onnx_model"]
+__all__ = ["InputSpec", "NodeInfo", "OnnxRuntimeSide", "load_onnx_model", "create_session"]
 
 logger = logging.getLogger(__name__)
 
@@ -157,31 +157,9 @@ class OnnxRuntimeSide:
         return self._capture(by_name)
 
     def _session(self, serialized: bytes) -> Any:
-        import onnxruntime as ort
-
-        emit(SESSION_STARTED, self.path.name)
-        options = ort.SessionOptions()
-        options.graph_optimization_level = getattr(
-            ort.GraphOptimizationLevel, OPT_LEVELS[self.opt_level]
-        )
-        # ORT logs to stderr on its own (colour codes and all); its errors reach us as
-        # exceptions, which become one-line messages, so only fatal logs get through.
-        options.log_severity_level = 4
-        # The model is handed over in memory: tell ORT where the external weights are.
-        options.add_session_config_entry(
-            "session.model_external_initializers_file_folder_path",
-            str(self.path.resolve().parent),
-        )
-        try:
-            session = ort.InferenceSession(
-                serialized, options, providers=[self.provider]
-            )
-        except Exception as error:
-            raise ModelError(
-                f"ONNX Runtime could not load {self.path.name}: {one_line(error)}"
-            ) from error
-        emit(SESSION_CREATED, self.path.name)
-        return session
+        return create_session(serialized, model_dir=self.path.resolve().parent,
+                              label=self.path.name, provider=self.provider,
+                              opt_level=self.opt_level)
 
     def _run(self, session: Any, fetched: list[str], inputs: Sequence[np.ndarray]) -> list:
         feeds = {spec.name: array for spec, array in zip(self.inputs, inputs, strict=True)}
@@ -238,6 +216,28 @@ class OnnxRuntimeSide:
             return self.model.SerializeToString()
         finally:
             del outputs[original:]
+
+
+def create_session(serialized: bytes, *, model_dir: Path, label: str,
+                   provider: str = CPU_PROVIDER, opt_level: str = DEFAULT_OPT_LEVEL) -> Any:
+    """An ORT session on a model held in memory whose external weights lie in ``model_dir``."""
+    import onnxruntime as ort
+
+    emit(SESSION_STARTED, label)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, OPT_LEVELS[opt_level])
+    # ORT logs to stderr on its own (colour codes and all); its errors reach us as
+    # exceptions, which become one-line messages, so only fatal logs get through.
+    options.log_severity_level = 4
+    # The model is handed over in memory: tell ORT where the external weights are.
+    options.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                                     str(model_dir))
+    try:
+        session = ort.InferenceSession(serialized, options, providers=[provider])
+    except Exception as error:
+        raise ModelError(f"ONNX Runtime could not load {label}: {one_line(error)}") from error
+    emit(SESSION_CREATED, label)
+    return session
 
 
 def _provenance(node: NodeInfo, position: int) -> Provenance:

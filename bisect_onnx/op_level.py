@@ -97,7 +97,7 @@ def look_inside_first_divergence(
     *,
     opset: int | None,
 ) -> None:
-    """Name the ONNX node inside a multi-node op where the first divergence starts.
+    """Name the ONNX node inside a multi-node op where the culprit's error starts.
 
     A failing ``aten.linear`` is MatMul then Add, and only the Add's output carries
     the op's name: the op is exported alone and its values compared node by node
@@ -106,7 +106,7 @@ def look_inside_first_divergence(
     """
     from bisect_onnx.decomposition import localize_in_segment
 
-    record = report.first_divergence
+    record = report.first_culprit or report.first_divergence
     if record is None or record.fx_node is None:
         return
     segment = [node for node in segments.get(record.fx_node, ())
@@ -128,6 +128,10 @@ def look_inside_first_divergence(
                         "compared": finding.compared}
     if finding.node is not None:
         found = next(node for node in segment if node.name == finding.node)
-        report.first_divergence = replace(record, onnx_node=found.name, onnx_op=found.op_type)
-        report.comparisons = [report.first_divergence if item is record else item
+        narrowed = replace(record, onnx_node=found.name, onnx_op=found.op_type)
+        if report.first_culprit is record:
+            report.first_culprit = narrowed
+        if report.first_divergence is record:
+            report.first_divergence = narrowed
+        report.comparisons = [narrowed if item is record else item
                               for item in report.comparisons]

@@ -41,7 +41,17 @@ class Record:
     nan_mismatch: int
     status: str
     introduced_here: bool | None = None
-    """Filled by culprit attribution (a later stage); ``None`` until then."""
+    """Whether this value's own node(s), fed PyTorch's exact inputs, are still out of
+    tolerance (the error starts here); ``None`` when not checked (passing values, and
+    failing ones the search did not need)."""
+    local_max_abs_error: float | None = None
+    """The error of those nodes alone, on PyTorch's inputs."""
+    local_status: str | None = None
+    error_growth: float | None = None
+    """This value's error over the largest error of its inputs (max abs)."""
+    classification: str | None = None
+    """For a value that introduces error: ``graph semantics``, ``runtime kernel``,
+    ``float precision`` or ``unclassified`` (see the README)."""
     fx_node: str | None = None
     """Op level: the FX node (torch op call) the compared torch value is the output of."""
     ops_compared: int | None = None
@@ -154,6 +164,14 @@ class Report:
     """Extra context for the verdict (where the culprit must lie when no checkpoint fails)."""
     repro: dict[str, Any] | None = None
     """Where the minimal repro of the first divergence was written, if asked for."""
+    first_culprit: Record | None = None
+    """The first failing value whose own node introduces the error beyond float
+    rounding: where the bug is (the first divergence may only carry it, or fail by
+    rounding). ``None`` when none was found."""
+    attribution: dict[str, Any] | None = None
+    """How the culprit was found: values checked, inputs fed, classification, drift."""
+    culprits: list[Record] | None = None
+    """With ``all_culprits``: every value that introduces error, in graph order."""
     inside_op: dict[str, Any] | None = None
     """Op level, when the first divergence is an op made of several ONNX nodes: which
     node inside it went wrong (``node``; ``None`` when it could not be told) and how
@@ -187,6 +205,10 @@ class Report:
             "onnx_unaligned": [asdict(item) for item in self.onnx_unaligned],
             "op_comparisons": [record.to_dict() for record in self.op_comparisons],
             "note": self.note,
+            "first_culprit": self.first_culprit.to_dict() if self.first_culprit else None,
+            "attribution": self.attribution,
+            "culprits": ([record.to_dict() for record in self.culprits]
+                         if self.culprits is not None else None),
             "inside_op": self.inside_op,
             "culprit": self.culprit,
             "repro": self.repro,

@@ -46,7 +46,8 @@ def test_diverged_report_shows_verdict_culprit_node_and_module(diverged):
     assert "AveragePool" in culprit and "<code>pool</code>" in culprit
     assert "kernel_shape" in culprit and "[1,4,8,8]" in culprit
     assert "fixtures/models.py:" in culprit
-    assert "classification" in culprit and "not determined yet" in culprit
+    assert "classification" in culprit and "graph semantics" in culprit
+    assert "introduced here" in culprit and "yes: fed PyTorch" in culprit
 
 
 def test_one_table_row_per_comparison_and_output(diverged):

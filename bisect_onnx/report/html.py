@@ -47,7 +47,6 @@ _VALUE_SOURCES = {
     "candidate": "computed by ONNX Runtime only",
 }
 _RULE = "|onnx − torch| > atol + rtol · |torch|"
-_UNDETERMINED = "not determined yet (culprit attribution comes in a later version)"
 
 
 def render_html(report: Report) -> str:
@@ -553,7 +552,8 @@ def _culprit_section(report: Report) -> str:
         return _section("culprit", _element("p", _text(_no_culprit_reason(report)),
                                              class_="muted"), id_="culprit")
     parts = [
-        _definitions(_culprit_facts(culprit, report.first_divergence)),
+        _definitions(_culprit_facts(culprit, report.first_culprit or report.first_divergence,
+                                    report.attribution)),
         _element("h3", "attributes"),
         _attributes_table(culprit.get("attributes") or {}),
         _element("h3", "inputs"),
@@ -572,7 +572,8 @@ def _no_culprit_reason(report: Report) -> str:
             "produces, or a node missing from the graph).")
 
 
-def _culprit_facts(culprit: Mapping[str, Any], first: Record | None) -> list[tuple[str, str]]:
+def _culprit_facts(culprit: Mapping[str, Any], first: Record | None,
+                   attribution: Mapping[str, Any] | None) -> list[tuple[str, str]]:
     """Node, op, torch side and source of the culprit, as label and HTML pairs."""
     source = culprit.get("source")
     location = format_source(SourceLocation(source["file"], source["line"])) if source else "-"
@@ -583,18 +584,28 @@ def _culprit_facts(culprit: Mapping[str, Any], first: Record | None) -> list[tup
         ("torch module", _element("code", _text(culprit.get("torch_module") or "-"))),
         ("torch op", _element("code", _text(culprit.get("torch_op") or "-"))),
         ("source", _element("code", _text(location))),
-        ("classification", _text(_classification(first))),
+        ("introduced here", _text(_introduced(first))),
+        ("classification", _text(_classification(first, attribution))),
     ]
 
 
-def _classification(first: Record | None) -> str:
-    """Whether the divergence starts at this node, once culprit attribution has said so."""
+def _introduced(first: Record | None) -> str:
+    """Whether the divergence starts at this node, as the local check found."""
     introduced = first.introduced_here if first is not None else None
     if introduced is None:
-        return _UNDETERMINED
+        return "not checked (its nodes could not be run alone on PyTorch's inputs)"
     if introduced:
-        return "introduced here: the node's inputs agree with PyTorch, its output does not"
-    return "inherited: the error reaches this node through its inputs"
+        return (f"yes: fed PyTorch's inputs, it is still off by "
+                f"{format_number(first.local_max_abs_error)}")
+    return "no: fed PyTorch's inputs it is within tolerance; the error reaches it from upstream"
+
+
+def _classification(first: Record | None, attribution: Mapping[str, Any] | None) -> str:
+    """Which side is wrong, from the float64 reruns."""
+    found = (attribution or {}).get("classification")
+    if first is None or not found or (attribution or {}).get("first_culprit") != first.onnx_value:
+        return "-"
+    return f"{found['kind']}: {found['detail']}; {found['file_with']}"
 
 
 def _attributes_table(attributes: Mapping[str, Any]) -> str:

@@ -29,7 +29,8 @@ from bisect_onnx.onnx_side import CPU_PROVIDER, DEFAULT_OPT_LEVEL, OPT_LEVELS, O
 if TYPE_CHECKING:
     import onnx
 
-__all__ = ["MAX_SEGMENT_NODES", "InputSource", "Repro", "write_repro"]
+__all__ = ["MAX_SEGMENT_NODES", "InputSource", "Repro", "Segment", "find_segment", "segment_model",
+           "write_repro"]
 
 logger = logging.getLogger(__name__)
 
@@ -102,12 +103,12 @@ def write_repro(
     expected = np.asarray(reference_values[failing_value])
     candidate = np.asarray(candidate_values[failing_value])
 
-    segment = _find_segment(model.graph, failing_value, reference_values=reference_values,
+    segment = find_segment(model.graph, failing_value, reference_values=reference_values,
                             candidate_values=candidate_values, graph_inputs=graph_inputs)
     pools = {InputSource.REFERENCE: reference_values, InputSource.CANDIDATE: candidate_values,
              InputSource.GRAPH_INPUT: graph_inputs}
     feeds = {name: np.asarray(pools[source][name]) for name, source in segment.inputs.items()}
-    repro_model = _segment_model(model, segment, feeds, failing_value, candidate)
+    repro_model = segment_model(model, segment, feeds, failing_value, candidate)
     for tensor in _graph_tensors(repro_model.graph):
         _embed_external_data(tensor, model_dir)
     names = [model.graph.node[index].name or f"{model.graph.node[index].op_type}_{index}"
@@ -168,7 +169,9 @@ def write_repro(
 
 
 @dataclass(frozen=True)
-class _Segment:
+class Segment:
+    """The top-level nodes that compute a value from values known to be right."""
+
     nodes: list[int]
     """Indices of the top-level nodes, in graph order."""
     initializers: set[str]
@@ -176,14 +179,14 @@ class _Segment:
     """Frontier value -> source, in order of first use."""
 
 
-def _find_segment(
+def find_segment(
     graph: onnx.GraphProto,
     failing_value: str,
     *,
     reference_values: Mapping[str, np.ndarray],
     candidate_values: Mapping[str, np.ndarray],
     graph_inputs: Mapping[str, np.ndarray],
-) -> _Segment:
+) -> Segment:
     """Walk back from ``failing_value``, nearest producers first, to values known to be right.
 
     A value stops the walk when it is a graph input, a weight, or has a PyTorch value of
@@ -243,7 +246,7 @@ def _find_segment(
     order = [name for index in nodes for name in _used_names(graph.node[index])]
     inputs = {name: frontier[name] for name in dict.fromkeys(order)
               if name in frontier and producers.get(name) not in included}
-    return _Segment(nodes=nodes, initializers=initializers, inputs=inputs)
+    return Segment(nodes=nodes, initializers=initializers, inputs=inputs)
 
 
 def _fits(reference: np.ndarray, candidate: np.ndarray | None) -> bool:
@@ -284,7 +287,7 @@ def _subgraphs(attribute: onnx.AttributeProto) -> Iterator[onnx.GraphProto]:
     yield from attribute.graphs
 
 
-def _segment_model(model: onnx.ModelProto, segment: _Segment, feeds: Mapping[str, np.ndarray],
+def segment_model(model: onnx.ModelProto, segment: Segment, feeds: Mapping[str, np.ndarray],
                    output: str, output_value: np.ndarray) -> onnx.ModelProto:
     """The segment as a model of its own, typed from the arrays that feed and leave it."""
     import onnx

@@ -70,6 +70,8 @@ def format_table(report: Report, *, show: str = "window") -> str:
     parts.append("final outputs:\n" + tabulate(
         outputs, headers=headers, tablefmt="simple", disable_numparse=True
     ))
+    if report.culprits is not None:
+        parts.append(_culprit_list(report))
     if report.unaligned or report.onnx_unaligned:
         parts.append(_not_compared(report))
     parts.append(coverage_line(report))
@@ -84,6 +86,18 @@ def _headers(report: Report) -> list[str]:
     if any(record.ops_compared is not None for record in report.comparisons):
         return [*_HEADERS[:-1], _AGGREGATE_HEADER, _HEADERS[-1]]
     return _HEADERS
+
+
+def _culprit_list(report: Report) -> str:
+    """Every value that introduces error on its own (``--all-culprits``)."""
+    culprits = report.culprits or []
+    lines = [f"culprits ({len(culprits)}; values whose own node, fed PyTorch's inputs, is "
+             "out of tolerance beyond float rounding):"]
+    for record in culprits:
+        lines.append(f"  {record.onnx_value} ({record.onnx_node}, {record.onnx_op}) <- "
+                     f"{_origin(record)}: off by {format_number(record.local_max_abs_error)} "
+                     f"on its own, {record.classification or 'not classified'}")
+    return "\n".join(lines)
 
 
 def group_not_compared(report: Report) -> list[tuple[str, list[str]]]:
@@ -163,24 +177,8 @@ def verdict_line(report: Report) -> str:
         )
     record = report.first_divergence
     assert record is not None
-    where = f"ONNX node {record.onnx_node!r} ({record.onnx_op}), value {record.onnx_value!r}"
-    inside = report.inside_op
-    if inside and inside.get("node") == record.onnx_node:
-        where = (f"ONNX node {record.onnx_node!r} ({record.onnx_op}), the first of the "
-                 f"{len(inside['nodes'])} nodes of its op to disagree with the op exported "
-                 f"alone (value {inside['value']!r}; the op's output {record.onnx_value!r})")
-    source = f" at {format_source(record.source)}" if record.source else ""
-    if record.fx_node is not None:
-        origin = (f"{_short_op(record.torch_op)} ({record.fx_node}) in "
-                  f"{_module_name(record.torch_module)}")
-    elif record.torch_module is not None:
-        origin = f"torch module {record.torch_module}"
-        origin += f" [{record.torch_op}]" if record.torch_op else ""
-    else:
-        origin = "a final output"
-        origin += f" [{record.torch_op}]" if record.torch_op else ""
     line = (
-        f"DIVERGED: first divergence at {where} <- {origin}{source}: "
+        f"DIVERGED: first divergence at {_where(report, record)} <- {_origin(record)}: "
         f"{_describe_error(record)} ({tolerance}; {compared})"
     )
     inner = _first_failing_op(report, record)
@@ -189,9 +187,58 @@ def verdict_line(report: Report) -> str:
         line += (f"; first failing op inside: {_short_op(inner.torch_op)} ({inner.fx_node}) "
                  f"in {_module_name(inner.torch_module)}, ONNX node {inner.onnx_node!r} "
                  f"({inner.onnx_op}){inner_source}")
+    blame = _blame(report, record)
+    if blame:
+        line += f". {blame}"
     if report.note:
         line += f". {report.note}"
     return line
+
+
+def _where(report: Report, record: Record) -> str:
+    where = f"ONNX node {record.onnx_node!r} ({record.onnx_op}), value {record.onnx_value!r}"
+    inside = report.inside_op
+    if inside and inside.get("node") == record.onnx_node:
+        where = (f"ONNX node {record.onnx_node!r} ({record.onnx_op}), the first of the "
+                 f"{len(inside['nodes'])} nodes of its op to disagree with the op exported "
+                 f"alone (value {inside['value']!r}; the op's output {record.onnx_value!r})")
+    return where
+
+
+def _origin(record: Record) -> str:
+    source = f" at {format_source(record.source)}" if record.source else ""
+    if record.fx_node is not None:
+        return (f"{_short_op(record.torch_op)} ({record.fx_node}) in "
+                f"{_module_name(record.torch_module)}{source}")
+    origin = f"torch module {record.torch_module}" if record.torch_module is not None else (
+        "a final output")
+    return origin + (f" [{record.torch_op}]" if record.torch_op else "") + source
+
+
+def _blame(report: Report, first: Record) -> str:
+    """Whether the first divergence introduced its error, and where the culprit is."""
+    attribution = report.attribution
+    culprit = report.first_culprit
+    if not attribution:
+        return ""
+    if culprit is not None:
+        kind = attribution.get("classification") or {}
+        verdict = f"{kind['kind']}: {kind['file_with']}" if kind else "not classified"
+        alone = f"off by {format_number(culprit.local_max_abs_error)} on its own"
+        if culprit.onnx_value == first.onnx_value:
+            return f"Introduced here: fed PyTorch's inputs it is still {alone} ({verdict})"
+        how = ("fails by float rounding only" if first.onnx_value in attribution["noise"]
+               else "is within tolerance" if first.introduced_here is False
+               else "was not checked")
+        return (f"That value only carries error (fed PyTorch's inputs it {how}); the culprit "
+                f"is {_where(report, culprit)} <- {_origin(culprit)}, {alone} ({verdict})")
+    if attribution.get("drift"):
+        jump = attribution.get("largest_jump")
+        rounding = " (all of it float rounding)" if attribution.get("noise") else ""
+        return (f"No node introduces the error beyond float rounding{rounding}: it builds up "
+                f"gradually over {attribution['checked']} failing values; the largest local "
+                f"jump is at value {jump!r}")
+    return "No single node could be shown to introduce the error"
 
 
 def _first_failing_op(report: Report, record: Record) -> Record | None:
