@@ -536,8 +536,11 @@ def describe_model(
     except ValueError as error:
         logger.debug("shape inference skipped: %s", error)
     graph = model.graph
+    # An initializer no node reads (left behind by an edit) must not pair with a
+    # template weight the foreign nodes no longer use.
+    used = {name for node in graph.node for name in node.input}
     constants = {tensor.name: numpy_helper.to_array(tensor, base_dir)
-                 for tensor in graph.initializer}
+                 for tensor in graph.initializer if tensor.name in used}
     nodes = []
     for node in graph.node:
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):

@@ -177,3 +177,48 @@ def test_cli_granularity_option(tmp_path, capsys):
     with pytest.raises(SystemExit) as exited:
         main([*args, "--granularity", "layer"])
     assert exited.value.code == 2
+
+
+def _renamed_without_metadata(source, target):
+    """The export as another tool might leave it: every value and node renamed, no metadata.
+
+    Returns the map from new value names to the original (FX) names.
+    """
+    proto = onnx.load(str(source))
+    graph = proto.graph
+    renamed = {}
+    for index, node in enumerate(graph.node):
+        del node.metadata_props[:]
+        node.name = f"n{index}"
+        for position, output in enumerate(node.output):
+            renamed[output] = f"t{index}_{position}"
+    for node in graph.node:
+        node.input[:] = [renamed.get(name, name) for name in node.input]
+        node.output[:] = [renamed.get(name, name) for name in node.output]
+    for value in [*graph.output, *graph.value_info]:
+        value.name = renamed.get(value.name, value.name)
+    onnx.save(proto, str(target))
+    return {new: old for old, new in renamed.items()}
+
+
+def test_a_renamed_file_without_metadata_is_matched_by_structure(fixture_case, tmp_path):
+    model, inputs, exported = fixture_case("tiny_transformer")
+    matmul, _ = _segment(onnx.load(str(exported), load_external_data=False), "linear_6")
+    planted = tmp_path / "planted.onnx"
+    plant(exported, planted, scale_initializer_input(matmul.name, 1, 1.01))
+    original_names = _renamed_without_metadata(planted, tmp_path / "foreign.onnx")
+    report = bisect_onnx.bisect(model, inputs, onnx_model=tmp_path / "foreign.onnx")
+    assert report.coverage.granularity == "op"
+    assert report.comparisons and all(record.matched_by and record.match_confidence > 0
+                                      for record in report.comparisons)
+    # Every match is right (each value was named after its op before the renaming) and
+    # no torch value is matched twice.
+    assert all(original_names[record.onnx_value] == record.fx_node
+               for record in report.comparisons)
+    fx_nodes = [record.fx_node for record in report.comparisons]
+    assert len(fx_nodes) == len(set(fx_nodes))
+    assert report.coverage.fx_named_compared >= 0.95 * report.coverage.fx_named_values
+    culprit = report.first_culprit
+    assert culprit.fx_node == "linear_6" and culprit.torch_module == "blocks.1.attn.q"
+    assert culprit.introduced_here is True
+    assert any("matched by structure" in warning for warning in report.warnings)
