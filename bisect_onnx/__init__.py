@@ -9,7 +9,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from bisect_onnx import events  # noqa: E402
-from bisect_onnx.api import ExportOptions, RandomInputs, bisect  # noqa: E402
+from bisect_onnx.api import ExportOptions, RandomInputs, RuntimeOptions, bisect  # noqa: E402
 from bisect_onnx.compare import DEFAULT_ATOL, DEFAULT_RTOL  # noqa: E402
 from bisect_onnx.errors import (  # noqa: E402
     BisectOnnxError,
@@ -26,6 +26,7 @@ __all__ = [
     "bisect",
     "ExportOptions",
     "RandomInputs",
+    "RuntimeOptions",
     "DEFAULT_RTOL",
     "DEFAULT_ATOL",
     # Parity tests

@@ -47,6 +47,10 @@ NO_METADATA = (
     "be located"
 )
 
+NOT_CAPTURED = (
+    "the module's output is not among the captured values (inside a kernel ONNX Runtime "
+    "fused, with fusion-preserving capture; --promote all compares it)"
+)
 FOLDED_INTO_BATCHNORM = (
     "folded with the BatchNorm that follows it into one ONNX Conv, whose output is the "
     "BatchNorm's (compared there)"
@@ -71,7 +75,8 @@ class Unaligned:
     reason: str
     kind: str = "module"
     """What sort of value it is, for grouping: ``module`` (a module output), or at op
-    level ``fused``, ``removed``, ``folded``, ``layout``, ``intermediate``, ``foreign``,
+    level ``fused``, ``runtime-fused``, ``removed``, ``folded``, ``layout``,
+    ``intermediate``, ``foreign``,
     and for a file of unknown origin ``unmatched`` and ``ambiguous``."""
 
 
@@ -128,7 +133,7 @@ def align_modules(
         elif len(values) == 1:
             candidate = _module_output(group, values[0], candidate_values)
             if candidate is None:
-                alignment.unaligned.append(Unaligned(values[0].name, NO_NODE))
+                alignment.unaligned.append(Unaligned(values[0].name, NOT_CAPTURED))
             else:
                 alignment.pairs.append(Pair(values[0], candidate))
                 paired[values[0].name] = candidate
@@ -255,12 +260,16 @@ def _module_output(
     """The value produced last within a module call.
 
     Of the last node's outputs, the one shaped like the reference is taken (a
-    LayerNormalization may also output its mean); otherwise its first output.
+    LayerNormalization may also output its mean); otherwise its first output. When
+    the last node's outputs were not captured (inside a kernel ONNX Runtime fused),
+    an earlier value is *not* taken: it would be another tensor.
     """
     for node in reversed(group):
+        if node.op_type == "Constant":
+            continue
         produced = [candidate_values[name] for name in node.outputs if name in candidate_values]
         if not produced:
-            continue
+            return None
         for value in produced:
             if (value.array.shape == reference.array.shape
                     and value.array.dtype == reference.array.dtype):

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import platform
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +40,7 @@ from bisect_onnx.loading import (
     check_input_count,
     keyword_order,
 )
-from bisect_onnx.onnx_side import NodeInfo, OnnxRuntimeSide
+from bisect_onnx.onnx_side import CPU_PROVIDER, DEFAULT_OPT_LEVEL, NodeInfo, OnnxRuntimeSide
 from bisect_onnx.op_align import OpAlignment
 from bisect_onnx.op_level import (
     GRANULARITIES,
@@ -65,12 +66,17 @@ if TYPE_CHECKING:
     import onnx
     import torch
 
-__all__ = ["bisect", "ExportOptions", "RandomInputs"]
+__all__ = ["bisect", "ExportOptions", "RandomInputs", "RuntimeOptions"]
 # Also used by bisect_onnx.parity: prepare_candidate, arrange_for, as_arrays,
 # compare_final_outputs, resolve_export.
 
 logger = logging.getLogger(__name__)
 
+CAPTURE_DIFFERS = (
+    "the capture session's final outputs differ from the production session's (its "
+    "optimizations were changed to see inside it; see capture in the JSON): a divergence "
+    "that only the production kernels show may be missed"
+)
 FOREIGN_FILE = (
     "the ONNX file carries no exporter metadata (renamed by another tool, or built "
     "elsewhere): its values were matched by structure to an export made here, each match "
@@ -100,6 +106,18 @@ class ExportOptions:
 
 
 @dataclass(frozen=True)
+class RuntimeOptions:
+    """How ONNX Runtime runs the ONNX model under test."""
+
+    provider: str = CPU_PROVIDER
+    opt_level: str = DEFAULT_OPT_LEVEL
+    """``disabled``, ``basic``, ``extended`` or ``all`` (ONNX Runtime's default)."""
+    promote: str = "fused"
+    """``fused``: promote only the values that survive ORT's optimizations, so the
+    capture runs the production kernels (checked); ``all``: every node output."""
+
+
+@dataclass(frozen=True)
 class RandomInputs:
     """Inputs drawn from the ONNX graph's input specification, when none are given."""
 
@@ -124,6 +142,7 @@ def bisect(
     model_label: str | None = None,
     granularity: str | None = None,
     all_culprits: bool = False,
+    runtime: RuntimeOptions | None = None,
 ) -> Report:
     """Compare a PyTorch model with its ONNX export in ONNX Runtime, layer by layer.
 
@@ -150,6 +169,7 @@ def bisect(
         granularity: ``op`` (a row per ATen op, where the dynamo exporter's
             ExportedProgram names the ONNX values) or ``module`` (a row per module
             call). ``None``: op where available, else module.
+        runtime: Provider, optimization level and promotion for ONNX Runtime.
         all_culprits: Check every failing value on PyTorch's inputs and list each one
             that introduces error (``report.culprits``), not only the first.
 
@@ -168,7 +188,8 @@ def bisect(
     random_inputs = random_inputs or RandomInputs()
     given = as_arrays(inputs) if inputs is not None else None
     with tempfile.TemporaryDirectory(prefix="bisect-onnx-") as workdir:
-        prepared = prepare_candidate(reference, given, onnx_model, export, Path(workdir))
+        prepared = prepare_candidate(reference, given, onnx_model, export, Path(workdir),
+                                     runtime or RuntimeOptions())
         candidate, keywords = prepared.candidate, prepared.keywords
         source, exporter = prepared.source, prepared.exporter
         if given is not None:
@@ -205,25 +226,31 @@ def bisect(
                 granularity="op" if ops is not None and granularity != "module" else "module")
             if prepared.template is not None:
                 report.warnings.append(FOREIGN_FILE)
+            local_values = {}
             if report.diverged:
-                attribute_divergence(
+                local_values = attribute_divergence(
                     report, candidate,
                     {pair.candidate.name: pair.reference.array for pair in pairs},
                     {name: value.array for name, value in onnx_capture.values.items()},
                     {spec.name: array for spec, array in zip(candidate.inputs, arrays,
                                                              strict=True)},
-                    program=prepared.program,
-                    torch_values={**{name: value.array for name, value in ops.values.items()},
-                                  **ops.graph_inputs} if ops else None,
+                    program=prepared.program, ops=ops,
+                    modules=(torch_capture, prepared.call_index),
                     everything=all_culprits)
             if (report.coverage.granularity == "op" and report.first_divergence is not None
                     and prepared.template is None):
-                look_inside_first_divergence(report, segments, ops, prepared.program,
-                                             candidate.model, onnx_capture.values,
-                                             opset=candidate.opset)
+                # The culprit's own nodes on exact inputs hold the values a fused capture
+                # leaves out; the captured ones serve otherwise.
+                look_inside_first_divergence(
+                    report, segments, ops, prepared.program, candidate.model,
+                    {**{name: value.array for name, value in onnx_capture.values.items()},
+                     **local_values}, opset=candidate.opset)
             report.reference = {**reference.side.describe(), "inputs": description}
             report.candidate = {**candidate.describe(), "model": source}
             report.environment = _environment(candidate, exporter)
+            report.capture = candidate.describe_capture()
+            if candidate.outputs_match_production is False:
+                report.warnings.append(CAPTURE_DIFFERS)
             report.culprit = culprit_context(report.first_culprit or report.first_divergence,
                                              candidate,
                                              torch_capture, onnx_capture, report.comparisons)
@@ -302,15 +329,18 @@ class PreparedCandidate:
 
 
 def prepare_candidate(reference: Reference, given: Any, onnx_model: Any,
-                      export: ExportOptions, folder: Path) -> PreparedCandidate:
+                      export: ExportOptions, folder: Path,
+                      runtime: RuntimeOptions | None = None) -> PreparedCandidate:
     """The user's ONNX model (a path, a proto, an ONNXProgram's own), or an export made here."""
     keywords = _keywords(reference, given)
     if onnx_model is not None or reference.onnx_program is not None:
-        candidate, source, program = _given_candidate(reference, onnx_model, folder)
+        candidate, source, program = _given_candidate(reference, onnx_model, folder,
+                                                      runtime or RuntimeOptions())
         exporter = detect_exporter(candidate.nodes)
         return PreparedCandidate(candidate, source, exporter, call_index_from_program(program),
                                  keywords, program=program if exporter == "dynamo" else None)
-    candidate, capture, exported = _export_candidate(reference, given, export, folder)
+    candidate, capture, exported = _export_candidate(reference, given, export, folder,
+                                                     runtime or RuntimeOptions())
     return PreparedCandidate(candidate, "exported here", export.exporter or "dynamo",
                              exported.call_index, keywords,
                              capture if given is not None else None, exported.program)
@@ -357,7 +387,8 @@ def resolve_export(reference: Reference, onnx_model: Any,
     return replace(export, exporter=exporter)
 
 
-def _given_candidate(reference: Reference, onnx_model: Any, folder: Path):
+def _given_candidate(reference: Reference, onnx_model: Any, folder: Path,
+                     runtime: RuntimeOptions):
     """The user's ONNX model, and the ExportedProgram it was made from, if known."""
     given = onnx_model if onnx_model is not None else reference.onnx_program
     path, source = _onnx_path(given, folder)
@@ -366,7 +397,7 @@ def _given_candidate(reference: Reference, onnx_model: Any, folder: Path):
     program = getattr(given, "exported_program", None)
     if program is None and reference.kind == EXPORTED_PROGRAM:
         program = as_translated(reference.exportable)
-    candidate = OnnxRuntimeSide(path)
+    candidate = OnnxRuntimeSide(path, **asdict(runtime))
     return candidate, source, program if names_the_values(program, candidate.nodes) else None
 
 
@@ -385,7 +416,8 @@ def names_the_values(program: Any, nodes: Sequence[NodeInfo]) -> bool:
     return sum(name in names for name in made_from) >= 0.95 * len(made_from)
 
 
-def _export_candidate(reference: Reference, given: Any, export: ExportOptions, folder: Path):
+def _export_candidate(reference: Reference, given: Any, export: ExportOptions, folder: Path,
+                      runtime: RuntimeOptions):
     """Export the model here; the reference runs first on the export's inputs."""
     if given is not None:
         arrays = arrange_for(reference, None, given)
@@ -410,7 +442,7 @@ def _export_candidate(reference: Reference, given: Any, export: ExportOptions, f
                             opset=export.opset, options=options, keywords=keywords)
     if export.save_to is not None:
         _keep_copy(exported.path, Path(export.save_to))
-    return OnnxRuntimeSide(exported.path), capture, exported
+    return OnnxRuntimeSide(exported.path, **asdict(runtime)), capture, exported
 
 
 def _keywords(reference: Reference, given: Any) -> list[str]:
@@ -523,6 +555,7 @@ def _compare(
         op_comparisons=op_rows if granularity == "module" else [],
         warnings=warnings,
         note=decision.note,
+        nan_origin=decision.nan_origin,
     )
     return report, pairs, op_alignment.segments if op_alignment else {}
 
@@ -566,7 +599,7 @@ def _write_repro(folder: Path, report: Report, candidate: OnnxRuntimeSide,
         folder,
         model=candidate.model,
         model_dir=candidate.path.resolve().parent,
-        failing_value=(report.first_culprit or report.first_divergence).onnx_value,
+        failing_value=_repro_value(report, onnx_capture),
         reference_values=reference_values,
         candidate_values={name: value.array for name, value in onnx_capture.values.items()},
         graph_inputs={spec.name: array for spec, array in zip(candidate.inputs, arrays,
@@ -577,6 +610,19 @@ def _write_repro(folder: Path, report: Report, candidate: OnnxRuntimeSide,
     )
     return {"folder": str(repro.folder), "nodes": repro.nodes, "inputs": repro.inputs,
             "reproduces": repro.reproduces}
+
+
+def _repro_value(report: Report, onnx_capture: Capture) -> str:
+    """The value the repro recomputes: the culprit's, or its fused kernel's output.
+
+    A repro must show what the production session computes, and a value ONNX Runtime
+    fused away is not computed there.
+    """
+    culprit = report.first_culprit or report.first_divergence
+    if culprit.onnx_value in onnx_capture.values:
+        return culprit.onnx_value
+    kernel = (report.attribution or {}).get("inside_kernel") or {}
+    return kernel.get("kernel_output") or report.first_divergence.onnx_value
 
 
 def compare_final_outputs(
@@ -694,6 +740,9 @@ def _environment(candidate: OnnxRuntimeSide, exporter: str) -> dict[str, Any]:
         "cpu": _cpu_name(),
         "provider": candidate.provider,
         "opt_level": candidate.opt_level,
+        "promote": candidate.promote,
+        "cpu_count": os.cpu_count(),
+        "intra_op_threads": "onnxruntime default (one per physical core)",
         "exporter": exporter,
         "opset": candidate.opset,
     }

@@ -17,11 +17,15 @@ from typing import Any
 
 import numpy as np
 
+from bisect_onnx.align import Pair
 from bisect_onnx.attribution import Attribution, CulpritSearch, LocalResult
 from bisect_onnx.classify import Kind
-from bisect_onnx.compare import Status
+from bisect_onnx.compare import Status, compare_arrays
+from bisect_onnx.fx_ops import OpCapture
 from bisect_onnx.local import LocalCheck, run_locally
-from bisect_onnx.records import Record, Report
+from bisect_onnx.provenance import Provenance
+from bisect_onnx.records import Record, Report, make_record
+from bisect_onnx.sides import CapturedValue
 
 __all__ = ["attribute_divergence"]
 
@@ -36,17 +40,24 @@ def attribute_divergence(
     graph_inputs: Mapping[str, np.ndarray],
     *,
     program: Any = None,
-    torch_values: Mapping[str, np.ndarray] | None = None,
+    ops: OpCapture | None = None,
+    modules: Any = None,
     everything: bool = False,
-) -> None:
+) -> dict[str, np.ndarray]:
     """Find which failing values were introduced where they fail, and classify them.
 
     ``reference_values`` are PyTorch's values by ONNX value name; ``program`` and
-    ``torch_values`` (by FX node name) let an op be rerun in float64 at op level.
+    ``ops`` (PyTorch's op values by FX node name) let an op be rerun in float64, and
+    the values inside a fused kernel be compared. Returns the values the first
+    culprit's nodes computed from exact inputs (for looking inside a multi-node op).
+    ``modules`` (``(module capture, call index)``) does for module rows what ``ops``
+    does for op rows.
     """
     failing = [record for record in report.comparisons if record.failed]
     if not failing:
-        return
+        return {}
+    torch_values = ({**{name: value.array for name, value in ops.values.items()},
+                     **ops.graph_inputs} if ops else {})
     by_value = {record.onnx_value: record for record in failing}
     checks: dict[str, LocalCheck] = {}
     kinds: dict[str, Any] = {}
@@ -66,7 +77,7 @@ def attribute_divergence(
             fails = local.status != Status.PASS
             if fails:
                 kinds[name] = _classify(checks[name], by_value[name], candidate, reference_values,
-                                        program, torch_values or {}, report)
+                                        program, torch_values, report)
             results[name] = LocalResult(
                 fails=fails, excess=_excess(local.min_passing_atol, report.atol),
                 noise=fails and kinds[name].kind == Kind.FLOAT_PRECISION)
@@ -75,6 +86,25 @@ def attribute_divergence(
     attribution = CulpritSearch([record.onnx_value for record in failing], check).run(
         everything=everything)
     _write_back(report, attribution, checks, kinds, everything=everything)
+    first = attribution.first_culprit
+    if first is None:
+        return {}
+    if ops is not None or modules is not None:
+        inner_references = (_op_references(ops) if ops is not None
+                            else _module_references(modules, checks, candidate,
+                                                    candidate_values))
+        refined = {record.onnx_value: _inside_kernel(record, checks[record.onnx_value],
+                                                     candidate, inner_references, report)
+                   for record in (report.culprits or [report.first_culprit])}
+        if report.culprits is not None:
+            report.culprits = [refined[record.onnx_value] or record
+                               for record in report.culprits]
+        inner = refined.get(first)
+        if inner is not None:
+            report.attribution["inside_kernel"] = {
+                "value": inner.onnx_value, "node": inner.onnx_node, "kernel_output": first}
+            report.first_culprit = inner
+    return checks[first].values
 
 
 def _classify(check: LocalCheck, record: Record, candidate: Any,
@@ -85,11 +115,18 @@ def _classify(check: LocalCheck, record: Record, candidate: Any,
     from bisect_onnx.report.repro import _embed_external_data, segment_model
 
     torch64 = None
-    if program is not None and record.fx_node is not None:
-        fx_node = next((node for node in program.graph.nodes if node.name == record.fx_node),
-                       None)
-        if fx_node is not None:
-            torch64 = torch_op_in_float64(fx_node, program, torch_values)
+    if program is not None and record.fx_node is not None and check.segment is not None:
+        span = _fx_span(program, record.fx_node, set(check.segment.inputs))
+        values64 = dict(torch_values)
+        for node in span or ():
+            if isinstance(node.meta.get("val"), (tuple, list)):
+                continue  # a tuple-valued op: its getitem reruns it
+            computed = torch_op_in_float64(node, program, values64)
+            if computed is None:
+                break
+            values64[node.name] = computed
+        else:
+            torch64 = values64.get(record.fx_node) if span else None
     onnx64 = None
     if check.segment is not None and check.local is not None:
         model = segment_model(candidate.model, check.segment, check.feeds, check.value,
@@ -102,6 +139,99 @@ def _classify(check: LocalCheck, record: Record, candidate: Any,
                     ort32=np.asarray(check.local), rtol=report.rtol, atol=report.atol)
 
 
+#: Past this many ops the torch side of a segment is not rerun (unclassified instead).
+_MAX_SPAN = 64
+
+
+def _fx_span(program: Any, output: str, frontier: set[str]) -> list[Any] | None:
+    """The ops that compute ``output`` from the segment's inputs, in graph order.
+
+    The ONNX segment may hold several ops (a kernel ONNX Runtime fused, a Conv the
+    exporter folded a BatchNorm into): the torch side must compute the same span, not
+    the last op alone, for the two float64 results to be comparable.
+    """
+    nodes = {node.name: node for node in program.graph.nodes}
+    order = {name: index for index, name in enumerate(nodes)}
+    span: set[str] = set()
+    stack = [output]
+    while stack:
+        name = stack.pop()
+        if name in span or (name in frontier and name != output):
+            continue
+        node = nodes.get(name)
+        if node is None:
+            return None
+        if node.op != "call_function":
+            continue  # an input or a weight: the rerun reads it directly
+        span.add(name)
+        if len(span) > _MAX_SPAN:
+            return None
+        stack.extend(source.name for source in node.all_input_nodes)
+    return sorted((nodes[name] for name in span), key=lambda node: order[node.name])
+
+
+def _op_references(ops: OpCapture) -> dict[str, CapturedValue]:
+    """PyTorch's op values by the ONNX value names the exporter gave them."""
+    return dict(ops.values)
+
+
+def _module_references(modules: Any, checks: Mapping[str, LocalCheck], candidate: Any,
+                       candidate_values: Mapping[str, np.ndarray]) -> dict[str, CapturedValue]:
+    """PyTorch's module outputs by the ONNX values they align to, fused ones included.
+
+    The module alignment is run again as if every value the culprits' nodes computed
+    had been captured, so a module whose output lives inside a fused kernel is paired.
+    """
+    from bisect_onnx.align import align_modules
+    from bisect_onnx.onnx_side import node_provenance
+
+    capture, call_index = modules
+    virtual = {name: CapturedValue(name, np.asarray(array), Provenance(position=0))
+               for name, array in candidate_values.items()}
+    for check in checks.values():
+        for index in (check.segment.nodes if check.segment else ()):
+            node = candidate.nodes[index]
+            for output in node.outputs:
+                if output in check.values and output not in virtual:
+                    virtual[output] = CapturedValue(output, check.values[output],
+                                                    node_provenance(node, 0))
+    alignment = align_modules(capture, candidate.nodes, virtual, call_index=call_index)
+    return {pair.candidate.name: pair.reference for pair in alignment.pairs}
+
+
+def _inside_kernel(record: Record, check: LocalCheck, candidate: Any,
+                   references: Mapping[str, CapturedValue], report: Report) -> Record | None:
+    """The first value inside the culprit's segment that PyTorch has and that fails.
+
+    The segment reaches back through values ONNX Runtime fused away (a Conv's output
+    inside a FusedConv); PyTorch still has them, so the node that went wrong inside
+    the kernel can be named, with its own op, module and source line.
+    """
+    from bisect_onnx.onnx_side import node_provenance
+
+    if check.segment is None:
+        return None
+    for index in check.segment.nodes:
+        node = candidate.nodes[index]
+        for output in node.outputs:
+            if output == check.value:
+                return None
+            reference, local = references.get(output), check.values.get(output)
+            if (reference is None or local is None
+                    or reference.array.shape != local.shape):
+                continue
+            comparison = compare_arrays(reference.array, local, rtol=report.rtol,
+                                        atol=report.atol)
+            if comparison.status != Status.PASS:
+                value = CapturedValue(output, local, node_provenance(node, record.index))
+                inner = make_record(record.index, Pair(reference, value), comparison)
+                return replace(inner, introduced_here=True,
+                               local_max_abs_error=comparison.max_abs_error,
+                               local_status=comparison.status,
+                               classification=record.classification)
+    return None
+
+
 def _excess(min_passing_atol: float | None, atol: float) -> float:
     if min_passing_atol is None:
         return math.inf
@@ -111,13 +241,17 @@ def _excess(min_passing_atol: float | None, atol: float) -> float:
 def _write_back(report: Report, attribution: Attribution, checks: Mapping[str, LocalCheck],
                 kinds: Mapping[str, Any], *, everything: bool) -> None:
     """Local figures onto the checked records; the culprits and a summary onto the report."""
-    records = {record.onnx_value: record for record in report.comparisons}
-    updated = {}
-    for name, result in attribution.checked.items():
-        record, check = records[name], checks.get(name)
+    # Several records may share one ONNX value (a module passing its input through):
+    # each gets the value's local figures, and the first of them stands for the value.
+    records = {}
+    for record in report.comparisons:
+        records.setdefault(record.onnx_value, record)
+
+    def with_local(record: Record) -> Record:
+        name = record.onnx_value
+        result, check, kind = attribution.checked[name], checks.get(name), kinds.get(name)
         local = check.comparison if check else None
-        kind = kinds.get(name)
-        updated[name] = replace(
+        return replace(
             record,
             introduced_here=None if result is None else result.fails,
             local_max_abs_error=local.max_abs_error if local else None,
@@ -125,10 +259,15 @@ def _write_back(report: Report, attribution: Attribution, checks: Mapping[str, L
             error_growth=_growth(record, check, records),
             classification=kind.kind if kind else None,
         )
-    report.comparisons = [updated.get(record.onnx_value, record)
-                          for record in report.comparisons]
+
+    report.comparisons = [with_local(record) if record.onnx_value in attribution.checked
+                          else record for record in report.comparisons]
+    updated = {}
+    for record in report.comparisons:
+        if record.onnx_value in attribution.checked:
+            updated.setdefault(record.onnx_value, record)
     if report.first_divergence is not None and report.first_divergence.onnx_value in updated:
-        report.first_divergence = updated[report.first_divergence.onnx_value]
+        report.first_divergence = report.comparisons[report.first_divergence.index]
     culprits = [updated[name] for name in attribution.culprits]
     report.first_culprit = culprits[0] if culprits else None
     first = attribution.first_culprit

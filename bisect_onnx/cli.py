@@ -42,8 +42,10 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
+    from bisect_onnx.capture_plan import PROMOTE_CHOICES
     from bisect_onnx.exporting import EXPORTERS
     from bisect_onnx.report.text import SHOW_CHOICES
+    from bisect_onnx.sessions import CPU_PROVIDER, DEFAULT_OPT_LEVEL, OPT_LEVELS
 
     parser = _Parser(
         prog="bisect-onnx",
@@ -85,6 +87,15 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"relative tolerance (default {DEFAULT_RTOL:g})")
     parser.add_argument("--atol", type=float, default=DEFAULT_ATOL,
                         help=f"absolute tolerance (default {DEFAULT_ATOL:g})")
+    parser.add_argument("--provider", default=CPU_PROVIDER, metavar="NAME",
+                        help=f"ONNX Runtime execution provider (default {CPU_PROVIDER})")
+    parser.add_argument("--opt-level", choices=tuple(OPT_LEVELS), default=DEFAULT_OPT_LEVEL,
+                        help="ONNX Runtime graph optimization level (default all, as "
+                        "ONNX Runtime's own default)")
+    parser.add_argument("--promote", choices=PROMOTE_CHOICES, default="fused",
+                        help="fused (default): capture only the values that survive ONNX "
+                        "Runtime's optimizations, so the production kernels run; all: every "
+                        "node output, which changes what ONNX Runtime fuses")
     parser.add_argument("--granularity", choices=("op", "module"), default=None,
                         help="table rows: one per ATen op (the default where a dynamo export's "
                         "program names the ONNX values) or one per module call")
@@ -169,7 +180,7 @@ def _run(args: argparse.Namespace) -> int:
 def _bisect(args: argparse.Namespace, model: object, inputs: object,
             random_inputs: RandomInputs) -> Report:
     import bisect_onnx
-    from bisect_onnx.api import ExportOptions
+    from bisect_onnx.api import ExportOptions, RuntimeOptions
 
     return bisect_onnx.bisect(
         model,
@@ -185,6 +196,8 @@ def _bisect(args: argparse.Namespace, model: object, inputs: object,
         model_label=args.model,
         granularity=args.granularity,
         all_culprits=args.all_culprits,
+        runtime=RuntimeOptions(provider=args.provider, opt_level=args.opt_level,
+                               promote=args.promote),
     )
 
 

@@ -125,13 +125,22 @@ def _compare_segment(
             f"cannot pair nodes: {op} exported alone is {'-'.join(fresh_ops) or 'no nodes'}, "
             f"the candidate's {fx_node.name} segment is {'-'.join(candidate_ops)}"), compared=0)
     compared = 0
+    missing: list[str] = []
     for candidate, fresh in zip(compute, fresh_nodes, strict=True):
         for value, fresh_value in zip(candidate.output, fresh.output, strict=False):
-            if value not in candidate_values or fresh_value not in fresh_values:
-                continue  # an optional output left empty, or a value not captured
+            if not value or fresh_value not in fresh_values:
+                continue  # an optional output left empty
+            if value not in candidate_values:
+                missing.append(value)  # not captured: it may be where things went wrong
+                continue
             comparison = compare_arrays(fresh_values[fresh_value], candidate_values[value],
                                         rtol=rtol, atol=atol)
             compared += 1
+            if not comparison.passed and missing:
+                return SegmentFinding(None, None, how=(
+                    f"{value} is the first captured value of {fx_node.name}'s segment to "
+                    f"differ from {op} exported alone, but {', '.join(missing)} before it "
+                    "were not captured, so the node cannot be named"), compared=compared)
             if not comparison.passed:
                 return SegmentFinding(candidate.name, value, how=(
                     f"{candidate.op_type} node {candidate.name} is the first of {fx_node.name}'s "
@@ -184,7 +193,7 @@ def _translate_alone(
     module, inputs = _isolate(fx_node, program, reference_values)
     with tempfile.TemporaryDirectory(prefix="bisect-onnx-op-") as folder:
         exported = export_model(module, inputs, Path(folder), opset=opset)
-        side = OnnxRuntimeSide(exported.path)
+        side = OnnxRuntimeSide(exported.path, promote="all")  # every intermediate
         capture = side.run(inputs)
     nodes = [node for node in side.model.graph.node if node.op_type != "Constant"]
     return nodes, {name: value.array for name, value in capture.values.items()}

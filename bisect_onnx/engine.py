@@ -22,6 +22,10 @@ class Decision:
     first_divergence: Record | None
     hidden_divergences: list[Record]
     note: str | None
+    nan_origin: Record | None = None
+    """The first value holding NaN or Inf on one side only, where it differs from the
+    first divergence (an earlier value may fail by a small margin): where the NaN
+    starts matters more than where a tolerance was first crossed."""
 
 
 def decide(comparisons: Sequence[Record], final_outputs: Sequence[Record],
@@ -46,7 +50,9 @@ def decide(comparisons: Sequence[Record], final_outputs: Sequence[Record],
             )
         return Decision("parity", None, failing, note)
     if failing:
-        return Decision("diverged", failing[0], [], None)
+        nan_origin = next((record for record in failing if record.nan_mismatch), None)
+        return Decision("diverged", failing[0], [], None,
+                        nan_origin if nan_origin is not failing[0] else None)
     passing = [record for record in comparisons if not record.failed]
     last_passing = passing[-1] if passing else None
     where = (

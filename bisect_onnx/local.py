@@ -40,6 +40,9 @@ class LocalCheck:
     """Segment input -> the array it was fed."""
     local: np.ndarray | None = None
     """What the segment computed from those inputs."""
+    values: dict[str, np.ndarray] = field(default_factory=dict)
+    """Every value the segment computed from those inputs, by ONNX name (its
+    intermediates too: what the nodes inside a fused kernel or a multi-node op give)."""
     comparison: ArrayComparison | None = None
     """``local`` against PyTorch's value."""
     reason: str | None = None
@@ -59,10 +62,17 @@ def run_locally(
     provider: str,
     opt_level: str,
 ) -> dict[str, LocalCheck]:
-    """Check each of ``values`` locally, all in one ONNX Runtime run."""
+    """Check each of ``values`` locally, all in one ONNX Runtime run.
+
+    A value PyTorch has but the capture does not (inside a kernel ONNX Runtime fused)
+    is not a place to cut: the segment goes back through it to a captured value, so
+    the fused kernel is rerun whole, and its inner values are compared afterwards.
+    """
     import onnx
 
     graph = model.graph
+    checkpoints = {name: array for name, array in reference_values.items()
+                   if name in candidate_values}
     pools = {InputSource.REFERENCE: reference_values, InputSource.CANDIDATE: candidate_values,
              InputSource.GRAPH_INPUT: graph_inputs}
     checks = {value: LocalCheck(value) for value in values}
@@ -70,7 +80,7 @@ def run_locally(
     for number, value in enumerate(values):
         check = checks[value]
         try:
-            segment = find_segment(graph, value, reference_values=reference_values,
+            segment = find_segment(graph, value, reference_values=checkpoints,
                                    candidate_values=candidate_values, graph_inputs=graph_inputs)
         except BisectOnnxError as error:
             check.reason = str(error)
@@ -100,7 +110,8 @@ def run_locally(
                 renamed[name], onnx.helper.np_dtype_to_tensor_dtype(array.dtype), array.shape))
             feeds[renamed[name]] = array
         initializers.update(segment.initializers)
-        outputs.append(onnx.ValueInfoProto(name=renamed[value]))
+        outputs.extend(onnx.ValueInfoProto(name=renamed[name]) for index in segment.nodes
+                       for name in graph.node[index].output if name)
     if not outputs:
         return checks
 
@@ -122,10 +133,13 @@ def run_locally(
         return checks
     for number, value in enumerate(values):
         check = checks[value]
-        local = results.get(f"local{number}/{value}")
+        prefix = f"local{number}/"
+        check.values = {name[len(prefix):]: np.asarray(array) for name, array in results.items()
+                        if name.startswith(prefix)}
+        local = check.values.get(value)
         if local is None:
             continue
-        check.local = np.asarray(local)
+        check.local = local
         check.comparison = compare_arrays(reference_values[value], check.local, rtol=rtol,
                                           atol=atol)
     logger.info("ran %d value(s) locally in one session (%d nodes)", len(outputs), len(nodes))

@@ -16,23 +16,31 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bisect_onnx.errors import InputError, ModelError, one_line
-from bisect_onnx.events import SESSION_CREATED, SESSION_STARTED, emit
+from bisect_onnx.capture_plan import (
+    PROMOTE_CHOICES,
+    CapturePlan,
+    check_capture_graph,
+    plan_capture,
+)
+from bisect_onnx.errors import InputError, ModelError, UsageError, one_line
 from bisect_onnx.provenance import Provenance, TorchMetadata, read_torch_metadata
+from bisect_onnx.sessions import (
+    CPU_PROVIDER,
+    DEFAULT_OPT_LEVEL,
+    OPT_LEVELS,
+    check_provider,
+    create_session,
+)
 from bisect_onnx.sides import Capture, CapturedValue
 
 if TYPE_CHECKING:
     import onnx
 
-__all__ = ["InputSpec", "NodeInfo", "OnnxRuntimeSide", "load_onnx_model", "create_session"]
+__all__ = ["InputSpec", "NodeInfo", "OnnxRuntimeSide", "load_onnx_model", "create_session",
+           "CPU_PROVIDER", "DEFAULT_OPT_LEVEL", "OPT_LEVELS"]
 
 logger = logging.getLogger(__name__)
 
-CPU_PROVIDER = "CPUExecutionProvider"
-# ONNX Runtime's own default level; the candidate runs as production would.
-DEFAULT_OPT_LEVEL = "all"
-OPT_LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
-               "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
 
 
 @dataclass(frozen=True)
@@ -89,10 +97,23 @@ class OnnxRuntimeSide:
         *,
         provider: str = CPU_PROVIDER,
         opt_level: str = DEFAULT_OPT_LEVEL,
+        promote: str = "fused",
     ) -> None:
+        if opt_level not in OPT_LEVELS:
+            raise UsageError(f"unknown optimization level {opt_level!r}; choose one of "
+                             f"{', '.join(OPT_LEVELS)}")
+        if promote not in PROMOTE_CHOICES:
+            raise UsageError(f"unknown promotion {promote!r}; choose one of "
+                             f"{', '.join(PROMOTE_CHOICES)}")
+        check_provider(provider)
         self.path = Path(path)
         self.provider = provider
         self.opt_level = opt_level
+        self.promote = promote
+        self.plan: CapturePlan | None = None
+        self.outputs_match_production: bool | None = None
+        """Whether the last capture run's final outputs equal the production session's
+        (bitwise on CPU; within a tight tolerance on other providers)."""
         self.model = load_onnx_model(self.path)
         graph = self.model.graph
         initializers = {init.name for init in graph.initializer}
@@ -133,6 +154,12 @@ class OnnxRuntimeSide:
             "opt_level": self.opt_level,
         }
 
+    def describe_capture(self) -> dict[str, Any]:
+        """How the capture was made, for the report."""
+        if self.plan is None:
+            return {}
+        return {**self.plan.describe(), "outputs_match_production": self.outputs_match_production}
+
     def run_outputs(self, inputs: Sequence[np.ndarray]) -> list[CapturedValue]:
         """One plain session (nothing promoted) and one run: the final outputs only."""
         session = self._session(self.model.SerializeToString())
@@ -149,12 +176,43 @@ class OnnxRuntimeSide:
         """
         # One promoted session serves every run (several random samples, say).
         if self._promoted_session is None:
-            self._promoted_session = self._session(self._promoted_bytes())
+            model_dir = self.path.resolve().parent
+            self.plan = plan_capture(self.model, model_dir, promote=self.promote,
+                                     provider=self.provider, opt_level=self.opt_level,
+                                     label=self.path.name)
+            promoted = self._promoted_bytes(self.plan.promoted)
+            if self.plan.production_session is None:
+                self._promoted_session = self._session(promoted)
+            else:
+                self._promoted_session = check_capture_graph(
+                    self.plan, promoted, model_dir, provider=self.provider,
+                    opt_level=self.opt_level, label=self.path.name)
         session = self._promoted_session
         fetched = [output.name for output in session.get_outputs()]
         by_name = dict(zip(fetched, self._run(session, fetched, inputs), strict=True))
         logger.info("ONNX Runtime produced %d values", len(by_name))
+        self.outputs_match_production = self._matches_production(by_name, inputs)
         return self._capture(by_name)
+
+    def _matches_production(self, by_name: dict[str, Any],
+                            inputs: Sequence[np.ndarray]) -> bool | None:
+        """Whether the capture's final outputs are what the production session computes."""
+        production = self.plan.production_session if self.plan else None
+        if production is None:
+            return None
+        expected = self._run(production, self.output_names, inputs)
+        exact = self.provider == CPU_PROVIDER
+        for name, array in zip(self.output_names, expected, strict=True):
+            got = np.asarray(by_name[name])
+            array = np.asarray(array)
+            same = (np.array_equal(got, array, equal_nan=True) if exact
+                    else got.shape == array.shape and np.allclose(got, array, rtol=1e-5,
+                                                                  atol=1e-6, equal_nan=True))
+            if not same:
+                logger.warning("the capture session's output %s differs from production's",
+                               name)
+                return False
+        return True
 
     def _session(self, serialized: bytes) -> Any:
         return create_session(serialized, model_dir=self.path.resolve().parent,
@@ -177,21 +235,23 @@ class OnnxRuntimeSide:
                 if output in by_name and output not in values:
                     producers[output] = node
                     values[output] = CapturedValue(
-                        output, np.asarray(by_name[output]), _provenance(node, len(values))
+                        output, np.asarray(by_name[output]), node_provenance(node, len(values))
                     )
         outputs = [
             CapturedValue(
                 name,
                 np.asarray(by_name[name]),
-                _provenance(producers[name], index) if name in producers
+                node_provenance(producers[name], index) if name in producers
                 else Provenance(position=index),
             )
             for index, name in enumerate(self.output_names)
         ]
         return Capture(values=values, outputs=outputs)
 
-    def _promoted_bytes(self) -> bytes:
-        """The model serialized with every top-level node output also a graph output.
+    def _promoted_bytes(self, wanted: set[str] | None = None) -> bytes:
+        """The model serialized with its top-level node outputs also graph outputs.
+
+        ``wanted`` limits them to those names (fusion-preserving capture).
 
         The outputs are appended to the loaded model only for the serialization, not
         to a copy: a copy would hold every inline weight a second time. Plain protos
@@ -210,7 +270,8 @@ class OnnxRuntimeSide:
                 if node.op_type == "Constant":  # a constant cannot diverge
                     continue
                 for output in node.output:
-                    if output and output not in present:
+                    if output and output not in present and (wanted is None
+                                                             or output in wanted):
                         outputs.append(onnx.ValueInfoProto(name=output))
                         present.add(output)
             return self.model.SerializeToString()
@@ -218,29 +279,8 @@ class OnnxRuntimeSide:
             del outputs[original:]
 
 
-def create_session(serialized: bytes, *, model_dir: Path, label: str,
-                   provider: str = CPU_PROVIDER, opt_level: str = DEFAULT_OPT_LEVEL) -> Any:
-    """An ORT session on a model held in memory whose external weights lie in ``model_dir``."""
-    import onnxruntime as ort
-
-    emit(SESSION_STARTED, label)
-    options = ort.SessionOptions()
-    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, OPT_LEVELS[opt_level])
-    # ORT logs to stderr on its own (colour codes and all); its errors reach us as
-    # exceptions, which become one-line messages, so only fatal logs get through.
-    options.log_severity_level = 4
-    # The model is handed over in memory: tell ORT where the external weights are.
-    options.add_session_config_entry("session.model_external_initializers_file_folder_path",
-                                     str(model_dir))
-    try:
-        session = ort.InferenceSession(serialized, options, providers=[provider])
-    except Exception as error:
-        raise ModelError(f"ONNX Runtime could not load {label}: {one_line(error)}") from error
-    emit(SESSION_CREATED, label)
-    return session
-
-
-def _provenance(node: NodeInfo, position: int) -> Provenance:
+def node_provenance(node: NodeInfo, position: int) -> Provenance:
+    """What an ONNX node says about where its output came from."""
     meta = node.torch
     return Provenance(
         position=position,

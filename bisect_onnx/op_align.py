@@ -53,6 +53,13 @@ class OpAlignment:
     fx_named_compared: int = 0
 
 
+RUNTIME_FUSED = (
+    "ONNX Runtime fused its node into a kernel of the optimized graph, so the value never "
+    "exists in production; fusion-preserving capture leaves it out (--promote all shows it, "
+    "at the price of running other kernels)"
+)
+
+
 def align_ops(
     capture: OpCapture,
     nodes: Sequence[NodeInfo],
@@ -162,6 +169,8 @@ def _same_op(capture: OpCapture, name: str, value: CapturedValue,
 def _why_no_onnx_value(fx_name: str, capture: OpCapture,
                        alignment: OpAlignment) -> tuple[str, str]:
     segment = alignment.segments.get(fx_name)
+    if segment and any(fx_name in node.outputs for node in segment):
+        return "runtime-fused", RUNTIME_FUSED
     if segment:
         names = ", ".join(node.name for node in segment[:3])
         return "layout", (f"its ONNX node(s) {names} produce no value of its shape and dtype "

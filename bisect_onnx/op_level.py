@@ -93,7 +93,7 @@ def look_inside_first_divergence(
     ops: OpCapture,
     program: Any,
     model: Any,
-    candidate_values: Mapping[str, CapturedValue],
+    candidate_values: Mapping[str, Any],
     *,
     opset: int | None,
 ) -> None:
@@ -120,8 +120,7 @@ def look_inside_first_divergence(
     reference.update(ops.graph_inputs)
     finding = localize_in_segment(
         fx_node, program, reference, [model.graph.node[node.index] for node in segment],
-        {name: value.array for name, value in candidate_values.items()},
-        rtol=report.rtol, atol=report.atol, opset=opset)
+        candidate_values, rtol=report.rtol, atol=report.atol, opset=opset)
     logger.info("inside %s: %s", record.fx_node, finding.how)
     report.inside_op = {"fx_node": record.fx_node, "nodes": [node.name for node in segment],
                         "node": finding.node, "value": finding.value, "how": finding.how,

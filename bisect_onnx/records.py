@@ -172,6 +172,13 @@ class Report:
     """How the culprit was found: values checked, inputs fed, classification, drift."""
     culprits: list[Record] | None = None
     """With ``all_culprits``: every value that introduces error, in graph order."""
+    nan_origin: Record | None = None
+    """The first value with NaN or Inf on one side only, when an earlier value was the
+    first to fail (by a small margin, say)."""
+    capture: dict[str, Any] = field(default_factory=dict)
+    """How ONNX Runtime's values were captured: mode (fusion-preserving or all values),
+    promoted and surviving values, disabled optimizers, whether the capture fuses as
+    production does and its final outputs equal production's."""
     inside_op: dict[str, Any] | None = None
     """Op level, when the first divergence is an op made of several ONNX nodes: which
     node inside it went wrong (``node``; ``None`` when it could not be told) and how
@@ -209,6 +216,8 @@ class Report:
             "attribution": self.attribution,
             "culprits": ([record.to_dict() for record in self.culprits]
                          if self.culprits is not None else None),
+            "nan_origin": self.nan_origin.to_dict() if self.nan_origin else None,
+            "capture": self.capture,
             "inside_op": self.inside_op,
             "culprit": self.culprit,
             "repro": self.repro,

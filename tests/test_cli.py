@@ -27,7 +27,7 @@ def test_module_entry_point_reports_parity_with_exit_0():
     result = cli(MLP.factory, "--input", MLP.input_file, "--onnx", MLP.onnx_file)
     assert result.returncode == 0, result.stderr
     assert "PARITY" in result.stdout
-    assert "fc1" in result.stdout
+    assert "fc2" in result.stdout
 
 
 def test_divergence_exits_1_with_marked_row_and_json(tmp_path, capsys, monkeypatch):

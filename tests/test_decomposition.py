@@ -69,7 +69,7 @@ def exported(tmp_path_factory) -> Exported:
 
 def _candidate_values(model: onnx.ModelProto, inputs, path: Path) -> dict[str, np.ndarray]:
     onnx.save(model, str(path))
-    capture = OnnxRuntimeSide(path).run(inputs)
+    capture = OnnxRuntimeSide(path, promote="all").run(inputs)  # every intermediate
     return {name: value.array for name, value in capture.values.items()}
 
 

@@ -13,6 +13,9 @@ from bisect_onnx.report.json import to_json
 from fixtures.registry import repo_path
 from tests.planting import plant, scale_conv_weight, set_attribute
 
+#: Every node output promoted, for tests that look at values ONNX Runtime fuses away.
+ALL_VALUES = bisect_onnx.RuntimeOptions(promote="all")
+
 
 def run(fixture_case, name, onnx_path=None, **options):
     model, inputs, exported = fixture_case(name)
@@ -55,10 +58,14 @@ def test_planted_edit_is_reported_at_its_module(fixture_case, tmp_path, name, ed
     assert clean.final_outputs[0].status == "pass"
     assert report.final_outputs[0].status == "fail"
     assert report.verdict == "diverged"
+    # The culprit is the planted node, even where ONNX Runtime fused it into a kernel
+    # whose output (a Conv's ReLU, say) is all the production session computes.
+    culprit = report.first_culprit
+    assert culprit.onnx_node == node_name
+    assert culprit.torch_module == module
+    assert culprit.introduced_here is True
+    # Everything before the first divergence still passes.
     first = report.first_divergence
-    assert first.onnx_node == node_name
-    assert first.torch_module == module
-    # Everything before the plant still passes: the plant is the first failure.
     assert all(not record.failed for record in report.comparisons[: first.index])
 
 
@@ -75,7 +82,8 @@ def test_avgpool_divisor_override_is_reported_at_the_pool(fixture_case):
 
 
 def test_inplace_relu_does_not_corrupt_the_recorded_conv_output(fixture_case):
-    report = run(fixture_case, "inplace_relu")
+    # Every value promoted: ONNX Runtime would fuse the Conv with the ReLU after it.
+    report = run(fixture_case, "inplace_relu", runtime=ALL_VALUES)
     conv = next(record for record in report.comparisons if record.torch_module == "conv1")
     assert conv.status == "pass"
     model, inputs, _ = fixture_case("inplace_relu")
@@ -93,7 +101,7 @@ def test_reused_module_calls_align_to_their_own_nodes(fixture_case):
 
 
 def test_reused_relu_calls_split_in_resnet(fixture_case):
-    report = run(fixture_case, "resnet_like", granularity="module")
+    report = run(fixture_case, "resnet_like", granularity="module", runtime=ALL_VALUES)
     values = {record.torch_module: record.onnx_value for record in report.comparisons}
     assert values["layer1.relu"] != values["layer1.relu@1"]
     # Folded BatchNorm: the fused Conv's output belongs to the BatchNorm, the conv has no row.
@@ -228,7 +236,8 @@ def test_divergence_masked_before_the_output_is_hidden_not_a_verdict(fixture_cas
     bias.CopyFrom(numpy_helper.from_array(shifted, bias.name))
     onnx.save(proto, str(tmp_path / "masked.onnx"))
 
-    report = bisect_onnx.bisect(model, inputs, onnx_model=tmp_path / "masked.onnx")
+    report = bisect_onnx.bisect(model, inputs, onnx_model=tmp_path / "masked.onnx",
+                                runtime=ALL_VALUES)  # fc1's output, before the fused ReLU
     assert report.verdict == "parity"
     assert report.first_divergence is None
     assert [record.torch_module for record in report.hidden_divergences] == ["fc1"]
@@ -286,5 +295,7 @@ def test_random_samples_share_one_promoted_session(fixture_case):
         report = bisect_onnx.bisect(model, onnx_model=exported,
                                     random_inputs=bisect_onnx.RandomInputs(samples=3))
     assert report.verdict == "parity"
-    assert [event.kind for event in seen].count("session_created") == 1
+    # One production session (its optimized graph says what to capture) and one capture
+    # session, for all three samples.
+    assert [event.kind for event in seen].count("session_created") == 2
     assert [event.detail for event in seen].count("pytorch") == 3  # one capture per sample

@@ -10,12 +10,14 @@ from fixtures.registry import FIXTURES, REPO_ROOT, repo_path
 from tests.planting import plant, scale_conv_weight, set_attribute, shift_bias
 
 
-def run(fixture_case, name, onnx_path=None):
+def run(fixture_case, name, onnx_path=None, promote="fused"):
     model, inputs, _ = fixture_case(name)
     onnx_path = onnx_path or repo_path(FIXTURES[name].torchscript_onnx_file)
     # Module level: what these tests check is how module calls meet TorchScript nodes
-    # (a dynamo file given here would otherwise be compared op by op).
-    return bisect_onnx.bisect(model, inputs, onnx_model=onnx_path, granularity="module")
+    # (a dynamo file given here would otherwise be compared op by op). ``promote="all"``
+    # where a test looks at values ONNX Runtime would fuse away.
+    return bisect_onnx.bisect(model, inputs, onnx_model=onnx_path, granularity="module",
+                              runtime=bisect_onnx.RuntimeOptions(promote=promote))
 
 
 @pytest.mark.parametrize("name", ["tiny_mlp", "resnet_like", "tiny_transformer", "inplace_relu",
@@ -29,7 +31,7 @@ def test_faithful_torchscript_exports_raise_no_false_alarm(fixture_case, name):
 
 
 def test_folded_batchnorm_is_compared_as_the_batchnorm_not_the_conv(fixture_case):
-    report = run(fixture_case, "resnet_like")
+    report = run(fixture_case, "resnet_like", promote="all")
     by_module = {record.torch_module: record for record in report.comparisons}
     # The fused node keeps the Conv's name but computes the BatchNorm's output.
     assert by_module["layer1.bn1"].onnx_node == "/layer1/conv1/Conv"
@@ -65,8 +67,11 @@ def test_planted_edit_in_a_torchscript_export_is_reported_at_its_module(
     node_name, _ = plant(repo_path(FIXTURES[name].torchscript_onnx_file), planted, edit)
     report = run(fixture_case, name, planted)
     assert report.final_outputs[0].status == "fail", "the plant must change the output"
-    assert report.first_divergence.onnx_node == node_name
-    assert report.first_divergence.torch_module == module
+    # The culprit, also where ONNX Runtime fused the planted node into a kernel whose
+    # output is the first divergence.
+    culprit = report.first_culprit
+    assert culprit.onnx_node == node_name
+    assert culprit.torch_module == module
     assert all(not record.failed for record in report.comparisons[: report.first_divergence.index])
 
 
@@ -74,11 +79,11 @@ def test_eval_dropout_is_compared_at_the_value_it_passed_through(fixture_case, t
     planted = tmp_path / "planted.onnx"
     plant(repo_path(FIXTURES["dropout_mlp"].onnx_file), planted, shift_bias("fc1", "Gemm", 0.01))
     for onnx_path in (planted, None):
-        report = run(fixture_case, "dropout_mlp", onnx_path)
+        report = run(fixture_case, "dropout_mlp", onnx_path, promote="all")
         by_module = {record.torch_module: record for record in report.comparisons}
         assert by_module["drop"].onnx_value == by_module["act"].onnx_value
     # The planted run (dynamo export): the error shows first at fc1, then at act and drop.
-    planted_report = run(fixture_case, "dropout_mlp", planted)
+    planted_report = run(fixture_case, "dropout_mlp", planted, promote="all")
     assert planted_report.first_divergence.torch_module == "fc1"
     failing = [record.torch_module for record in planted_report.comparisons if record.failed]
     assert failing[:3] == ["fc1", "act", "drop"]

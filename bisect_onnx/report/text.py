@@ -30,6 +30,7 @@ _MATCH_HEADER = "match"
 _KIND_TITLES = {
     "module": "module outputs",
     "fused": "ops fused into another op's ONNX node by the exporter's optimizer",
+    "runtime-fused": "ops inside a kernel ONNX Runtime fused (no value in production)",
     "removed": "ops that returned their input unchanged (removed; compared at the input)",
     "folded": "ops with no ONNX node (folded into constants or removed)",
     "layout": "ops whose ONNX values changed layout or type",
@@ -187,6 +188,10 @@ def verdict_line(report: Report) -> str:
         line += (f"; first failing op inside: {_short_op(inner.torch_op)} ({inner.fx_node}) "
                  f"in {_module_name(inner.torch_module)}, ONNX node {inner.onnx_node!r} "
                  f"({inner.onnx_op}){inner_source}")
+    if report.nan_origin is not None:
+        nan = report.nan_origin
+        line += (f". NaN/Inf first appears on one side only at {_where(report, nan)} <- "
+                 f"{_origin(nan)} ({nan.nan_mismatch} elements)")
     blame = _blame(report, record)
     if blame:
         line += f". {blame}"
@@ -227,11 +232,19 @@ def _blame(report: Report, first: Record) -> str:
         alone = f"off by {format_number(culprit.local_max_abs_error)} on its own"
         if culprit.onnx_value == first.onnx_value:
             return f"Introduced here: fed PyTorch's inputs it is still {alone} ({verdict})"
+        kernel = attribution.get("inside_kernel") or {}
+        if kernel.get("kernel_output") == first.onnx_value:
+            return (f"Introduced here, inside the kernel ONNX Runtime fused: fed PyTorch's "
+                    f"inputs, its {_where(report, culprit)} <- {_origin(culprit)} is {alone} "
+                    f"({verdict})")
         how = ("fails by float rounding only" if first.onnx_value in attribution["noise"]
                else "is within tolerance" if first.introduced_here is False
                else "was not checked")
+        inside = (f", inside the kernel ONNX Runtime fused up to value "
+                  f"{kernel['kernel_output']!r}" if kernel else "")
         return (f"That value only carries error (fed PyTorch's inputs it {how}); the culprit "
-                f"is {_where(report, culprit)} <- {_origin(culprit)}, {alone} ({verdict})")
+                f"is {_where(report, culprit)} <- {_origin(culprit)}{inside}, {alone} "
+                f"({verdict})")
     if attribution.get("drift"):
         jump = attribution.get("largest_jump")
         rounding = " (all of it float rounding)" if attribution.get("noise") else ""

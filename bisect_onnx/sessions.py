@@ -1,0 +1,62 @@
+"""ONNX Runtime sessions: providers, optimization levels, and how a session is made."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bisect_onnx.errors import ModelError, UsageError, one_line
+from bisect_onnx.events import SESSION_CREATED, SESSION_STARTED, emit
+
+__all__ = ["CPU_PROVIDER", "DEFAULT_OPT_LEVEL", "OPT_LEVELS", "create_session", "check_provider"]
+
+CPU_PROVIDER = "CPUExecutionProvider"
+# ONNX Runtime's own default level; the candidate runs as production would.
+DEFAULT_OPT_LEVEL = "all"
+OPT_LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
+              "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
+
+
+def check_provider(provider: str) -> None:
+    """A one-line error naming the available providers when ``provider`` is not one."""
+    import onnxruntime as ort
+
+    available = ort.get_available_providers()
+    if provider not in available:
+        raise UsageError(f"execution provider {provider!r} is not available in this "
+                         f"onnxruntime; choose one of {', '.join(available)}")
+
+
+def create_session(serialized: bytes, *, model_dir: Path, label: str,
+                   provider: str = CPU_PROVIDER, opt_level: str = DEFAULT_OPT_LEVEL,
+                   optimized_path: Path | None = None,
+                   disabled_optimizers: Sequence[str] = ()) -> Any:
+    """An ORT session on a model held in memory whose external weights lie in ``model_dir``.
+
+    ``optimized_path``: where ORT writes the graph it optimized (weights in a file
+    beside it, so that models over 2 GB can be written too).
+    """
+    import onnxruntime as ort
+
+    emit(SESSION_STARTED, label)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, OPT_LEVELS[opt_level])
+    # ORT logs to stderr on its own (colour codes and all); its errors reach us as
+    # exceptions, which become one-line messages, so only fatal logs get through.
+    options.log_severity_level = 4
+    # The model is handed over in memory: tell ORT where the external weights are.
+    options.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                                     str(model_dir))
+    if optimized_path is not None:
+        options.optimized_model_filepath = str(optimized_path)
+        options.add_session_config_entry(
+            "session.optimized_model_external_initializers_file_name",
+            f"{optimized_path.name}.data")
+    try:
+        session = ort.InferenceSession(serialized, options, providers=[provider],
+                                       disabled_optimizers=list(disabled_optimizers) or None)
+    except Exception as error:
+        raise ModelError(f"ONNX Runtime could not load {label}: {one_line(error)}") from error
+    emit(SESSION_CREATED, label)
+    return session
