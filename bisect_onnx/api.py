@@ -22,7 +22,13 @@ import numpy as np
 from bisect_onnx import __version__
 from bisect_onnx.align import Alignment, Pair, align_modules
 from bisect_onnx.blame import attribute_divergence
-from bisect_onnx.compare import DEFAULT_ATOL, DEFAULT_RTOL, check_tolerances, compare_arrays
+from bisect_onnx.compare import (
+    DEFAULT_ATOL,
+    DEFAULT_RTOL,
+    Status,
+    check_tolerances,
+    compare_arrays,
+)
 from bisect_onnx.engine import decide
 from bisect_onnx.errors import BisectOnnxError, InputError, UsageError
 from bisect_onnx.events import BISECTION_STARTED, CAPTURE_STARTED, emit
@@ -59,6 +65,7 @@ from bisect_onnx.reference import (
 )
 from bisect_onnx.report.context import culprit_context
 from bisect_onnx.scopes import count_attributed, detect_exporter
+from bisect_onnx.sessions import check_runtime
 from bisect_onnx.sides import Capture, CapturedValue
 from bisect_onnx.synthetic_inputs import synthesize_inputs, vocabulary_limits
 
@@ -73,9 +80,9 @@ __all__ = ["bisect", "ExportOptions", "RandomInputs", "RuntimeOptions"]
 logger = logging.getLogger(__name__)
 
 CAPTURE_DIFFERS = (
-    "the capture session's final outputs differ from the production session's (its "
-    "optimizations were changed to see inside it; see capture in the JSON): a divergence "
-    "that only the production kernels show may be missed"
+    "the capture session ({mode}) computes final outputs that differ from the production "
+    "session's by up to {difference} (other kernels, other rounding): a divergence only "
+    "the production kernels show may be missed"
 )
 FOREIGN_FILE = (
     "the ONNX file carries no exporter metadata (renamed by another tool, or built "
@@ -168,7 +175,9 @@ def bisect(
         model_label: How the model is named in the report.
         granularity: ``op`` (a row per ATen op, where the dynamo exporter's
             ExportedProgram names the ONNX values) or ``module`` (a row per module
-            call). ``None``: op where available, else module.
+            call). ``None``: op where the program is at hand (an export made here,
+            an ONNXProgram, a .pt2); for a dynamo file exported elsewhere the model is
+            traced again for it only when the outputs diverge (it takes seconds).
         runtime: Provider, optimization level and promotion for ONNX Runtime.
         all_culprits: Check every failing value on PyTorch's inputs and list each one
             that introduces error (``report.culprits``), not only the first.
@@ -178,6 +187,8 @@ def bisect(
         or ``diverged``, ``report.first_divergence`` the first failing record.
     """
     check_tolerances(rtol, atol)
+    runtime = runtime or RuntimeOptions()
+    check_runtime(runtime.provider, runtime.opt_level, runtime.promote)  # before any export
     if granularity is not None and granularity not in GRANULARITIES:
         raise UsageError(f"unknown granularity {granularity!r}; choose one of "
                          f"{', '.join(GRANULARITIES)}")
@@ -189,7 +200,7 @@ def bisect(
     given = as_arrays(inputs) if inputs is not None else None
     with tempfile.TemporaryDirectory(prefix="bisect-onnx-") as workdir:
         prepared = prepare_candidate(reference, given, onnx_model, export, Path(workdir),
-                                     runtime or RuntimeOptions())
+                                     runtime)
         candidate, keywords = prepared.candidate, prepared.keywords
         source, exporter = prepared.source, prepared.exporter
         if given is not None:
@@ -202,11 +213,15 @@ def bisect(
             if prepared.capture is None:
                 emit(CAPTURE_STARTED, "pytorch")
             torch_capture = prepared.capture or reference.side.run(arrays, keywords=keywords)
-            logger.info("running ONNX Runtime with every value promoted")
+            logger.info("running ONNX Runtime with its values promoted")
             emit(CAPTURE_STARTED, "onnxruntime")
             onnx_capture = candidate.run(arrays)
             ops = op_alignment = None
-            if prepared.wants_program and granularity != "module":
+            # Tracing the model again (for a file exported elsewhere) takes seconds: by
+            # default only when the outputs diverge, where op precision pays for it.
+            if prepared.wants_program and (granularity == "op" or (
+                    granularity is None and _outputs_diverge(torch_capture, onnx_capture,
+                                                             rtol=rtol, atol=atol))):
                 prepared.find_program(reference, arrays, Path(workdir))
             if prepared.program is not None:  # module rows aggregate ops too
                 emit(CAPTURE_STARTED, "pytorch ops")
@@ -227,7 +242,7 @@ def bisect(
             if prepared.template is not None:
                 report.warnings.append(FOREIGN_FILE)
             local_values = {}
-            if report.diverged:
+            if report.diverged or report.hidden_divergences:  # hidden ones have culprits too
                 local_values = attribute_divergence(
                     report, candidate,
                     {pair.candidate.name: pair.reference.array for pair in pairs},
@@ -250,7 +265,9 @@ def bisect(
             report.environment = _environment(candidate, exporter)
             report.capture = candidate.describe_capture()
             if candidate.outputs_match_production is False:
-                report.warnings.append(CAPTURE_DIFFERS)
+                report.warnings.append(CAPTURE_DIFFERS.format(
+                    difference=candidate.production_difference,
+                    mode=report.capture.get("mode")))
             report.culprit = culprit_context(report.first_culprit or report.first_divergence,
                                              candidate,
                                              torch_capture, onnx_capture, report.comparisons)
@@ -610,6 +627,13 @@ def _write_repro(folder: Path, report: Report, candidate: OnnxRuntimeSide,
     )
     return {"folder": str(repro.folder), "nodes": repro.nodes, "inputs": repro.inputs,
             "reproduces": repro.reproduces}
+
+
+def _outputs_diverge(torch_capture: Capture, onnx_capture: Capture, *, rtol: float,
+                     atol: float) -> bool:
+    return any(compare_arrays(ref.array, cand.array, rtol=rtol, atol=atol).status
+               != Status.PASS for ref, cand in zip(torch_capture.outputs, onnx_capture.outputs,
+                                                   strict=False))
 
 
 def _repro_value(report: Report, onnx_capture: Capture) -> str:

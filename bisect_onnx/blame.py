@@ -21,6 +21,7 @@ from bisect_onnx.align import Pair
 from bisect_onnx.attribution import Attribution, CulpritSearch, LocalResult
 from bisect_onnx.classify import Kind
 from bisect_onnx.compare import Status, compare_arrays
+from bisect_onnx.errors import BisectOnnxError
 from bisect_onnx.fx_ops import OpCapture
 from bisect_onnx.local import LocalCheck, run_locally
 from bisect_onnx.provenance import Provenance
@@ -59,8 +60,13 @@ def attribute_divergence(
     torch_values = ({**{name: value.array for name, value in ops.values.items()},
                      **ops.graph_inputs} if ops else {})
     by_value = {record.onnx_value: record for record in failing}
+    # The torch side of a segment stops where the ONNX side does: at its inputs, under
+    # the FX names they were paired with (renamed or structurally matched values too).
+    fx_names = {record.onnx_value: record.fx_node for record in report.comparisons
+                if record.fx_node}
     checks: dict[str, LocalCheck] = {}
     kinds: dict[str, Any] = {}
+    found: list[str] = []  # culprits beyond rounding classified so far
 
     def check(names: Sequence[str]) -> dict[str, LocalResult | None]:
         checks.update(run_locally(
@@ -75,12 +81,16 @@ def attribute_divergence(
                 results[name] = None
                 continue
             fails = local.status != Status.PASS
-            if fails:
-                kinds[name] = _classify(checks[name], by_value[name], candidate, reference_values,
-                                        program, torch_values, report)
+            # The float64 reruns cost: past the first real culprit only with everything.
+            if fails and (everything or not found):
+                kinds[name] = _classify(checks[name], by_value[name], candidate,
+                                        reference_values, program, torch_values, fx_names,
+                                        report)
+            noise = fails and name in kinds and kinds[name].kind == Kind.FLOAT_PRECISION
+            if fails and not noise:
+                found.append(name)
             results[name] = LocalResult(
-                fails=fails, excess=_excess(local.min_passing_atol, report.atol),
-                noise=fails and kinds[name].kind == Kind.FLOAT_PRECISION)
+                fails=fails, excess=_excess(local.min_passing_atol, report.atol), noise=noise)
         return results
 
     attribution = CulpritSearch([record.onnx_value for record in failing], check).run(
@@ -109,14 +119,32 @@ def attribute_divergence(
 
 def _classify(check: LocalCheck, record: Record, candidate: Any,
               reference_values: Mapping[str, np.ndarray], program: Any,
-              torch_values: Mapping[str, np.ndarray], report: Report) -> Any:
+              torch_values: Mapping[str, np.ndarray], fx_names: Mapping[str, str],
+              report: Report) -> Any:
     """Which side is wrong: the culprit rerun in float64 on both sides."""
-    from bisect_onnx.classify import classify, onnx_segment_in_float64, torch_op_in_float64
+    from bisect_onnx.classify import classify
+
+    try:
+        torch64, onnx64 = _float64_reruns(check, record, candidate, program, torch_values,
+                                          fx_names)
+    except BisectOnnxError as error:  # a refinement must not cost the report
+        logger.info("no float64 rerun of %s: %s", check.value, error)
+        torch64 = onnx64 = None
+    return classify(torch64=torch64, onnx64=onnx64,
+                    torch32=np.asarray(reference_values[check.value]),
+                    ort32=np.asarray(check.local), rtol=report.rtol, atol=report.atol)
+
+
+def _float64_reruns(check: LocalCheck, record: Record, candidate: Any, program: Any,
+                    torch_values: Mapping[str, np.ndarray], fx_names: Mapping[str, str]):
+    """The culprit's segment in float64: the same ops in torch, the nodes in onnx.reference."""
+    from bisect_onnx.classify import onnx_segment_in_float64, torch_op_in_float64
     from bisect_onnx.report.repro import _embed_external_data, segment_model
 
     torch64 = None
     if program is not None and record.fx_node is not None and check.segment is not None:
-        span = _fx_span(program, record.fx_node, set(check.segment.inputs))
+        frontier = {fx_names.get(name, name) for name in check.segment.inputs}
+        span = _fx_span(program, record.fx_node, frontier)
         values64 = dict(torch_values)
         for node in span or ():
             if isinstance(node.meta.get("val"), (tuple, list)):
@@ -134,12 +162,11 @@ def _classify(check: LocalCheck, record: Record, candidate: Any,
         for tensor in model.graph.initializer:
             _embed_external_data(tensor, candidate.path.resolve().parent)
         onnx64 = onnx_segment_in_float64(model, check.feeds, check.value)
-    return classify(torch64=torch64, onnx64=onnx64,
-                    torch32=np.asarray(reference_values[check.value]),
-                    ort32=np.asarray(check.local), rtol=report.rtol, atol=report.atol)
+    return torch64, onnx64
 
 
-#: Past this many ops the torch side of a segment is not rerun (unclassified instead).
+#: Past this many ops the torch side of a segment is not rerun (unclassified instead):
+#: a segment that long is a module call or a cut, not a culprit worth a float64 rerun.
 _MAX_SPAN = 64
 
 

@@ -69,13 +69,15 @@ def align_foreign(
             continue  # a graph input
         value = candidate_values[match.foreign]
         is_float = value.array.dtype.kind in "fc"
+        # No names to go by: every floating-point value of the file counts as one an op
+        # stands for, so the figure says how much of the file was matched and compared.
+        alignment.fx_named_values += is_float
         if match.template is not None and match.template in ops.values:
             reference = ops.values[match.template]
             if reference.array.shape == value.array.shape:
                 alignment.pairs.append(Pair(reference, value))
                 paired_fx.add(match.template)
                 alignment.matches[match.foreign] = (match.confidence, match.how)
-                alignment.fx_named_values += is_float
                 alignment.fx_named_compared += is_float
                 continue
         alignment.onnx_only.append(_unpaired(match))

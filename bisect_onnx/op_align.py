@@ -88,6 +88,8 @@ def align_ops(
     # A tuple-valued op rebuilt without metadata: its outputs are its getitems, in order.
     for node in nodes:
         made_from = alignment.inferred.get(node.name)
+        if made_from is None:
+            continue
         for getitem, (source, index) in capture.getitems.items():
             if (source == made_from and index < len(node.outputs) and getitem in capture.values
                     and getitem not in paired_fx):
@@ -112,7 +114,7 @@ def align_ops(
 
     for fx_name in capture.values:
         if fx_name not in paired_fx:
-            kind, reason = _why_no_onnx_value(fx_name, capture, alignment)
+            kind, reason = _why_no_onnx_value(fx_name, capture, alignment, candidate_values)
             alignment.torch_only.append(Unaligned(fx_name, reason, kind))
     for name, value in candidate_values.items():
         producer = producers.get(name)
@@ -166,10 +168,11 @@ def _same_op(capture: OpCapture, name: str, value: CapturedValue,
     return meta.torch_op is None or meta.torch_op == capture.op_names.get(made_from)
 
 
-def _why_no_onnx_value(fx_name: str, capture: OpCapture,
-                       alignment: OpAlignment) -> tuple[str, str]:
+def _why_no_onnx_value(fx_name: str, capture: OpCapture, alignment: OpAlignment,
+                       candidate_values: Mapping[str, CapturedValue]) -> tuple[str, str]:
     segment = alignment.segments.get(fx_name)
-    if segment and any(fx_name in node.outputs for node in segment):
+    if (segment and fx_name not in candidate_values
+            and any(fx_name in node.outputs for node in segment)):
         return "runtime-fused", RUNTIME_FUSED
     if segment:
         names = ", ".join(node.name for node in segment[:3])

@@ -125,8 +125,10 @@ def look_inside_first_divergence(
     report.inside_op = {"fx_node": record.fx_node, "nodes": [node.name for node in segment],
                         "node": finding.node, "value": finding.value, "how": finding.how,
                         "compared": finding.compared}
-    if finding.node is not None:
-        found = next(node for node in segment if node.name == finding.node)
+    # By the value it computes: a node may have no name in the file.
+    found = next((node for node in segment
+                  if finding.value is not None and finding.value in node.outputs), None)
+    if finding.node is not None and found is not None:
         narrowed = replace(record, onnx_node=found.name, onnx_op=found.op_type)
         if report.first_culprit is record:
             report.first_culprit = narrowed

@@ -72,8 +72,8 @@ def test_fusion_preserving_capture_fuses_as_production_and_promoting_all_does_no
 
 def test_promote_all_keeps_the_plain_capture(fusable):
     model, x, path = fusable
-    fused = bisect_onnx.bisect(model, x, onnx_model=path)
-    plain = bisect_onnx.bisect(model, x, onnx_model=path,
+    fused = bisect_onnx.bisect(model, x, onnx_model=path, granularity="op")
+    plain = bisect_onnx.bisect(model, x, onnx_model=path, granularity="op",
                                runtime=bisect_onnx.RuntimeOptions(promote="all"))
     assert fused.capture["mode"] == "fusion-preserving"
     assert plain.capture["mode"] == "all values"

@@ -157,15 +157,20 @@ def test_training_mode_is_warned_and_left_alone(fixture_case):
     assert report.verdict == "diverged"  # batch statistics differ from running statistics
 
 
-def test_graph_without_metadata_says_so_loudly(fixture_case, tmp_path):
+def _without_metadata(exported, folder):
+    """A copy of the export with every node's metadata stripped (names kept)."""
     import onnx
 
-    model, inputs, exported = fixture_case("tiny_mlp")
     proto = onnx.load(str(exported))
     for node in proto.graph.node:
         del node.metadata_props[:]
-    onnx.save(proto, str(tmp_path / "stripped.onnx"))
-    report = bisect_onnx.bisect(model, inputs, onnx_model=tmp_path / "stripped.onnx",
+    onnx.save(proto, str(folder / "stripped.onnx"))
+    return folder / "stripped.onnx"
+
+
+def test_graph_without_metadata_says_so_loudly(fixture_case, tmp_path):
+    model, inputs, exported = fixture_case("tiny_mlp")
+    report = bisect_onnx.bisect(model, inputs, onnx_model=_without_metadata(exported, tmp_path),
                                 granularity="module")
     assert report.verdict == "parity"
     assert report.coverage.aligned_modules == 0
@@ -175,14 +180,9 @@ def test_graph_without_metadata_says_so_loudly(fixture_case, tmp_path):
 
 
 def test_graph_without_metadata_is_matched_by_structure_at_op_level(fixture_case, tmp_path):
-    import onnx
-
     model, inputs, exported = fixture_case("tiny_mlp")
-    proto = onnx.load(str(exported))
-    for node in proto.graph.node:
-        del node.metadata_props[:]
-    onnx.save(proto, str(tmp_path / "stripped.onnx"))
-    report = bisect_onnx.bisect(model, inputs, onnx_model=tmp_path / "stripped.onnx")
+    report = bisect_onnx.bisect(model, inputs, onnx_model=_without_metadata(exported, tmp_path),
+                                granularity="op")
     assert report.verdict == "parity"
     assert report.coverage.granularity == "op"
     assert report.comparisons and all(record.matched_by for record in report.comparisons)
@@ -242,6 +242,10 @@ def test_divergence_masked_before_the_output_is_hidden_not_a_verdict(fixture_cas
     assert report.first_divergence is None
     assert [record.torch_module for record in report.hidden_divergences] == ["fc1"]
     assert "hidden" in report.summary()
+    # A hidden divergence has a culprit too: the shifted bias's Gemm.
+    assert report.first_culprit.torch_module == "fc1"
+    assert report.first_culprit.introduced_here is True
+    assert "introduced at ONNX node" in report.summary()
 
 
 def test_a_failed_run_leaves_no_hooks_on_the_model(fixture_case):

@@ -530,16 +530,17 @@ def _outputs_section(report: Report) -> str:
 
 def _not_compared_section(report: Report) -> str:
     """Values of either side with no counterpart, grouped by reason."""
-    unaligned = [*report.unaligned, *report.onnx_unaligned]
-    if not unaligned:
+    groups = group_not_compared(report)
+    if not groups:
         return ""
     content = _element("ul", "".join(
         _element("li", _element("p", _text(f"{why}:"))
                  + _element("p", ", ".join(_element("code", _text(name)) for name in names)))
-        for why, names in group_not_compared(report)
+        for why, names in groups
     ), class_="reasons")
+    count = sum(len(names) for _, names in groups)
     what = "values" if report.coverage.granularity == "op" else "module outputs"
-    return _section(f"not compared ({len(unaligned)} {what})", content, id_="not-compared")
+    return _section(f"not compared ({count} {what})", content, id_="not-compared")
 
 
 # --- the culprit ---------------------------------------------------------------------------
@@ -593,7 +594,7 @@ def _introduced(first: Record | None) -> str:
     """Whether the divergence starts at this node, as the local check found."""
     introduced = first.introduced_here if first is not None else None
     if introduced is None:
-        return "not checked (its nodes could not be run alone on PyTorch's inputs)"
+        return "not checked"
     if introduced:
         return (f"yes: fed PyTorch's inputs, it is still off by "
                 f"{format_number(first.local_max_abs_error)}")
@@ -602,8 +603,11 @@ def _introduced(first: Record | None) -> str:
 
 def _classification(first: Record | None, attribution: Mapping[str, Any] | None) -> str:
     """Which side is wrong, from the float64 reruns."""
-    found = (attribution or {}).get("classification")
-    if first is None or not found or (attribution or {}).get("first_culprit") != first.onnx_value:
+    attribution = attribution or {}
+    found = attribution.get("classification")
+    culprit_values = {attribution.get("first_culprit"),
+                      (attribution.get("inside_kernel") or {}).get("value")}
+    if first is None or not found or first.onnx_value not in culprit_values:
         return "-"
     return f"{found['kind']}: {found['detail']}; {found['file_with']}"
 

@@ -73,7 +73,7 @@ def format_table(report: Report, *, show: str = "window") -> str:
     ))
     if report.culprits is not None:
         parts.append(_culprit_list(report))
-    if report.unaligned or report.onnx_unaligned:
+    if group_not_compared(report):
         parts.append(_not_compared(report))
     parts.append(coverage_line(report))
     return "\n\n".join(parts)
@@ -172,6 +172,10 @@ def verdict_line(report: Report) -> str:
             )
         hidden = len(report.hidden_divergences)
         extra = f"; {hidden} hidden intermediate divergence(s)" if hidden else ""
+        if hidden and report.first_culprit is not None:
+            culprit = report.first_culprit
+            extra += (f", introduced at ONNX node {culprit.onnx_node!r} ({culprit.onnx_op}) <- "
+                      f"{_origin(culprit)}")
         return (
             f"PARITY: {len(report.final_outputs)} final output(s) within {tolerance} "
             f"({compared}{extra})"
