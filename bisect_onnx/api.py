@@ -241,6 +241,7 @@ def bisect(
                 granularity="op" if ops is not None and granularity != "module" else "module")
             if prepared.template is not None:
                 report.warnings.append(FOREIGN_FILE)
+            report.warnings.extend(_subgraph_warnings(candidate.model))
             local_values = {}
             if report.diverged or report.hidden_divergences:  # hidden ones have culprits too
                 local_values = attribute_divergence(
@@ -282,6 +283,17 @@ def bisect(
                     report.warnings.append(f"no repro written: {error}")
             reports.append(report)
         return _worst(reports)
+
+
+def _subgraph_warnings(model: Any) -> list[str]:
+    """Say that values inside If/Loop/Scan bodies were not compared, only their outputs."""
+    holders = [node.name or node.op_type for node in model.graph.node
+               if any(attribute.HasField("g") or attribute.graphs for attribute in node.attribute)]
+    if not holders:
+        return []
+    return [f"values inside the subgraphs of {len(holders)} node(s) ({', '.join(holders[:5])}"
+            f"{', …' if len(holders) > 5 else ''}) are not promotable and were not compared: "
+            "those nodes are compared at the subgraph boundary, by their outputs"]
 
 
 @dataclass

@@ -83,13 +83,46 @@ def load_onnx_model(path: Path) -> onnx.ModelProto:
     if path.is_dir():
         raise InputError(f"--onnx {path} is a folder; pass the .onnx file inside it")
     try:
-        return onnx.load(str(path), load_external_data=False)
+        model = onnx.load(str(path), load_external_data=False)
     except Exception as error:  # protobuf raises DecodeError, others for truncation
         raise InputError(
             f"{path} is not a readable ONNX model ({type(error).__name__}: "
             f"{str(error).splitlines()[0] if str(error) else 'parse failed'}); "
             "pass the .onnx file that torch.onnx.export wrote"
         ) from error
+    _check_external_data_locations(model, path)
+    return model
+
+
+def _check_external_data_locations(model: onnx.ModelProto, path: Path) -> None:
+    """Refuse external weights stored outside the model's folder (never read them)."""
+    from onnx.external_data_helper import uses_external_data
+
+    folder = path.resolve().parent
+    for tensor in _weights(model.graph):
+        if not uses_external_data(tensor):
+            continue
+        location = next((entry.value for entry in tensor.external_data
+                         if entry.key == "location"), "")
+        target = (folder / location).resolve()
+        if Path(location).is_absolute() or not target.is_relative_to(folder):
+            raise InputError(
+                f"{path}: weight {tensor.name!r} names external data {location!r}, outside "
+                f"the model's folder {folder}; refused: keep the weights file beside the "
+                ".onnx file and name it by a relative path")
+
+
+def _weights(graph: onnx.GraphProto):
+    """Every initializer and tensor attribute of a graph, its subgraphs' included."""
+    yield from graph.initializer
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.HasField("t"):
+                yield attribute.t
+            yield from attribute.tensors
+            for subgraph in ([attribute.g] if attribute.HasField("g") else []) + list(
+                    attribute.graphs):
+                yield from _weights(subgraph)
 
 
 class OnnxRuntimeSide:
