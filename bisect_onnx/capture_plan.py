@@ -73,23 +73,27 @@ class CapturePlan:
         }
 
 
-def plan_capture(model: Any, model_dir: Path, *, promote: str, provider: str,
+def plan_capture(model: Any, path: Path, *, promote: str, provider: str,
                  opt_level: str, label: str) -> CapturePlan:
-    """Decide what to promote from the optimized graph of the production session."""
+    """Decide what to promote from the optimized graph of the production session.
+
+    The production session reads the file at ``path`` itself: serializing a model
+    with its weights inline takes the better part of a second on BERT-base.
+    """
+    model_dir = path.resolve().parent
     names = [name for node in model.graph.node if node.op_type != "Constant"
              for name in node.output if name]
     if promote == "all":
         return CapturePlan(mode="all values", promoted=None, values=len(names))
-    serialized = model.SerializeToString()
     with tempfile.TemporaryDirectory(prefix="bisect-onnx-optimized-") as folder:
-        production, optimized = _session_and_graph(serialized, model_dir, Path(folder),
+        production, optimized = _session_and_graph(path, model_dir, Path(folder),
                                                    provider, opt_level, label)
         survivors = _survivors(optimized, names)
         plan = CapturePlan(mode="fusion-preserving", promoted=survivors,
                            production_session=production, survivors=len(survivors),
                            values=len(names), production_ops=_op_counts(optimized))
         if opt_level == "all" and names and len(survivors) < _SURVIVAL_FLOOR * len(names):
-            _, optimized = _session_and_graph(serialized, model_dir, Path(folder), provider,
+            _, optimized = _session_and_graph(path, model_dir, Path(folder), provider,
                                               opt_level, label, disabled=[NCHWC_TRANSFORMER])
             plan.promoted = _survivors(optimized, names)
             plan.survivors = len(plan.promoted)
@@ -115,7 +119,7 @@ def check_capture_graph(plan: CapturePlan, promoted_bytes: bytes, model_dir: Pat
     return session
 
 
-def _session_and_graph(serialized: bytes, model_dir: Path, folder: Path, provider: str,
+def _session_and_graph(serialized: bytes | Path, model_dir: Path, folder: Path, provider: str,
                        opt_level: str, label: str, disabled: Sequence[str] = ()):
     import onnx
 

@@ -200,7 +200,7 @@ class OnnxRuntimeSide:
 
     def run_outputs(self, inputs: Sequence[np.ndarray]) -> list[CapturedValue]:
         """One plain session (nothing promoted) and one run: the final outputs only."""
-        session = self._session(self.model.SerializeToString())
+        session = self._session(self.path)  # ORT reads the file: nothing to serialize
         arrays = self._run(session, [value.name for value in session.get_outputs()], inputs)
         return [CapturedValue(name, np.asarray(array), Provenance(position=index))
                 for index, (name, array) in enumerate(zip(self.output_names, arrays,
@@ -215,7 +215,7 @@ class OnnxRuntimeSide:
         # One promoted session serves every run (several random samples, say).
         if self._promoted_session is None:
             model_dir = self.path.resolve().parent
-            self.plan = plan_capture(self.model, model_dir, promote=self.promote,
+            self.plan = plan_capture(self.model, self.path, promote=self.promote,
                                      provider=self.provider, opt_level=self.opt_level,
                                      label=self.path.name)
             promoted = self._promoted_bytes(self.plan.promoted)
@@ -256,7 +256,7 @@ class OnnxRuntimeSide:
                 return False
         return True
 
-    def _session(self, serialized: bytes) -> Any:
+    def _session(self, serialized: bytes | Path) -> Any:
         return create_session(serialized, model_dir=self.path.resolve().parent,
                               label=self.path.name, provider=self.provider,
                               opt_level=self.opt_level)

@@ -42,11 +42,14 @@ def check_provider(provider: str) -> None:
                          f"onnxruntime; choose one of {', '.join(available)}")
 
 
-def create_session(serialized: bytes, *, model_dir: Path, label: str,
+def create_session(serialized: bytes | Path, *, model_dir: Path, label: str,
                    provider: str = CPU_PROVIDER, opt_level: str = DEFAULT_OPT_LEVEL,
                    optimized_path: Path | None = None,
                    disabled_optimizers: Sequence[str] = ()) -> Any:
-    """An ORT session on a model held in memory whose external weights lie in ``model_dir``.
+    """An ORT session on a model whose external weights lie in ``model_dir``.
+
+    ``serialized``: the model's bytes (a copy made here), or the path of the user's
+    file, which ORT reads without it being serialized again.
 
     ``optimized_path``: where ORT writes the graph it optimized (weights in a file
     beside it, so that models over 2 GB can be written too).
@@ -68,7 +71,8 @@ def create_session(serialized: bytes, *, model_dir: Path, label: str,
             "session.optimized_model_external_initializers_file_name",
             f"{optimized_path.name}.data")
     try:
-        session = ort.InferenceSession(serialized, options, providers=[provider],
+        source = str(serialized) if isinstance(serialized, Path) else serialized
+        session = ort.InferenceSession(source, options, providers=[provider],
                                        disabled_optimizers=list(disabled_optimizers) or None)
     except Exception as error:
         raise ModelError(f"ONNX Runtime could not load {label}: {one_line(error)}") from error
