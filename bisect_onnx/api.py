@@ -25,7 +25,6 @@ from bisect_onnx.blame import attribute_divergence
 from bisect_onnx.compare import (
     DEFAULT_ATOL,
     DEFAULT_RTOL,
-    Status,
     check_tolerances,
     compare_arrays,
 )
@@ -46,7 +45,13 @@ from bisect_onnx.loading import (
     check_input_count,
     keyword_order,
 )
-from bisect_onnx.onnx_side import CPU_PROVIDER, DEFAULT_OPT_LEVEL, NodeInfo, OnnxRuntimeSide
+from bisect_onnx.onnx_side import (
+    CPU_PROVIDER,
+    DEFAULT_OPT_LEVEL,
+    NodeInfo,
+    OnnxRuntimeSide,
+    subgraphs,
+)
 from bisect_onnx.op_align import OpAlignment
 from bisect_onnx.op_level import (
     GRANULARITIES,
@@ -216,12 +221,16 @@ def bisect(
             logger.info("running ONNX Runtime with its values promoted")
             emit(CAPTURE_STARTED, "onnxruntime")
             onnx_capture = candidate.run(arrays)
+            graph_inputs = {spec.name: array
+                            for spec, array in zip(candidate.inputs, arrays, strict=True)}
+            warnings = list(reference.warnings)
+            final_outputs = compare_final_outputs(torch_capture.outputs, onnx_capture.outputs,
+                                                  rtol=rtol, atol=atol, warnings=warnings)
             ops = op_alignment = None
             # Tracing the model again (for a file exported elsewhere) takes seconds: by
             # default only when the outputs diverge, where op precision pays for it.
             if prepared.wants_program and (granularity == "op" or (
-                    granularity is None and _outputs_diverge(torch_capture, onnx_capture,
-                                                             rtol=rtol, atol=atol))):
+                    granularity is None and any(record.failed for record in final_outputs))):
                 prepared.find_program(reference, arrays, Path(workdir))
             if prepared.program is not None:  # module rows aggregate ops too
                 emit(CAPTURE_STARTED, "pytorch ops")
@@ -229,28 +238,24 @@ def bisect(
                 op_alignment = align_op_values(
                     ops, candidate.nodes, onnx_capture.values, template=prepared.template,
                     foreign=candidate.model, foreign_dir=candidate.path.resolve().parent,
-                    graph_inputs={spec.name: array for spec, array
-                                  in zip(candidate.inputs, arrays, strict=True)},
-                    rtol=rtol, atol=atol)
-            warnings = list(reference.warnings)
+                    graph_inputs=graph_inputs, rtol=rtol, atol=atol)
             if granularity == "op" and ops is None:
                 warnings.append(NO_OP_LEVEL)
             report, pairs, segments = _compare(
                 torch_capture, onnx_capture, candidate, prepared.call_index, op_alignment,
-                len(ops.values) if ops else 0, rtol=rtol, atol=atol, warnings=warnings,
+                len(ops.values) if ops else 0, final_outputs, rtol=rtol, atol=atol,
+                warnings=warnings,
                 granularity="op" if ops is not None and granularity != "module" else "module")
             if prepared.template is not None:
                 report.warnings.append(FOREIGN_FILE)
             report.warnings.extend(_subgraph_warnings(candidate.model))
             local_values = {}
+            candidate_arrays = {name: value.array for name, value in onnx_capture.values.items()}
             if report.diverged or report.hidden_divergences:  # hidden ones have culprits too
                 local_values = attribute_divergence(
                     report, candidate,
                     {pair.candidate.name: pair.reference.array for pair in pairs},
-                    {name: value.array for name, value in onnx_capture.values.items()},
-                    {spec.name: array for spec, array in zip(candidate.inputs, arrays,
-                                                             strict=True)},
-                    program=prepared.program, ops=ops,
+                    candidate_arrays, graph_inputs, program=prepared.program, ops=ops,
                     modules=(torch_capture, prepared.call_index),
                     everything=all_culprits)
             if (report.coverage.granularity == "op" and report.first_divergence is not None
@@ -259,8 +264,7 @@ def bisect(
                 # leaves out; the captured ones serve otherwise.
                 look_inside_first_divergence(
                     report, segments, ops, prepared.program, candidate.model,
-                    {**{name: value.array for name, value in onnx_capture.values.items()},
-                     **local_values}, opset=candidate.opset)
+                    {**candidate_arrays, **local_values}, opset=candidate.opset)
             report.reference = {**reference.side.describe(), "inputs": description}
             report.candidate = {**candidate.describe(), "model": source}
             report.environment = _environment(candidate, exporter)
@@ -288,7 +292,8 @@ def bisect(
 def _subgraph_warnings(model: Any) -> list[str]:
     """Say that values inside If/Loop/Scan bodies were not compared, only their outputs."""
     holders = [node.name or node.op_type for node in model.graph.node
-               if any(attribute.HasField("g") or attribute.graphs for attribute in node.attribute)]
+               if any(next(subgraphs(attribute), None) is not None
+                      for attribute in node.attribute)]
     if not holders:
         return []
     return [f"values inside the subgraphs of {len(holders)} node(s) ({', '.join(holders[:5])}"
@@ -311,6 +316,8 @@ class PreparedCandidate:
     program: Any = None
     """The ExportedProgram whose FX node names are the ONNX value names (op level)."""
 
+    _looked: bool = field(default=False, init=False, repr=False)
+    """Whether a program was already looked for (once per run, whatever it found)."""
     template: Any = None
     """For an ONNX file of unknown origin: an export made here (an ``onnx.ModelProto``)
     whose values are named after ``program``'s ops, matched to the file by structure."""
@@ -354,7 +361,6 @@ class PreparedCandidate:
             self.program = exported.program
             self.template = onnx.load(str(exported.path))
 
-    _looked: bool = False
 
 
 def prepare_candidate(reference: Reference, given: Any, onnx_model: Any,
@@ -528,6 +534,7 @@ def _compare(
     call_index: Mapping[str, Mapping[str, int]],
     op_alignment: OpAlignment | None,
     torch_ops: int,
+    final_outputs: list[Record],
     *,
     rtol: float,
     atol: float,
@@ -553,8 +560,6 @@ def _compare(
         if op_alignment is not None:
             comparisons = aggregate_ops(comparisons, op_rows, op_alignment.pairs)
             onnx_unaligned = op_alignment.onnx_only
-    final_outputs = compare_final_outputs(torch_capture.outputs, onnx_capture.outputs,
-                                     rtol=rtol, atol=atol, warnings=warnings)
     decision = decide(comparisons, final_outputs, output_order={
         name: value.provenance.position for name, value in onnx_capture.values.items()})
     if detect_exporter(candidate.nodes) == "unknown" and not pairs:
@@ -639,13 +644,6 @@ def _write_repro(folder: Path, report: Report, candidate: OnnxRuntimeSide,
     )
     return {"folder": str(repro.folder), "nodes": repro.nodes, "inputs": repro.inputs,
             "reproduces": repro.reproduces}
-
-
-def _outputs_diverge(torch_capture: Capture, onnx_capture: Capture, *, rtol: float,
-                     atol: float) -> bool:
-    return any(compare_arrays(ref.array, cand.array, rtol=rtol, atol=atol).status
-               != Status.PASS for ref, cand in zip(torch_capture.outputs, onnx_capture.outputs,
-                                                   strict=False))
 
 
 def _repro_value(report: Report, onnx_capture: Capture) -> str:

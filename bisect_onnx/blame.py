@@ -100,7 +100,7 @@ def attribute_divergence(
     if first is None:
         return {}
     if ops is not None or modules is not None:
-        inner_references = (_op_references(ops) if ops is not None
+        inner_references = (dict(ops.values) if ops is not None
                             else _module_references(modules, checks, candidate,
                                                     candidate_values))
         refined = {record.onnx_value: _inside_kernel(record, checks[record.onnx_value],
@@ -195,11 +195,6 @@ def _fx_span(program: Any, output: str, frontier: set[str]) -> list[Any] | None:
             return None
         stack.extend(source.name for source in node.all_input_nodes)
     return sorted((nodes[name] for name in span), key=lambda node: order[node.name])
-
-
-def _op_references(ops: OpCapture) -> dict[str, CapturedValue]:
-    """PyTorch's op values by the ONNX value names the exporter gave them."""
-    return dict(ops.values)
 
 
 def _module_references(modules: Any, checks: Mapping[str, LocalCheck], candidate: Any,

@@ -131,8 +131,8 @@ def classify(
                       f"in float64 the ONNX segment differs from the torch op "
                       f"{_amount(semantics)} (rtol={rtol:g}, atol={atol:g}): the graph computes "
                       "something else, whatever the precision",
-                      'the exporter: pytorch/pytorch, label "module: onnx", or whoever edited '
-                      "the graph after export")
+                      'file it with the exporter (pytorch/pytorch, label "module: onnx"), or '
+                      "with whoever edited the graph after export")
     agree = f"in float64 the ONNX segment agrees with the torch op (within {gap:.3g})"
     # PyTorch's own error sets the bar; one rounding at the value's scale stands in where
     # PyTorch's float32 happens to be exact (small integers), so that it is never 0.
@@ -143,8 +143,8 @@ def classify(
                f"is off the float64 truth {_amount(ort)}, more than {kernel_factor:g}x "
                f"{bar_name} ({bar:.3g})")
         return result(Kind.RUNTIME_KERNEL, f"{agree}, but ONNX Runtime's value {off}",
-                      "microsoft/onnxruntime: it does not compute what the graph means; attach "
-                      "the --repro-dir segment")
+                      "file it with microsoft/onnxruntime: it does not compute what the graph "
+                      "means; attach the --repro-dir segment")
     if ort.passed:
         why = (f"ONNX Runtime's value is within tolerance of the float64 truth (off by "
                f"{ort_error:.3g}), PyTorch's own float32 is off by {torch_error:.3g}: the "

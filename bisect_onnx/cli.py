@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
     from bisect_onnx.capture_plan import PROMOTE_CHOICES
     from bisect_onnx.exporting import EXPORTERS
+    from bisect_onnx.op_level import GRANULARITIES
     from bisect_onnx.report.text import SHOW_CHOICES
     from bisect_onnx.sessions import CPU_PROVIDER, DEFAULT_OPT_LEVEL, OPT_LEVELS
 
@@ -96,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="fused (default): capture only the values that survive ONNX "
                         "Runtime's optimizations, so the production kernels run; all: every "
                         "node output, which changes what ONNX Runtime fuses")
-    parser.add_argument("--granularity", choices=("op", "module"), default=None,
+    parser.add_argument("--granularity", choices=GRANULARITIES, default=None,
                         help="table rows: one per ATen op (the default where a dynamo export's "
                         "program names the ONNX values) or one per module call")
     parser.add_argument("--all-culprits", action="store_true",

@@ -20,7 +20,7 @@ import numpy as np
 
 from bisect_onnx.compare import ArrayComparison, compare_arrays
 from bisect_onnx.errors import BisectOnnxError
-from bisect_onnx.onnx_side import create_session
+from bisect_onnx.onnx_side import create_session, subgraphs
 from bisect_onnx.report.repro import InputSource, Segment, find_segment
 
 __all__ = ["LocalCheck", "run_locally"]
@@ -85,7 +85,7 @@ def run_locally(
         except BisectOnnxError as error:
             check.reason = str(error)
             continue
-        if any(attribute.HasField("g") or attribute.graphs
+        if any(next(subgraphs(attribute), None) is not None
                for index in segment.nodes for attribute in graph.node[index].attribute):
             check.reason = "its nodes hold subgraphs (If, Loop), which are not copied"
             continue

@@ -9,7 +9,7 @@ weights, so nothing lands next to the user's model.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     import onnx
 
 __all__ = ["InputSpec", "NodeInfo", "OnnxRuntimeSide", "load_onnx_model", "create_session",
-           "CPU_PROVIDER", "DEFAULT_OPT_LEVEL", "OPT_LEVELS"]
+           "CPU_PROVIDER", "DEFAULT_OPT_LEVEL", "OPT_LEVELS", "graph_tensors", "subgraphs"]
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ def _check_external_data_locations(model: onnx.ModelProto, path: Path) -> None:
     from onnx.external_data_helper import uses_external_data
 
     folder = path.resolve().parent
-    for tensor in _weights(model.graph):
+    for tensor in graph_tensors(model.graph):
         if not uses_external_data(tensor):
             continue
         location = next((entry.value for entry in tensor.external_data
@@ -112,17 +112,26 @@ def _check_external_data_locations(model: onnx.ModelProto, path: Path) -> None:
                 ".onnx file and name it by a relative path")
 
 
-def _weights(graph: onnx.GraphProto):
-    """Every initializer and tensor attribute of a graph, its subgraphs' included."""
+def graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """Every tensor a graph holds: weights and node attributes, subgraphs included."""
     yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield sparse.values
+        yield sparse.indices
     for node in graph.node:
         for attribute in node.attribute:
             if attribute.HasField("t"):
                 yield attribute.t
             yield from attribute.tensors
-            for subgraph in ([attribute.g] if attribute.HasField("g") else []) + list(
-                    attribute.graphs):
-                yield from _weights(subgraph)
+            for subgraph in subgraphs(attribute):
+                yield from graph_tensors(subgraph)
+
+
+def subgraphs(attribute: onnx.AttributeProto) -> Iterator[onnx.GraphProto]:
+    """The graphs a node attribute holds (an If's branches, a Loop's body)."""
+    if attribute.HasField("g"):
+        yield attribute.g
+    yield from attribute.graphs
 
 
 class OnnxRuntimeSide:

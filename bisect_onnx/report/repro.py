@@ -15,7 +15,7 @@ import shutil
 import string
 import zipfile
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,7 +24,14 @@ import numpy as np
 
 from bisect_onnx.compare import check_tolerances, compare_arrays
 from bisect_onnx.errors import InputError, ModelError, UsageError
-from bisect_onnx.onnx_side import CPU_PROVIDER, DEFAULT_OPT_LEVEL, OPT_LEVELS, OnnxRuntimeSide
+from bisect_onnx.onnx_side import (
+    CPU_PROVIDER,
+    DEFAULT_OPT_LEVEL,
+    OPT_LEVELS,
+    OnnxRuntimeSide,
+    graph_tensors,
+    subgraphs,
+)
 
 if TYPE_CHECKING:
     import onnx
@@ -109,7 +116,7 @@ def write_repro(
              InputSource.GRAPH_INPUT: graph_inputs}
     feeds = {name: np.asarray(pools[source][name]) for name, source in segment.inputs.items()}
     repro_model = segment_model(model, segment, feeds, failing_value, candidate)
-    for tensor in _graph_tensors(repro_model.graph):
+    for tensor in graph_tensors(repro_model.graph):
         _embed_external_data(tensor, model_dir)
     names = [model.graph.node[index].name or f"{model.graph.node[index].op_type}_{index}"
              for index in segment.nodes]
@@ -266,7 +273,7 @@ def _used_names(node: onnx.NodeProto) -> list[str]:
     """A node's inputs, including the outer values its subgraphs (If, Loop, Scan) read."""
     names = list(node.input)
     for attribute in node.attribute:
-        for subgraph in _subgraphs(attribute):
+        for subgraph in subgraphs(attribute):
             names.extend(_outer_names(subgraph))
     return names
 
@@ -279,12 +286,6 @@ def _outer_names(graph: onnx.GraphProto) -> list[str]:
         defined.update(node.output)
     outer.extend(value.name for value in graph.output if value.name not in defined)
     return outer
-
-
-def _subgraphs(attribute: onnx.AttributeProto) -> Iterator[onnx.GraphProto]:
-    if attribute.HasField("g"):
-        yield attribute.g
-    yield from attribute.graphs
 
 
 def segment_model(model: onnx.ModelProto, segment: Segment, feeds: Mapping[str, np.ndarray],
@@ -325,21 +326,6 @@ def segment_model(model: onnx.ModelProto, segment: Segment, feeds: Mapping[str, 
         producer_name=model.producer_name,
         producer_version=model.producer_version,
     )
-
-
-def _graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
-    """Every tensor a graph holds: weights and node attributes, subgraphs included."""
-    yield from graph.initializer
-    for sparse in graph.sparse_initializer:
-        yield sparse.values
-        yield sparse.indices
-    for node in graph.node:
-        for attribute in node.attribute:
-            if attribute.HasField("t"):
-                yield attribute.t
-            yield from attribute.tensors
-            for subgraph in _subgraphs(attribute):
-                yield from _graph_tensors(subgraph)
 
 
 def _embed_external_data(tensor: onnx.TensorProto, model_dir: Path) -> None:
