@@ -20,10 +20,12 @@ from bisect_onnx.errors import (  # noqa: E402
 )
 from bisect_onnx.parity import assert_parity  # noqa: E402
 from bisect_onnx.records import Coverage, Record, Report  # noqa: E402
+from bisect_onnx.versus import bisect_onnx_models  # noqa: E402
 
 __all__ = [
     # Running a bisection
     "bisect",
+    "bisect_onnx_models",
     "ExportOptions",
     "RandomInputs",
     "RuntimeOptions",

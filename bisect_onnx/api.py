@@ -10,16 +10,15 @@ import logging
 import math
 import os
 import platform
-import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bisect_onnx import __version__
+from bisect_onnx import __version__, search_modes
 from bisect_onnx.align import Alignment, Pair, align_modules
 from bisect_onnx.blame import attribute_divergence
 from bisect_onnx.compare import (
@@ -45,11 +44,13 @@ from bisect_onnx.loading import (
     check_input_count,
     keyword_order,
 )
+from bisect_onnx.memory import default_budget, parse_size
 from bisect_onnx.onnx_side import (
     CPU_PROVIDER,
     DEFAULT_OPT_LEVEL,
     NodeInfo,
     OnnxRuntimeSide,
+    graph_tensors,
     subgraphs,
 )
 from bisect_onnx.op_align import OpAlignment
@@ -60,6 +61,7 @@ from bisect_onnx.op_level import (
     look_inside_first_divergence,
     op_records,
 )
+from bisect_onnx.probes import ProbeRunner
 from bisect_onnx.records import Coverage, Record, Report, make_record
 from bisect_onnx.reference import (
     EXPORTED_PROGRAM,
@@ -70,9 +72,18 @@ from bisect_onnx.reference import (
 )
 from bisect_onnx.report.context import culprit_context
 from bisect_onnx.scopes import count_attributed, detect_exporter
+from bisect_onnx.search_modes import (
+    MEMORY_NO_OPS,
+    adopt_bisection,
+    bisect_production,
+    outputs_differ,
+    over_budget,
+    references_by_value,
+)
 from bisect_onnx.sessions import check_runtime
 from bisect_onnx.sides import Capture, CapturedValue
 from bisect_onnx.synthetic_inputs import synthesize_inputs, vocabulary_limits
+from bisect_onnx.weight_files import copy_model, external_location
 
 if TYPE_CHECKING:
     import onnx
@@ -127,6 +138,9 @@ class RuntimeOptions:
     promote: str = "fused"
     """``fused``: promote only the values that survive ORT's optimizations, so the
     capture runs the production kernels (checked); ``all``: every node output."""
+    max_memory: int | str | None = None
+    """Memory the captured values of both sides may take (bytes, or ``"2GB"``); over
+    it, values are probed a few at a time. ``None``: most of the memory available."""
 
 
 @dataclass(frozen=True)
@@ -194,6 +208,8 @@ def bisect(
     check_tolerances(rtol, atol)
     runtime = runtime or RuntimeOptions()
     check_runtime(runtime.provider, runtime.opt_level, runtime.promote)  # before any export
+    budget = (parse_size(runtime.max_memory) if runtime.max_memory is not None
+              else default_budget())
     if granularity is not None and granularity not in GRANULARITIES:
         raise UsageError(f"unknown granularity {granularity!r}; choose one of "
                          f"{', '.join(GRANULARITIES)}")
@@ -218,23 +234,46 @@ def bisect(
             if prepared.capture is None:
                 emit(CAPTURE_STARTED, "pytorch")
             torch_capture = prepared.capture or reference.side.run(arrays, keywords=keywords)
-            logger.info("running ONNX Runtime with its values promoted")
             emit(CAPTURE_STARTED, "onnxruntime")
-            onnx_capture = candidate.run(arrays)
+            memory_reason = over_budget(candidate, arrays, budget)
+            runner = production = None
+            if memory_reason:  # production's outputs now, its values by probes below
+                runner = ProbeRunner(candidate, arrays)
+                onnx_capture = Capture(values={}, outputs=runner.outputs)
+            else:
+                logger.info("running ONNX Runtime with its values promoted")
+                onnx_capture = candidate.run(arrays)
+                production = _production_outputs(candidate, onnx_capture)
+                if production is None:  # promote all: production never ran
+                    runner = ProbeRunner(candidate, arrays)
+                    production = runner.outputs
+            capture_differs = production is not None and outputs_differ(
+                onnx_capture.outputs, production)
             graph_inputs = {spec.name: array
                             for spec, array in zip(candidate.inputs, arrays, strict=True)}
             warnings = list(reference.warnings)
-            final_outputs = compare_final_outputs(torch_capture.outputs, onnx_capture.outputs,
-                                                  rtol=rtol, atol=atol, warnings=warnings)
+            # The verdict is production's, whatever the capture session computed.
+            final_outputs = compare_final_outputs(
+                torch_capture.outputs, production or onnx_capture.outputs, rtol=rtol,
+                atol=atol, warnings=warnings)
             ops = op_alignment = None
             # Tracing the model again (for a file exported elsewhere) takes seconds: by
             # default only when the outputs diverge, where op precision pays for it.
-            if prepared.wants_program and (granularity == "op" or (
+            if prepared.wants_program and (granularity == "op" or memory_reason or (
                     granularity is None and any(record.failed for record in final_outputs))):
                 prepared.find_program(reference, arrays, Path(workdir))
             if prepared.program is not None:  # module rows aggregate ops too
                 emit(CAPTURE_STARTED, "pytorch ops")
                 ops = capture_ops(prepared.program, arrays)
+            bisection = None
+            if memory_reason and any(record.failed for record in final_outputs):
+                bisection = bisect_production(
+                    runner, candidate, references_by_value([], ops), rtol=rtol, atol=atol)
+                if bisection is None:
+                    warnings.append(MEMORY_NO_OPS)
+                else:
+                    onnx_capture = bisection.capture
+            if ops is not None:
                 op_alignment = align_op_values(
                     ops, candidate.nodes, onnx_capture.values, template=prepared.template,
                     foreign=candidate.model, foreign_dir=candidate.path.resolve().parent,
@@ -248,13 +287,32 @@ def bisect(
                 granularity="op" if ops is not None and granularity != "module" else "module")
             if prepared.template is not None:
                 report.warnings.append(FOREIGN_FILE)
+            if bisection is not None:
+                report.search = bisection.describe(memory_reason)
+            elif memory_reason:
+                report.search = {"mode": "final outputs only", "reason": memory_reason}
+            elif report.diverged and (capture_differs or _no_value_fails(report)):
+                # The capture may not show what production computes: probe production.
+                runner = runner or ProbeRunner(candidate, arrays)
+                references = references_by_value(pairs, ops)
+                bisection = bisect_production(runner, candidate, references, rtol=rtol,
+                                              atol=atol)
+                if bisection is not None:
+                    adopt_bisection(report, bisection, search_modes.CAPTURE_DIFFERS
+                                    if capture_differs else search_modes.NO_VALUE_FAILS,
+                                    references, {output: node.index for node in candidate.nodes
+                                                 for output in node.outputs})
             report.warnings.extend(_subgraph_warnings(candidate.model))
             local_values = {}
             candidate_arrays = {name: value.array for name, value in onnx_capture.values.items()}
+            reference_arrays = {pair.candidate.name: pair.reference.array for pair in pairs}
+            if bisection is not None:  # values only the probes fetched
+                reference_arrays.update(bisection.references)
+                candidate_arrays.update({name: value.array for name, value
+                                         in bisection.capture.values.items()})
             if report.diverged or report.hidden_divergences:  # hidden ones have culprits too
                 local_values = attribute_divergence(
-                    report, candidate,
-                    {pair.candidate.name: pair.reference.array for pair in pairs},
+                    report, candidate, reference_arrays,
                     candidate_arrays, graph_inputs, program=prepared.program, ops=ops,
                     modules=(torch_capture, prepared.call_index),
                     everything=all_culprits)
@@ -281,12 +339,27 @@ def bisect(
                 repro_folder = Path(repro_dir) if given is not None else (
                     Path(repro_dir) / f"sample-{number}")
                 try:
-                    report.repro = _write_repro(repro_folder, report, candidate, pairs,
+                    report.repro = _write_repro(repro_folder, report, candidate,
+                                                reference_arrays, candidate_arrays,
                                                 torch_capture, onnx_capture, arrays)
                 except BisectOnnxError as error:  # the verdict stands without a repro
                     report.warnings.append(f"no repro written: {error}")
             reports.append(report)
         return _worst(reports)
+
+
+def _production_outputs(candidate: OnnxRuntimeSide,
+                        capture: Capture) -> list[CapturedValue] | None:
+    """The production session's final outputs in the last capture run, if it ran."""
+    if candidate.production_outputs is None:
+        return None
+    return [replace(value, array=np.asarray(array)) for value, array in
+            zip(capture.outputs, candidate.production_outputs, strict=True)]
+
+
+def _no_value_fails(report: Report) -> bool:
+    """The final outputs diverge, and no compared intermediate value does."""
+    return any(report.first_divergence is record for record in report.final_outputs)
 
 
 def _subgraph_warnings(model: Any) -> list[str]:
@@ -432,8 +505,13 @@ def _given_candidate(reference: Reference, onnx_model: Any, folder: Path,
     program = getattr(given, "exported_program", None)
     if program is None and reference.kind == EXPORTED_PROGRAM:
         program = as_translated(reference.exportable)
-    candidate = OnnxRuntimeSide(path, **asdict(runtime))
+    candidate = _runtime_side(path, runtime)
     return candidate, source, program if names_the_values(program, candidate.nodes) else None
+
+
+def _runtime_side(path: Path, runtime: RuntimeOptions) -> OnnxRuntimeSide:
+    return OnnxRuntimeSide(path, provider=runtime.provider, opt_level=runtime.opt_level,
+                           promote=runtime.promote)
 
 
 def names_the_values(program: Any, nodes: Sequence[NodeInfo]) -> bool:
@@ -477,7 +555,7 @@ def _export_candidate(reference: Reference, given: Any, export: ExportOptions, f
                             opset=export.opset, options=options, keywords=keywords)
     if export.save_to is not None:
         _keep_copy(exported.path, Path(export.save_to))
-    return OnnxRuntimeSide(exported.path, **asdict(runtime)), capture, exported
+    return _runtime_side(exported.path, runtime), capture, exported
 
 
 def _keywords(reference: Reference, given: Any) -> list[str]:
@@ -621,12 +699,13 @@ def _coverage(alignment: Alignment, op_alignment: OpAlignment | None, pairs: Seq
 
 
 def _write_repro(folder: Path, report: Report, candidate: OnnxRuntimeSide,
-                 pairs: Sequence[Pair], torch_capture: Capture, onnx_capture: Capture,
-                 arrays: Sequence[np.ndarray]) -> dict[str, Any]:
+                 reference_arrays: Mapping[str, np.ndarray],
+                 candidate_arrays: Mapping[str, np.ndarray], torch_capture: Capture,
+                 onnx_capture: Capture, arrays: Sequence[np.ndarray]) -> dict[str, Any]:
     """Write the first divergence's minimal repro; describe it for the report."""
     from bisect_onnx.report.repro import write_repro
 
-    reference_values = {pair.candidate.name: pair.reference.array for pair in pairs}
+    reference_values = dict(reference_arrays)
     reference_values.update({cand.name: ref.array for ref, cand in
                              zip(torch_capture.outputs, onnx_capture.outputs, strict=False)})
     repro = write_repro(
@@ -635,7 +714,7 @@ def _write_repro(folder: Path, report: Report, candidate: OnnxRuntimeSide,
         model_dir=candidate.path.resolve().parent,
         failing_value=_repro_value(report, onnx_capture),
         reference_values=reference_values,
-        candidate_values={name: value.array for name, value in onnx_capture.values.items()},
+        candidate_values=candidate_arrays,
         graph_inputs={spec.name: array for spec, array in zip(candidate.inputs, arrays,
                                                                strict=True)},
         rtol=report.rtol,
@@ -732,6 +811,15 @@ def _onnx_path(onnx_model: Any, folder: Path) -> tuple[Path, str]:
 
     path = folder / "given.onnx"
     if isinstance(onnx_model, onnx.ModelProto):
+        if onnx_model.ByteSize() > _PROTO_LIMIT:
+            raise InputError("the onnx.ModelProto is over 2 GB, the most one protobuf "
+                             "message can be written as; save it with external data "
+                             "(onnx.save(..., save_as_external_data=True)) and pass the path")
+        if any(external_location(tensor) is not None
+               for tensor in graph_tensors(onnx_model.graph)):
+            raise InputError("the onnx.ModelProto names external weights relative to a "
+                             "folder it no longer knows (loaded with load_external_data="
+                             "False?); pass the path of its .onnx file instead")
         onnx.save(onnx_model, str(path))
         return path, "(onnx.ModelProto)"
     if hasattr(onnx_model, "model_proto") and hasattr(onnx_model, "save"):
@@ -741,19 +829,19 @@ def _onnx_path(onnx_model: Any, folder: Path) -> tuple[Path, str]:
                      f"torch.onnx.ONNXProgram, got {type(onnx_model).__name__}")
 
 
-def _keep_copy(exported: Path, target: Path) -> None:
-    """Copy the export to where the user asked, its weights inline or beside it."""
-    import onnx
+# The largest protobuf message there is; a bigger model must keep its weights outside.
+_PROTO_LIMIT = 2**31 - 1
 
+
+def _keep_copy(exported: Path, target: Path) -> None:
+    """Copy the export to where the user asked, its weights inline or beside it.
+
+    External weights are streamed into one data file named after the target (nothing
+    else there is overwritten), never all in memory; copied, not linked, because the
+    export's own data file is still read in this run (a repro, a template).
+    """
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if [path.name for path in exported.parent.iterdir()] == [exported.name]:
-            shutil.copyfile(exported, target)
-            return
-        # External data: name the data file after the target, so nothing else is overwritten.
-        model = onnx.load(str(exported))
-        onnx.save(model, str(target), save_as_external_data=True,
-                  location=f"{target.name}.data")
+        copy_model(exported, target, link=False)
     except OSError as error:
         raise InputError(f"cannot save the ONNX export to {target}: {error.strerror}; "
                          "choose a writable path for --save-onnx") from error

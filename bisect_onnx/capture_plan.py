@@ -51,7 +51,9 @@ class CapturePlan:
     """Value names to promote; ``None`` for every node output."""
     disabled_optimizers: list[str] = field(default_factory=list)
     production_session: Any = None
-    """The plain session, as production runs it (fusion-preserving modes only)."""
+    """The plain session, as production runs it (fusion-preserving modes only);
+    released after its first run when the model is big
+    (:data:`bisect_onnx.onnx_side.HOLD_WEIGHTS_ONCE_ABOVE`)."""
     survivors: int = 0
     values: int = 0
     production_ops: dict[str, int] = field(default_factory=dict)

@@ -84,10 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="export dimension 0 (the batch) of every input as dynamic")
     parser.add_argument("--save-onnx", type=Path, metavar="PATH",
                         help="keep a copy of the export made by bisect-onnx")
-    parser.add_argument("--rtol", type=float, default=DEFAULT_RTOL,
-                        help=f"relative tolerance (default {DEFAULT_RTOL:g})")
-    parser.add_argument("--atol", type=float, default=DEFAULT_ATOL,
-                        help=f"absolute tolerance (default {DEFAULT_ATOL:g})")
+    parser.add_argument("--rtol", type=float, default=None,
+                        help=f"relative tolerance (default {DEFAULT_RTOL:g}; with --against*, "
+                        "by the models' precision)")
+    parser.add_argument("--atol", type=float, default=None,
+                        help=f"absolute tolerance (default {DEFAULT_ATOL:g}; with --against*, "
+                        "by the models' precision)")
     parser.add_argument("--provider", default=CPU_PROVIDER, metavar="NAME",
                         help=f"ONNX Runtime execution provider (default {CPU_PROVIDER})")
     parser.add_argument("--opt-level", choices=tuple(OPT_LEVELS), default=DEFAULT_OPT_LEVEL,
@@ -97,6 +99,27 @@ def build_parser() -> argparse.ArgumentParser:
                         help="fused (default): capture only the values that survive ONNX "
                         "Runtime's optimizations, so the production kernels run; all: every "
                         "node output, which changes what ONNX Runtime fuses")
+    parser.add_argument("--max-memory", metavar="SIZE",
+                        help="memory the captured values of both sides may take (512MB, "
+                        "2GiB); over it, ONNX Runtime's values are probed a few at a time "
+                        "by bisection (default: 80%% of the memory available)")
+    against = parser.add_argument_group(
+        "ONNX against ONNX (MODEL is the reference .onnx, run in ONNX Runtime with every "
+        "value promoted; --provider and --opt-level are its settings)")
+    against.add_argument("--against", type=Path, metavar="FILE",
+                         help="the candidate .onnx (a float16 conversion, a QDQ model, a "
+                         "simplified graph); default: MODEL itself")
+    against.add_argument("--against-opt-level", choices=tuple(OPT_LEVELS),
+                         help="the candidate's ONNX Runtime optimization level (default "
+                         "--opt-level)")
+    against.add_argument("--against-provider", metavar="NAME",
+                         help="the candidate's execution provider (default --provider)")
+    against.add_argument("--against-reference-evaluator", action="store_true",
+                         help="run the reference in ONNX's reference evaluator (onnx.reference: "
+                         "standard ops only) and the candidate in ONNX Runtime")
+    against.add_argument("--tolerances", type=Path, metavar="FILE",
+                         help="per-value tolerances: lines of 'PATTERN RTOL ATOL' (fnmatch "
+                         "patterns on value names; the first match wins)")
     parser.add_argument("--granularity", choices=GRANULARITIES, default=None,
                         help="table rows: one per ATen op (the default where a dynamo export's "
                         "program names the ONNX values) or one per module call")
@@ -153,14 +176,25 @@ def _run(args: argparse.Namespace) -> int:
     from bisect_onnx.compare import check_tolerances
     from bisect_onnx.loading import check_writable, load_input_files, load_model
     from bisect_onnx.synthetic_inputs import parse_dim_options
+    from bisect_onnx.versus import against_requested, bisect_from_args
 
-    check_tolerances(args.rtol, args.atol)  # before the slow steps
+    against = against_requested(args)
+    if not against:
+        args.rtol = DEFAULT_RTOL if args.rtol is None else args.rtol
+        args.atol = DEFAULT_ATOL if args.atol is None else args.atol
+        check_tolerances(args.rtol, args.atol)  # before the slow steps
+        if args.tolerances is not None:
+            raise UsageError("--tolerances applies when two ONNX models are compared "
+                             "(--against FILE, --against-opt-level, ...); use --rtol and "
+                             "--atol with a PyTorch MODEL")
     for option, path in (("--json", args.json), ("--save-onnx", args.save_onnx),
                          ("--html", args.html), ("--model-explorer", args.model_explorer)):
         if path is not None:
             check_writable(path, option)
     if args.repro_dir is not None and args.repro_dir.exists() and not args.repro_dir.is_dir():
         raise UsageError(f"--repro-dir {args.repro_dir} is a file; name a folder")
+    if against:  # two ONNX models, MODEL the reference: their own driver
+        return _print(args, bisect_from_args(args))
     exporting = {"--exporter": args.exporter, "--opset": args.opset,
                  "--save-onnx": args.save_onnx, "--dynamic": args.dynamic or None}
     if args.onnx is not None and any(value is not None for value in exporting.values()):
@@ -198,7 +232,7 @@ def _bisect(args: argparse.Namespace, model: object, inputs: object,
         granularity=args.granularity,
         all_culprits=args.all_culprits,
         runtime=RuntimeOptions(provider=args.provider, opt_level=args.opt_level,
-                               promote=args.promote),
+                               promote=args.promote, max_memory=args.max_memory),
     )
 
 

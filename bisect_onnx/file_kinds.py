@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bisect_onnx.errors import InputError
 
-__all__ = ["ZIP_MAGIC", "NPY_MAGIC", "PICKLE_PROTO", "read_head"]
+__all__ = ["ZIP_MAGIC", "NPY_MAGIC", "PICKLE_PROTO", "read_head", "looks_like_onnx"]
 
 #: Every zip archive: ``.npz``, ``torch.save``, ``torch.jit.save`` and ``.pt2`` files.
 ZIP_MAGIC = b"PK\x03\x04"
@@ -19,6 +19,18 @@ NPY_MAGIC = b"\x93NUMPY"
 #: Pickle protocols 2 and later open with the PROTO opcode; torch.save's legacy
 #: (non-zip) format is such a pickle.
 PICKLE_PROTO = 0x80
+# An ONNX ModelProto is protobuf: field 1 (ir_version, a varint) comes first, so the
+# file opens with tag 0x08, a small version number, then the tag of a later field:
+# producer_name, producer_version, domain, model_version, doc_string, graph,
+# opset_import or metadata_props.
+_ONNX_FIRST_TAG = 0x08
+_ONNX_NEXT_TAGS = frozenset({0x12, 0x1A, 0x22, 0x28, 0x32, 0x3A, 0x42, 0x72})
+
+
+def looks_like_onnx(head: bytes) -> bool:
+    """Whether a file's first bytes (three are enough) open an ONNX model."""
+    return (len(head) >= 3 and head[0] == _ONNX_FIRST_TAG and 0 < head[1] < 0x80
+            and head[2] in _ONNX_NEXT_TAGS)
 
 
 def read_head(path: Path, size: int, *, label: str, expected: str) -> bytes:

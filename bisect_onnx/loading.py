@@ -17,6 +17,7 @@ import zipfile
 import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from tokenize import TokenError
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -197,6 +198,9 @@ def _check_npy_size(path: Path) -> None:
         if "allow_pickle" in str(error) or "object" in str(error):
             return  # np.load gives the precise refusal
         raise InputError(f"input {path} has a corrupt .npy header ({error}); "
+                         "save it again with numpy.save") from error
+    except (SyntaxError, TokenError, EOFError) as error:  # numpy parses the header as Python
+        raise InputError(f"input {path} has a corrupt .npy header ({type(error).__name__}); "
                          "save it again with numpy.save") from error
     if dtype.hasobject:
         return

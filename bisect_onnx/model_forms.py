@@ -27,7 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from bisect_onnx.errors import InputError, ModelError, one_line
-from bisect_onnx.file_kinds import NPY_MAGIC, PICKLE_PROTO, ZIP_MAGIC, read_head
+from bisect_onnx.file_kinds import (
+    NPY_MAGIC,
+    PICKLE_PROTO,
+    ZIP_MAGIC,
+    looks_like_onnx,
+    read_head,
+)
 
 __all__ = [
     "EXPORTED_PROGRAM",
@@ -49,13 +55,6 @@ MODEL_KINDS = (EXPORTED_PROGRAM, TORCHSCRIPT, PICKLED_MODULE)
 TRUST_FLAG = "--trust-pickle"
 SAFER_FORMS = ("a FILE.py:FACTORY that builds the model, a .pt2 from torch.export.save, "
                "or a TorchScript archive from torch.jit.save")
-
-# An ONNX ModelProto is protobuf: field 1 (ir_version, a varint) comes first, so the
-# file opens with tag 0x08, a small version number, then the tag of a later field:
-# producer_name, producer_version, domain, model_version, doc_string, graph,
-# opset_import or metadata_props.
-_ONNX_FIRST_TAG = 0x08
-_ONNX_NEXT_TAGS = frozenset({0x12, 0x1A, 0x22, 0x28, 0x32, 0x3A, 0x42, 0x72})
 
 # Member names inside torch's archives, relative to the archive's single root folder
 # (torch names it after the file, so only the part after the first "/" is stable).
@@ -106,7 +105,7 @@ def detect_model_file(path: Path) -> str:
     if head.startswith(NPY_MAGIC):
         raise InputError(f"MODEL {path} is a NumPy array, not a model; pass arrays with "
                          "--input")
-    if _looks_like_onnx(head) or path.suffix.lower() == ".onnx":
+    if looks_like_onnx(head) or path.suffix.lower() == ".onnx":
         raise InputError(f"MODEL {path} is an ONNX model; pass it with --onnx {path}, and "
                          "the PyTorch model it came from as MODEL")
     hint = " (for Python source, name the factory: FILE.py:FACTORY)" if path.suffix == ".py" \
@@ -178,11 +177,6 @@ def _detect_zip(path: Path) -> str:
 def _below_root(name: str) -> str:
     """``archive/code/x.py`` -> ``code/x.py``: torch puts every member in one root folder."""
     return name.split("/", 1)[1] if "/" in name else name
-
-
-def _looks_like_onnx(head: bytes) -> bool:
-    return (len(head) >= 3 and head[0] == _ONNX_FIRST_TAG and 0 < head[1] < 0x80
-            and head[2] in _ONNX_NEXT_TAGS)
 
 
 def _load_exported_program(path: Path, *, trust_pickle: bool) -> Any:

@@ -32,6 +32,7 @@ from bisect_onnx.sessions import (
     create_session,
 )
 from bisect_onnx.sides import Capture, CapturedValue
+from bisect_onnx.weight_files import weight_bytes
 
 if TYPE_CHECKING:
     import onnx
@@ -44,7 +45,11 @@ logger = logging.getLogger(__name__)
 # Capture against production on providers that are not bitwise deterministic.
 GPU_RTOL = 1e-5
 GPU_ATOL = 1e-6
-
+#: Past this many bytes of weights, the production and the capture session are never
+#: held at once: two sessions hold the weights twice (prepacked), on top of PyTorch's
+#: copy, and memory runs out before time does. Below it both are kept for every random
+#: sample rather than made again for each.
+HOLD_WEIGHTS_ONCE_ABOVE = 2**30
 
 
 @dataclass(frozen=True)
@@ -160,6 +165,9 @@ class OnnxRuntimeSide:
         self.outputs_match_production: bool | None = None
         """Whether the last capture run's final outputs equal the production session's
         (bitwise on CPU; within a tight tolerance on other providers)."""
+        self.production_outputs: list | None = None
+        """The production session's final outputs in the last run (``None`` where
+        nothing is fused: ``promote="all"``)."""
         self.model = load_onnx_model(self.path)
         graph = self.model.graph
         initializers = {init.name for init in graph.initializer}
@@ -179,6 +187,10 @@ class OnnxRuntimeSide:
         ]
         self.output_names = [value.name for value in graph.output]
         self._promoted_session: Any = None
+        self._hold_weights_once = (weight_bytes(graph_tensors(graph))
+                                   > HOLD_WEIGHTS_ONCE_ABOVE)
+        """Whether no two sessions on the whole model may exist at once (each holds
+        every weight, prepacked): then each is made for a run and released after it."""
 
     @property
     def opset(self) -> int | None:
@@ -221,33 +233,51 @@ class OnnxRuntimeSide:
         Inputs feed the graph's inputs in order, keyword or not: an export names and
         orders its inputs as the model was called.
         """
-        # One promoted session serves every run (several random samples, say).
-        if self._promoted_session is None:
-            model_dir = self.path.resolve().parent
+        if self.plan is None:
             self.plan = plan_capture(self.model, self.path, promote=self.promote,
                                      provider=self.provider, opt_level=self.opt_level,
                                      label=self.path.name)
-            promoted = self._promoted_bytes(self.plan.promoted)
-            if self.plan.production_session is None:
-                self._promoted_session = self._session(promoted)
-            else:
-                self._promoted_session = check_capture_graph(
-                    self.plan, promoted, model_dir, provider=self.provider,
-                    opt_level=self.opt_level, label=self.path.name)
-        session = self._promoted_session
+        # Production runs first, so that a big model's production session is gone
+        # before the capture session loads the same weights again.
+        expected = self._production_outputs(inputs)
+        self.production_outputs = expected
+        session = self._capture_session()
         fetched = [output.name for output in session.get_outputs()]
         by_name = dict(zip(fetched, self._run(session, fetched, inputs), strict=True))
+        if self._hold_weights_once:  # what follows (local checks, repro) goes without it
+            self._promoted_session = None
         logger.info("ONNX Runtime produced %d values", len(by_name))
-        self.outputs_match_production = self._matches_production(by_name, inputs)
+        self.outputs_match_production = (None if expected is None
+                                         else self._matches_production(by_name, expected))
         return self._capture(by_name)
 
-    def _matches_production(self, by_name: dict[str, Any],
-                            inputs: Sequence[np.ndarray]) -> bool | None:
-        """Whether the capture's final outputs are what the production session computes."""
-        production = self.plan.production_session if self.plan else None
-        if production is None:
+    def _production_outputs(self, inputs: Sequence[np.ndarray]) -> list | None:
+        """Production's final outputs on ``inputs`` (``None`` when nothing is fused)."""
+        if self.promote == "all":
             return None
-        expected = self._run(production, self.output_names, inputs)
+        # A big model's production session was released after the first sample.
+        session = self.plan.production_session or self._session(self.path)
+        expected = self._run(session, self.output_names, inputs)
+        if self._hold_weights_once:
+            self.plan.production_session = None
+        return expected
+
+    def _capture_session(self) -> Any:
+        """The promoted session: one for every run, unless the weights are held once."""
+        if self._promoted_session is not None:
+            return self._promoted_session
+        promoted = self.promoted_bytes(self.plan.promoted)
+        if self.promote == "all" or self.plan.capture_ops:  # nothing (more) to check
+            self._promoted_session = self._session(
+                promoted, disabled=self.plan.disabled_optimizers)
+        else:
+            self._promoted_session = check_capture_graph(
+                self.plan, promoted, self.path.resolve().parent, provider=self.provider,
+                opt_level=self.opt_level, label=self.path.name)
+        return self._promoted_session
+
+    def _matches_production(self, by_name: dict[str, Any], expected: Sequence[Any]) -> bool:
+        """Whether the capture's final outputs are what the production session computed."""
         exact = self.provider == CPU_PROVIDER
         for name, array in zip(self.output_names, expected, strict=True):
             got = np.asarray(by_name[name])
@@ -265,10 +295,10 @@ class OnnxRuntimeSide:
                 return False
         return True
 
-    def _session(self, serialized: bytes | Path) -> Any:
+    def _session(self, serialized: bytes | Path, disabled: Sequence[str] = ()) -> Any:
         return create_session(serialized, model_dir=self.path.resolve().parent,
                               label=self.path.name, provider=self.provider,
-                              opt_level=self.opt_level)
+                              opt_level=self.opt_level, disabled_optimizers=disabled)
 
     def _run(self, session: Any, fetched: list[str], inputs: Sequence[np.ndarray]) -> list:
         feeds = {spec.name: array for spec, array in zip(self.inputs, inputs, strict=True)}
@@ -299,7 +329,7 @@ class OnnxRuntimeSide:
         ]
         return Capture(values=values, outputs=outputs)
 
-    def _promoted_bytes(self, wanted: set[str] | None = None) -> bytes:
+    def promoted_bytes(self, wanted: set[str] | None = None) -> bytes:
         """The model serialized with its top-level node outputs also graph outputs.
 
         ``wanted`` limits them to those names (fusion-preserving capture).

@@ -63,6 +63,17 @@ class Record:
     """Structural fallback (a file of unknown origin): how sure the match is, 0 to 1."""
     matched_by: str | None = None
     """Structural fallback: ``topology``, ``region``, ``values``, ``position``..."""
+    reference_value: str | None = None
+    """ONNX against ONNX: the reference's value name (``onnx_value`` is the candidate's)."""
+    reference_node: str | None = None
+    """ONNX against ONNX: the reference's node that computed it."""
+    sqnr_db: float | None = None
+    """ONNX against ONNX, for a quantized or narrower-precision candidate value: the
+    signal-to-quantization-noise ratio, ``10 log10(sum(ref^2) / sum((ref - cand)^2))``."""
+    rtol: float | None = None
+    atol: float | None = None
+    """The tolerance this value was judged by, when it is not the report's (a per-value
+    rule from a tolerance file, a quantized value's scale)."""
 
     @property
     def failed(self) -> bool:
@@ -186,6 +197,13 @@ class Report:
     culprit: dict[str, Any] | None = None
     """The first divergence's ONNX node in its graph: op, attributes, and each input and
     output with shape, dtype and where its value came from (see README's JSON schema)."""
+    tolerance_basis: str | None = None
+    """Where the report's tolerance comes from when it is not the float32 default (ONNX
+    against ONNX: the candidate's precision, a tolerance file)."""
+    search: dict[str, Any] = field(default_factory=lambda: {"mode": "full capture"})
+    """Which search found the first divergence: ``full capture`` (every value in one
+    session), or ``bisection`` (probes of the production graph, a few values each),
+    with why, each probe and what it found."""
 
     @property
     def diverged(self) -> bool:
@@ -221,6 +239,8 @@ class Report:
             "inside_op": self.inside_op,
             "culprit": self.culprit,
             "repro": self.repro,
+            "tolerance_basis": self.tolerance_basis,
+            "search": self.search,
         }
 
     def summary(self) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -51,8 +53,9 @@ def create_session(serialized: bytes | Path, *, model_dir: Path, label: str,
     ``serialized``: the model's bytes (a copy made here), or the path of the user's
     file, which ORT reads without it being serialized again.
 
-    ``optimized_path``: where ORT writes the graph it optimized (weights in a file
-    beside it, so that models over 2 GB can be written too).
+    ``optimized_path``: where ORT writes the graph it optimized, for its structure
+    only: the weights go to a file beside it (so that models over 2 GB can be
+    written), which is a link to the null device where links can be made.
     """
     import onnxruntime as ort
 
@@ -67,9 +70,17 @@ def create_session(serialized: bytes | Path, *, model_dir: Path, label: str,
                                      str(model_dir))
     if optimized_path is not None:
         options.optimized_model_filepath = str(optimized_path)
+        weights = optimized_path.with_name(f"{optimized_path.name}.data")
         options.add_session_config_entry(
-            "session.optimized_model_external_initializers_file_name",
-            f"{optimized_path.name}.data")
+            "session.optimized_model_external_initializers_file_name", weights.name)
+        # Every weight, small ones too (ORT inlines those under 1 KB by default).
+        options.add_session_config_entry(
+            "session.optimized_model_external_initializers_min_size_in_bytes", "0")
+        # The optimized graph is read without its weights: for a 4 GB model that is a
+        # 4 GB write per session saved. Where no link can be made (Windows without the
+        # privilege), ORT writes the file as usual.
+        with contextlib.suppress(OSError):
+            os.symlink(os.devnull, weights)
     try:
         source = str(serialized) if isinstance(serialized, Path) else serialized
         session = ort.InferenceSession(source, options, providers=[provider],

@@ -65,7 +65,7 @@ def test_fusion_preserving_capture_fuses_as_production_and_promoting_all_does_no
     assert side.describe_capture()["fusions_match_production"] is True
     assert side.outputs_match_production is True
     # Every node output promoted: ORT can no longer fuse what feeds a graph output.
-    everything = _optimized_ops(side._promoted_bytes(None), tmp_path, "all")
+    everything = _optimized_ops(side.promoted_bytes(None), tmp_path, "all")
     assert everything != production
     assert sum(everything.values()) > sum(production.values())
 

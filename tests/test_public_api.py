@@ -13,8 +13,8 @@ from fixtures.registry import REPO_ROOT
 
 def test_public_names_are_exactly_these():
     assert sorted(bisect_onnx.__all__) == sorted([
-        "bisect", "ExportOptions", "RandomInputs", "RuntimeOptions", "DEFAULT_RTOL",
-        "DEFAULT_ATOL",
+        "bisect", "bisect_onnx_models", "ExportOptions", "RandomInputs", "RuntimeOptions",
+        "DEFAULT_RTOL", "DEFAULT_ATOL",
         "Report", "Record", "Coverage", "assert_parity", "ParityError", "events",
         "BisectOnnxError", "UsageError", "InputError", "ModelError", "__version__",
     ])

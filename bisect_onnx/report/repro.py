@@ -32,6 +32,7 @@ from bisect_onnx.onnx_side import (
     graph_tensors,
     subgraphs,
 )
+from bisect_onnx.weight_files import external_location, weight_bytes, write_external_data
 
 if TYPE_CHECKING:
     import onnx
@@ -48,6 +49,7 @@ MAX_SEGMENT_NODES = 200
 # protobuf cannot serialize a message past 2 GiB; a bigger segment keeps its weights
 # in one file beside model.onnx, inside the repro folder.
 _PROTOBUF_LIMIT = 2**31 - 1
+_DATA_FILE = "model.onnx.data"
 
 
 class InputSource:
@@ -116,8 +118,13 @@ def write_repro(
              InputSource.GRAPH_INPUT: graph_inputs}
     feeds = {name: np.asarray(pools[source][name]) for name, source in segment.inputs.items()}
     repro_model = segment_model(model, segment, feeds, failing_value, candidate)
-    for tensor in graph_tensors(repro_model.graph):
-        _embed_external_data(tensor, model_dir)
+    # Past protobuf's limit the weights stay external (_save_segment), never all in memory.
+    inline = repro_model.ByteSize() + weight_bytes(
+        tensor for tensor in graph_tensors(repro_model.graph)
+        if external_location(tensor) is not None) <= _PROTOBUF_LIMIT
+    if inline:
+        for tensor in graph_tensors(repro_model.graph):
+            _embed_external_data(tensor, model_dir)
     names = [model.graph.node[index].name or f"{model.graph.node[index].op_type}_{index}"
              for index in segment.nodes]
     logger.info("repro segment for %s: %d node(s), inputs %s", failing_value, len(names),
@@ -127,13 +134,12 @@ def write_repro(
         # A repro written over an older one must not keep its extra input_<k>.pb files.
         shutil.rmtree(folder / "backend_test", ignore_errors=True)
         (folder / "backend_test" / "test_data_set_0").mkdir(parents=True, exist_ok=True)
-        _save_model(repro_model, folder / "model.onnx")
+        _save_segment(repro_model, folder, None if inline else model_dir)
         checker = _check(folder / "model.onnx")
         _write_npz(folder / "inputs.npz", feeds)
         _write_npz(folder / "expected.npz", {failing_value: expected})
         _write_npz(folder / "candidate.npz", {failing_value: candidate})
-        _write_backend_test(folder / "backend_test", repro_model, feeds, failing_value,
-                            expected)
+        _write_backend_test(folder / "backend_test", feeds, failing_value, expected)
     except OSError as error:
         raise InputError(f"cannot write the repro to {folder}: {error.strerror or error}; "
                          "choose a writable folder for --repro-dir") from error
@@ -353,16 +359,23 @@ def _embed_external_data(tensor: onnx.TensorProto, model_dir: Path) -> None:
     del tensor.external_data[:]
 
 
-def _save_model(model: onnx.ModelProto, path: Path) -> None:
+def _save_segment(model: onnx.ModelProto, folder: Path, model_dir: Path | None) -> None:
+    """``model.onnx`` in ``folder`` and in ``folder/backend_test``.
+
+    ``model_dir``: where the external weights are, when they are too big to embed;
+    they are then gathered, tensor by tensor, into ``model.onnx.data`` beside the
+    first, and copied beside the second: ONNX Runtime reads a model's data only from
+    its own folder, and onnx refuses a data file with two hard links.
+    """
     import onnx
 
-    if model.ByteSize() <= _PROTOBUF_LIMIT:
+    data = folder / _DATA_FILE
+    data.unlink(missing_ok=True)  # left by an older, bigger repro
+    if model_dir is not None:
+        write_external_data(graph_tensors(model.graph), model_dir, data)
+        shutil.copyfile(data, folder / "backend_test" / _DATA_FILE)
+    for path in (folder / "model.onnx", folder / "backend_test" / "model.onnx"):
         onnx.save_model(model, str(path))
-        return
-    external = onnx.ModelProto()
-    external.CopyFrom(model)  # saving as external data rewrites the tensors in place
-    onnx.save_model(external, str(path), save_as_external_data=True,
-                    all_tensors_to_one_file=True, location=f"{path.name}.data")
 
 
 def _check(path: Path) -> str:
@@ -390,12 +403,11 @@ def _write_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
                 np.lib.format.write_array(member, np.asarray(array), allow_pickle=False)
 
 
-def _write_backend_test(folder: Path, model: onnx.ModelProto, feeds: Mapping[str, np.ndarray],
-                        output: str, expected: np.ndarray) -> None:
-    """ONNX's backend-test layout: the model and one data set of TensorProto files."""
+def _write_backend_test(folder: Path, feeds: Mapping[str, np.ndarray], output: str,
+                        expected: np.ndarray) -> None:
+    """ONNX's backend-test data set: TensorProto files (the model is already there)."""
     from onnx import numpy_helper
 
-    _save_model(model, folder / "model.onnx")
     data = folder / "test_data_set_0"
     for position, (name, array) in enumerate(feeds.items()):
         (data / f"input_{position}.pb").write_bytes(

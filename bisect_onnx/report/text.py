@@ -27,6 +27,10 @@ _OP_HEADERS = ["", "#", "torch op", "torch module", "ONNX node", "op", "shape", 
                "max rel", "status"]
 _AGGREGATE_HEADER = "ops failed"
 _MATCH_HEADER = "match"
+# ONNX against ONNX: a row per reference value; SQNR for converted (float16, QDQ) values.
+_VALUE_HEADERS = ["", "#", "value", "torch module", "ONNX node", "op", "shape", "max abs",
+                  "max rel", "status"]
+_SQNR_HEADER = "SQNR dB"
 _KIND_TITLES = {
     "module": "module outputs",
     "fused": "ops fused into another op's ONNX node by the exporter's optimizer",
@@ -80,6 +84,11 @@ def format_table(report: Report, *, show: str = "window") -> str:
 
 
 def _headers(report: Report) -> list[str]:
+    if report.coverage.granularity == "value":
+        extra = [_SQNR_HEADER] * any(record.sqnr_db is not None for record in
+                                     [*report.comparisons, *report.final_outputs])
+        extra += [_MATCH_HEADER] * any(record.matched_by for record in report.comparisons)
+        return [*_VALUE_HEADERS[:-1], *extra, _VALUE_HEADERS[-1]]
     if report.coverage.granularity == "op":
         if any(record.matched_by for record in report.comparisons):
             return [*_OP_HEADERS[:-1], _MATCH_HEADER, _OP_HEADERS[-1]]
@@ -120,7 +129,8 @@ def group_not_compared(report: Report) -> list[tuple[str, list[str]]]:
 
 def _not_compared(report: Report) -> str:
     if report.coverage.granularity != "op":
-        lines = [f"not compared ({len(report.unaligned)} module outputs):"]
+        what = "reference values" if report.coverage.granularity == "value" else "module outputs"
+        lines = [f"not compared ({len(report.unaligned)} {what}):"]
     else:
         lines = ["not compared (every reason in the JSON report):"]
     lines.extend(_listing(names, why) for why, names in group_not_compared(report))
@@ -142,6 +152,10 @@ def coverage_line(report: Report) -> str:
     if coverage.inferred_nodes:
         parts[0] += f" ({coverage.inferred_nodes} without metadata, by their values' names or "
         parts[0] += "by structure)"
+    if coverage.granularity == "value":
+        return (f"coverage: {coverage.aligned_values} of {coverage.onnx_values} reference values "
+                f"compared; {_percent(coverage.attributed_nodes, coverage.onnx_nodes)} of "
+                f"{coverage.onnx_nodes} candidate nodes compared at an output")
     if coverage.granularity == "op" or coverage.torch_ops:
         parts.append(f"{coverage.compared_ops} of {coverage.torch_ops} torch ops compared "
                      f"({coverage.fused_ops} fused)")
@@ -162,9 +176,14 @@ def verdict_line(report: Report) -> str:
     compared = f"{coverage.aligned_modules} of {coverage.torch_modules} module calls compared"
     if coverage.granularity == "op":
         compared = f"{coverage.compared_ops} of {coverage.torch_ops} torch ops compared"
+    if coverage.granularity == "value":
+        compared = f"{coverage.aligned_values} of {coverage.onnx_values} reference values compared"
     tolerance = f"rtol={report.rtol:g}, atol={report.atol:g}"
+    if report.tolerance_basis:
+        tolerance += f", {report.tolerance_basis}"
     if not report.diverged:
-        if coverage.aligned_modules == 0 and coverage.compared_ops == 0:
+        if coverage.aligned_modules == 0 and coverage.compared_ops == 0 and (
+                coverage.aligned_values == 0 or coverage.granularity != "value"):
             return (
                 f"PARITY OF FINAL OUTPUTS ONLY ({tolerance}): no intermediate value could be "
                 f"aligned (0 of {coverage.torch_modules} module calls), so nothing inside the "
@@ -201,7 +220,24 @@ def verdict_line(report: Report) -> str:
         line += f". {blame}"
     if report.note:
         line += f". {report.note}"
+    search = _search_line(report)
+    if search:
+        line += f". {search}"
     return line
+
+
+def _search_line(report: Report) -> str | None:
+    """How the first divergence was found, for the verdict; ``None`` for a full capture."""
+    search = report.search or {}
+    if search.get("mode") != "bisection":
+        return None
+    probes = len(search.get("probes", []))
+    found = (f"first failing value {search['first_failing']!r}" if search.get("first_failing")
+             else "no checkpoint fails: the culprit lies after the last passing one")
+    after = (f", after {search['last_passing']!r}, which passes" if search.get("last_passing")
+             else ", the first checkpoint")
+    return (f"Found by bisection ({probes} probe(s) of the production graph over "
+            f"{search['checkpoints']} checkpoints: {found}{after}) because {search['reason']}")
 
 
 def _where(report: Report, record: Record) -> str:
@@ -216,6 +252,10 @@ def _where(report: Report, record: Record) -> str:
 
 def _origin(record: Record) -> str:
     source = f" at {format_source(record.source)}" if record.source else ""
+    if record.reference_node is not None:  # ONNX against ONNX
+        module = f" in torch module {record.torch_module}" if record.torch_module else ""
+        op = f" [{record.torch_op}]" if record.torch_op else ""
+        return f"reference node {record.reference_node!r}{module}{op}{source}"
     if record.fx_node is not None:
         return (f"{_short_op(record.torch_op)} ({record.fx_node}) in "
                 f"{_module_name(record.torch_module)}{source}")
@@ -293,7 +333,10 @@ def _row(record: Record, *, marked: bool, headers: Sequence[str] = _HEADERS) -> 
     module = (record.torch_module if record.torch_module is not None
               else f"(output {record.index})")
     row = [_MARK if marked else "", str(record.index)]
-    if headers[2] == _OP_HEADERS[2]:
+    if headers[2] == _VALUE_HEADERS[2]:
+        row += [record.reference_value or record.onnx_value, "" if record.torch_module is None
+                else record.torch_module]
+    elif headers[2] == _OP_HEADERS[2]:
         op = f"{_short_op(record.torch_op)} ({record.fx_node})" if record.fx_node else ""
         row += [op, module or "(model)"]
     else:
@@ -303,6 +346,8 @@ def _row(record: Record, *, marked: bool, headers: Sequence[str] = _HEADERS) -> 
     if _AGGREGATE_HEADER in headers:
         row.append(f"{record.ops_failed}/{record.ops_compared}"
                    if record.ops_compared is not None else "")
+    if _SQNR_HEADER in headers:
+        row.append("-" if record.sqnr_db is None else f"{record.sqnr_db:.1f}")
     if _MATCH_HEADER in headers:
         row.append(f"{record.matched_by} {record.match_confidence:.2f}"
                    if record.matched_by and record.match_confidence is not None else "")

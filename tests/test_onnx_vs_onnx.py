@@ -1,0 +1,329 @@
+"""ONNX against ONNX: float16 and QDQ conversions, optimization levels, the reference
+evaluator, per-value tolerances, and the CLI forms (issue 11).
+
+Every candidate is made here from the checked-in ``resnet_like`` export, with the
+converters that ship in onnxruntime; planted edits change one node of the candidate.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+import bisect_onnx
+from bisect_onnx.cli import main
+from bisect_onnx.errors import InputError, UsageError
+from bisect_onnx.onnx_pairing import Quantization
+from bisect_onnx.tolerances import (
+    PRECISION_DEFAULTS,
+    QUANTIZED,
+    precision_of,
+    read_tolerance_file,
+)
+from fixtures.registry import FIXTURES, repo_path
+from tests.conftest import tree_digest
+from tests.planting import plant, scale_initializer_input
+
+RESNET = repo_path(FIXTURES["resnet_like"].onnx_file)
+RESNET_INPUT = repo_path(FIXTURES["resnet_like"].input_file)
+PLANTED_NODE = "node_Conv_140"  # layer1.conv1 (its BatchNorm folded in), output getitem_3
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """The float16 and QDQ conversions of resnet_like, and a planted copy of each."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    folder = tmp_path_factory.mktemp("onnx_vs_onnx")
+    x = np.load(RESNET_INPUT)
+    paths = {"x": x}
+    paths["fp16"] = folder / "fp16.onnx"
+    onnx.save(convert_float_to_float16(onnx.load(str(RESNET)), keep_io_types=True),
+              str(paths["fp16"]))
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            rng = np.random.default_rng(0)
+            self.batches = iter([{"x": rng.standard_normal(x.shape).astype(np.float32)}
+                                 for _ in range(4)] + [{"x": x}])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    paths["qdq"] = folder / "qdq.onnx"
+    quantize_static(str(RESNET), str(paths["qdq"]), Reader(), quant_format=QuantFormat.QDQ)
+    paths["fp16_planted"] = folder / "fp16_planted.onnx"
+    plant(paths["fp16"], paths["fp16_planted"], scale_initializer_input(PLANTED_NODE, 1, 1.5))
+    paths["qdq_planted"] = folder / "qdq_planted.onnx"
+    plant(paths["qdq"], paths["qdq_planted"], _scale_quantized_weight(PLANTED_NODE, -1.0))
+    paths["fp32_planted"] = folder / "fp32_planted.onnx"
+    plant(RESNET, paths["fp32_planted"], scale_initializer_input(PLANTED_NODE, 1, 1.5))
+    return paths
+
+
+def _scale_quantized_weight(node_name: str, factor: float):
+    """Scale the dequantization scale of the weight a QDQ node reads."""
+
+    def edit(model: onnx.ModelProto) -> onnx.NodeProto:
+        node = next(node for node in model.graph.node if node.name == node_name)
+        dequantize = next(other for other in model.graph.node if node.input[1] in other.output)
+        scale_initializer_input(dequantize.name, 1, factor)(model)
+        return node
+
+    return edit
+
+
+# float16 --------------------------------------------------------------------------------
+
+def test_float16_conversion_aligns_through_its_casts_with_parity(made):
+    report = bisect_onnx.bisect_onnx_models(RESNET, made["fp16"], made["x"])
+    assert report.verdict == "parity"
+    assert not report.unaligned  # every value, the Cast-wrapped output included
+    assert report.coverage.aligned_values == report.coverage.onnx_values == 23
+    fp16 = PRECISION_DEFAULTS["float16"]
+    assert (report.rtol, report.atol) == (fp16.rtol, fp16.atol)
+    assert "float16 defaults" in report.summary()
+    output = report.final_outputs[0]
+    assert output.onnx_node == "node_linear"  # the Gemm, not the Cast the converter added
+    assert output.sqnr_db is not None and output.sqnr_db > 50
+    # Every value computed in float16; the graph output is the converter's Cast back.
+    assert {record.candidate_dtype for record in report.comparisons[:-1]} == {"float16"}
+    # float32 tolerances would flag float16 rounding: the default is what passes it.
+    strict = bisect_onnx.bisect_onnx_models(RESNET, made["fp16"], made["x"], rtol=1e-3,
+                                            atol=1e-5)
+    assert strict.diverged
+
+
+def test_planted_error_in_float16_candidate_is_reported_at_the_planted_node(made):
+    report = bisect_onnx.bisect_onnx_models(RESNET, made["fp16_planted"], made["x"])
+    assert report.diverged
+    first = report.first_divergence
+    assert (first.onnx_node, first.reference_value) == (PLANTED_NODE, "getitem_3")
+    assert all(not record.failed for record in report.comparisons[:first.index])
+    assert f"ONNX node '{PLANTED_NODE}'" in report.summary()
+
+
+# QDQ ------------------------------------------------------------------------------------
+
+def test_qdq_model_aligns_its_dequantized_values_with_sqnr(made):
+    report = bisect_onnx.bisect_onnx_models(RESNET, made["qdq"], made["x"])
+    assert report.verdict == "parity", report.summary()
+    relu = next(record for record in report.comparisons if record.reference_value == "relu")
+    # The DequantizeLinear output stands for the float tensor; the Conv computed it.
+    assert relu.onnx_value == "relu_DequantizeLinear_Output"
+    assert relu.onnx_node == "node_Conv_138"
+    assert relu.atol is not None and relu.atol > report.atol  # steps of its own scale
+    assert all(record.sqnr_db is not None and 20 < record.sqnr_db < 80
+               for record in report.comparisons)
+    assert "SQNR dB" in report.table()
+    assert precision_of(onnx.load(str(made["qdq"]))) == QUANTIZED
+
+
+def test_planted_error_in_qdq_candidate_is_reported_at_the_planted_node(made):
+    report = bisect_onnx.bisect_onnx_models(RESNET, made["qdq_planted"], made["x"])
+    # Average pooling and the output's own quantization steps absorb the error by the
+    # final logits (16 steps of their scale), so it shows as a hidden divergence.
+    failing = report.first_divergence or report.hidden_divergences[0]
+    assert report.diverged or "hidden intermediate divergence" in report.summary()
+    first = failing
+    assert (first.onnx_node, first.reference_value) == (PLANTED_NODE, "relu_1")
+    assert first.sqnr_db is not None and first.sqnr_db < 20
+
+
+def test_captured_quantized_integers_are_dequantized_like_dequantizelinear():
+    quantization = Quantization(np.array([0.5, 2.0], np.float32), np.array([1, 0], np.uint8),
+                                axis=1)
+    values = np.array([[[1, 3]], [[0, 4]]], np.uint8).reshape(1, 2, 2)
+    assert quantization.dequantize(values).tolist() == [[[0.0, 1.0], [0.0, 8.0]]]
+
+
+# optimization levels and the reference evaluator -----------------------------------------
+
+def test_optimization_level_pair_has_parity_and_finds_a_planted_edit(made):
+    levels = {"reference_runtime": bisect_onnx.RuntimeOptions(opt_level="disabled"),
+              "candidate_runtime": bisect_onnx.RuntimeOptions(opt_level="all")}
+    same = bisect_onnx.bisect_onnx_models(RESNET, None, made["x"], **levels)
+    assert same.verdict == "parity" and not same.hidden_divergences
+    assert same.coverage.aligned_values > 10
+    assert same.environment["reference_opt_level"] == "disabled"
+    assert same.environment["opt_level"] == "all"
+    planted = bisect_onnx.bisect_onnx_models(RESNET, made["fp32_planted"], made["x"], **levels)
+    assert planted.diverged
+    # At level all the Conv's output is fused with its Relu: the Relu's value is the
+    # first captured, and it carries the planted Conv's error.
+    assert planted.first_divergence.reference_value in {"getitem_3", "relu_1"}
+    assert planted.first_divergence.torch_module == "layer1.relu" or (
+        planted.first_divergence.onnx_node == PLANTED_NODE)
+
+
+def test_reference_evaluator_agrees_with_onnx_runtime_on_a_small_model():
+    report = bisect_onnx.bisect_onnx_models(RESNET, reference_evaluator=True,
+                                            inputs=np.load(RESNET_INPUT))
+    assert report.verdict == "parity" and not report.hidden_divergences
+    assert report.reference["kind"] == "onnx-reference-evaluator"
+    assert report.coverage.aligned_values >= 13
+    assert max(record.max_abs_error for record in report.comparisons) < 1e-5
+
+
+def test_reference_evaluator_refuses_a_contrib_op_by_name(tmp_path):
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("FastGelu", ["x"], ["y"], domain="com.microsoft", name="gelu")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    path = tmp_path / "contrib.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(UsageError, match=r"com\.microsoft\.FastGelu.*'gelu'.*ONNX Runtime"):
+        bisect_onnx.bisect_onnx_models(path, reference_evaluator=True)
+
+
+# names that do not survive: the structural fallback ---------------------------------------
+
+def test_renamed_candidate_is_matched_by_structure(tmp_path):
+    model = onnx.load(str(RESNET))
+    renames = {}
+    for index, node in enumerate(model.graph.node):
+        del node.metadata_props[:]
+        for position, output in enumerate(node.output):
+            if output not in {value.name for value in model.graph.output}:
+                renames[output] = f"t{index}_{position}"
+                node.output[position] = renames[output]
+    for node in model.graph.node:
+        node.input[:] = [renames.get(name, name) for name in node.input]
+    path = tmp_path / "renamed.onnx"
+    onnx.save(model, str(path))
+    report = bisect_onnx.bisect_onnx_models(RESNET, path, np.load(RESNET_INPUT),
+                                            candidate_runtime=bisect_onnx.RuntimeOptions(
+                                                opt_level="disabled", promote="all"))
+    assert report.verdict == "parity"
+    assert any("matched by structure" in warning for warning in report.warnings)
+    matched = [record for record in report.comparisons if record.matched_by]
+    assert len(matched) >= 20
+    assert matched[0].onnx_value.startswith("t") and matched[0].reference_value == "getitem"
+
+
+# tolerances ---------------------------------------------------------------------------
+
+def test_a_tolerance_file_pattern_loosens_one_value(made, tmp_path):
+    levels = {"reference_runtime": bisect_onnx.RuntimeOptions(opt_level="disabled"),
+              "candidate_runtime": bisect_onnx.RuntimeOptions(opt_level="disabled",
+                                                             promote="all")}
+    strict = bisect_onnx.bisect_onnx_models(RESNET, made["fp32_planted"], made["x"], **levels)
+    assert strict.first_divergence.reference_value == "getitem_3"
+    rules = tmp_path / "tolerances.txt"
+    rules.write_text("# value   rtol  atol\ngetitem_3  0  1e3  # the planted Conv\n"
+                     "nothing_*  0 0\n")
+    loose = bisect_onnx.bisect_onnx_models(RESNET, made["fp32_planted"], made["x"],
+                                           tolerances=rules, **levels)
+    loosened = next(r for r in loose.comparisons if r.reference_value == "getitem_3")
+    assert loosened.status == "pass" and loosened.atol == 1e3
+    assert loose.first_divergence.reference_value == "relu_1"  # the next value still fails
+    assert any("nothing_*" in warning for warning in loose.warnings)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("relu 1e-3\n", r"rules\.txt:1: expected 'PATTERN RTOL ATOL'"),
+    ("# ok\nrelu 1e-3 abc\n", r"rules\.txt:2: atol 'abc' is not a finite number"),
+    ("relu -1 0\n", r"rules\.txt:1: rtol '-1'"),
+])
+def test_malformed_tolerance_file_is_one_line_naming_file_and_line(tmp_path, text, message):
+    path = tmp_path / "rules.txt"
+    path.write_text(text)
+    with pytest.raises(InputError, match=message):
+        read_tolerance_file(path)
+
+
+# the command line -----------------------------------------------------------------------
+
+def test_cli_float16_candidate_parity_then_planted_divergence(made, capsys, tmp_path):
+    status = main([str(RESNET), "--against", str(made["fp16"]), "--input", str(RESNET_INPUT),
+                   "-q"])
+    assert status == 0, capsys.readouterr().err
+    assert capsys.readouterr().out.startswith("PARITY")
+    report_path = tmp_path / "report.json"
+    status = main([str(RESNET), "--against", str(made["fp16_planted"]), "--input",
+                   str(RESNET_INPUT), "--json", str(report_path)])
+    out = capsys.readouterr().out
+    assert status == 1
+    assert ">>  2    getitem_3" in out
+    data = json.loads(report_path.read_text())
+    assert data["first_divergence"]["onnx_node"] == PLANTED_NODE
+    assert data["tolerance_basis"] == "float16 defaults"
+
+
+def test_cli_optimization_levels_and_reference_evaluator(capsys):
+    assert main([str(RESNET), "--opt-level", "disabled", "--against-opt-level", "all",
+                 "--input", str(RESNET_INPUT), "-q"]) == 0
+    assert main([str(RESNET), "--against-reference-evaluator", "-q"]) == 0  # random inputs
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2 and all(line.startswith("PARITY") for line in out)
+
+
+def test_cli_tolerances_file_and_html(made, tmp_path, capsys):
+    rules = tmp_path / "rules.txt"
+    rules.write_text("*  0.5  1.0\n")
+    html = tmp_path / "report.html"
+    status = main([str(RESNET), "--against", str(made["fp32_planted"]), "--input",
+                   str(RESNET_INPUT), "--tolerances", str(rules), "--html", str(html), "-q"])
+    assert status == 0, capsys.readouterr().err
+    assert "rule(s) from" in capsys.readouterr().out
+    assert "<html" in html.read_text()
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["missing.onnx", "--against", "{fp16}"], "MODEL file missing.onnx does not exist"),
+    (["{resnet}", "--against", "missing.onnx"], "candidate file missing.onnx does not exist"),
+    (["fixtures/models.py:tiny_mlp", "--against", "{fp16}"], "is not an ONNX file"),
+    (["{input}", "--against", "{fp16}"], "is not an ONNX file"),
+    (["{resnet}", "--against", "{input}"], "is not an ONNX model"),
+    (["{resnet}", "--against", "{fp16}", "--tolerances", "{bad_rules}"],
+     r"rules\.txt:1: expected"),
+    (["{resnet}", "--against", "{fp16}", "--exporter", "dynamo"],
+     "--exporter apply to a PyTorch MODEL"),
+    (["{resnet}"], "is an ONNX model; pass it with --onnx"),
+    (["{resnet}", "--against-provider", "NoSuchProvider"], "NoSuchProvider"),
+    (["{resnet}", "--against-opt-level", "all"], "same model run the same way"),
+])
+def test_cli_bad_input_is_one_line_with_status_2(made, tmp_path, capsys, argv, message,
+                                                 fixtures_untouched):
+    bad_rules = tmp_path / "rules.txt"
+    bad_rules.write_text("relu\n")
+    names = {"fp16": made["fp16"], "resnet": RESNET, "input": RESNET_INPUT,
+             "bad_rules": bad_rules}
+    before = tree_digest(made["fp16"].parent)
+    status = main([item.format(**names) for item in argv])
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert err.count("\n") == 1 and err.startswith("bisect-onnx: error: ")
+    assert re.search(message, err), err
+    assert tree_digest(made["fp16"].parent) == before  # nothing written beside the models
+
+
+def test_no_temporary_files_are_left_behind(made, tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    model = onnx.load(str(made["fp16"]))
+    bisect_onnx.bisect_onnx_models(onnx.load(str(RESNET)), model, np.load(RESNET_INPUT))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_quantized_weight_edit_changes_one_scale(made):
+    original = {init.name: numpy_helper.to_array(init)
+                for init in onnx.load(str(made["qdq"])).graph.initializer}
+    edited = onnx.load(str(made["qdq_planted"]))
+    changed = [init.name for init in edited.graph.initializer
+               if init.name not in original
+               or not np.array_equal(numpy_helper.to_array(init), original[init.name])]
+    assert changed == ["layer1.conv1.weight_scale_planted"]
+    assert Path(made["qdq_planted"]).exists()
