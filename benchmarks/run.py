@@ -99,6 +99,11 @@ def worker_floor(arch: str, folder: Path) -> dict:
 def worker_bisect(arch: str, folder: Path) -> dict:
     """bisect-onnx through the API, model and ONNX file given."""
     _quiet()
+    # The libraries the floor imports before its clock starts, imported here too.
+    import onnx  # noqa: F401
+    import onnxruntime  # noqa: F401
+    import torch  # noqa: F401
+
     import bisect_onnx
 
     model, inputs = _load(arch, folder)

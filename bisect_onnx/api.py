@@ -345,7 +345,7 @@ def bisect(
                 except BisectOnnxError as error:  # the verdict stands without a repro
                     report.warnings.append(f"no repro written: {error}")
             reports.append(report)
-        return _worst(reports)
+        return worst_report(reports)
 
 
 def _production_outputs(candidate: OnnxRuntimeSide,
@@ -630,11 +630,16 @@ def _compare(
         comparisons, pairs, unaligned = op_rows, op_alignment.pairs, op_alignment.torch_only
         onnx_unaligned = op_alignment.onnx_only
     else:
-        comparisons = [
-            make_record(index, pair, compare_arrays(
-                pair.reference.array, pair.candidate.array, rtol=rtol, atol=atol))
-            for index, pair in enumerate(pairs)
-        ]
+        # Nested module calls often hold the same value (a block's output is its last
+        # ReLU's): the same array against the same ONNX value is compared once.
+        compared: dict[tuple[int, str], Any] = {}
+        comparisons = []
+        for index, pair in enumerate(pairs):
+            key = (id(pair.reference.array), pair.candidate.name)
+            if key not in compared:
+                compared[key] = compare_arrays(pair.reference.array, pair.candidate.array,
+                                               rtol=rtol, atol=atol)
+            comparisons.append(make_record(index, pair, compared[key]))
         if op_alignment is not None:
             comparisons = aggregate_ops(comparisons, op_rows, op_alignment.pairs)
             onnx_unaligned = op_alignment.onnx_only
@@ -760,7 +765,7 @@ def compare_final_outputs(
     ]
 
 
-def _worst(reports: Sequence[Report]) -> Report:
+def worst_report(reports: Sequence[Report]) -> Report:
     """The report of the worst sample: a divergence first, then the largest output error."""
     def severity(report: Report) -> tuple[bool, float]:
         needed = [record.min_passing_atol for record in report.final_outputs if record.failed]

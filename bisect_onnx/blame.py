@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -20,7 +20,7 @@ import numpy as np
 from bisect_onnx.align import Pair
 from bisect_onnx.attribution import Attribution, CulpritSearch, LocalResult
 from bisect_onnx.classify import Kind
-from bisect_onnx.compare import Status, compare_arrays
+from bisect_onnx.compare import ArrayComparison, Status, compare_arrays
 from bisect_onnx.errors import BisectOnnxError
 from bisect_onnx.fx_ops import OpCapture
 from bisect_onnx.local import LocalCheck, run_locally
@@ -44,6 +44,7 @@ def attribute_divergence(
     ops: OpCapture | None = None,
     modules: Any = None,
     everything: bool = False,
+    compare: Callable[[str, np.ndarray], ArrayComparison] | None = None,
 ) -> dict[str, np.ndarray]:
     """Find which failing values were introduced where they fail, and classify them.
 
@@ -52,7 +53,8 @@ def attribute_divergence(
     the values inside a fused kernel be compared. Returns the values the first
     culprit's nodes computed from exact inputs (for looking inside a multi-node op).
     ``modules`` (``(module capture, call index)``) does for module rows what ``ops``
-    does for op rows.
+    does for op rows. ``compare`` judges a local result where the reference needs
+    converting (see :func:`bisect_onnx.local.run_locally`).
     """
     failing = [record for record in report.comparisons if record.failed]
     if not failing:
@@ -73,7 +75,7 @@ def attribute_divergence(
             candidate.model, candidate.path.resolve().parent, names,
             reference_values=reference_values, candidate_values=candidate_values,
             graph_inputs=graph_inputs, rtol=report.rtol, atol=report.atol,
-            provider=candidate.provider, opt_level=candidate.opt_level))
+            provider=candidate.provider, opt_level=candidate.opt_level, compare=compare))
         results = {}
         for name in names:
             local = checks[name].comparison
@@ -89,8 +91,10 @@ def attribute_divergence(
             noise = fails and name in kinds and kinds[name].kind == Kind.FLOAT_PRECISION
             if fails and not noise:
                 found.append(name)
+            # A record judged by a tolerance of its own (ONNX against ONNX) counts by it.
+            atol = report.atol if by_value[name].atol is None else by_value[name].atol
             results[name] = LocalResult(
-                fails=fails, excess=_excess(local.min_passing_atol, report.atol), noise=noise)
+                fails=fails, excess=_excess(local.min_passing_atol, atol), noise=noise)
         return results
 
     attribution = CulpritSearch([record.onnx_value for record in failing], check).run(

@@ -131,14 +131,26 @@ def compare_arrays(
             min_passing_atol=None,
         )
 
+    if (reference.dtype == np.float32 and reference.size >= _SCREEN_FROM
+            and reference.ndim and rtol >= 0 and atol >= 0):
+        figures = _screened_figures(reference, candidate, rtol=rtol, atol=atol)
+        if figures is not None:
+            return result(**figures)
     # Complex numbers are judged by their modulus of difference, like numpy.allclose.
     ref = reference.astype(np.complex128 if np.iscomplexobj(reference) else np.float64)
     cand = candidate.astype(ref.dtype)
     with np.errstate(over="ignore", invalid="ignore"):
         difference = cand - ref
-    if np.isfinite(difference).all():
+    # A sum is finite only if every term is (NaN and Inf propagate); one that overflows
+    # takes the careful path below, which gives the same answer.
+    if math.isfinite(abs(difference.sum())):
         # The usual case, and the one that must be fast: every value finite on both
-        # sides (a NaN or Inf on either would make the difference non-finite).
+        # sides (a NaN or Inf on either would make the difference non-finite). The
+        # float64 copies are reused in place: a large model has hundreds of values.
+        if isinstance(difference, np.ndarray) and difference.dtype.kind == "f":
+            return result(**_finite_figures(np.abs(difference, out=difference),
+                                            np.abs(ref, out=ref), reference.size,
+                                            rtol=rtol, atol=atol))
         return result(**_finite_figures(np.abs(difference), np.abs(ref), reference.size,
                                         rtol=rtol, atol=atol))
     ref_finite = np.isfinite(ref)
@@ -160,15 +172,95 @@ def compare_arrays(
     return result(**figures)
 
 
+# float32 arrays this large are compared in float32 first, and in float64 only where the
+# answer depends on it: the few elements near the tolerance or near a maximum. They go
+# in chunks small enough to stay in cache (fresh large temporaries cost page faults).
+_SCREEN_FROM = 1 << 14
+_SCREEN_CHUNK = 1 << 15
+# How far apart the float32 and float64 figures of one element can be, relative to the
+# magnitudes involved: each float32 operation rounds by at most 2**-24, and four are
+# chained; 2**-20 leaves a wide margin. The absolute part covers subnormal results.
+_SCREEN_RELATIVE = 2.0**-20
+_SCREEN_ABSOLUTE = 1e-43
+
+
+def _screened_figures(reference: np.ndarray, candidate: np.ndarray, *, rtol: float,
+                      atol: float) -> dict[str, Any] | None:
+    """The figures :func:`_finite_figures` gives in float64, at float32's cost.
+
+    Every figure is a count or a maximum: float32 arithmetic finds the elements that
+    could decide it (all but a few are far from any threshold), and those are
+    recomputed in float64, so the result is the float64 one exactly. ``None`` when a
+    value is not finite (or float32 arithmetic overflows): the float64 path decides.
+    """
+    reference, candidate = reference.reshape(-1), candidate.reshape(-1)
+    failed = 0
+    # Per chunk, the elements that could hold a maximum: the union holds the maxima.
+    top_diff, top_slack, top_relative = [], [], []
+    for start in range(0, reference.size, _SCREEN_CHUNK):
+        ref = reference[start:start + _SCREEN_CHUNK]
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            diff = np.abs(candidate[start:start + _SCREEN_CHUNK] - ref)
+            magnitude = np.abs(ref)
+            slack = diff - magnitude * np.float32(rtol)
+            relative = diff / magnitude
+        largest_diff, largest_slack = float(diff.max()), float(slack.max())
+        if not (math.isfinite(largest_diff) and math.isfinite(largest_slack)):
+            return None
+        band = (_SCREEN_RELATIVE * (largest_diff + rtol * float(magnitude.max()))
+                + _SCREEN_ABSOLUTE)
+        if largest_slack > atol - band:  # some element may fail: count the sure ones,
+            failed += int(np.count_nonzero(slack > atol + band))  # settle the rest
+            unsure = np.nonzero((slack > atol - band) & (slack <= atol + band))[0]
+            unsure_diff, unsure_magnitude = _float64_at(reference, candidate, start + unsure)
+            failed += int(np.count_nonzero(unsure_diff - rtol * unsure_magnitude > atol))
+        top_diff.append(start + np.nonzero(diff >= largest_diff - band)[0])
+        # The smallest passing atol is at least 0, which an element equal on both sides
+        # (slack -rtol*|reference|, exactly) never exceeds: a ReLU's zeros are left out.
+        top_slack.append(start + np.nonzero((slack >= largest_slack - band) & (diff > 0))[0])
+        relative[magnitude == 0] = 0.0  # undefined there; max_abs_error covers them
+        largest_relative = float(relative.max())
+        if largest_relative > 0:
+            top_relative.append(start + np.nonzero(
+                relative >= largest_relative * (1 - _SCREEN_RELATIVE))[0])
+    diff, _ = _float64_at(reference, candidate, np.concatenate(top_diff))
+    slack_diff, slack_magnitude = _float64_at(reference, candidate, np.concatenate(top_slack))
+    allowed = rtol * slack_magnitude
+    needed_atol = (_smallest_passing_atol(slack_diff, allowed, slack_diff - allowed)
+                   if slack_diff.size else 0.0)
+    max_relative = 0.0
+    if top_relative:
+        relative_diff, relative_magnitude = _float64_at(reference, candidate,
+                                                        np.concatenate(top_relative))
+        max_relative = _max_relative(relative_diff, relative_magnitude,
+                                     out=np.empty_like(relative_diff))
+    return {
+        "status": Status.FAIL if failed else Status.PASS,
+        "max_abs_error": float(diff.max()),
+        "max_rel_error": max_relative,
+        "mismatch_fraction": failed / reference.size,
+        "min_passing_atol": needed_atol,
+        "nan_mismatch": 0,
+    }
+
+
+def _float64_at(reference: np.ndarray, candidate: np.ndarray,
+                indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``|candidate - reference|`` and ``|reference|`` in float64 at flat ``indices``."""
+    ref = reference[indices].astype(np.float64)
+    return np.abs(candidate[indices].astype(np.float64) - ref), np.abs(ref)
+
+
 def _finite_figures(diff: np.ndarray, magnitude: np.ndarray, size: int, *, rtol: float,
                     atol: float, nan_mismatch: int = 0) -> dict[str, Any]:
     """Status and figures from the finite pairs' ``|difference|`` and ``|reference|``."""
     # A 0-d pair (a scalar output) would turn into numpy scalars below, not arrays.
     diff, magnitude = np.atleast_1d(diff), np.atleast_1d(magnitude)
     with np.errstate(over="ignore", invalid="ignore"):
-        slack = diff - rtol * magnitude  # what each element needs of atol
+        allowed = rtol * magnitude  # what rtol allows each element
+        slack = diff - allowed  # what each element needs of atol
         failed = int(np.count_nonzero(slack > atol)) if diff.size else 0
-        needed_atol = _smallest_passing_atol(diff, magnitude, slack, rtol)
+        needed_atol = _smallest_passing_atol(diff, allowed, slack)
     if nan_mismatch:
         status = Status.NAN_MISMATCH
     elif failed:
@@ -185,17 +277,17 @@ def _finite_figures(diff: np.ndarray, magnitude: np.ndarray, size: int, *, rtol:
     }
 
 
-def _smallest_passing_atol(diff: np.ndarray, magnitude: np.ndarray, slack: np.ndarray,
-                           rtol: float) -> float:
-    """The smallest atol with ``diff <= atol + rtol * magnitude`` everywhere.
+def _smallest_passing_atol(diff: np.ndarray, allowed: np.ndarray, slack: np.ndarray) -> float:
+    """The smallest atol with ``diff <= atol + allowed`` everywhere.
 
-    ``max(slack)`` can round down by a unit in the last place, so the candidate is
-    nudged up until the check it stands for really passes.
+    ``allowed`` is ``rtol * |reference|``. ``max(slack)`` can round down by a unit in
+    the last place, so the candidate is nudged up until the check it stands for really
+    passes.
     """
     if not diff.size:
         return 0.0
     atol = max(float(slack.max()), 0.0)
-    while math.isfinite(atol) and not np.all(diff <= atol + rtol * magnitude):
+    while math.isfinite(atol) and not np.all(diff <= atol + allowed):
         atol = float(np.nextafter(atol, math.inf))
     return atol
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     import onnx
 
 __all__ = ["Quantization", "ValuePair", "Pairing", "CandidateGroups", "pair_graphs",
-           "NAME_SHARE_FOR_STRUCTURE"]
+           "pair_uncaptured", "NAME_SHARE_FOR_STRUCTURE"]
 
 logger = logging.getLogger(__name__)
 
@@ -255,9 +255,24 @@ def pair_graphs(
     return pairing
 
 
+def pair_uncaptured(names: Iterable[str], groups: CandidateGroups) -> list[ValuePair]:
+    """Pairs, by name, for reference values whose candidate value was not captured.
+
+    Any value of the candidate graph may stand in (one ONNX Runtime fused away can
+    still be probed, :mod:`bisect_onnx.probes`); a float16 value's float32 Cast is
+    not looked for, having no dtype to go by.
+    """
+    every: dict[str, None] = dict.fromkeys(groups.producers)
+    pairs = (_pair_by_name(name, groups, every) for name in names if name in groups.names)
+    return [pair for pair in pairs if pair is not None]
+
+
 def _pair_by_name(name: str, groups: CandidateGroups,
-                  captured: Mapping[str, np.ndarray]) -> ValuePair | None:
-    """The captured member of ``name``'s group that best stands for the reference value."""
+                  captured: Mapping[str, np.ndarray | None]) -> ValuePair | None:
+    """The captured member of ``name``'s group that best stands for the reference value.
+
+    ``None`` in ``captured``: a value present whose array is not at hand.
+    """
     source = groups.source(name)
     members = groups.members.get(source, [])
     node = groups.computing_node(source)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import tempfile
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,14 +20,14 @@ from typing import Any
 import numpy as np
 
 from bisect_onnx.bisection import ProbeSearch
-from bisect_onnx.compare import Status, compare_arrays
+from bisect_onnx.compare import ArrayComparison, Status, compare_arrays
 from bisect_onnx.errors import ModelError, one_line
 from bisect_onnx.onnx_side import NodeInfo, OnnxRuntimeSide, node_provenance
 from bisect_onnx.provenance import Provenance
 from bisect_onnx.sessions import create_session
 from bisect_onnx.sides import Capture, CapturedValue
 
-__all__ = ["Checkpoint", "ProbeRunner", "ProbeBisection", "checkpoints_for"]
+__all__ = ["Checkpoint", "Comparer", "ProbeRunner", "ProbeBisection", "checkpoints_for"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +43,10 @@ class Checkpoint:
     name: str
     reference: CapturedValue
     node: NodeInfo
+
+
+#: Judges a probed array against its checkpoint's reference value.
+Comparer = Callable[[Checkpoint, np.ndarray], ArrayComparison]
 
 
 @dataclass
@@ -99,8 +103,13 @@ class ProbeRunner:
         """The production session's final outputs."""
 
     def bisect(self, checkpoints: Sequence[Checkpoint], *, rtol: float, atol: float,
-               per_probe: int = 1) -> ProbeBisection:
-        """Probe the checkpoints for the first that fails against its reference."""
+               per_probe: int = 1, compare: Comparer | None = None) -> ProbeBisection:
+        """Probe the checkpoints for the first that fails against its reference.
+
+        ``compare`` judges a probed array against its checkpoint, where the reference
+        is not of the value's dtype or needs its own tolerance (another ONNX model's
+        value, say); by default ``compare_arrays`` with ``rtol`` and ``atol``.
+        """
         by_name = {checkpoint.name: checkpoint for checkpoint in checkpoints}
         search = ProbeSearch(list(by_name), per_probe=per_probe)
         found: dict[str, CapturedValue] = {}
@@ -113,8 +122,9 @@ class ProbeRunner:
             results: dict[str, bool | None] = {}
             for name, array in zip(names, arrays, strict=True):
                 checkpoint = by_name[name]
-                comparison = compare_arrays(checkpoint.reference.array, array, rtol=rtol,
-                                            atol=atol)
+                comparison = (compare(checkpoint, array) if compare is not None
+                              else compare_arrays(checkpoint.reference.array, array,
+                                                  rtol=rtol, atol=atol))
                 if comparison.status in (Status.SHAPE_MISMATCH, Status.DTYPE_MISMATCH):
                     results[name] = None  # named alike, not the same tensor
                     continue

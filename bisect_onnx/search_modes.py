@@ -17,7 +17,7 @@ afforded:
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -28,7 +28,7 @@ from bisect_onnx.compare import compare_arrays
 from bisect_onnx.memory import estimate_values_bytes, format_size
 from bisect_onnx.onnx_side import OnnxRuntimeSide
 from bisect_onnx.probes import ProbeBisection, ProbeRunner, checkpoints_for
-from bisect_onnx.records import Report, make_record
+from bisect_onnx.records import Record, Report, make_record
 from bisect_onnx.sides import CapturedValue
 
 __all__ = ["MEMORY", "CAPTURE_DIFFERS", "NO_VALUE_FAILS", "FULL_CAPTURE", "over_budget",
@@ -86,21 +86,28 @@ def bisect_production(runner: ProbeRunner, candidate: OnnxRuntimeSide,
 
 def adopt_bisection(report: Report, bisection: ProbeBisection, reason: str,
                     references: Mapping[str, CapturedValue],
-                    order: Mapping[str, int]) -> None:
+                    order: Mapping[str, int], *,
+                    make_row: Callable[[str, CapturedValue], Record] | None = None) -> None:
     """Make the probes' first failing value the first divergence of a full-capture report.
 
     The table keeps the capture's rows; where a row holds the same value its record
     (with its op-level detail) takes the production kernels' figures, else the probe's
     record joins the table in graph order (``order``: ONNX value -> node position).
+    ``make_row`` builds the probed value's record (ONNX value name, probed value),
+    where its reference needs converting or a tolerance of its own; by default it is
+    compared with ``references`` at the report's tolerance.
     """
     report.search = bisection.describe(reason)
     first = bisection.search.first_failing
     if first is None:
         return
     probed = bisection.capture.values[first]
-    comparison = compare_arrays(references[first].array, probed.array, rtol=report.rtol,
-                                atol=report.atol)
-    record = make_record(0, Pair(references[first], probed), comparison)
+    if make_row is not None:
+        record = make_row(first, probed)
+    else:
+        comparison = compare_arrays(references[first].array, probed.array, rtol=report.rtol,
+                                    atol=report.atol)
+        record = make_record(0, Pair(references[first], probed), comparison)
     rows = list(report.comparisons)
     at = next((index for index, row in enumerate(rows) if row.onnx_value == first), None)
     if at is not None:  # the capture's row, with the production kernels' figures
@@ -116,7 +123,8 @@ def adopt_bisection(report: Report, bisection: ProbeBisection, reason: str,
 
 
 _FIGURES = ("shape", "dtype", "candidate_shape", "candidate_dtype", "max_abs_error",
-            "max_rel_error", "mismatch_fraction", "min_passing_atol", "nan_mismatch", "status")
+            "max_rel_error", "mismatch_fraction", "min_passing_atol", "nan_mismatch", "status",
+            "sqnr_db")
 
 
 def references_by_value(pairs: Sequence[Pair], ops: Any) -> dict[str, CapturedValue]:

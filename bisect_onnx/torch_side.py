@@ -64,6 +64,9 @@ class TorchModuleSide:
         # The live tensor behind each recorded value, to recognise a module that hands
         # its input back unchanged; weak, so that recording keeps nothing alive.
         recorded: dict[str, weakref.ref] = {}
+        # The version each recorded tensor had then: a block's output is often the very
+        # tensor its last submodule returned, unchanged since, whose copy can be shared.
+        versions: dict[str, int | None] = {}
 
         def record(module: torch.nn.Module, args: Any, output: Any) -> None:
             path = names[module]
@@ -72,7 +75,9 @@ class TorchModuleSide:
             base = call_name(path, call)
             for suffix, tensor in flatten_outputs(output):
                 name = base + suffix
-                array = to_numpy(tensor)
+                array = _unchanged_copy(tensor, recorded, versions, values)
+                if array is None:
+                    array = to_numpy(tensor)
                 values[name] = CapturedValue(
                     name=name,
                     array=array,
@@ -85,6 +90,7 @@ class TorchModuleSide:
                     ),
                 )
                 recorded[name] = weakref.ref(tensor)
+                versions[name] = _version(tensor)
 
         args, kwargs = split_keywords([to_tensor(array) for array in inputs], keywords)
         handles = [module.register_forward_hook(record) for module in names]
@@ -119,6 +125,28 @@ class TorchModuleSide:
         logger.info("recorded %d module outputs from %d module calls", len(values),
                     sum(calls.values()))
         return Capture(values=values, outputs=outputs)
+
+
+def _version(tensor: torch.Tensor) -> int | None:
+    """The tensor's in-place write counter (``None`` where it keeps none)."""
+    try:
+        return tensor._version
+    except (AttributeError, RuntimeError):  # an inference-mode tensor keeps none
+        return None
+
+
+def _unchanged_copy(tensor: torch.Tensor, recorded: dict[str, weakref.ref],
+                    versions: dict[str, int | None],
+                    values: dict[str, CapturedValue]) -> np.ndarray | None:
+    """The copy already taken of this very tensor, if nothing has written to it since."""
+    version = _version(tensor)
+    if version is None:
+        return None
+    for name in reversed(list(recorded)):
+        source = recorded[name]()
+        if source is not None and same_tensor(source, tensor):
+            return values[name].array if versions[name] == version else None
+    return None
 
 
 def _passed_through(

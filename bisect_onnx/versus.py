@@ -19,26 +19,35 @@ import math
 import os
 import platform
 import tempfile
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bisect_onnx import __version__
+from bisect_onnx import __version__, search_modes
 from bisect_onnx.align import Pair
-from bisect_onnx.api import CAPTURE_DIFFERS, RandomInputs, RuntimeOptions, as_arrays
+from bisect_onnx.api import (
+    CAPTURE_DIFFERS,
+    RandomInputs,
+    RuntimeOptions,
+    as_arrays,
+    worst_report,
+)
+from bisect_onnx.blame import attribute_divergence
 from bisect_onnx.compare import ArrayComparison, check_tolerances, compare_arrays
 from bisect_onnx.engine import decide
-from bisect_onnx.errors import InputError, UsageError
+from bisect_onnx.errors import BisectOnnxError, InputError, UsageError
 from bisect_onnx.events import BISECTION_STARTED, CAPTURE_STARTED, emit
 from bisect_onnx.file_kinds import looks_like_onnx, read_head
-from bisect_onnx.onnx_pairing import CandidateGroups, ValuePair, pair_graphs
+from bisect_onnx.onnx_pairing import CandidateGroups, ValuePair, pair_graphs, pair_uncaptured
 from bisect_onnx.onnx_reference_side import ReferenceEvaluatorSide, reference_side
 from bisect_onnx.onnx_side import NodeInfo, OnnxRuntimeSide, node_provenance
+from bisect_onnx.probes import Checkpoint, ProbeBisection, ProbeRunner
 from bisect_onnx.records import Coverage, Record, Report, make_record
 from bisect_onnx.report.context import culprit_context
+from bisect_onnx.search_modes import adopt_bisection, outputs_differ
 from bisect_onnx.sides import Capture, CapturedValue
 from bisect_onnx.synthetic_inputs import synthesize_inputs, vocabulary_limits
 from bisect_onnx.tolerances import (
@@ -79,8 +88,7 @@ NOTHING_TO_COMPARE = (
 # Options of the PyTorch form that mean nothing when two ONNX models are compared.
 _TORCH_ONLY_OPTIONS = {"onnx": "--onnx", "exporter": "--exporter", "opset": "--opset",
                        "dynamic": "--dynamic", "save_onnx": "--save-onnx",
-                       "granularity": "--granularity", "all_culprits": "--all-culprits",
-                       "repro_dir": "--repro-dir", "trust_pickle": "--trust-pickle",
+                       "granularity": "--granularity", "trust_pickle": "--trust-pickle",
                        "max_memory": "--max-memory"}
 
 
@@ -96,6 +104,8 @@ def bisect_onnx_models(
     atol: float | None = None,
     tolerances: str | Path | Mapping[str, tuple[float, float]] | None = None,
     random_inputs: RandomInputs | None = None,
+    repro_dir: str | Path | None = None,
+    all_culprits: bool = False,
     model_label: str | None = None,
 ) -> Report:
     """Compare two ONNX models (or one model run two ways), value by value.
@@ -117,7 +127,13 @@ def bisect_onnx_models(
         atol: Absolute tolerance; ``None`` likewise (and a quantized value's scale).
         tolerances: Per-value tolerances: a file of ``PATTERN RTOL ATOL`` lines, or a
             mapping ``{pattern: (rtol, atol)}``; the first matching pattern wins.
-        random_inputs: Seed and free dimensions of drawn inputs (one sample).
+        random_inputs: Seed, free dimensions and sample count of drawn inputs; the
+            report is the worst sample's.
+        repro_dir: On divergence, write there a standalone repro of the first culprit
+            (``<dir>/sample-<k>`` for each diverging random sample), the reference's
+            values fed to the candidate's nodes.
+        all_culprits: Check every failing value on the reference's values and list
+            each one that introduces error (``report.culprits``), not only the first.
         model_label: How the reference is named in the report.
 
     Returns:
@@ -131,9 +147,7 @@ def bisect_onnx_models(
     candidate_runtime = candidate_runtime or RuntimeOptions(
         provider=reference_runtime.provider, opt_level=reference_runtime.opt_level)
     random_inputs = random_inputs or RandomInputs()
-    if random_inputs.samples != 1:
-        raise UsageError("ONNX against ONNX draws one random sample; give --samples 1, or "
-                         "inputs of your own")
+    _check_samples(inputs, random_inputs)
     if (candidate is None and not reference_evaluator and (
             reference_runtime.provider, reference_runtime.opt_level) == (
             candidate_runtime.provider, candidate_runtime.opt_level)):
@@ -148,38 +162,243 @@ def bisect_onnx_models(
                                          opt_level=reference_runtime.opt_level,
                                          evaluator=reference_evaluator)
         candidate_model = OnnxRuntimeSide(candidate_path, **_runtime_keywords(candidate_runtime))
-        arrays, description = _reference_inputs(reference_model, inputs, random_inputs)
-        candidate_arrays = _candidate_inputs(arrays, reference_model, candidate_model)
-        warnings: list[str] = []
-        if not reference_evaluator:
-            emit(CAPTURE_STARTED, "onnxruntime (reference)")
-        reference_capture = reference_model.run(arrays)
-        emit(CAPTURE_STARTED, "onnxruntime")
-        candidate_model, candidate_capture = _run_candidate(candidate_model, candidate_arrays,
-                                                            warnings)
-        report = _compare(reference_model, candidate_model, reference_capture,
-                          candidate_capture, arrays, rtol=rtol, atol=atol, rules=rules,
-                          warnings=warnings)
-        report.reference = {**reference_model.describe(), "model": reference_label,
-                            "inputs": description}
-        report.candidate = {**candidate_model.describe(), "model": candidate_label}
-        report.environment = _environment(reference_model, candidate_model)
-        report.capture = candidate_model.describe_capture()
-        if candidate_model.outputs_match_production is False:
-            report.warnings.append(CAPTURE_DIFFERS.format(
-                difference=candidate_model.production_difference,
-                mode=report.capture.get("mode")))
-        report.culprit = culprit_context(report.first_divergence, candidate_model,
-                                         reference_capture, candidate_capture,
-                                         report.comparisons)
-        return report
+        fell_back: str | None = None  # the promote-all fallback, said in every sample
+        reports = []
+        for number, (arrays, description) in enumerate(
+                _reference_inputs(reference_model, inputs, random_inputs), start=1):
+            candidate_arrays = _candidate_inputs(arrays, reference_model, candidate_model)
+            if not reference_evaluator:
+                emit(CAPTURE_STARTED, "onnxruntime (reference)")
+            reference_capture = reference_model.run(arrays)
+            emit(CAPTURE_STARTED, "onnxruntime")
+            candidate_model, candidate_capture, fallback = _run_candidate(candidate_model,
+                                                                          candidate_arrays)
+            fell_back = fell_back or fallback
+            report, values = _sample_report(
+                reference_model, candidate_model, reference_capture, candidate_capture,
+                arrays, candidate_arrays, rtol=rtol, atol=atol, rules=rules,
+                all_culprits=all_culprits, warnings=[fell_back] if fell_back else [])
+            report.reference = {**reference_model.describe(), "model": reference_label,
+                                "inputs": description}
+            report.candidate = {**candidate_model.describe(), "model": candidate_label}
+            if repro_dir is not None and report.first_divergence is not None:
+                folder = Path(repro_dir) if inputs is not None else (
+                    Path(repro_dir) / f"sample-{number}")
+                try:
+                    report.repro = _write_repro(folder, report, candidate_model, values)
+                except BisectOnnxError as error:  # the verdict stands without a repro
+                    report.warnings.append(f"no repro written: {error}")
+            reports.append(report)
+        return worst_report(reports)
+
+
+@dataclass
+class _Values:
+    """One sample's arrays under the candidate's value names, in the candidate's dtypes.
+
+    What local checks and a repro feed the candidate's nodes.
+    """
+
+    reference: dict[str, np.ndarray]
+    candidate: dict[str, np.ndarray]
+    graph_inputs: dict[str, np.ndarray]
+
+
+@dataclass
+class _Paired:
+    """How one sample's values were paired and judged, beyond its report."""
+
+    judge: _Judge
+    groups: CandidateGroups
+    pairs: list[ValuePair]
+    outputs: list[ValuePair]
+    """The final outputs' pairs, by position."""
+    unpaired_fused: list[str]
+    """Reference values whose candidate value was not captured (fused away)."""
+    nodes: dict[str, NodeInfo]
+
+
+def _sample_report(reference: Any, candidate: OnnxRuntimeSide, reference_capture: Capture,
+                   candidate_capture: Capture, arrays: Sequence[np.ndarray],
+                   candidate_arrays: Sequence[np.ndarray], *, rtol: float | None,
+                   atol: float | None, rules: Sequence[ToleranceRule], all_culprits: bool,
+                   warnings: list[str]) -> tuple[Report, _Values]:
+    """One sample's report, and its values under the candidate's names.
+
+    The verdict is production's; the first divergence is probed in production where
+    the capture cannot show it; failing values are checked for whether their nodes
+    introduced the error.
+    """
+    runner = None
+    production = None if candidate.production_outputs is None else [
+        replace(value, array=np.asarray(array)) for value, array in zip(
+            candidate_capture.outputs, candidate.production_outputs, strict=True)]
+    if production is None:  # every value promoted: production never ran
+        runner = ProbeRunner(candidate, candidate_arrays)
+        production = runner.outputs
+    capture_differs = outputs_differ(candidate_capture.outputs, production)
+    # The verdict is production's, whatever the capture session computed.
+    judged = Capture(values=candidate_capture.values, outputs=production)
+    report, paired = _compare(reference, candidate, reference_capture, judged, arrays,
+                              rtol=rtol, atol=atol, rules=rules, warnings=warnings)
+    report.environment = _environment(reference, candidate)
+    report.capture = candidate.describe_capture()
+    if candidate.outputs_match_production is False:
+        report.warnings.append(CAPTURE_DIFFERS.format(
+            difference=candidate.production_difference, mode=report.capture.get("mode")))
+    candidate_values = {name: value.array for name, value in candidate_capture.values.items()}
+    pairs = list(paired.pairs)
+    no_value_fails = any(report.first_divergence is record for record in report.final_outputs)
+    if report.diverged and (capture_differs or no_value_fails):
+        # The capture may not show what production computes: probe production.
+        runner = runner or ProbeRunner(candidate, candidate_arrays)
+        probed = _probe_production(
+            report, paired, candidate, runner, reference_capture,
+            search_modes.CAPTURE_DIFFERS if capture_differs else search_modes.NO_VALUE_FAILS)
+        if probed is not None:
+            bisection, probe_pairs = probed
+            known = {pair.candidate for pair in pairs}
+            pairs.extend(pair for pair in probe_pairs if pair.candidate not in known)
+            candidate_values.update({name: value.array for name, value
+                                     in bisection.capture.values.items()})
+    candidate_values.update({value.name: value.array for value in production})
+    pairs.extend(paired.outputs)
+    values = _Values(
+        reference=_as_candidate_values(pairs, reference_capture, candidate_values),
+        candidate=candidate_values,
+        graph_inputs={spec.name: array for spec, array in zip(candidate.inputs,
+                                                               candidate_arrays, strict=True)})
+    if report.diverged or report.hidden_divergences:  # hidden ones have culprits too
+        attribute_divergence(report, candidate, values.reference, values.candidate,
+                             values.graph_inputs, everything=all_culprits,
+                             compare=_local_judge(paired.judge, pairs, reference_capture))
+    report.culprit = culprit_context(report.first_culprit or report.first_divergence,
+                                     candidate, reference_capture, judged, report.comparisons)
+    return report, values
+
+
+def _probe_production(report: Report, paired: _Paired, candidate: OnnxRuntimeSide,
+                      runner: ProbeRunner, reference_capture: Capture,
+                      reason: str) -> tuple[ProbeBisection, list[ValuePair]] | None:
+    """Bisect production for the first failing paired value; adopt it into the report.
+
+    Checkpoints are the candidate's values paired with a reference value (those the
+    capture lacks too, paired by name), each judged as its row is: converted as its
+    pair says, with its own tolerance.
+    """
+    producers = {output: node for node in candidate.nodes for output in node.outputs}
+    judge = paired.judge
+    by_value: dict[str, ValuePair] = {}
+    checkpoints = []
+    for pair in [*paired.pairs, *pair_uncaptured(paired.unpaired_fused, paired.groups)]:
+        node = producers.get(pair.candidate)
+        reference = reference_capture.values[pair.reference]
+        if node is None or pair.candidate in by_value or reference.array.dtype.kind not in "fc":
+            continue
+        by_value[pair.candidate] = pair
+        checkpoints.append(Checkpoint(pair.candidate, reference, node))
+    if not checkpoints:
+        return None
+    checkpoints.sort(key=lambda checkpoint: checkpoint.node.index)
+    logger.info("bisecting %d checkpoints with probes of the production graph",
+                len(checkpoints))
+
+    def compare(checkpoint: Checkpoint, array: np.ndarray) -> ArrayComparison:
+        pair = by_value[checkpoint.name]
+        return judge.compare(checkpoint.reference.array, array, pair, judge.tolerance(pair))[0]
+
+    def make_row(name: str, probed: CapturedValue) -> Record:
+        pair = by_value[name]
+        return judge.record(0, reference_capture.values[pair.reference], probed, pair,
+                            paired.nodes)
+
+    bisection = runner.bisect(checkpoints, rtol=report.rtol, atol=report.atol,
+                              compare=compare)
+    adopt_bisection(report, bisection, reason,
+                    {checkpoint.name: checkpoint.reference for checkpoint in checkpoints},
+                    {output: node.index for output, node in producers.items()},
+                    make_row=make_row)
+    return bisection, list(by_value.values())
+
+
+def _local_judge(judge: _Judge, pairs: Sequence[ValuePair],
+                 reference_capture: Capture) -> Callable[[str, np.ndarray], ArrayComparison]:
+    """Judge a candidate value recomputed on the reference's inputs as its row was judged.
+
+    Against the reference's own value, converted as its pair says (a float before a
+    QDQ pair put through it), with the value's own tolerance.
+    """
+    by_candidate: dict[str, ValuePair] = {}
+    for pair in pairs:
+        by_candidate.setdefault(pair.candidate, pair)
+    references = _reference_values(reference_capture)
+
+    def compare(name: str, local: np.ndarray) -> ArrayComparison:
+        pair = by_candidate[name]
+        return judge.compare(references[pair.reference].array, local, pair,
+                             judge.tolerance(pair))[0]
+
+    return compare
+
+
+def _reference_values(capture: Capture) -> dict[str, CapturedValue]:
+    """The reference's values and final outputs by name."""
+    return {**{value.name: value for value in capture.outputs}, **capture.values}
+
+
+def _as_candidate_values(pairs: Sequence[ValuePair], reference_capture: Capture,
+                         candidate_values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The reference's values under the candidate's names, in the candidate's dtypes.
+
+    A float16 candidate's nodes are fed float16 arrays; a QDQ candidate's
+    DequantizeLinear output takes the float tensor it stands for. A QuantizeLinear's
+    integer output has no reference of its type (left out: not checked locally).
+    """
+    by_name = _reference_values(reference_capture)
+    converted: dict[str, np.ndarray] = {}
+    for pair in pairs:
+        candidate = candidate_values.get(pair.candidate)
+        reference = by_name.get(pair.reference)
+        if (candidate is None or reference is None or pair.how == "dequantized"
+                or pair.candidate in converted):
+            continue
+        array, candidate = np.asarray(reference.array), np.asarray(candidate)
+        if array.dtype != candidate.dtype and array.dtype.kind == candidate.dtype.kind == "f":
+            array = array.astype(candidate.dtype)
+        converted[pair.candidate] = array
+    return converted
+
+
+def _write_repro(folder: Path, report: Report, candidate: OnnxRuntimeSide,
+                 values: _Values) -> dict[str, Any]:
+    """Write the first culprit's minimal repro, the reference's values as the expected."""
+    from bisect_onnx.report.repro import write_repro
+
+    record = report.first_culprit or report.first_divergence
+    if record.onnx_value not in values.candidate:
+        record = report.first_divergence
+    repro = write_repro(
+        folder,
+        model=candidate.model,
+        model_dir=candidate.path.resolve().parent,
+        failing_value=record.onnx_value,
+        reference_values=values.reference,
+        candidate_values=values.candidate,
+        graph_inputs=values.graph_inputs,
+        rtol=report.rtol if record.rtol is None else record.rtol,
+        atol=report.atol if record.atol is None else record.atol,
+        environment=report.environment,
+        reference_label="the reference model",
+    )
+    return {"folder": str(repro.folder), "nodes": repro.nodes, "inputs": repro.inputs,
+            "reproduces": repro.reproduces}
 
 
 def _compare(reference: Any, candidate: OnnxRuntimeSide, reference_capture: Capture,
              candidate_capture: Capture, arrays: Sequence[np.ndarray], *,
              rtol: float | None, atol: float | None, rules: Sequence[ToleranceRule],
-             warnings: list[str]) -> Report:
-    """Pair, compare and decide; the report without its descriptions."""
+             warnings: list[str]) -> tuple[Report, _Paired]:
+    """Pair, compare and decide; the report without its descriptions, and the pairing."""
     candidate_precision = precision_of(candidate.model)
     default, precision = default_tolerance(precision_of(reference.model), candidate_precision)
     base = Tolerance(default.rtol if rtol is None else rtol,
@@ -202,12 +421,13 @@ def _compare(reference: Any, candidate: OnnxRuntimeSide, reference_capture: Capt
         judge.record(index, reference_capture.values[pair.reference],
                      candidate_capture.values[pair.candidate], pair, nodes)
         for index, pair in enumerate(pairing.pairs)]
-    final_outputs = []
+    final_outputs, output_pairs = [], []
     for index, (ref, cand) in enumerate(zip(reference_capture.outputs,
                                             candidate_capture.outputs, strict=False)):
         source = groups.source(cand.name)
         pair = ValuePair(ref.name, cand.name, groups.computing_node(source), "output",
                          groups.quantization(source))
+        output_pairs.append(pair)
         final_outputs.append(judge.record(index, ref, cand, pair, nodes, final=True))
     if len(reference_capture.outputs) != len(candidate_capture.outputs):
         warnings.append(f"the reference has {len(reference_capture.outputs)} outputs and the "
@@ -218,7 +438,7 @@ def _compare(reference: Any, candidate: OnnxRuntimeSide, reference_capture: Capt
     decision = decide(comparisons, final_outputs, output_order={
         name: value.provenance.position for name, value in candidate_capture.values.items()})
     compared_nodes = {pair.node for pair in pairing.pairs if pair.node}
-    return Report(
+    report = Report(
         verdict=decision.verdict,
         rtol=base.rtol,
         atol=base.atol,
@@ -239,6 +459,8 @@ def _compare(reference: Any, candidate: OnnxRuntimeSide, reference_capture: Capt
         nan_origin=decision.nan_origin,
         tolerance_basis=_tolerance_basis(precision, rtol, atol, rules),
     )
+    fused = [item.name for item in pairing.unpaired if item.kind == "runtime-fused"]
+    return report, _Paired(judge, groups, pairing.pairs, output_pairs, fused, nodes)
 
 
 class _Judge:
@@ -330,17 +552,21 @@ def signal_to_noise(reference: np.ndarray, candidate: np.ndarray) -> float | Non
 
 
 def _run_candidate(candidate: OnnxRuntimeSide, arrays: Sequence[np.ndarray],
-                   warnings: list[str]) -> tuple[OnnxRuntimeSide, Capture]:
-    """Capture the candidate; promote every value when too few survive optimization."""
+                   ) -> tuple[OnnxRuntimeSide, Capture, str | None]:
+    """Capture the candidate; promote every value when too few survive optimization.
+
+    Returns the side that captured (a promote-all one after a fallback, kept for the
+    next samples), its capture, and the warning a fallback gives.
+    """
     capture = candidate.run(arrays)
     plan = candidate.plan
     if (plan is not None and plan.promoted is not None and plan.values
             and plan.survivors < _SURVIVAL_FLOOR * plan.values):
-        warnings.append(CAPTURE_FELL_BACK.format(survivors=plan.survivors, values=plan.values))
         candidate = OnnxRuntimeSide(candidate.path, provider=candidate.provider,
                                     opt_level=candidate.opt_level, promote="all")
-        capture = candidate.run(arrays)
-    return candidate, capture
+        return candidate, candidate.run(arrays), CAPTURE_FELL_BACK.format(
+            survivors=plan.survivors, values=plan.values)
+    return candidate, capture, None
 
 
 def _rules(tolerances: Any) -> list[ToleranceRule]:
@@ -394,20 +620,33 @@ def _runtime_keywords(runtime: RuntimeOptions) -> dict[str, str]:
             "promote": runtime.promote}
 
 
-def _reference_inputs(reference: Any, inputs: Any,
-                      random_inputs: RandomInputs) -> tuple[list[np.ndarray], str]:
-    """The reference graph's inputs: given (arranged by name), or drawn from its specs."""
+def _check_samples(inputs: Any, random_inputs: RandomInputs) -> None:
+    samples = random_inputs.samples
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+        raise UsageError(f"samples must be a whole number >= 1, got {samples!r}")
+    if inputs is not None and samples != 1:
+        raise UsageError("--samples applies to random inputs: drop it, or drop the given "
+                         "inputs")
+
+
+def _reference_inputs(reference: Any, inputs: Any, random_inputs: RandomInputs,
+                      ) -> Iterator[tuple[list[np.ndarray], str]]:
+    """The reference graph's inputs: given (arranged by name), or samples drawn from it."""
     from bisect_onnx.loading import arrange_inputs, check_against_onnx
 
-    names = [spec.name for spec in reference.inputs]
     if inputs is None:
-        arrays = synthesize_inputs(reference.inputs, seed=random_inputs.seed,
-                                   dims=random_inputs.dims,
-                                   int_high=vocabulary_limits(reference.model))
-        return arrays, f"random (seed {random_inputs.seed}, sample 1 of 1)"
-    arrays = arrange_inputs(as_arrays(inputs), forward_names=names)
+        limits = vocabulary_limits(reference.model)
+        for sample in range(random_inputs.samples):
+            arrays = synthesize_inputs(reference.inputs, seed=random_inputs.seed,
+                                       dims=random_inputs.dims, sample=sample,
+                                       int_high=limits)
+            yield arrays, (f"random (seed {random_inputs.seed}, sample {sample + 1} of "
+                           f"{random_inputs.samples})")
+        return
+    arrays = arrange_inputs(as_arrays(inputs),
+                            forward_names=[spec.name for spec in reference.inputs])
     check_against_onnx(arrays, reference.inputs)
-    return arrays, "given"
+    yield arrays, "given"
 
 
 def _candidate_inputs(arrays: Sequence[np.ndarray], reference: Any,
@@ -488,6 +727,8 @@ def bisect_from_args(args: argparse.Namespace) -> Report:
         tolerances=args.tolerances,
         random_inputs=RandomInputs(seed=args.seed, dims=parse_dim_options(args.dim),
                                    samples=args.samples),
+        repro_dir=args.repro_dir,
+        all_culprits=args.all_culprits,
         model_label=args.model,
     )
 

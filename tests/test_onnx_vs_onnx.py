@@ -243,6 +243,117 @@ def test_malformed_tolerance_file_is_one_line_naming_file_and_line(tmp_path, tex
         read_tolerance_file(path)
 
 
+# production's verdict, bisection, culprits, repros, samples ------------------------------
+
+def _output(path: Path, x: np.ndarray, *, promote: str) -> np.ndarray:
+    """The final output of a session: production's (``fused``, read back) or a capture's."""
+    from bisect_onnx.onnx_side import OnnxRuntimeSide
+
+    side = OnnxRuntimeSide(path, promote=promote)
+    capture = side.run([x])
+    return np.asarray(side.production_outputs[0] if promote == "fused"
+                      else capture.outputs[0].array)
+
+
+def test_float16_fallback_takes_its_verdict_from_the_production_session(made):
+    report = bisect_onnx.bisect_onnx_models(RESNET, made["fp16"], made["x"])
+    assert report.capture["mode"] == "all values"  # the promote-all fallback
+    reference = _output(RESNET, made["x"], promote="all").astype(np.float64)
+    production = _output(made["fp16"], made["x"], promote="fused").astype(np.float64)
+    captured = _output(made["fp16"], made["x"], promote="all").astype(np.float64)
+    assert not np.array_equal(production, captured)  # other kernels: the check can fail
+    output = report.final_outputs[0]
+    assert output.max_abs_error == float(np.max(np.abs(production - reference)))
+    assert output.max_abs_error != float(np.max(np.abs(captured - reference)))
+    assert report.search == {"mode": "full capture"}  # parity: nothing to search
+
+
+def test_planted_float16_error_is_found_by_probing_production(made):
+    from bisect_onnx import search_modes
+
+    report = bisect_onnx.bisect_onnx_models(RESNET, made["fp16_planted"], made["x"])
+    search = report.search
+    assert (search["mode"], search["reason"]) == ("bisection", search_modes.CAPTURE_DIFFERS)
+    assert (search["last_passing"], search["first_failing"]) == ("relu", "getitem_3")
+    assert search["graphs_match_production"] and len(search["probes"]) <= 5
+    first = report.first_divergence
+    assert (first.onnx_node, first.reference_value, first.candidate_dtype) == (
+        PLANTED_NODE, "getitem_3", "float16")
+    assert first.sqnr_db is not None and first.sqnr_db < 20  # the probe's own figures
+    assert "Found by bisection" in report.summary()
+
+
+def test_float16_culprit_is_the_planted_node_and_later_values_only_inherit(made):
+    report = bisect_onnx.bisect_onnx_models(RESNET, made["fp16_planted"], made["x"],
+                                            all_culprits=True)
+    culprit = report.first_culprit
+    assert (culprit.onnx_node, culprit.onnx_value) == (PLANTED_NODE, "getitem_3")
+    assert culprit.introduced_here is True and culprit.local_max_abs_error > 0.1
+    assert report.attribution["inputs"] == {"relu": "reference"}
+    later = [record for record in report.comparisons[culprit.index + 1:] if record.failed]
+    assert len(later) >= 10
+    assert all(record.introduced_here is False for record in later)
+    assert [record.onnx_value for record in report.culprits] == ["getitem_3"]
+
+
+def test_qdq_culprit_is_judged_through_its_quantization_pair(made):
+    report = bisect_onnx.bisect_onnx_models(RESNET, made["qdq_planted"], made["x"],
+                                            all_culprits=True)
+    assert report.first_culprit.onnx_node == PLANTED_NODE
+    checked = [record for record in report.comparisons if record.introduced_here is not None]
+    assert len(checked) >= 5
+    # Downstream values whose Relu the quantization pair replaced are put through the
+    # pair when rerun, as their rows are: none of them is blamed.
+    assert [record.onnx_node for record in checked if record.introduced_here] == [
+        PLANTED_NODE]
+
+
+def test_repro_of_a_float16_culprit_feeds_float16_reference_values(made, tmp_path):
+    report = bisect_onnx.bisect_onnx_models(RESNET, made["fp16_planted"], made["x"],
+                                            repro_dir=tmp_path / "repro")
+    repro = report.repro
+    assert repro["reproduces"] is True
+    assert (repro["nodes"], repro["inputs"]) == ([PLANTED_NODE], {"relu": "reference"})
+    folder = Path(repro["folder"])
+    with np.load(folder / "inputs.npz") as inputs, np.load(folder / "expected.npz") as expected:
+        assert inputs["relu"].dtype == expected["getitem_3"].dtype == np.float16
+    assert "disagrees with the reference model" in (folder / "README.txt").read_text()
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, str(folder / "repro.py")], capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode == 1 and "still disagrees with the reference model" in run.stdout
+
+
+def test_samples_keep_the_worst_report_and_write_a_repro_per_sample(made, tmp_path):
+    from bisect_onnx.onnx_side import OnnxRuntimeSide
+    from bisect_onnx.synthetic_inputs import synthesize_inputs
+
+    report = bisect_onnx.bisect_onnx_models(
+        RESNET, made["fp16_planted"], random_inputs=bisect_onnx.RandomInputs(seed=3, samples=3),
+        repro_dir=tmp_path)
+    assert report.diverged and "worst of 3 random samples (3 diverged)" in report.note
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "sample-1", "sample-2", "sample-3"]
+    specs = OnnxRuntimeSide(RESNET).inputs
+    needed = [bisect_onnx.bisect_onnx_models(
+        RESNET, made["fp16_planted"], synthesize_inputs(specs, seed=3, sample=sample),
+        ).final_outputs[0].min_passing_atol for sample in range(3)]
+    worst = int(np.argmax(needed))
+    assert report.reference["inputs"] == f"random (seed 3, sample {worst + 1} of 3)"
+    assert report.final_outputs[0].min_passing_atol == needed[worst]
+
+
+def test_samples_are_refused_with_given_inputs_and_below_one(made):
+    with pytest.raises(UsageError, match="--samples applies to random inputs"):
+        bisect_onnx.bisect_onnx_models(RESNET, made["fp16"], made["x"],
+                                       random_inputs=bisect_onnx.RandomInputs(samples=2))
+    with pytest.raises(UsageError, match="whole number >= 1, got 0"):
+        bisect_onnx.bisect_onnx_models(RESNET, made["fp16"],
+                                       random_inputs=bisect_onnx.RandomInputs(samples=0))
+
+
 # the command line -----------------------------------------------------------------------
 
 def test_cli_float16_candidate_parity_then_planted_divergence(made, capsys, tmp_path):
@@ -278,6 +389,18 @@ def test_cli_tolerances_file_and_html(made, tmp_path, capsys):
     assert status == 0, capsys.readouterr().err
     assert "rule(s) from" in capsys.readouterr().out
     assert "<html" in html.read_text()
+
+
+def test_cli_repro_dir_and_samples_with_a_candidate(made, tmp_path, capsys):
+    status = main([str(RESNET), "--against", str(made["fp16_planted"]), "--input",
+                   str(RESNET_INPUT), "--repro-dir", str(tmp_path / "repro"), "-q"])
+    assert status == 1, capsys.readouterr().err
+    assert (tmp_path / "repro" / "model.onnx").is_file()
+    report_path = tmp_path / "report.json"
+    assert main([str(RESNET), "--against", str(made["fp16"]), "--samples", "2", "--json",
+                 str(report_path), "-q"]) == 0
+    assert "worst of 2 random samples (0 diverged)" in json.loads(report_path.read_text())[
+        "note"]
 
 
 @pytest.mark.parametrize(("argv", "message"), [

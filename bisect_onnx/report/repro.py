@@ -88,6 +88,7 @@ def write_repro(
     rtol: float,
     atol: float,
     environment: Mapping[str, Any],
+    reference_label: str = "PyTorch",
 ) -> Repro:
     """Extract the segment computing ``failing_value``, write the repro folder, run it.
 
@@ -97,7 +98,8 @@ def write_repro(
     value's is the expected output), ``candidate_values`` ONNX Runtime's from the full
     run. The segment runs on the CPU at ``environment["opt_level"]`` (ONNX Runtime's
     default level when absent) and is judged with the rule of
-    :func:`~bisect_onnx.compare.compare_arrays`.
+    :func:`~bisect_onnx.compare.compare_arrays`. ``reference_label`` names the side
+    the expected values come from in the README and the script (another ONNX model).
     """
     check_tolerances(rtol, atol)
     folder, model_dir = Path(folder), Path(model_dir)
@@ -108,7 +110,8 @@ def write_repro(
     for side, values in (("reference", reference_values), ("candidate", candidate_values)):
         if failing_value not in values:
             raise InputError(f"no {side} value for the failing value {failing_value!r}; "
-                             f"a repro needs both PyTorch's and ONNX Runtime's value of it")
+                             f"a repro needs both {reference_label}'s and ONNX Runtime's "
+                             "value of it")
     expected = np.asarray(reference_values[failing_value])
     candidate = np.asarray(candidate_values[failing_value])
 
@@ -153,9 +156,9 @@ def write_repro(
                          "report it to bisect-onnx") from error
     reproduces = not compare_arrays(expected, actual, rtol=rtol, atol=atol).passed
     if not reproduces:
-        logger.warning("the repro segment for %s matches PyTorch when run alone: the "
+        logger.warning("the repro segment for %s matches %s when run alone: the "
                        "divergence needs more of the model than the segment holds",
-                       failing_value)
+                       failing_value, reference_label)
 
     record = {
         **environment,
@@ -170,9 +173,10 @@ def write_repro(
             json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
         (folder / "repro.py").write_text(_SCRIPT.substitute(
             output=repr(failing_value), rtol=repr(float(rtol)), atol=repr(float(atol)),
-            opt_level=repr(OPT_LEVELS[opt_level])), encoding="utf-8")
+            opt_level=repr(OPT_LEVELS[opt_level]), reference=reference_label),
+            encoding="utf-8")
         (folder / "README.txt").write_text(_README.format(
-            value=failing_value, nodes=len(names),
+            value=failing_value, nodes=len(names), reference=reference_label,
             verdict="reproduces" if reproduces else "does NOT reproduce"), encoding="utf-8")
     except OSError as error:
         raise InputError(f"cannot write the repro to {folder}: {error.strerror or error}; "
@@ -417,11 +421,11 @@ def _write_backend_test(folder: Path, feeds: Mapping[str, np.ndarray], output: s
 
 
 _README = """\
-A repro made by bisect-onnx: ONNX Runtime disagrees with PyTorch on the value {value!r}.
+A repro made by bisect-onnx: ONNX Runtime disagrees with {reference} on the value {value!r}.
 model.onnx holds only the {nodes} node(s) that compute it, fed the values in inputs.npz
-(PyTorch's values, the model's inputs, or ONNX Runtime's where the segment was cut; see
-environment.json). expected.npz is PyTorch's value, candidate.npz ONNX Runtime's in the
-full model. When it was written, the segment alone {verdict} the mismatch.
+({reference}'s values, the model's inputs, or ONNX Runtime's where the segment was cut;
+see environment.json). expected.npz is {reference}'s value, candidate.npz ONNX Runtime's in
+the full model. When it was written, the segment alone {verdict} the mismatch.
 Run:  python repro.py   (needs numpy and onnxruntime; exits 1 while the mismatch
 reproduces, 0 once fixed). backend_test/ is the same case in the ONNX backend-test
 layout, ready to attach to an issue upstream.
@@ -432,7 +436,7 @@ layout, ready to attach to an issue upstream.
 _SCRIPT = string.Template('''\
 """Re-run the ONNX Runtime divergence bisect-onnx found, on the smallest failing segment.
 
-Exits 1 while ONNX Runtime's value differs from PyTorch's (expected.npz), 0 once it
+Exits 1 while ONNX Runtime's value differs from $reference's (expected.npz), 0 once it
 agrees, 2 when the model cannot run. Needs only numpy and onnxruntime.
 """
 
@@ -494,13 +498,13 @@ def main():
           f"{np.count_nonzero(bad)} of {bad.size} elements out of tolerance "
           f"({np.count_nonzero(bad) / max(bad.size, 1):.2%})")
     if not bad.any():
-        print("OK: ONNX Runtime agrees with PyTorch")
+        print("OK: ONNX Runtime agrees with $reference")
         return 0
     worst = np.argsort(np.where(bad, np.where(finite, diff, np.inf), -1.0), axis=None)[::-1]
     for flat in worst[:min(SHOWN, np.count_nonzero(bad))]:
         index = np.unravel_index(flat, bad.shape)
         print(f"  at {list(map(int, index))}: expected {expected[index]}, got {actual[index]}")
-    print("MISMATCH: ONNX Runtime still disagrees with PyTorch")
+    print("MISMATCH: ONNX Runtime still disagrees with $reference")
     return 1
 
 
