@@ -61,7 +61,7 @@ from bisect_onnx.op_level import (
     look_inside_first_divergence,
     op_records,
 )
-from bisect_onnx.probes import ProbeRunner
+from bisect_onnx.probes import ProbeBisection, ProbeRunner
 from bisect_onnx.records import Coverage, Record, Report, make_record
 from bisect_onnx.reference import (
     EXPORTED_PROGRAM,
@@ -76,8 +76,10 @@ from bisect_onnx.search_modes import (
     MEMORY_NO_OPS,
     adopt_bisection,
     bisect_production,
+    no_value_fails,
     outputs_differ,
     over_budget,
+    production_outputs,
     references_by_value,
 )
 from bisect_onnx.sessions import check_runtime
@@ -95,7 +97,7 @@ __all__ = ["bisect", "ExportOptions", "RandomInputs", "RuntimeOptions"]
 
 logger = logging.getLogger(__name__)
 
-CAPTURE_DIFFERS = (
+CAPTURE_DIFFERS_WARNING = (
     "the capture session ({mode}) computes final outputs that differ from the production "
     "session's by up to {difference} (other kernels, other rounding): a divergence only "
     "the production kernels show may be missed"
@@ -208,8 +210,7 @@ def bisect(
     check_tolerances(rtol, atol)
     runtime = runtime or RuntimeOptions()
     check_runtime(runtime.provider, runtime.opt_level, runtime.promote)  # before any export
-    budget = (parse_size(runtime.max_memory) if runtime.max_memory is not None
-              else default_budget())
+    budget = parse_size(runtime.max_memory) if runtime.max_memory is not None else None
     if granularity is not None and granularity not in GRANULARITIES:
         raise UsageError(f"unknown granularity {granularity!r}; choose one of "
                          f"{', '.join(GRANULARITIES)}")
@@ -223,6 +224,8 @@ def bisect(
         prepared = prepare_candidate(reference, given, onnx_model, export, Path(workdir),
                                      runtime)
         candidate, keywords = prepared.candidate, prepared.keywords
+        if runtime.max_memory is None:  # what is left once the model is loaded
+            budget = default_budget()
         source, exporter = prepared.source, prepared.exporter
         if given is not None:
             samples = [(arrange_for(reference, candidate, given), "given")]
@@ -231,31 +234,21 @@ def bisect(
         reports = []
         for number, (arrays, description) in enumerate(samples, start=1):
             check_against_onnx(arrays, candidate.inputs)
+            # Known from shapes alone, before either side holds a value.
+            memory_reason = over_budget(candidate, arrays, budget)
             if prepared.capture is None:
                 emit(CAPTURE_STARTED, "pytorch")
             torch_capture = prepared.capture or reference.side.run(arrays, keywords=keywords)
             emit(CAPTURE_STARTED, "onnxruntime")
-            memory_reason = over_budget(candidate, arrays, budget)
-            runner = production = None
-            if memory_reason:  # production's outputs now, its values by probes below
-                runner = ProbeRunner(candidate, arrays)
-                onnx_capture = Capture(values={}, outputs=runner.outputs)
-            else:
-                logger.info("running ONNX Runtime with its values promoted")
-                onnx_capture = candidate.run(arrays)
-                production = _production_outputs(candidate, onnx_capture)
-                if production is None:  # promote all: production never ran
-                    runner = ProbeRunner(candidate, arrays)
-                    production = runner.outputs
-            capture_differs = production is not None and outputs_differ(
-                onnx_capture.outputs, production)
+            onnx_run = _run_candidate(candidate, arrays, memory_reason)
+            onnx_capture = onnx_run.capture
             graph_inputs = {spec.name: array
                             for spec, array in zip(candidate.inputs, arrays, strict=True)}
             warnings = list(reference.warnings)
             # The verdict is production's, whatever the capture session computed.
             final_outputs = compare_final_outputs(
-                torch_capture.outputs, production or onnx_capture.outputs, rtol=rtol,
-                atol=atol, warnings=warnings)
+                torch_capture.outputs, onnx_run.production, rtol=rtol, atol=atol,
+                warnings=warnings)
             ops = op_alignment = None
             # Tracing the model again (for a file exported elsewhere) takes seconds: by
             # default only when the outputs diverge, where op precision pays for it.
@@ -268,7 +261,8 @@ def bisect(
             bisection = None
             if memory_reason and any(record.failed for record in final_outputs):
                 bisection = bisect_production(
-                    runner, candidate, references_by_value([], ops), rtol=rtol, atol=atol)
+                    onnx_run.runner, candidate, references_by_value([], ops), rtol=rtol,
+                    atol=atol)
                 if bisection is None:
                     warnings.append(MEMORY_NO_OPS)
                 else:
@@ -289,19 +283,12 @@ def bisect(
                 report.warnings.append(FOREIGN_FILE)
             if bisection is not None:
                 report.search = bisection.describe(memory_reason)
+                report.warnings.extend(bisection.warnings())
             elif memory_reason:
                 report.search = {"mode": "final outputs only", "reason": memory_reason}
-            elif report.diverged and (capture_differs or _no_value_fails(report)):
-                # The capture may not show what production computes: probe production.
-                runner = runner or ProbeRunner(candidate, arrays)
-                references = references_by_value(pairs, ops)
-                bisection = bisect_production(runner, candidate, references, rtol=rtol,
-                                              atol=atol)
-                if bisection is not None:
-                    adopt_bisection(report, bisection, search_modes.CAPTURE_DIFFERS
-                                    if capture_differs else search_modes.NO_VALUE_FAILS,
-                                    references, {output: node.index for node in candidate.nodes
-                                                 for output in node.outputs})
+            elif report.diverged and (onnx_run.capture_differs or no_value_fails(report)):
+                bisection = _probe_production(report, onnx_run, candidate, arrays,
+                                              references_by_value(pairs, ops))
             report.warnings.extend(_subgraph_warnings(candidate.model))
             local_values = {}
             candidate_arrays = {name: value.array for name, value in onnx_capture.values.items()}
@@ -328,7 +315,7 @@ def bisect(
             report.environment = _environment(candidate, exporter)
             report.capture = candidate.describe_capture()
             if candidate.outputs_match_production is False:
-                report.warnings.append(CAPTURE_DIFFERS.format(
+                report.warnings.append(CAPTURE_DIFFERS_WARNING.format(
                     difference=candidate.production_difference,
                     mode=report.capture.get("mode")))
             report.culprit = culprit_context(report.first_culprit or report.first_divergence,
@@ -348,18 +335,49 @@ def bisect(
         return worst_report(reports)
 
 
-def _production_outputs(candidate: OnnxRuntimeSide,
-                        capture: Capture) -> list[CapturedValue] | None:
-    """The production session's final outputs in the last capture run, if it ran."""
-    if candidate.production_outputs is None:
-        return None
-    return [replace(value, array=np.asarray(array)) for value, array in
-            zip(capture.outputs, candidate.production_outputs, strict=True)]
+@dataclass
+class _CandidateRun:
+    """ONNX Runtime's side of one sample: the capture, and production's final outputs."""
+
+    capture: Capture
+    production: list[CapturedValue]
+    """The production session's final outputs: the verdict is theirs."""
+    runner: ProbeRunner | None = None
+    """Probes of production, where one was needed already."""
+    capture_differs: bool = False
+    """The capture session's final outputs are not bitwise production's."""
 
 
-def _no_value_fails(report: Report) -> bool:
-    """The final outputs diverge, and no compared intermediate value does."""
-    return any(report.first_divergence is record for record in report.final_outputs)
+def _run_candidate(candidate: OnnxRuntimeSide, arrays: Sequence[np.ndarray],
+                   memory_reason: str | None) -> _CandidateRun:
+    """Capture ONNX Runtime's values, or only production's outputs when over budget."""
+    if memory_reason:  # production's outputs now, its values by probes later
+        runner = ProbeRunner(candidate, arrays)
+        return _CandidateRun(Capture(values={}, outputs=runner.outputs), runner.outputs,
+                             runner)
+    logger.info("running ONNX Runtime with its values promoted")
+    capture = candidate.run(arrays)
+    production, runner = production_outputs(candidate, capture, arrays)
+    return _CandidateRun(capture, production, runner,
+                         capture_differs=outputs_differ(capture.outputs, production))
+
+
+def _probe_production(report: Report, onnx_run: _CandidateRun, candidate: OnnxRuntimeSide,
+                      arrays: Sequence[np.ndarray],
+                      references: Mapping[str, CapturedValue]) -> ProbeBisection | None:
+    """Bisect production when the capture may not show what it computes.
+
+    The probes' first failing value becomes the report's first divergence.
+    """
+    runner = onnx_run.runner or ProbeRunner(candidate, arrays)
+    bisection = bisect_production(runner, candidate, references, rtol=report.rtol,
+                                  atol=report.atol)
+    if bisection is not None:
+        adopt_bisection(report, bisection, search_modes.CAPTURE_DIFFERS
+                        if onnx_run.capture_differs else search_modes.NO_VALUE_FAILS,
+                        references, {output: node.index for node in candidate.nodes
+                                     for output in node.outputs})
+    return bisection
 
 
 def _subgraph_warnings(model: Any) -> list[str]:

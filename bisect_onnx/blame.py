@@ -57,6 +57,9 @@ def attribute_divergence(
     converting (see :func:`bisect_onnx.local.run_locally`).
     """
     failing = [record for record in report.comparisons if record.failed]
+    if (report.search or {}).get("first_failing") and report.first_divergence in failing:
+        # Found by probing production: earlier rows failed in the capture session only.
+        failing = failing[failing.index(report.first_divergence):]
     if not failing:
         return {}
     torch_values = ({**{name: value.array for name, value in ops.values.items()},

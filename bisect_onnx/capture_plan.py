@@ -27,7 +27,7 @@ from typing import Any
 
 from bisect_onnx.sessions import create_session
 
-__all__ = ["PROMOTE_CHOICES", "CapturePlan", "plan_capture", "NCHWC_TRANSFORMER"]
+__all__ = ["PROMOTE_CHOICES", "CapturePlan", "plan_capture", "NCHWC_TRANSFORMER", "graph_nodes"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +60,18 @@ class CapturePlan:
     """Op type counts of the optimized graph the capture mirrors: production's, or
     with the NCHWc transformer disabled, production's without it."""
     capture_ops: dict[str, int] = field(default_factory=dict)
+    production_nodes: list[tuple] = field(default_factory=list)
+    """Production's optimized graph node by node (op, inputs, outputs, attributes);
+    empty where the capture mirrors another graph (NCHWc disabled)."""
+    capture_nodes: list[tuple] = field(default_factory=list)
+
+    @property
+    def same_graph_as_production(self) -> bool:
+        """The capture's optimized graph is production's node for node.
+
+        Only its graph outputs are more: it runs the very kernels production runs.
+        """
+        return bool(self.production_nodes) and self.capture_nodes == self.production_nodes
 
     def describe(self) -> dict[str, Any]:
         """The plan for the report's ``capture`` entry."""
@@ -93,7 +105,8 @@ def plan_capture(model: Any, path: Path, *, promote: str, provider: str,
         survivors = _survivors(optimized, names)
         plan = CapturePlan(mode="fusion-preserving", promoted=survivors,
                            production_session=production, survivors=len(survivors),
-                           values=len(names), production_ops=_op_counts(optimized))
+                           values=len(names), production_ops=_op_counts(optimized),
+                           production_nodes=graph_nodes(optimized))
         if opt_level == "all" and names and len(survivors) < _SURVIVAL_FLOOR * len(names):
             _, optimized = _session_and_graph(path, model_dir, Path(folder), provider,
                                               opt_level, label, disabled=[NCHWC_TRANSFORMER])
@@ -102,6 +115,7 @@ def plan_capture(model: Any, path: Path, *, promote: str, provider: str,
             plan.mode = "fusion-preserving, NCHWc layout transformer disabled"
             plan.disabled_optimizers = [NCHWC_TRANSFORMER]
             plan.production_ops = _op_counts(optimized)
+            plan.production_nodes = []  # the capture mirrors this graph, not production's
             logger.info("only %d of %d values survive the NCHWc layout transformer: "
                         "capturing without it", len(survivors), len(names))
     return plan
@@ -115,6 +129,7 @@ def check_capture_graph(plan: CapturePlan, promoted_bytes: bytes, model_dir: Pat
                                                 provider, opt_level, label,
                                                 disabled=plan.disabled_optimizers)
     plan.capture_ops = _op_counts(optimized)
+    plan.capture_nodes = graph_nodes(optimized)
     if plan.production_ops and plan.capture_ops != plan.production_ops:
         logger.info("the capture session fuses differently from production: %s vs %s",
                        plan.capture_ops, plan.production_ops)
@@ -136,6 +151,13 @@ def _survivors(optimized: Any, names: Sequence[str]) -> set[str]:
     present = {name for node in optimized.graph.node for name in node.output}
     present.update(value.name for value in optimized.graph.output)
     return {name for name in names if name in present}
+
+
+def graph_nodes(optimized: Any) -> list[tuple]:
+    """Each node's op, inputs, outputs and attributes, in graph order."""
+    return [(node.domain, node.op_type, tuple(node.input), tuple(node.output),
+             tuple(hash(attribute.SerializeToString()) for attribute in node.attribute))
+            for node in optimized.graph.node]
 
 
 def _op_counts(optimized: Any) -> dict[str, int]:

@@ -195,8 +195,9 @@ def _screened_figures(reference: np.ndarray, candidate: np.ndarray, *, rtol: flo
     """
     reference, candidate = reference.reshape(-1), candidate.reshape(-1)
     failed = 0
-    # Per chunk, the elements that could hold a maximum: the union holds the maxima.
-    top_diff, top_slack, top_relative = [], [], []
+    # Each figure is the largest of the chunks' (the smallest passing atol too: an atol
+    # that passes every chunk is at least each chunk's smallest, and their largest does).
+    max_abs = max_relative = needed_atol = 0.0
     for start in range(0, reference.size, _SCREEN_CHUNK):
         ref = reference[start:start + _SCREEN_CHUNK]
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
@@ -207,36 +208,36 @@ def _screened_figures(reference: np.ndarray, candidate: np.ndarray, *, rtol: flo
         largest_diff, largest_slack = float(diff.max()), float(slack.max())
         if not (math.isfinite(largest_diff) and math.isfinite(largest_slack)):
             return None
+        if largest_diff == 0.0:  # equal throughout (float32 subtraction is exact at 0):
+            continue  # no error, no failure, and slack -rtol*|reference| <= 0 everywhere
         band = (_SCREEN_RELATIVE * (largest_diff + rtol * float(magnitude.max()))
                 + _SCREEN_ABSOLUTE)
+
+        def exact(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            return _float64_at(reference, candidate, start + np.nonzero(mask)[0])  # noqa: B023
+
         if largest_slack > atol - band:  # some element may fail: count the sure ones,
             failed += int(np.count_nonzero(slack > atol + band))  # settle the rest
-            unsure = np.nonzero((slack > atol - band) & (slack <= atol + band))[0]
-            unsure_diff, unsure_magnitude = _float64_at(reference, candidate, start + unsure)
+            unsure_diff, unsure_magnitude = exact((slack > atol - band) & (slack <= atol + band))
             failed += int(np.count_nonzero(unsure_diff - rtol * unsure_magnitude > atol))
-        top_diff.append(start + np.nonzero(diff >= largest_diff - band)[0])
+        max_abs = max(max_abs, float(exact(diff >= largest_diff - band)[0].max()))
         # The smallest passing atol is at least 0, which an element equal on both sides
-        # (slack -rtol*|reference|, exactly) never exceeds: a ReLU's zeros are left out.
-        top_slack.append(start + np.nonzero((slack >= largest_slack - band) & (diff > 0))[0])
+        # never exceeds: a ReLU's zeros are left out.
+        near_diff, near_magnitude = exact((slack >= largest_slack - band) & (diff > 0))
+        if near_diff.size:
+            near_allowed = rtol * near_magnitude
+            needed_atol = max(needed_atol, _smallest_passing_atol(
+                near_diff, near_allowed, near_diff - near_allowed))
         relative[magnitude == 0] = 0.0  # undefined there; max_abs_error covers them
         largest_relative = float(relative.max())
         if largest_relative > 0:
-            top_relative.append(start + np.nonzero(
-                relative >= largest_relative * (1 - _SCREEN_RELATIVE))[0])
-    diff, _ = _float64_at(reference, candidate, np.concatenate(top_diff))
-    slack_diff, slack_magnitude = _float64_at(reference, candidate, np.concatenate(top_slack))
-    allowed = rtol * slack_magnitude
-    needed_atol = (_smallest_passing_atol(slack_diff, allowed, slack_diff - allowed)
-                   if slack_diff.size else 0.0)
-    max_relative = 0.0
-    if top_relative:
-        relative_diff, relative_magnitude = _float64_at(reference, candidate,
-                                                        np.concatenate(top_relative))
-        max_relative = _max_relative(relative_diff, relative_magnitude,
-                                     out=np.empty_like(relative_diff))
+            rel_diff, rel_magnitude = exact(
+                relative >= largest_relative * (1 - _SCREEN_RELATIVE))
+            max_relative = max(max_relative, _max_relative(
+                rel_diff, rel_magnitude, out=np.empty_like(rel_diff)))
     return {
         "status": Status.FAIL if failed else Status.PASS,
-        "max_abs_error": float(diff.max()),
+        "max_abs_error": max_abs,
         "max_rel_error": max_relative,
         "mismatch_fraction": failed / reference.size,
         "min_passing_atol": needed_atol,

@@ -79,12 +79,12 @@ def default_budget() -> int | None:
     return int(available * _AVAILABLE_SHARE) if available is not None else None
 
 
-def estimate_values_bytes(model: onnx.ModelProto, inputs: Sequence[np.ndarray]) -> int:
+def estimate_values_bytes(model: onnx.ModelProto, inputs: Sequence[np.ndarray]) -> int | None:
     """Bytes of every node output of ``model`` on inputs of these shapes (one side).
 
     Shape inference runs on a skeleton of the graph (weights as typed inputs, not
     copied), so a model of any size costs only its nodes. Values whose shape stays
-    unknown are not counted.
+    unknown count as the average of the known ones; ``None`` when none is known.
     """
     import onnx
 
@@ -114,8 +114,12 @@ def estimate_values_bytes(model: onnx.ModelProto, inputs: Sequence[np.ndarray]) 
         inferred = model
     sizes = {value.name: _bytes(value) for value in [*inferred.graph.value_info,
                                                      *inferred.graph.output]}
-    return sum(sizes.get(name) or 0 for node in graph.node if node.op_type != "Constant"
-               for name in node.output)
+    names = [name for node in graph.node if node.op_type != "Constant"
+             for name in node.output if name]
+    known = [sizes[name] for name in names if sizes.get(name) is not None]
+    if not known:
+        return None
+    return round(sum(known) * len(names) / len(known))
 
 
 def _bytes(value: onnx.ValueInfoProto) -> int | None:

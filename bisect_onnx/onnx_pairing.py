@@ -16,15 +16,17 @@ Converters keep value names but add nodes around them:
 So each candidate value is traced up through float-to-float Casts and Q/DQ pairs to the
 value that was computed (its *source*); a reference value pairs with the best captured
 member of its namesake's source group, and the record names the node that computed it,
-not an inserted Cast. When names do not survive (a graph simplified or optimized
-offline, every value renamed), :mod:`bisect_onnx.structural` pairs them by structure.
+not an inserted Cast. Where the reference holds the same Q/DQ pairs (a QDQ model against
+itself at another optimization level), every value pairs with its namesake instead.
+When names do not survive (a graph simplified or optimized offline, every value
+renamed), :mod:`bisect_onnx.structural` pairs them by structure.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +48,7 @@ NAME_SHARE_FOR_STRUCTURE = 0.5
 
 # TensorProto element types of floats: FLOAT, FLOAT16, DOUBLE, BFLOAT16.
 _FLOAT_TYPES = frozenset({1, 10, 11, 16})
+_QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 
 NOT_IN_CANDIDATE = (
     "no value of this name in the candidate graph (fused, folded or renamed by the tool "
@@ -172,20 +175,31 @@ class CandidateGroups:
         node = self.producers.get(source)
         return (node.name or f"{node.op_type}({source})") if node is not None else None
 
-    def quantization(self, source: str) -> Quantization | None:
-        """The parameters of the first QuantizeLinear applied to the group."""
-        for name in self.members.get(source, ()):
-            node = self.producers[name]
-            if node.op_type == "QuantizeLinear":
-                scale = self._constant(node.input[1])
-                if scale is None:
-                    return None
-                zero = self._constant(node.input[2]) if len(node.input) > 2 and node.input[2] \
-                    else None
-                axis = next((attribute.i for attribute in node.attribute
-                             if attribute.name == "axis"), 1)
-                return Quantization(scale, zero, axis)
-        return None
+    def quantization(self, name: str) -> Quantization | None:
+        """The parameters of the Q/DQ pair ``name`` belongs to.
+
+        Those of the QuantizeLinear or DequantizeLinear that computed ``name`` (with one
+        pair per consumer, each has its own scale); for any other value, those of the
+        first QuantizeLinear applied to its source. ``None`` when there is no pair, or
+        its scale is not a constant.
+        """
+        node = self.producers.get(name)
+        if node is None or node.op_type not in _QDQ_OPS:
+            node = next((self.producers[member] for member in self.quantized(self.source(name))
+                         if self.producers[member].op_type == "QuantizeLinear"), None)
+        if node is None:
+            return None
+        scale = self._constant(node.input[1])
+        if scale is None:
+            return None
+        zero = self._constant(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+        axis = next((attribute.i for attribute in node.attribute if attribute.name == "axis"), 1)
+        return Quantization(scale, zero, axis)
+
+    def quantized(self, source: str) -> list[str]:
+        """The outputs of the Q/DQ pairs applied to ``source``, in graph order."""
+        return [member for member in self.members.get(source, ())
+                if self._op_of(member) in _QDQ_OPS]
 
     def _op_of(self, name: str) -> str | None:
         node = self.producers.get(name)
@@ -228,11 +242,13 @@ def pair_graphs(
     candidate = groups.model
     pairing = Pairing()
     missing: list[str] = []
-    for name in reference_values:
+    reference_names = _value_names(reference)
+    for name, array in reference_values.items():
         if name not in groups.names:
             missing.append(name)
             continue
-        pair = _pair_by_name(name, groups, candidate_values)
+        pair = _pair_by_name(name, np.asarray(array).dtype, groups, candidate_values,
+                             reference_names)
         if pair is None:
             pairing.unpaired.append(Unaligned(name, NOT_CAPTURED, "runtime-fused"))
         else:
@@ -255,51 +271,70 @@ def pair_graphs(
     return pairing
 
 
-def pair_uncaptured(names: Iterable[str], groups: CandidateGroups) -> list[ValuePair]:
+def pair_uncaptured(reference: onnx.ModelProto, reference_values: Mapping[str, np.ndarray],
+                    groups: CandidateGroups) -> list[ValuePair]:
     """Pairs, by name, for reference values whose candidate value was not captured.
 
     Any value of the candidate graph may stand in (one ONNX Runtime fused away can
     still be probed, :mod:`bisect_onnx.probes`); a float16 value's float32 Cast is
-    not looked for, having no dtype to go by.
+    not looked for, having no dtype to go by. ``reference_values`` are those values'
+    arrays, by name, in the ``reference`` graph.
     """
     every: dict[str, None] = dict.fromkeys(groups.producers)
-    pairs = (_pair_by_name(name, groups, every) for name in names if name in groups.names)
+    reference_names = _value_names(reference)
+    pairs = (_pair_by_name(name, np.asarray(array).dtype, groups, every, reference_names)
+             for name, array in reference_values.items() if name in groups.names)
     return [pair for pair in pairs if pair is not None]
 
 
-def _pair_by_name(name: str, groups: CandidateGroups,
-                  captured: Mapping[str, np.ndarray | None]) -> ValuePair | None:
+def _value_names(model: onnx.ModelProto) -> frozenset[str]:
+    """The names of a graph's inputs and node outputs."""
+    return frozenset({info.name for info in model.graph.input}
+                     | {output for node in model.graph.node for output in node.output if output})
+
+
+def _pair_by_name(name: str, dtype: np.dtype, groups: CandidateGroups,
+                  captured: Mapping[str, np.ndarray | None],
+                  reference_names: Collection[str]) -> ValuePair | None:
     """The captured member of ``name``'s group that best stands for the reference value.
 
-    ``None`` in ``captured``: a value present whose array is not at hand.
+    ``dtype`` is the reference value's; ``reference_names`` every value name of the
+    reference graph. ``None`` in ``captured``: a value present whose array is not at hand.
     """
     source = groups.source(name)
     members = groups.members.get(source, [])
     node = groups.computing_node(source)
-    quantization = groups.quantization(source)
-
-    def produced_by(member: str, op_type: str) -> bool:
-        producer = groups.producers.get(member)
-        return producer is not None and producer.op_type == op_type
-
-    if quantization is not None:
+    quantized = groups.quantized(source)
+    # A float reference whose namesake a converter put through Q/DQ pairs the reference
+    # lacks (float against QDQ) stands for what the pairs' consumers read. Where the
+    # reference holds the same pairs (a QDQ model against itself at another level) each
+    # value pairs with its namesake: the float before a pair, its integers and its
+    # DequantizeLinear output are three different tensors.
+    if quantized and dtype.kind == "f" and not any(
+            member in reference_names for member in quantized):
         # The DequantizeLinear output is what every consumer reads: the float tensor as
         # the quantized model has it (a Relu the clamping makes redundant may be gone).
-        for member in members:
-            if member in captured and produced_by(member, "DequantizeLinear"):
-                return ValuePair(name, member, node, "qdq", quantization)
-        for member in members:
-            if member in captured and produced_by(member, "QuantizeLinear"):
-                return ValuePair(name, member, node, "dequantized", quantization)
+        for how, op_type in (("qdq", "DequantizeLinear"), ("dequantized", "QuantizeLinear")):
+            for member in quantized:
+                if member in captured and groups.producers[member].op_type == op_type:
+                    return ValuePair(name, member, node, how, groups.quantization(member))
         if source in captured:  # the float before the pair (a Relu it clamps may be gone)
-            return ValuePair(name, source, node, "requantized", quantization)
+            return ValuePair(name, source, node, "requantized", groups.quantization(source))
     if name in captured:
         how = "name" if name == source else "cast"
-        return ValuePair(name, name, node, how, quantization)
+        return ValuePair(name, name, node, how, groups.quantization(name))
+    producer = groups.producers.get(name)
+    if producer is not None and producer.op_type == "DequantizeLinear" and (
+            producer.input[0] in captured):
+        # Its pair fused into a QLinear kernel: the integers it dequantizes stand in.
+        return ValuePair(name, producer.input[0], node, "dequantized",
+                         groups.quantization(name))
+    if quantized:  # the pair's other members are other tensors
+        return None
     floats = [member for member in members if member in captured
               and np.asarray(captured[member]).dtype.kind == "f"]
     if floats:
-        return ValuePair(name, floats[-1], node, "cast", quantization)
+        return ValuePair(name, floats[-1], node, "cast", groups.quantization(source))
     return None
 
 

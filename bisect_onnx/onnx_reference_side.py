@@ -56,6 +56,7 @@ class ReferenceEvaluatorSide:
         self.output_names = self.graph.output_names
         self.opset = self.graph.opset
         check_evaluator_ops(self.model)
+        self._evaluator: Any = None  # made at the first run, kept for the next samples
 
     def describe(self) -> dict[str, Any]:
         """What this side is, for the report."""
@@ -70,17 +71,8 @@ class ReferenceEvaluatorSide:
 
     def run(self, inputs: Sequence[np.ndarray], *, keywords: Sequence[str] = ()) -> Capture:
         """Evaluate the model once and keep every node output."""
-        import onnx
-        from onnx.reference import ReferenceEvaluator
-
         emit(CAPTURE_STARTED, "onnx.reference")
-        try:
-            model = onnx.load(str(self.path))  # with its external weights
-            evaluator = ReferenceEvaluator(model)
-        except Exception as error:
-            raise ModelError(f"ONNX's reference evaluator could not load {self.path.name}: "
-                             f"{one_line(error)}; use ONNX Runtime as the reference "
-                             "(drop --against-reference-evaluator)") from error
+        evaluator = self._load()
         wanted = [name for node in self.nodes if node.op_type != "Constant"
                   for name in node.outputs if name]
         wanted += [name for name in self.output_names if name not in wanted]
@@ -105,6 +97,21 @@ class ReferenceEvaluatorSide:
                    for index, name in enumerate(self.output_names)]
         logger.info("onnx.reference produced %d values", len(values))
         return Capture(values=values, outputs=outputs)
+
+    def _load(self) -> Any:
+        """The evaluator of the model with its weights, loaded once for every sample."""
+        if self._evaluator is None:
+            import onnx
+            from onnx.reference import ReferenceEvaluator
+
+            try:
+                model = onnx.load(str(self.path))  # with its external weights
+                self._evaluator = ReferenceEvaluator(model)
+            except Exception as error:
+                raise ModelError(f"ONNX's reference evaluator could not load "
+                                 f"{self.path.name}: {one_line(error)}; use ONNX Runtime as "
+                                 "the reference (drop --against-reference-evaluator)") from error
+        return self._evaluator
 
 
 def check_evaluator_ops(model: Any) -> None:

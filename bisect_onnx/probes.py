@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from bisect_onnx.bisection import ProbeSearch
+from bisect_onnx.capture_plan import graph_nodes
 from bisect_onnx.compare import ArrayComparison, Status, compare_arrays
 from bisect_onnx.errors import ModelError, one_line
 from bisect_onnx.onnx_side import NodeInfo, OnnxRuntimeSide, node_provenance
@@ -79,9 +80,30 @@ class ProbeBisection:
             "last_passing": self.search.last_passing,
             "first_failing": self.search.first_failing,
             "uncompared_between": self.search.uncompared_between,
-            "graphs_match_production": all(check.startswith(("identical", "differs only"))
-                                           for check in self.graph_checks),
+            "graphs_match_production": not self._beyond(),
         }
+
+    def warnings(self) -> list[str]:
+        """What the report should say about probes that changed more than they had to."""
+        beyond = self._beyond()
+        if not beyond:
+            return []
+        return [f"{len(beyond)} of {len(self.graph_checks)} probe(s) changed the production "
+                f"graph beyond the values they marked ({beyond[0]}): their results may "
+                "not be production's"]
+
+    def _beyond(self) -> list[str]:
+        return [check for check in self.graph_checks
+                if not check.startswith(("identical", "differs only"))]
+
+
+@dataclass(frozen=True)
+class _Optimized:
+    """What a session's optimized graph is: op counts, values, and node by node."""
+
+    counts: Counter
+    values: set[str]
+    nodes: list[tuple]
 
 
 class ProbeRunner:
@@ -91,7 +113,7 @@ class ProbeRunner:
         self.candidate = candidate
         self.feeds = {spec.name: array for spec, array in zip(candidate.inputs, inputs,
                                                               strict=True)}
-        session, (self.production_ops, self.production_values) = self._session(None)
+        session, self.production = self._session(None)
         outputs = self._run(session, candidate.output_names)
         del session  # holds every weight; each probe brings its own
         producers = {output: node for node in candidate.nodes for output in node.outputs}
@@ -141,12 +163,11 @@ class ProbeRunner:
                                       outputs=self.outputs), search, checks,
                               {name: by_name[name].reference.array for name in found})
 
-    def _session(self, names: Sequence[str] | None) -> tuple[Any, tuple[Counter, set[str]]]:
-        """A session marking ``names`` (production for ``None``); its graph's op counts.
+    def _session(self, names: Sequence[str] | None) -> tuple[Any, _Optimized]:
+        """A session marking ``names`` (production for ``None``), and its optimized graph.
 
-        With the counts, the values of its optimized graph. ORT writes that graph's
-        weights to the null device where it can (:func:`bisect_onnx.sessions.
-        create_session`): a check costs no weight write.
+        ORT writes that graph's weights to the null device where it can
+        (:func:`bisect_onnx.sessions.create_session`): a check costs no weight write.
         """
         candidate = self.candidate
         # The user's file for production; a copy with a few more outputs for a probe.
@@ -159,20 +180,26 @@ class ProbeRunner:
         with tempfile.TemporaryDirectory(prefix="bisect-onnx-probe-") as folder:
             path = Path(folder) / "optimized.onnx"
             session = create_session(source, optimized_path=path, **options)
-            graph = onnx.load(str(path), load_external_data=False).graph
+            optimized = onnx.load(str(path), load_external_data=False)
+        graph = optimized.graph
         counts = Counter(f"{node.domain}:{node.op_type}" if node.domain else node.op_type
                          for node in graph.node)
-        return session, (counts, {name for node in graph.node for name in node.output})
+        return session, _Optimized(counts, {name for node in graph.node for name in node.output},
+                                   graph_nodes(optimized))
 
-    def _graph_check(self, names: Sequence[str], graph: Any) -> str:
+    def _graph_check(self, names: Sequence[str], graph: _Optimized) -> str:
         """How the probe's optimized graph differs from production's, and whether it may."""
-        counts, _ = graph
-        lost, gained = self.production_ops - counts, counts - self.production_ops
-        if not lost and not gained:
+        production = self.production
+        lost, gained = production.counts - graph.counts, graph.counts - production.counts
+        if graph.nodes == production.nodes:
             return "identical to production's"
+        if not lost and not gained:  # the same ops, connected otherwise
+            lost = gained = Counter({"(rewired node)": sum(
+                ours != theirs for ours, theirs in zip(graph.nodes, production.nodes,
+                                                       strict=False))})
         changes = ", ".join([f"-{count} {op}" for op, count in sorted(lost.items())]
                             + [f"+{count} {op}" for op, count in sorted(gained.items())])
-        fused_away = [name for name in names if name not in self.production_values]
+        fused_away = [name for name in names if name not in production.values]
         changed = sum(lost.values()) + sum(gained.values())
         if fused_away and changed <= _CHANGE_PER_FUSED_VALUE * len(fused_away):
             return (f"differs only where {', '.join(fused_away)} had to be pulled out of a "

@@ -29,7 +29,7 @@ from bisect_onnx.memory import estimate_values_bytes, format_size
 from bisect_onnx.onnx_side import OnnxRuntimeSide
 from bisect_onnx.probes import ProbeBisection, ProbeRunner, checkpoints_for
 from bisect_onnx.records import Record, Report, make_record
-from bisect_onnx.sides import CapturedValue
+from bisect_onnx.sides import Capture, CapturedValue
 
 __all__ = ["MEMORY", "CAPTURE_DIFFERS", "NO_VALUE_FAILS", "FULL_CAPTURE", "over_budget",
            "outputs_differ", "bisect_production", "adopt_bisection",
@@ -57,11 +57,36 @@ def over_budget(candidate: OnnxRuntimeSide, arrays: Sequence[np.ndarray],
     if budget is None:
         return None
     one_side = estimate_values_bytes(candidate.model, arrays)
+    if one_side is None:
+        logger.info("shape inference gives no value's size: the memory budget cannot be "
+                    "applied, and every value is captured")
+        return None
     logger.info("a full capture holds about %s per side (budget %s)", format_size(one_side),
                 format_size(budget))
     if 2 * one_side <= budget:
         return None
     return MEMORY.format(need=format_size(2 * one_side), budget=format_size(budget))
+
+
+def production_outputs(candidate: OnnxRuntimeSide, capture: Capture,
+                       arrays: Sequence[np.ndarray]) -> tuple[list[CapturedValue],
+                                                              ProbeRunner | None]:
+    """The production session's final outputs for the capture just run.
+
+    With them, the probe runner that computed them where the capture had no production
+    session (every value promoted). The verdict is production's, whatever the capture
+    session computed.
+    """
+    if candidate.production_outputs is not None:
+        return [replace(value, array=np.asarray(array)) for value, array in
+                zip(capture.outputs, candidate.production_outputs, strict=True)], None
+    runner = ProbeRunner(candidate, arrays)
+    return runner.outputs, runner
+
+
+def no_value_fails(report: Report) -> bool:
+    """The final outputs diverge, and no compared intermediate value does."""
+    return any(report.first_divergence is record for record in report.final_outputs)
 
 
 def outputs_differ(capture_outputs: Sequence[CapturedValue],
@@ -98,28 +123,53 @@ def adopt_bisection(report: Report, bisection: ProbeBisection, reason: str,
     compared with ``references`` at the report's tolerance.
     """
     report.search = bisection.describe(reason)
-    first = bisection.search.first_failing
-    if first is None:
-        return
-    probed = bisection.capture.values[first]
-    if make_row is not None:
-        record = make_row(first, probed)
-    else:
-        comparison = compare_arrays(references[first].array, probed.array, rtol=report.rtol,
+    report.warnings.extend(bisection.warnings())
+
+    def probed_record(name: str) -> Record:
+        probed = bisection.capture.values[name]
+        if make_row is not None:
+            return make_row(name, probed)
+        comparison = compare_arrays(references[name].array, probed.array, rtol=report.rtol,
                                     atol=report.atol)
-        record = make_record(0, Pair(references[first], probed), comparison)
+        return make_record(0, Pair(references[name], probed), comparison)
+
+    # Every probed value's row gets the production kernels' figures; a probed value
+    # the capture has no row for joins the table in graph order.
     rows = list(report.comparisons)
-    at = next((index for index, row in enumerate(rows) if row.onnx_value == first), None)
-    if at is not None:  # the capture's row, with the production kernels' figures
-        rows[at] = replace(rows[at], **{key: getattr(record, key) for key in _FIGURES})
-    else:
-        position = order.get(first, len(order))
-        at = next((index for index, row in enumerate(rows)
-                   if order.get(row.onnx_value, len(order)) > position), len(rows))
-        rows.insert(at, record)
+    for name in bisection.capture.values:
+        record = probed_record(name)
+        at = next((index for index, row in enumerate(rows) if row.onnx_value == name), None)
+        if at is not None:
+            rows[at] = replace(rows[at], **{key: getattr(record, key) for key in _FIGURES})
+        elif name == bisection.search.first_failing:
+            position = order.get(name, len(order))
+            rows.insert(next((index for index, row in enumerate(rows)
+                              if order.get(row.onnx_value, len(order)) > position),
+                             len(rows)), record)
     report.comparisons = [replace(row, index=index) for index, row in enumerate(rows)]
-    report.first_divergence = report.comparisons[at]
-    report.note = None
+    first = bisection.search.first_failing
+    if first is not None:
+        report.first_divergence = next(row for row in report.comparisons
+                                       if row.onnx_value == first)
+        report.note = None
+    else:  # no checkpoint fails under production: the first failing final output
+        failing = [record for record in report.final_outputs if record.failed]
+        report.first_divergence = min(failing, key=lambda record: order.get(
+            record.onnx_value, len(order))) if failing else report.first_divergence
+        report.note = ("no checkpoint fails under the production kernels: the culprit "
+                       "lies after the last one that passes")
+    earlier = [row.onnx_value for row in report.comparisons
+               if row.failed and row.index < report.first_divergence.index
+               and row.onnx_value not in bisection.capture.values] if first else []
+    if earlier:
+        report.warnings.append(
+            f"{len(earlier)} value(s) before the first divergence fail in the capture "
+            f"session only ({', '.join(earlier[:5])}{', …' if len(earlier) > 5 else ''}): "
+            "its kernels are not production's, and production's probes place the first "
+            "divergence later")
+    if first is not None and report.nan_origin is not None and (
+            report.nan_origin.index < report.first_divergence.index):
+        report.nan_origin = None  # seen in the capture session only
 
 
 _FIGURES = ("shape", "dtype", "candidate_shape", "candidate_dtype", "max_abs_error",

@@ -23,8 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from bisect_onnx.compare import DEFAULT_ATOL, DEFAULT_RTOL
 from bisect_onnx.errors import InputError
 
@@ -32,8 +30,8 @@ if TYPE_CHECKING:
     import onnx
 
 __all__ = ["Tolerance", "ToleranceRule", "PRECISION_DEFAULTS", "QUANTIZED", "QUANT_STEPS",
-           "precision_of", "default_tolerance", "quantized_tolerance", "largest_scale",
-           "read_tolerance_file", "rule_for"]
+           "precision_of", "default_tolerance", "quantized_tolerance", "read_tolerance_file",
+           "rule_for"]
 
 QUANTIZED = "int8 (QDQ)"
 
@@ -51,7 +49,6 @@ class Tolerance:
 #: mantissa, eps ~1e-3) and bfloat16 (7-bit, eps ~8e-3): about ten eps of relative
 #: error, and an atol for values near zero that rounding of their inputs pushes off.
 PRECISION_DEFAULTS = {
-    "float64": Tolerance(DEFAULT_RTOL, DEFAULT_ATOL),
     "float32": Tolerance(DEFAULT_RTOL, DEFAULT_ATOL),
     "float16": Tolerance(1e-2, 1e-3),
     "bfloat16": Tolerance(5e-2, 1e-2),
@@ -65,14 +62,14 @@ QUANT_STEPS = 16
 
 _QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"})
 # Narrowest first: the looser default wins when the two models differ.
-_ORDER = (QUANTIZED, "bfloat16", "float16", "float32", "float64")
+_ORDER = (QUANTIZED, "bfloat16", "float16", "float32")
 
 
 def precision_of(model: onnx.ModelProto) -> str:
     """The narrowest precision a model computes in.
 
-    ``int8 (QDQ)``, ``bfloat16``, ``float16`` or ``float32`` (a model with no float
-    values counts as float32).
+    ``int8 (QDQ)``, ``bfloat16``, ``float16`` or ``float32`` (a float64 model, or one
+    with no float values, counts as float32: its defaults would be the same).
     """
     import onnx
 
@@ -159,8 +156,3 @@ def _number(text: str, where: str, label: str) -> float:
         raise InputError(f"{where}: {label} {text!r} is not a finite number >= 0 "
                          "(write it like 1e-3)")
     return value
-
-
-def largest_scale(scale: np.ndarray) -> float:
-    """A quantization scale as one number (the largest, for per-channel scales)."""
-    return float(np.max(np.abs(np.asarray(scale, dtype=np.float64))))

@@ -67,6 +67,7 @@ class TorchModuleSide:
         # The version each recorded tensor had then: a block's output is often the very
         # tensor its last submodule returned, unchanged since, whose copy can be shared.
         versions: dict[str, int | None] = {}
+        latest: dict[tuple, str] = {}  # (storage, shape, strides, dtype) -> last recorded
 
         def record(module: torch.nn.Module, args: Any, output: Any) -> None:
             path = names[module]
@@ -75,9 +76,11 @@ class TorchModuleSide:
             base = call_name(path, call)
             for suffix, tensor in flatten_outputs(output):
                 name = base + suffix
-                array = _unchanged_copy(tensor, recorded, versions, values)
-                if array is None:
-                    array = to_numpy(tensor)
+                earlier = _latest_record(tensor, recorded, latest)
+                version = _version(tensor)
+                array = (values[earlier].array
+                         if earlier and version is not None and versions[earlier] == version
+                         else to_numpy(tensor))
                 values[name] = CapturedValue(
                     name=name,
                     array=array,
@@ -86,11 +89,12 @@ class TorchModuleSide:
                         module=path,
                         call=call,
                         module_class=type(module).__name__,
-                        same_as=_passed_through(tensor, array, args, recorded, values),
+                        same_as=_passed_through(tensor, array, args, earlier, values),
                     ),
                 )
                 recorded[name] = weakref.ref(tensor)
-                versions[name] = _version(tensor)
+                versions[name] = version
+                latest[_tensor_key(tensor)] = name
 
         args, kwargs = split_keywords([to_tensor(array) for array in inputs], keywords)
         handles = [module.register_forward_hook(record) for module in names]
@@ -135,42 +139,34 @@ def _version(tensor: torch.Tensor) -> int | None:
         return None
 
 
-def _unchanged_copy(tensor: torch.Tensor, recorded: dict[str, weakref.ref],
-                    versions: dict[str, int | None],
-                    values: dict[str, CapturedValue]) -> np.ndarray | None:
-    """The copy already taken of this very tensor, if nothing has written to it since."""
-    version = _version(tensor)
-    if version is None:
+def _tensor_key(tensor: torch.Tensor) -> tuple:
+    return tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype
+
+
+def _latest_record(tensor: torch.Tensor, recorded: dict[str, weakref.ref],
+                   latest: dict[tuple, str]) -> str | None:
+    """The value last recorded from this very tensor (or an identical view), if alive."""
+    name = latest.get(_tensor_key(tensor))
+    if name is None:
         return None
-    for name in reversed(list(recorded)):
-        source = recorded[name]()
-        if source is not None and same_tensor(source, tensor):
-            return values[name].array if versions[name] == version else None
-    return None
+    source = recorded[name]()
+    return name if source is not None and same_tensor(source, tensor) else None
 
 
-def _passed_through(
-    tensor: torch.Tensor,
-    array: np.ndarray,
-    args: Any,
-    recorded: dict[str, weakref.ref],
-    values: dict[str, CapturedValue],
-) -> str | None:
+def _passed_through(tensor: torch.Tensor, array: np.ndarray, args: Any, earlier: str | None,
+                    values: dict[str, CapturedValue]) -> str | None:
     """The recorded value a module returned unchanged as its output, if it did.
 
     The output must be the input tensor itself (or an identical view of it) *and* still
-    hold the values recorded for it: an in-place ReLU also returns its input, changed.
+    hold the values recorded for it (``earlier``): an in-place ReLU also returns its
+    input, changed.
     """
-    inputs = [arg for arg in args if same_tensor(arg, tensor)]
-    if not inputs:
+    if earlier is None or not any(same_tensor(arg, tensor) for arg in args):
         return None
-    for name in reversed(list(recorded)):
-        source = recorded[name]()
-        if source is not None and same_tensor(source, tensor):
-            earlier = values[name].array
-            if earlier.shape == array.shape and np.array_equal(earlier, array, equal_nan=True):
-                return name
-            return None
+    recorded = values[earlier].array
+    if recorded is array or (recorded.shape == array.shape
+                             and np.array_equal(recorded, array, equal_nan=True)):
+        return earlier
     return None
 
 

@@ -29,9 +29,10 @@ import numpy as np
 from bisect_onnx import __version__, search_modes
 from bisect_onnx.align import Pair
 from bisect_onnx.api import (
-    CAPTURE_DIFFERS,
+    CAPTURE_DIFFERS_WARNING,
     RandomInputs,
     RuntimeOptions,
+    _onnx_path,
     as_arrays,
     worst_report,
 )
@@ -90,6 +91,12 @@ _TORCH_ONLY_OPTIONS = {"onnx": "--onnx", "exporter": "--exporter", "opset": "--o
                        "dynamic": "--dynamic", "save_onnx": "--save-onnx",
                        "granularity": "--granularity", "trust_pickle": "--trust-pickle",
                        "max_memory": "--max-memory"}
+NO_MEMORY_BUDGET = (
+    "max_memory applies to bisect(); bisect_onnx_models captures every value of both "
+    "models: drop it from {which}")
+REFERENCE_PROMOTES_ALL = (
+    "the reference's values are always all promoted; drop promote from reference_runtime "
+    "(candidate_runtime's promote is the candidate's)")
 
 
 def bisect_onnx_models(
@@ -146,6 +153,7 @@ def bisect_onnx_models(
     reference_runtime = reference_runtime or RuntimeOptions()
     candidate_runtime = candidate_runtime or RuntimeOptions(
         provider=reference_runtime.provider, opt_level=reference_runtime.opt_level)
+    _check_runtimes(reference_runtime, candidate_runtime)
     random_inputs = random_inputs or RandomInputs()
     _check_samples(inputs, random_inputs)
     if (candidate is None and not reference_evaluator and (
@@ -216,6 +224,8 @@ class _Paired:
     unpaired_fused: list[str]
     """Reference values whose candidate value was not captured (fused away)."""
     nodes: dict[str, NodeInfo]
+    reference: onnx.ModelProto
+    """The reference graph (what it holds decides how a value pairs)."""
 
 
 def _sample_report(reference: Any, candidate: OnnxRuntimeSide, reference_capture: Capture,
@@ -229,13 +239,8 @@ def _sample_report(reference: Any, candidate: OnnxRuntimeSide, reference_capture
     the capture cannot show it; failing values are checked for whether their nodes
     introduced the error.
     """
-    runner = None
-    production = None if candidate.production_outputs is None else [
-        replace(value, array=np.asarray(array)) for value, array in zip(
-            candidate_capture.outputs, candidate.production_outputs, strict=True)]
-    if production is None:  # every value promoted: production never ran
-        runner = ProbeRunner(candidate, candidate_arrays)
-        production = runner.outputs
+    production, runner = search_modes.production_outputs(candidate, candidate_capture,
+                                                          candidate_arrays)
     capture_differs = outputs_differ(candidate_capture.outputs, production)
     # The verdict is production's, whatever the capture session computed.
     judged = Capture(values=candidate_capture.values, outputs=production)
@@ -244,12 +249,11 @@ def _sample_report(reference: Any, candidate: OnnxRuntimeSide, reference_capture
     report.environment = _environment(reference, candidate)
     report.capture = candidate.describe_capture()
     if candidate.outputs_match_production is False:
-        report.warnings.append(CAPTURE_DIFFERS.format(
+        report.warnings.append(CAPTURE_DIFFERS_WARNING.format(
             difference=candidate.production_difference, mode=report.capture.get("mode")))
     candidate_values = {name: value.array for name, value in candidate_capture.values.items()}
     pairs = list(paired.pairs)
-    no_value_fails = any(report.first_divergence is record for record in report.final_outputs)
-    if report.diverged and (capture_differs or no_value_fails):
+    if report.diverged and (capture_differs or search_modes.no_value_fails(report)):
         # The capture may not show what production computes: probe production.
         runner = runner or ProbeRunner(candidate, candidate_arrays)
         probed = _probe_production(
@@ -290,7 +294,10 @@ def _probe_production(report: Report, paired: _Paired, candidate: OnnxRuntimeSid
     judge = paired.judge
     by_value: dict[str, ValuePair] = {}
     checkpoints = []
-    for pair in [*paired.pairs, *pair_uncaptured(paired.unpaired_fused, paired.groups)]:
+    uncaptured = pair_uncaptured(paired.reference, {
+        name: reference_capture.values[name].array for name in paired.unpaired_fused},
+        paired.groups)
+    for pair in [*paired.pairs, *uncaptured]:
         node = producers.get(pair.candidate)
         reference = reference_capture.values[pair.reference]
         if node is None or pair.candidate in by_value or reference.array.dtype.kind not in "fc":
@@ -424,9 +431,8 @@ def _compare(reference: Any, candidate: OnnxRuntimeSide, reference_capture: Capt
     final_outputs, output_pairs = [], []
     for index, (ref, cand) in enumerate(zip(reference_capture.outputs,
                                             candidate_capture.outputs, strict=False)):
-        source = groups.source(cand.name)
-        pair = ValuePair(ref.name, cand.name, groups.computing_node(source), "output",
-                         groups.quantization(source))
+        pair = ValuePair(ref.name, cand.name, groups.computing_node(groups.source(cand.name)),
+                         "output", groups.quantization(cand.name))
         output_pairs.append(pair)
         final_outputs.append(judge.record(index, ref, cand, pair, nodes, final=True))
     if len(reference_capture.outputs) != len(candidate_capture.outputs):
@@ -460,7 +466,8 @@ def _compare(reference: Any, candidate: OnnxRuntimeSide, reference_capture: Capt
         tolerance_basis=_tolerance_basis(precision, rtol, atol, rules),
     )
     fused = [item.name for item in pairing.unpaired if item.kind == "runtime-fused"]
-    return report, _Paired(judge, groups, pairing.pairs, output_pairs, fused, nodes)
+    return report, _Paired(judge, groups, pairing.pairs, output_pairs, fused, nodes,
+                           reference.model)
 
 
 class _Judge:
@@ -495,6 +502,11 @@ class _Judge:
                 candidate = pair.quantization.dequantize(candidate)
             elif pair.how == "requantized":
                 candidate = pair.quantization.round_trip(candidate)
+            elif reference.dtype.kind in "iu" and candidate.dtype.kind in "iu":
+                # A QuantizeLinear's integers on both sides: compared as the floats they
+                # stand for, so that the tolerance's steps of the scale mean the same.
+                reference = pair.quantization.dequantize(reference)
+                candidate = pair.quantization.dequantize(candidate)
         sqnr = None
         if reference.dtype.kind == "f" and candidate.dtype.kind == "f":
             if reference.dtype != candidate.dtype:
@@ -600,12 +612,12 @@ def _model_path(model: Any, folder: Path, label: str) -> tuple[Path, str]:
         return Path(model), str(model)
     import onnx
 
-    if isinstance(model, onnx.ModelProto):
-        path = folder / f"{label}.onnx"
-        onnx.save(model, str(path))
-        return path, "(onnx.ModelProto)"
-    raise InputError(f"the {label} must be a path or an onnx.ModelProto, got "
-                     f"{type(model).__name__}")
+    if not isinstance(model, onnx.ModelProto):
+        raise InputError(f"the {label} must be a path or an onnx.ModelProto, got "
+                         f"{type(model).__name__}")
+    folder = folder / label  # each model its own folder: the proto is saved as given.onnx
+    folder.mkdir()
+    return _onnx_path(model, folder)
 
 
 def check_onnx_file(path: Path, label: str) -> None:
@@ -618,6 +630,15 @@ def check_onnx_file(path: Path, label: str) -> None:
 def _runtime_keywords(runtime: RuntimeOptions) -> dict[str, str]:
     return {"provider": runtime.provider, "opt_level": runtime.opt_level,
             "promote": runtime.promote}
+
+
+def _check_runtimes(reference: RuntimeOptions, candidate: RuntimeOptions) -> None:
+    """Refuse the runtime options this comparison would otherwise ignore."""
+    for which, runtime in (("reference_runtime", reference), ("candidate_runtime", candidate)):
+        if runtime.max_memory is not None:
+            raise UsageError(NO_MEMORY_BUDGET.format(which=which))
+    if reference.promote != RuntimeOptions.promote:
+        raise UsageError(REFERENCE_PROMOTES_ALL)
 
 
 def _check_samples(inputs: Any, random_inputs: RandomInputs) -> None:

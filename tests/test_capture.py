@@ -64,6 +64,14 @@ def test_fusion_preserving_capture_fuses_as_production_and_promoting_all_does_no
     assert plan.capture_ops == production
     assert side.describe_capture()["fusions_match_production"] is True
     assert side.outputs_match_production is True
+    # Node for node production's graph: production is not run again, and a production
+    # session does give the very same outputs.
+    assert plan.same_graph_as_production
+    assert side.production_check == "identical optimized graph"
+    session = create_session(path, model_dir=path.parent, label="production")
+    expected = session.run(None, {side.inputs[0].name: x})
+    assert all(np.array_equal(ours, theirs)
+               for ours, theirs in zip(side.production_outputs, expected, strict=True))
     # Every node output promoted: ORT can no longer fuse what feeds a graph output.
     everything = _optimized_ops(side.promoted_bytes(None), tmp_path, "all")
     assert everything != production
@@ -105,6 +113,8 @@ def test_planted_edit_found_at_both_levels_and_the_json_says_how(level, fixture_
     assert isinstance(capture["outputs_match_production"], bool)
     if capture["disabled_optimizers"]:  # x86: the NCHWc layout transformer renamed values
         assert level == "all" and "NCHWc" in capture["mode"]
+        # Another graph than production's: production's outputs come from a run of it.
+        assert capture["production_check"] == "outputs compared bitwise"
 
 
 def test_an_unavailable_provider_is_a_one_line_error(capsys):

@@ -137,6 +137,68 @@ def test_planted_error_in_qdq_candidate_is_reported_at_the_planted_node(made):
     assert first.sqnr_db is not None and first.sqnr_db < 20
 
 
+@pytest.mark.parametrize("level", ["basic", "all"])
+def test_qdq_model_against_itself_pairs_each_value_with_its_namesake(made, level):
+    report = bisect_onnx.bisect_onnx_models(
+        made["qdq"], None, made["x"],
+        reference_runtime=bisect_onnx.RuntimeOptions(opt_level="disabled"),
+        candidate_runtime=bisect_onnx.RuntimeOptions(opt_level=level))
+    assert report.verdict == "parity" and not report.hidden_divergences, report.summary()
+    assert not [record.status for record in report.comparisons if record.status != "pass"]
+    # The reference holds the same Q/DQ pairs: the float before a pair (here the Conv's,
+    # its Relu dropped), its integers and its DequantizeLinear output are three tensors.
+    names = {record.reference_value: record.onnx_value for record in report.comparisons}
+    assert names["relu"] == "relu"
+    assert names["relu_QuantizeLinear_Output"] == "relu_QuantizeLinear_Output"
+    assert report.coverage.aligned_values > 30
+
+
+def _two_pairs_model(scales: tuple[float, float], order: tuple[int, ...]) -> onnx.ModelProto:
+    """``a = Relu(x)`` read by two consumers, each through its own Q/DQ pair and scale.
+
+    ``order`` arranges the nodes Q1, Q2, DQ1, DQ2 (indices 0-3) in the graph.
+    """
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("QuantizeLinear", ["a", f"s{k}", "zero"], [f"a_q{k}"],
+                              name=f"q{k}") for k in (1, 2)]
+    nodes += [helper.make_node("DequantizeLinear", [f"a_q{k}", f"s{k}", "zero"],
+                               [f"a_dq{k}"], name=f"dq{k}") for k in (1, 2)]
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["a"], name="relu"),
+         *(nodes[index] for index in order),
+         helper.make_node("Add", ["a_dq1", "a_dq2"], ["y"], name="add")],
+        "two_pairs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [numpy_helper.from_array(np.array(scale, np.float32), f"s{k}")
+         for k, scale in enumerate(scales, start=1)]
+        + [numpy_helper.from_array(np.array(0, np.int8), "zero")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize(("captured", "how"), [
+    ({"a_dq2": np.zeros(4, np.float32)}, "qdq"),
+    ({"a_q2": np.zeros(4, np.int8)}, "dequantized"),  # both DequantizeLinear fused away
+])
+def test_each_qdq_pair_dequantizes_with_its_own_scale(captured, how):
+    from onnx import TensorProto, helper
+
+    from bisect_onnx.onnx_pairing import CandidateGroups, pair_graphs
+
+    # One pair per consumer (DedicatedQDQPair), the second pair's members first.
+    candidate = _two_pairs_model((0.5, 0.01), order=(0, 1, 3, 2))
+    reference = helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Add", ["a", "a"], ["y"])],
+        "float", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])]))
+    pairing = pair_graphs(reference, CandidateGroups(candidate, "."),
+                          {"a": np.zeros(4, np.float32)}, captured)
+    (pair,) = pairing.pairs
+    assert (pair.reference, pair.how) == ("a", how)
+    assert pair.candidate in {"a_q2", "a_dq2"}
+    assert float(pair.quantization.scale) == pytest.approx(0.01)  # the second pair's
+
+
 def test_captured_quantized_integers_are_dequantized_like_dequantizelinear():
     quantization = Quantization(np.array([0.5, 2.0], np.float32), np.array([1, 0], np.uint8),
                                 axis=1)
@@ -343,6 +405,52 @@ def test_samples_keep_the_worst_report_and_write_a_repro_per_sample(made, tmp_pa
     worst = int(np.argmax(needed))
     assert report.reference["inputs"] == f"random (seed 3, sample {worst + 1} of 3)"
     assert report.final_outputs[0].min_passing_atol == needed[worst]
+
+
+def test_reference_evaluator_loads_the_model_once_for_every_sample(monkeypatch):
+    import onnx.reference
+
+    made_evaluators = []
+
+    class Counting(onnx.reference.ReferenceEvaluator):
+        def __init__(self, *args, **kwargs):
+            made_evaluators.append(self)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(onnx.reference, "ReferenceEvaluator", Counting)
+    report = bisect_onnx.bisect_onnx_models(
+        RESNET, reference_evaluator=True, random_inputs=bisect_onnx.RandomInputs(samples=2))
+    assert report.verdict == "parity"
+    assert len(made_evaluators) == 1
+
+
+@pytest.mark.parametrize(("reference", "candidate", "message"), [
+    ({"max_memory": "1GB"}, {}, "drop it from reference_runtime"),
+    ({}, {"max_memory": 10**9}, "drop it from candidate_runtime"),
+    ({"promote": "all"}, {}, "always all promoted; drop promote from reference_runtime"),
+])
+def test_runtime_options_it_cannot_honour_are_refused(made, reference, candidate, message):
+    with pytest.raises(UsageError, match=message):
+        bisect_onnx.bisect_onnx_models(
+            RESNET, None, made["x"], reference_runtime=bisect_onnx.RuntimeOptions(**reference),
+            candidate_runtime=bisect_onnx.RuntimeOptions(opt_level="basic", **candidate))
+
+
+def test_a_model_proto_without_its_external_weights_is_one_line_input_error(made, tmp_path,
+                                                                            monkeypatch):
+    folder = tmp_path / "external"
+    folder.mkdir()
+    onnx.save_model(onnx.load(str(RESNET)), str(folder / "model.onnx"),
+                    save_as_external_data=True, location="model.onnx.data", size_threshold=0)
+    bare = onnx.load(str(folder / "model.onnx"), load_external_data=False)
+    for reference, candidate in ((bare, made["fp16"]), (RESNET, bare)):
+        with pytest.raises(InputError, match="external weights.*load_external_data=False"):
+            bisect_onnx.bisect_onnx_models(reference, candidate, made["x"])
+    from bisect_onnx import api
+
+    monkeypatch.setattr(api, "_PROTO_LIMIT", 1000)  # resnet_like stands in for a 2 GB proto
+    with pytest.raises(InputError, match="over 2 GB.*save_as_external_data=True"):
+        bisect_onnx.bisect_onnx_models(onnx.load(str(RESNET)), made["fp16"], made["x"])
 
 
 def test_samples_are_refused_with_given_inputs_and_below_one(made):

@@ -79,3 +79,21 @@ def test_advised_atol_is_rounded_up_so_it_passes():
         assert float(format_rounded_up(value)) >= value
     assert format_rounded_up(2.8590590465068816e-01) == "2.86e-01"
     assert format_rounded_up(1.0e-3) == "1.00e-03"
+
+
+def test_the_verdict_says_how_bisection_found_it_or_that_no_checkpoint_failed():
+    rows = [record(0), record(1, "fail")]
+    found = report(rows, [record(0, "fail", module=None)])
+    found.search = {"mode": "bisection", "reason": "the budget", "checkpoints": 9,
+                    "probes": [{}, {}, {}], "first_failing": "v1", "last_passing": "v0"}
+    assert ("Found by bisection (3 probe(s) of the production graph over 9 checkpoints: "
+            "first failing value 'v1', after 'v0', which passes) because the budget"
+            in found.summary())
+    found.search.update(first_failing=None)
+    line = found.summary()
+    assert "every checkpoint compared passes, the last 'v0': only the final outputs" in line
+    assert "which passes" not in line
+    found.search.update(last_passing=None)
+    assert "no checkpoint could be compared" in found.summary()
+    found.search = {"mode": "full capture"}
+    assert "bisection" not in found.summary()

@@ -232,12 +232,18 @@ def _search_line(report: Report) -> str | None:
     if search.get("mode") != "bisection":
         return None
     probes = len(search.get("probes", []))
-    found = (f"first failing value {search['first_failing']!r}" if search.get("first_failing")
-             else "no checkpoint fails: the culprit lies after the last passing one")
-    after = (f", after {search['last_passing']!r}, which passes" if search.get("last_passing")
-             else ", the first checkpoint")
+    first, last = search.get("first_failing"), search.get("last_passing")
+    if first and last:
+        found = f"first failing value {first!r}, after {last!r}, which passes"
+    elif first:
+        found = f"first failing value {first!r}, the first checkpoint compared"
+    elif last:
+        found = (f"every checkpoint compared passes, the last {last!r}: only the final "
+                 "outputs fail")
+    else:
+        found = "no checkpoint could be compared"
     return (f"Found by bisection ({probes} probe(s) of the production graph over "
-            f"{search['checkpoints']} checkpoints: {found}{after}) because {search['reason']}")
+            f"{search['checkpoints']} checkpoints: {found}) because {search['reason']}")
 
 
 def _where(report: Report, record: Record) -> str:
