@@ -14,8 +14,9 @@ measured from outside:
 
 - the export: build the model, ``torch.onnx.export(dynamo=True)``, save with every
   weight in one external data file (skipped when ``--workdir`` already holds it);
-- bisect-onnx as the CLI process, ``--onnx`` pointing to the export, then without it
-  (bisect-onnx exports the model into its temporary folder);
+- bisect-onnx as the CLI process, ``--onnx`` pointing to the export; again with a
+  memory budget too small for a full capture (``--max-memory 1MB``); then without
+  ``--onnx`` (bisect-onnx exports the model into its temporary folder);
 - bisect-onnx through the API, in-process (model building excluded from the time).
 
 :func:`decoder_1b` is also the zero-argument factory the CLI is given
@@ -187,6 +188,10 @@ def main() -> int:
                    "--json", str(folder / "report.json"), "-q"]
         seconds, rss, status, _ = run_process(command, env)
         rows.append(("bisect-onnx CLI process (`--onnx`)", seconds, rss, _verdict(status)))
+        # A budget too small for both sides' values: production's outputs, then probes.
+        seconds, rss, status, _ = run_process([*command, "--max-memory", "1MB"], env)
+        rows.append(("bisect-onnx CLI process (`--onnx --max-memory 1MB`: probes, not a "
+                     "full capture)", seconds, rss, _verdict(status)))
         if not args.skip_export_here:
             seconds, rss, status, _ = run_process(
                 [argument for argument in command if argument != "--onnx"

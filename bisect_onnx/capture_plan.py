@@ -51,9 +51,9 @@ class CapturePlan:
     """Value names to promote; ``None`` for every node output."""
     disabled_optimizers: list[str] = field(default_factory=list)
     production_session: Any = None
-    """The plain session, as production runs it (fusion-preserving modes only);
-    released after its first run when the model is big
-    (:data:`bisect_onnx.onnx_side.HOLD_WEIGHTS_ONCE_ABOVE`)."""
+    """The plain session, as production runs it, made where production must run (the
+    capture's optimized graph is not production's); released after each run when the
+    model is big (:data:`bisect_onnx.onnx_side.HOLD_WEIGHTS_ONCE_ABOVE`)."""
     survivors: int = 0
     values: int = 0
     production_ops: dict[str, int] = field(default_factory=dict)
@@ -100,16 +100,25 @@ def plan_capture(model: Any, path: Path, *, promote: str, provider: str,
     if promote == "all":
         return CapturePlan(mode="all values", promoted=None, values=len(names))
     with tempfile.TemporaryDirectory(prefix="bisect-onnx-optimized-") as folder:
-        production, optimized = _session_and_graph(path, model_dir, Path(folder),
-                                                   provider, opt_level, label)
+        # Production's graph only: a production session to run is made if one is needed
+        # (the capture's optimized graph turns out not to be production's). At "all", a
+        # CNN's layout transformer will make the capture's graph another (below): then
+        # this session is the production session to run, and is made whole.
+        convolutional = opt_level == "all" and any(node.op_type == "Conv"
+                                                   for node in model.graph.node)
+        production, optimized = _session_and_graph(path, model_dir, Path(folder), provider,
+                                                   opt_level, label,
+                                                   graph_only=not convolutional)
         survivors = _survivors(optimized, names)
         plan = CapturePlan(mode="fusion-preserving", promoted=survivors,
-                           production_session=production, survivors=len(survivors),
+                           production_session=production if convolutional else None,
+                           survivors=len(survivors),
                            values=len(names), production_ops=_op_counts(optimized),
                            production_nodes=graph_nodes(optimized))
         if opt_level == "all" and names and len(survivors) < _SURVIVAL_FLOOR * len(names):
             _, optimized = _session_and_graph(path, model_dir, Path(folder), provider,
-                                              opt_level, label, disabled=[NCHWC_TRANSFORMER])
+                                              opt_level, label, disabled=[NCHWC_TRANSFORMER],
+                                              graph_only=True)
             plan.promoted = _survivors(optimized, names)
             plan.survivors = len(plan.promoted)
             plan.mode = "fusion-preserving, NCHWc layout transformer disabled"
@@ -137,13 +146,14 @@ def check_capture_graph(plan: CapturePlan, promoted_bytes: bytes, model_dir: Pat
 
 
 def _session_and_graph(serialized: bytes | Path, model_dir: Path, folder: Path, provider: str,
-                       opt_level: str, label: str, disabled: Sequence[str] = ()):
+                       opt_level: str, label: str, disabled: Sequence[str] = (),
+                       graph_only: bool = False):
     import onnx
 
     path = folder / f"optimized{len(list(folder.iterdir()))}.onnx"
     session = create_session(serialized, model_dir=model_dir, label=label, provider=provider,
                              opt_level=opt_level, optimized_path=path,
-                             disabled_optimizers=disabled)
+                             disabled_optimizers=disabled, graph_only=graph_only)
     return session, onnx.load(str(path), load_external_data=False)
 
 

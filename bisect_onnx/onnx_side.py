@@ -242,28 +242,20 @@ class OnnxRuntimeSide:
             self.plan = plan_capture(self.model, self.path, promote=self.promote,
                                      provider=self.provider, opt_level=self.opt_level,
                                      label=self.path.name)
-        # Production runs first on a big model, so that its session is gone before the
-        # capture session loads the same weights again.
-        # Once its optimized graph is known to be production's (an earlier sample),
-        # production need not run at all.
-        expected = (self._production_outputs(inputs) if self._hold_weights_once
-                    and not self.plan.same_graph_as_production else None)
         session = self._capture_session()
         fetched = [output.name for output in session.get_outputs()]
         by_name = dict(zip(fetched, self._run(session, fetched, inputs), strict=True))
         if self._hold_weights_once:  # what follows (local checks, repro) goes without it
             self._promoted_session = None
         logger.info("ONNX Runtime produced %d values", len(by_name))
-        self.production_check = None
-        if expected is None and self.plan.same_graph_as_production:
+        self.production_check = expected = None
+        if self.plan.same_graph_as_production:
             # The very kernels of production ran, on the same inputs: its outputs are
-            # these, and a second run of the same graph would only repeat them.
+            # these, and a production session would only repeat them.
             expected = [by_name[name] for name in self.output_names]
             self.production_check = "identical optimized graph"
-            self.plan.production_session = None
-        elif expected is None:
+        elif self.promote != "all":  # (a big model's capture session is gone by now)
             expected = self._production_outputs(inputs)
-        if expected is not None and self.production_check is None:
             self.production_check = "outputs compared" + (
                 " bitwise" if self.provider == CPU_PROVIDER else " within a tight tolerance")
         self.production_outputs = expected
@@ -271,13 +263,11 @@ class OnnxRuntimeSide:
                                          else self._matches_production(by_name, expected))
         return self._capture(by_name)
 
-    def _production_outputs(self, inputs: Sequence[np.ndarray]) -> list | None:
-        """Production's final outputs on ``inputs`` (``None`` when nothing is fused)."""
-        if self.promote == "all":
-            return None
-        # A big model's production session was released after the first sample.
-        session = self.plan.production_session or self._session(self.path)
-        expected = self._run(session, self.output_names, inputs)
+    def _production_outputs(self, inputs: Sequence[np.ndarray]) -> list:
+        """Production's final outputs on ``inputs``, from a plain session."""
+        if self.plan.production_session is None:  # made when first needed
+            self.plan.production_session = self._session(self.path)
+        expected = self._run(self.plan.production_session, self.output_names, inputs)
         if self._hold_weights_once:
             self.plan.production_session = None
         return expected

@@ -47,11 +47,15 @@ def check_provider(provider: str) -> None:
 def create_session(serialized: bytes | Path, *, model_dir: Path, label: str,
                    provider: str = CPU_PROVIDER, opt_level: str = DEFAULT_OPT_LEVEL,
                    optimized_path: Path | None = None,
-                   disabled_optimizers: Sequence[str] = ()) -> Any:
+                   disabled_optimizers: Sequence[str] = (), graph_only: bool = False) -> Any:
     """An ORT session on a model whose external weights lie in ``model_dir``.
 
     ``serialized``: the model's bytes (a copy made here), or the path of the user's
     file, which ORT reads without it being serialized again.
+
+    ``graph_only``: a session made only for the optimized graph it writes, never run:
+    its weights are not prepacked for the kernels (most of a session's making on a
+    transformer; the graph ORT writes is the same, which the capture check confirms).
 
     ``optimized_path``: where ORT writes the graph it optimized, for its structure
     only: the weights go to a file beside it (so that models over 2 GB can be
@@ -65,6 +69,8 @@ def create_session(serialized: bytes | Path, *, model_dir: Path, label: str,
     # ORT logs to stderr on its own (colour codes and all); its errors reach us as
     # exceptions, which become one-line messages, so only fatal logs get through.
     options.log_severity_level = 4
+    if graph_only:
+        options.add_session_config_entry("session.disable_prepacking", "1")
     # The model is handed over in memory: tell ORT where the external weights are.
     options.add_session_config_entry("session.model_external_initializers_file_folder_path",
                                      str(model_dir))

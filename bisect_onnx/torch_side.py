@@ -164,8 +164,11 @@ def _passed_through(tensor: torch.Tensor, array: np.ndarray, args: Any, earlier:
     if earlier is None or not any(same_tensor(arg, tensor) for arg in args):
         return None
     recorded = values[earlier].array
-    if recorded is array or (recorded.shape == array.shape
-                             and np.array_equal(recorded, array, equal_nan=True)):
+    if recorded is array:  # the copy is shared: nothing has written to the tensor since
+        return earlier
+    if _version(tensor) is not None:  # written to since (an in-place ReLU): changed
+        return None
+    if recorded.shape == array.shape and np.array_equal(recorded, array, equal_nan=True):
         return earlier
     return None
 
