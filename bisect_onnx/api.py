@@ -108,6 +108,11 @@ FOREIGN_FILE = (
     "with a confidence (matched_by, match_confidence); check the match of the first "
     "divergence"
 )
+NOTHING_ALIGNED = ("no intermediate value could be aligned: only the final outputs were "
+                   "compared, which says nothing about where a divergence starts")
+MEMORY_PARITY = ("over the memory budget, only production's final outputs were computed; "
+                 "they agree, and values are probed only to locate a divergence (hidden "
+                 "divergences under agreeing outputs were not looked for)")
 NO_OP_LEVEL = (
     "op granularity needs the ExportedProgram the dynamo exporter translated (an export "
     "made here, an ONNXProgram, or a .pt2 exported here); compared at module level"
@@ -284,8 +289,12 @@ def bisect(
             if bisection is not None:
                 report.search = bisection.describe(memory_reason)
                 report.warnings.extend(bisection.warnings())
-            elif memory_reason:
+            elif memory_reason:  # nothing was fetched to align: not an alignment failure
                 report.search = {"mode": "final outputs only", "reason": memory_reason}
+                report.warnings = [warning for warning in report.warnings
+                                   if warning != NOTHING_ALIGNED]
+                if not report.diverged:
+                    report.warnings.append(MEMORY_PARITY)
             elif report.diverged and (onnx_run.capture_differs or no_value_fails(report)):
                 bisection = _probe_production(report, onnx_run, candidate, arrays,
                                               references_by_value(pairs, ops))
@@ -670,8 +679,7 @@ def _compare(
             "compared (let bisect-onnx export the model, or pass the exporter's own file)"
         )
     elif not pairs and alignment.module_calls:
-        warnings.append("no intermediate value could be aligned: only the final outputs "
-                        "were compared, which says nothing about where a divergence starts")
+        warnings.append(NOTHING_ALIGNED)
     report = Report(
         verdict=decision.verdict,
         rtol=rtol,

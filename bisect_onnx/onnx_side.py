@@ -242,20 +242,27 @@ class OnnxRuntimeSide:
             self.plan = plan_capture(self.model, self.path, promote=self.promote,
                                      provider=self.provider, opt_level=self.opt_level,
                                      label=self.path.name)
+        expected = None
+        if self.plan.promoted is not None and not self.plan.production_nodes:
+            # The capture mirrors another graph (NCHWc disabled): production must run.
+            # It runs first and goes, so that its session and the capture's, each with
+            # every weight, are never held together.
+            expected = self._production_outputs(inputs, release=True)
         session = self._capture_session()
         fetched = [output.name for output in session.get_outputs()]
         by_name = dict(zip(fetched, self._run(session, fetched, inputs), strict=True))
         if self._hold_weights_once:  # what follows (local checks, repro) goes without it
             self._promoted_session = None
         logger.info("ONNX Runtime produced %d values", len(by_name))
-        self.production_check = expected = None
+        self.production_check = None
         if self.plan.same_graph_as_production:
             # The very kernels of production ran, on the same inputs: its outputs are
             # these, and a production session would only repeat them.
             expected = [by_name[name] for name in self.output_names]
             self.production_check = "identical optimized graph"
         elif self.promote != "all":  # (a big model's capture session is gone by now)
-            expected = self._production_outputs(inputs)
+            if expected is None:
+                expected = self._production_outputs(inputs, release=self._hold_weights_once)
             self.production_check = "outputs compared" + (
                 " bitwise" if self.provider == CPU_PROVIDER else " within a tight tolerance")
         self.production_outputs = expected
@@ -263,12 +270,15 @@ class OnnxRuntimeSide:
                                          else self._matches_production(by_name, expected))
         return self._capture(by_name)
 
-    def _production_outputs(self, inputs: Sequence[np.ndarray]) -> list:
-        """Production's final outputs on ``inputs``, from a plain session."""
+    def _production_outputs(self, inputs: Sequence[np.ndarray], *, release: bool) -> list:
+        """Production's final outputs on ``inputs``, from a plain session.
+
+        ``release``: let the session go after the run (another sample makes it again).
+        """
         if self.plan.production_session is None:  # made when first needed
             self.plan.production_session = self._session(self.path)
         expected = self._run(self.plan.production_session, self.output_names, inputs)
-        if self._hold_weights_once:
+        if release:
             self.plan.production_session = None
         return expected
 

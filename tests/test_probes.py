@@ -221,3 +221,12 @@ def test_over_budget_without_the_dynamo_program_only_the_outputs_are_compared(fi
     assert report.search["mode"] == "final outputs only"
     assert report.comparisons == []
     assert any("needs the dynamo exporter's program" in warning for warning in report.warnings)
+
+
+def test_over_budget_at_parity_says_why_nothing_was_probed(fixture_case):
+    model, inputs, exported = fixture_case("tiny_mlp")
+    report = bisect_onnx.bisect(model, inputs, onnx_model=exported,
+                                runtime=bisect_onnx.RuntimeOptions(max_memory=1))
+    assert report.verdict == "parity" and report.search["mode"] == "final outputs only"
+    assert not any("no intermediate value could be aligned" in w for w in report.warnings)
+    assert any("values are probed only to locate a divergence" in w for w in report.warnings)
