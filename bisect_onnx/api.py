@@ -13,6 +13,7 @@ import platform
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,6 +72,7 @@ from bisect_onnx.reference import (
     reference_for,
 )
 from bisect_onnx.report.context import culprit_context
+from bisect_onnx.report.repro import attach_repro, write_repro
 from bisect_onnx.scopes import count_attributed, detect_exporter
 from bisect_onnx.search_modes import (
     MEMORY_NO_OPS,
@@ -257,14 +259,17 @@ def bisect(
             ops = op_alignment = None
             # Tracing the model again (for a file exported elsewhere) takes seconds: by
             # default only when the outputs diverge, where op precision pays for it.
-            if prepared.wants_program and (granularity == "op" or memory_reason or (
-                    granularity is None and any(record.failed for record in final_outputs))):
+            diverged = any(record.failed for record in final_outputs)
+            # Over the budget, values are probed by their op names only on a divergence.
+            if prepared.wants_program and (granularity == "op" or diverged and (
+                    granularity is None or memory_reason)):
                 prepared.find_program(reference, arrays, Path(workdir))
-            if prepared.program is not None:  # module rows aggregate ops too
+            # Over the budget at parity nothing is probed, so no op values are needed.
+            if prepared.program is not None and (diverged or not memory_reason):
                 emit(CAPTURE_STARTED, "pytorch ops")
                 ops = capture_ops(prepared.program, arrays)
             bisection = None
-            if memory_reason and any(record.failed for record in final_outputs):
+            if memory_reason and diverged:
                 bisection = bisect_production(
                     onnx_run.runner, candidate, references_by_value([], ops), rtol=rtol,
                     atol=atol)
@@ -293,6 +298,7 @@ def bisect(
                 report.search = {"mode": "final outputs only", "reason": memory_reason}
                 report.warnings = [warning for warning in report.warnings
                                    if warning != NOTHING_ALIGNED]
+                report.unaligned, report.onnx_unaligned = [], []  # nothing was fetched
                 if not report.diverged:
                     report.warnings.append(MEMORY_PARITY)
             elif report.diverged and (onnx_run.capture_differs or no_value_fails(report)):
@@ -331,15 +337,12 @@ def bisect(
                                              candidate,
                                              torch_capture, onnx_capture, report.comparisons)
             _check_opset(report, export, candidate)
-            if repro_dir is not None and report.first_divergence is not None:
-                repro_folder = Path(repro_dir) if given is not None else (
-                    Path(repro_dir) / f"sample-{number}")
-                try:
-                    report.repro = _write_repro(repro_folder, report, candidate,
-                                                reference_arrays, candidate_arrays,
-                                                torch_capture, onnx_capture, arrays)
-                except BisectOnnxError as error:  # the verdict stands without a repro
-                    report.warnings.append(f"no repro written: {error}")
+            attach_repro(report, repro_dir, sample=None if given is not None else number,
+                         write=partial(_write_repro, report=report, candidate=candidate,
+                                       reference_arrays=reference_arrays,
+                                       candidate_arrays=candidate_arrays,
+                                       torch_capture=torch_capture,
+                                       onnx_capture=onnx_capture, arrays=arrays))
             reports.append(report)
         return worst_report(reports)
 
@@ -526,7 +529,7 @@ def _given_candidate(reference: Reference, onnx_model: Any, folder: Path,
                      runtime: RuntimeOptions):
     """The user's ONNX model, and the ExportedProgram it was made from, if known."""
     given = onnx_model if onnx_model is not None else reference.onnx_program
-    path, source = _onnx_path(given, folder)
+    path, source = onnx_model_path(given, folder)
     # An ONNXProgram still knows its ExportedProgram, and so which call of a reused
     # module each node ran in; so does an ExportedProgram compared with an export of it.
     program = getattr(given, "exported_program", None)
@@ -680,25 +683,18 @@ def _compare(
         )
     elif not pairs and alignment.module_calls:
         warnings.append(NOTHING_ALIGNED)
-    report = Report(
-        verdict=decision.verdict,
+    report = Report.decided(
+        decision,
         rtol=rtol,
         atol=atol,
-        environment={},
-        reference={},
-        candidate={},
-        first_divergence=decision.first_divergence,
         final_outputs=final_outputs,
         comparisons=comparisons,
-        hidden_divergences=decision.hidden_divergences,
         coverage=_coverage(alignment, op_alignment, pairs, onnx_capture, candidate,
                            granularity, torch_ops),
         unaligned=unaligned,
         onnx_unaligned=onnx_unaligned,
         op_comparisons=op_rows if granularity == "module" else [],
         warnings=warnings,
-        note=decision.note,
-        nan_origin=decision.nan_origin,
     )
     return report, pairs, op_alignment.segments if op_alignment else {}
 
@@ -734,8 +730,6 @@ def _write_repro(folder: Path, report: Report, candidate: OnnxRuntimeSide,
                  candidate_arrays: Mapping[str, np.ndarray], torch_capture: Capture,
                  onnx_capture: Capture, arrays: Sequence[np.ndarray]) -> dict[str, Any]:
     """Write the first divergence's minimal repro; describe it for the report."""
-    from bisect_onnx.report.repro import write_repro
-
     reference_values = dict(reference_arrays)
     reference_values.update({cand.name: ref.array for ref, cand in
                              zip(torch_capture.outputs, onnx_capture.outputs, strict=False)})
@@ -834,7 +828,7 @@ def _to_array(value: Any) -> np.ndarray:
     return array if array.dtype.isnative else array.astype(array.dtype.newbyteorder("="))
 
 
-def _onnx_path(onnx_model: Any, folder: Path) -> tuple[Path, str]:
+def onnx_model_path(onnx_model: Any, folder: Path) -> tuple[Path, str]:
     """A path ORT can read, and how to name the model in the report."""
     if isinstance(onnx_model, (str, Path)):
         return Path(onnx_model), str(onnx_model)

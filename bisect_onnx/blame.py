@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any
 
 import numpy as np
@@ -330,8 +330,4 @@ def _growth(record: Record, check: LocalCheck | None,
 
 
 def _describe(kind: Any) -> dict[str, Any] | None:
-    if kind is None:
-        return None
-    return {"kind": kind.kind, "detail": kind.detail, "file_with": kind.file_with,
-            "torch_vs_onnx64": kind.torch_vs_onnx64, "ort_error": kind.ort_error,
-            "torch_error": kind.torch_error}
+    return asdict(kind) if kind is not None else None

@@ -27,7 +27,8 @@ from typing import Any
 
 from bisect_onnx.sessions import create_session
 
-__all__ = ["PROMOTE_CHOICES", "CapturePlan", "plan_capture", "NCHWC_TRANSFORMER", "graph_nodes"]
+__all__ = ["PROMOTE_CHOICES", "CapturePlan", "plan_capture", "NCHWC_TRANSFORMER", "graph_nodes",
+           "op_counts", "session_and_graph"]
 
 logger = logging.getLogger(__name__)
 
@@ -106,24 +107,24 @@ def plan_capture(model: Any, path: Path, *, promote: str, provider: str,
         # this session is the production session to run, and is made whole.
         convolutional = opt_level == "all" and any(node.op_type == "Conv"
                                                    for node in model.graph.node)
-        production, optimized = _session_and_graph(path, model_dir, Path(folder), provider,
+        production, optimized = session_and_graph(path, model_dir, Path(folder), provider,
                                                    opt_level, label,
                                                    graph_only=not convolutional)
         survivors = _survivors(optimized, names)
         plan = CapturePlan(mode="fusion-preserving", promoted=survivors,
                            production_session=production if convolutional else None,
                            survivors=len(survivors),
-                           values=len(names), production_ops=_op_counts(optimized),
+                           values=len(names), production_ops=op_counts(optimized),
                            production_nodes=graph_nodes(optimized))
         if opt_level == "all" and names and len(survivors) < _SURVIVAL_FLOOR * len(names):
-            _, optimized = _session_and_graph(path, model_dir, Path(folder), provider,
+            _, optimized = session_and_graph(path, model_dir, Path(folder), provider,
                                               opt_level, label, disabled=[NCHWC_TRANSFORMER],
                                               graph_only=True)
             plan.promoted = _survivors(optimized, names)
             plan.survivors = len(plan.promoted)
             plan.mode = "fusion-preserving, NCHWc layout transformer disabled"
             plan.disabled_optimizers = [NCHWC_TRANSFORMER]
-            plan.production_ops = _op_counts(optimized)
+            plan.production_ops = op_counts(optimized)
             plan.production_nodes = []  # the capture mirrors this graph, not production's
             logger.info("only %d of %d values survive the NCHWc layout transformer: "
                         "capturing without it", len(survivors), len(names))
@@ -134,10 +135,10 @@ def check_capture_graph(plan: CapturePlan, promoted_bytes: bytes, model_dir: Pat
                         provider: str, opt_level: str, label: str) -> Any:
     """The capture session; its optimized graph's op types are recorded in the plan."""
     with tempfile.TemporaryDirectory(prefix="bisect-onnx-optimized-") as folder:
-        session, optimized = _session_and_graph(promoted_bytes, model_dir, Path(folder),
+        session, optimized = session_and_graph(promoted_bytes, model_dir, Path(folder),
                                                 provider, opt_level, label,
                                                 disabled=plan.disabled_optimizers)
-    plan.capture_ops = _op_counts(optimized)
+    plan.capture_ops = op_counts(optimized)
     plan.capture_nodes = graph_nodes(optimized)
     if plan.production_ops and plan.capture_ops != plan.production_ops:
         logger.info("the capture session fuses differently from production: %s vs %s",
@@ -145,9 +146,10 @@ def check_capture_graph(plan: CapturePlan, promoted_bytes: bytes, model_dir: Pat
     return session
 
 
-def _session_and_graph(serialized: bytes | Path, model_dir: Path, folder: Path, provider: str,
+def session_and_graph(serialized: bytes | Path, model_dir: Path, folder: Path, provider: str,
                        opt_level: str, label: str, disabled: Sequence[str] = (),
                        graph_only: bool = False):
+    """A session on ``serialized`` and the optimized graph ORT wrote for it (no weights)."""
     import onnx
 
     path = folder / f"optimized{len(list(folder.iterdir()))}.onnx"
@@ -170,6 +172,7 @@ def graph_nodes(optimized: Any) -> list[tuple]:
             for node in optimized.graph.node]
 
 
-def _op_counts(optimized: Any) -> dict[str, int]:
+def op_counts(optimized: Any) -> dict[str, int]:
+    """How many nodes of each op type (``domain:op`` outside the default domain)."""
     return dict(Counter(f"{node.domain}:{node.op_type}" if node.domain else node.op_type
                         for node in optimized.graph.node))

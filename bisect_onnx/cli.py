@@ -190,7 +190,7 @@ def _run(args: argparse.Namespace) -> int:
     for option, path in (("--json", args.json), ("--save-onnx", args.save_onnx),
                          ("--html", args.html), ("--model-explorer", args.model_explorer)):
         if path is not None:
-            check_writable(path, option)
+            check_writable(path, option, creates_folder=option == "--save-onnx")
     if args.repro_dir is not None and args.repro_dir.exists() and not args.repro_dir.is_dir():
         raise UsageError(f"--repro-dir {args.repro_dir} is a file; name a folder")
     if against:  # two ONNX models, MODEL the reference: their own driver

@@ -45,13 +45,13 @@ def align_foreign(
     """
     from bisect_onnx.structural import describe_model, match_graphs
 
-    template_values = {name: value.array for name, value in ops.values.items()}
-    template_description = describe_model(template, template_values)
-    # Graph inputs are the same arrays on both sides.
-    template_values.update(zip(template_description.inputs, graph_inputs.values(), strict=False))
-    foreign_values = {name: value.array for name, value in candidate_values.items()}
-    foreign_description = describe_model(foreign, foreign_values, base_dir=str(foreign_dir))
-    foreign_values.update(zip(foreign_description.inputs, graph_inputs.values(), strict=False))
+    inputs = list(graph_inputs.values())  # the same arrays on both sides
+    template_description = describe_model(
+        template, {name: value.array for name, value in ops.values.items()},
+        graph_inputs=inputs)
+    foreign_description = describe_model(
+        foreign, {name: value.array for name, value in candidate_values.items()},
+        base_dir=str(foreign_dir), graph_inputs=inputs)
 
     def agree(foreign_array: Any, template_array: Any) -> bool:
         return compare_arrays(template_array, foreign_array, rtol=rtol,

@@ -348,12 +348,18 @@ def check_against_onnx(inputs: Sequence[np.ndarray], specs: Sequence[InputSpec])
                              f"{expected}")
 
 
-def check_writable(path: Path, option: str) -> None:
-    """Refuse an output path that cannot be written, before the slow steps."""
+def check_writable(path: Path, option: str, *, creates_folder: bool = False) -> None:
+    """Refuse an output path that cannot be written, before the slow steps.
+
+    ``creates_folder``: the writer makes a missing parent folder itself.
+    """
     path = Path(path)
     if path.is_dir():
         raise InputError(f"{option} {path} is a folder; name a file inside it")
     parent = path.parent if str(path.parent) else Path(".")
+    if not creates_folder and not parent.exists():
+        raise InputError(f"{option} {path}: folder {parent} does not exist; create it, or "
+                         "choose a path in an existing folder")
     if parent.exists() and not parent.is_dir():
         raise InputError(f"{option} {path}: {parent} is not a folder; choose another path")
     if parent.exists() and not os.access(parent, os.W_OK):

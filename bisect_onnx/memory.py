@@ -47,7 +47,7 @@ def parse_size(text: str | int) -> int:
                          "with a unit, such as 512MB or 2GiB")
     size = int(float(match.group(1)) * _UNITS[unit])
     if size <= 0:
-        raise UsageError(f"a memory size must be positive, got {text!r}")
+        raise UsageError(f"a memory size must be at least one byte, got {text!r}")
     return size
 
 

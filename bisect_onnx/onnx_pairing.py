@@ -213,9 +213,9 @@ class CandidateGroups:
                 return numpy_helper.to_array(tensor, self.base_dir)
         node = self.producers.get(name)
         if node is not None and node.op_type == "Constant":
-            for attribute in node.attribute:
-                if attribute.name == "value":
-                    return numpy_helper.to_array(attribute.t)
+            from bisect_onnx.structural import constant_node_value
+
+            return constant_node_value(node)
         return None
 
 
@@ -344,14 +344,10 @@ def _pair_by_structure(reference: Any, candidate: Any, reference_values: Mapping
                        agree: Any) -> list[ValuePair]:
     from bisect_onnx.structural import describe_model, match_graphs
 
-    template_values = dict(reference_values)
-    template = describe_model(reference, template_values)
-    template_values.update(zip(template.inputs, graph_inputs.values(), strict=False))
-    foreign_values = dict(candidate_values)
-    foreign = describe_model(candidate, foreign_values, base_dir=candidate_dir)
-    foreign_values.update(zip(foreign.inputs, graph_inputs.values(), strict=False))
-    template = _with_values(template, template_values)
-    foreign = _with_values(foreign, foreign_values)
+    inputs = list(graph_inputs.values())  # the same arrays on both sides
+    template = describe_model(reference, reference_values, graph_inputs=inputs)
+    foreign = describe_model(candidate, candidate_values, base_dir=candidate_dir,
+                             graph_inputs=inputs)
     producers = {output: node for node in candidate.graph.node for output in node.output}
     pairs = []
     for match in match_graphs(template, foreign, agree=agree):
@@ -368,12 +364,6 @@ def _pair_by_structure(reference: Any, candidate: Any, reference_values: Mapping
         wanted.discard(match.template)
         taken.add(match.foreign)
     return pairs
-
-
-def _with_values(description: Any, values: Mapping[str, Any]) -> Any:
-    from dataclasses import replace
-
-    return replace(description, values=dict(values))
 
 
 def _cast_target(node: Any) -> int | None:

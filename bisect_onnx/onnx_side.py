@@ -232,16 +232,21 @@ class OnnxRuntimeSide:
                 for index, (name, array) in enumerate(zip(self.output_names, arrays,
                                                           strict=True))]
 
+    def prepare(self) -> CapturePlan:
+        """What the capture will promote, from production's optimized graph (made once)."""
+        if self.plan is None:
+            self.plan = plan_capture(self.model, self.path, promote=self.promote,
+                                     provider=self.provider, opt_level=self.opt_level,
+                                     label=self.path.name)
+        return self.plan
+
     def run(self, inputs: Sequence[np.ndarray], *, keywords: Sequence[str] = ()) -> Capture:
         """One session, one run, every promoted value fetched.
 
         Inputs feed the graph's inputs in order, keyword or not: an export names and
         orders its inputs as the model was called.
         """
-        if self.plan is None:
-            self.plan = plan_capture(self.model, self.path, promote=self.promote,
-                                     provider=self.provider, opt_level=self.opt_level,
-                                     label=self.path.name)
+        self.prepare()
         expected = None
         if self.plan.promoted is not None and not self.plan.production_nodes:
             # The capture mirrors another graph (NCHWc disabled): production must run.

@@ -20,12 +20,11 @@ from typing import Any
 import numpy as np
 
 from bisect_onnx.bisection import ProbeSearch
-from bisect_onnx.capture_plan import graph_nodes
+from bisect_onnx.capture_plan import graph_nodes, op_counts, session_and_graph
 from bisect_onnx.compare import ArrayComparison, Status, compare_arrays
 from bisect_onnx.errors import ModelError, one_line
 from bisect_onnx.onnx_side import NodeInfo, OnnxRuntimeSide, node_provenance
 from bisect_onnx.provenance import Provenance
-from bisect_onnx.sessions import create_session
 from bisect_onnx.sides import Capture, CapturedValue
 
 __all__ = ["Checkpoint", "Comparer", "ProbeRunner", "ProbeBisection", "checkpoints_for"]
@@ -173,18 +172,13 @@ class ProbeRunner:
         # The user's file for production; a copy with a few more outputs for a probe.
         source = (candidate.path if names is None
                   else candidate.promoted_bytes(set(names)))
-        options = dict(model_dir=candidate.path.resolve().parent, label=candidate.path.name,
-                       provider=candidate.provider, opt_level=candidate.opt_level)
-        import onnx
-
         with tempfile.TemporaryDirectory(prefix="bisect-onnx-probe-") as folder:
-            path = Path(folder) / "optimized.onnx"
-            session = create_session(source, optimized_path=path, **options)
-            optimized = onnx.load(str(path), load_external_data=False)
-        graph = optimized.graph
-        counts = Counter(f"{node.domain}:{node.op_type}" if node.domain else node.op_type
-                         for node in graph.node)
-        return session, _Optimized(counts, {name for node in graph.node for name in node.output},
+            session, optimized = session_and_graph(
+                source, candidate.path.resolve().parent, Path(folder), candidate.provider,
+                candidate.opt_level, candidate.path.name)
+        return session, _Optimized(Counter(op_counts(optimized)),
+                                   {name for node in optimized.graph.node
+                                    for name in node.output},
                                    graph_nodes(optimized))
 
     def _graph_check(self, names: Sequence[str], graph: _Optimized) -> str:

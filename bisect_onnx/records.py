@@ -205,6 +205,20 @@ class Report:
     session), or ``bisection`` (probes of the production graph, a few values each),
     with why, each probe and what it found."""
 
+    @classmethod
+    def decided(cls, decision: Any, *, rtol: float, atol: float, final_outputs: list[Record],
+                comparisons: list[Record], coverage: Coverage, **fields: Any) -> Report:
+        """A report carrying ``decision``'s verdict (:func:`bisect_onnx.engine.decide`).
+
+        Its first divergence, hidden divergences, note and NaN origin too; the sides
+        are described later.
+        """
+        return cls(verdict=decision.verdict, rtol=rtol, atol=atol, environment={},
+                   reference={}, candidate={}, first_divergence=decision.first_divergence,
+                   final_outputs=final_outputs, comparisons=comparisons,
+                   hidden_divergences=decision.hidden_divergences, coverage=coverage,
+                   note=decision.note, nan_origin=decision.nan_origin, **fields)
+
     @property
     def diverged(self) -> bool:
         """Whether the final outputs disagree."""

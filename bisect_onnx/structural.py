@@ -513,6 +513,7 @@ def describe_model(
     values: Mapping[str, np.ndarray] | None = None,
     *,
     base_dir: str = "",
+    graph_inputs: Sequence[np.ndarray] = (),
 ) -> GraphDescription:
     """Describe a model's top-level graph for :func:`match_graphs`.
 
@@ -521,8 +522,10 @@ def describe_model(
 
     Args:
         model: The model; it is not modified.
-        values: Run-time values by name, graph inputs included, to break ties.
+        values: Run-time values by name, to break ties.
         base_dir: Folder holding the model's external data, when it has some.
+        graph_inputs: The run-time values of the graph's inputs, in order (the same
+            arrays on both sides of a match).
 
     Returns:
         The nodes in file order, the graph inputs, every value's known type, and
@@ -544,23 +547,24 @@ def describe_model(
     nodes = []
     for node in graph.node:
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
-            array = _constant_node_value(node)
+            array = constant_node_value(node)
             if array is not None:
                 constants[node.output[0]] = array
         nodes.append(GraphNode(node.op_type, tuple(node.input), tuple(node.output), node.domain))
     specs = {info.name: _spec_of(info.type)
              for info in (*graph.input, *graph.value_info, *graph.output)}
+    inputs = [info.name for info in graph.input if info.name not in constants]
     return GraphDescription(
         nodes=nodes,
-        inputs=[info.name for info in graph.input if info.name not in constants],
+        inputs=inputs,
         outputs=[info.name for info in graph.output],
         specs={name: spec for name, spec in specs.items() if spec is not None},
         constants=constants,
-        values=dict(values or {}),
+        values={**(values or {}), **dict(zip(inputs, graph_inputs, strict=False))},
     )
 
 
-def _constant_node_value(node: onnx.NodeProto) -> np.ndarray | None:
+def constant_node_value(node: onnx.NodeProto) -> np.ndarray | None:
     """The array a ``Constant`` node yields; ``None`` for string and sparse forms."""
     from onnx import helper, numpy_helper
 

@@ -128,7 +128,7 @@ def read_tolerance_file(path: str | Path) -> list[ToleranceRule]:
         raise InputError(f"tolerance file {path} {what}; pass a text file of lines "
                          "'PATTERN RTOL ATOL' to --tolerances")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a BOM (Notepad) is not a pattern
     except (OSError, UnicodeDecodeError) as error:
         raise InputError(f"cannot read tolerance file {path} ({type(error).__name__}); pass "
                          "a UTF-8 text file of lines 'PATTERN RTOL ATOL'") from error

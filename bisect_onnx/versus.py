@@ -21,6 +21,7 @@ import platform
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,14 +33,14 @@ from bisect_onnx.api import (
     CAPTURE_DIFFERS_WARNING,
     RandomInputs,
     RuntimeOptions,
-    _onnx_path,
     as_arrays,
+    onnx_model_path,
     worst_report,
 )
 from bisect_onnx.blame import attribute_divergence
 from bisect_onnx.compare import ArrayComparison, check_tolerances, compare_arrays
 from bisect_onnx.engine import decide
-from bisect_onnx.errors import BisectOnnxError, InputError, UsageError
+from bisect_onnx.errors import InputError, UsageError
 from bisect_onnx.events import BISECTION_STARTED, CAPTURE_STARTED, emit
 from bisect_onnx.file_kinds import looks_like_onnx, read_head
 from bisect_onnx.onnx_pairing import CandidateGroups, ValuePair, pair_graphs, pair_uncaptured
@@ -48,6 +49,7 @@ from bisect_onnx.onnx_side import NodeInfo, OnnxRuntimeSide, node_provenance
 from bisect_onnx.probes import Checkpoint, ProbeBisection, ProbeRunner
 from bisect_onnx.records import Coverage, Record, Report, make_record
 from bisect_onnx.report.context import culprit_context
+from bisect_onnx.report.repro import attach_repro, write_repro
 from bisect_onnx.search_modes import adopt_bisection, outputs_differ
 from bisect_onnx.sides import Capture, CapturedValue
 from bisect_onnx.synthetic_inputs import synthesize_inputs, vocabulary_limits
@@ -189,13 +191,9 @@ def bisect_onnx_models(
             report.reference = {**reference_model.describe(), "model": reference_label,
                                 "inputs": description}
             report.candidate = {**candidate_model.describe(), "model": candidate_label}
-            if repro_dir is not None and report.first_divergence is not None:
-                folder = Path(repro_dir) if inputs is not None else (
-                    Path(repro_dir) / f"sample-{number}")
-                try:
-                    report.repro = _write_repro(folder, report, candidate_model, values)
-                except BisectOnnxError as error:  # the verdict stands without a repro
-                    report.warnings.append(f"no repro written: {error}")
+            attach_repro(report, repro_dir, sample=None if inputs is not None else number,
+                         write=partial(_write_repro, report=report,
+                                       candidate=candidate_model, values=values))
             reports.append(report)
         return worst_report(reports)
 
@@ -379,8 +377,6 @@ def _as_candidate_values(pairs: Sequence[ValuePair], reference_capture: Capture,
 def _write_repro(folder: Path, report: Report, candidate: OnnxRuntimeSide,
                  values: _Values) -> dict[str, Any]:
     """Write the first culprit's minimal repro, the reference's values as the expected."""
-    from bisect_onnx.report.repro import write_repro
-
     record = report.first_culprit or report.first_divergence
     if record.onnx_value not in values.candidate:
         record = report.first_divergence
@@ -444,25 +440,18 @@ def _compare(reference: Any, candidate: OnnxRuntimeSide, reference_capture: Capt
     decision = decide(comparisons, final_outputs, output_order={
         name: value.provenance.position for name, value in candidate_capture.values.items()})
     compared_nodes = {pair.node for pair in pairing.pairs if pair.node}
-    report = Report(
-        verdict=decision.verdict,
+    report = Report.decided(
+        decision,
         rtol=base.rtol,
         atol=base.atol,
-        environment={},
-        reference={},
-        candidate={},
-        first_divergence=decision.first_divergence,
         final_outputs=final_outputs,
         comparisons=comparisons,
-        hidden_divergences=decision.hidden_divergences,
         coverage=Coverage(onnx_values=len(reference_capture.values),
                           aligned_values=len(pairing.pairs), torch_modules=0,
                           aligned_modules=0, onnx_nodes=len(candidate.nodes),
                           attributed_nodes=len(compared_nodes), granularity="value"),
         unaligned=pairing.unpaired,
         warnings=warnings,
-        note=decision.note,
-        nan_origin=decision.nan_origin,
         tolerance_basis=_tolerance_basis(precision, rtol, atol, rules),
     )
     fused = [item.name for item in pairing.unpaired if item.kind == "runtime-fused"]
@@ -570,15 +559,14 @@ def _run_candidate(candidate: OnnxRuntimeSide, arrays: Sequence[np.ndarray],
     Returns the side that captured (a promote-all one after a fallback, kept for the
     next samples), its capture, and the warning a fallback gives.
     """
-    capture = candidate.run(arrays)
-    plan = candidate.plan
-    if (plan is not None and plan.promoted is not None and plan.values
+    plan = candidate.prepare()  # decided from production's graph, before any capture
+    if (plan.promoted is not None and plan.values
             and plan.survivors < _SURVIVAL_FLOOR * plan.values):
         candidate = OnnxRuntimeSide(candidate.path, provider=candidate.provider,
                                     opt_level=candidate.opt_level, promote="all")
         return candidate, candidate.run(arrays), CAPTURE_FELL_BACK.format(
             survivors=plan.survivors, values=plan.values)
-    return candidate, capture, None
+    return candidate, candidate.run(arrays), None
 
 
 def _rules(tolerances: Any) -> list[ToleranceRule]:
@@ -617,7 +605,7 @@ def _model_path(model: Any, folder: Path, label: str) -> tuple[Path, str]:
                          f"{type(model).__name__}")
     folder = folder / label  # each model its own folder: the proto is saved as given.onnx
     folder.mkdir()
-    return _onnx_path(model, folder)
+    return onnx_model_path(model, folder)
 
 
 def check_onnx_file(path: Path, label: str) -> None:

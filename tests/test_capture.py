@@ -13,7 +13,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import bisect_onnx
-from bisect_onnx.capture_plan import _op_counts
+from bisect_onnx.capture_plan import op_counts
 from bisect_onnx.cli import main
 from bisect_onnx.onnx_side import OnnxRuntimeSide
 from bisect_onnx.sessions import create_session
@@ -49,7 +49,7 @@ def fusable(tmp_path_factory):
 def _optimized_ops(serialized: bytes, folder, name: str) -> dict[str, int]:
     path = folder / f"{name}.onnx"
     create_session(serialized, model_dir=folder, label=name, optimized_path=path)
-    return _op_counts(onnx.load(str(path), load_external_data=False))
+    return op_counts(onnx.load(str(path), load_external_data=False))
 
 
 def test_fusion_preserving_capture_fuses_as_production_and_promoting_all_does_not(

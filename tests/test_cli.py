@@ -172,3 +172,14 @@ def test_no_temporary_folder_is_left_behind(tmp_path, monkeypatch, capsys):
     assert main([MLP.factory, "--input", MLP.input_file]) == 0
     assert os.listdir(tmp_path) == []
 
+
+
+def test_a_report_path_in_a_missing_folder_is_refused_before_the_run(tmp_path, capsys):
+    from fixtures.registry import FIXTURES, repo_path
+
+    fixture = FIXTURES["tiny_mlp"]
+    status = main([fixture.factory, "--input", str(repo_path(fixture.input_file)),
+                   "--html", str(tmp_path / "missing" / "report.html")])
+    captured = capsys.readouterr()
+    assert status == 2 and captured.out == ""  # refused before anything ran
+    assert "does not exist" in captured.err and len(captured.err.strip().splitlines()) == 1

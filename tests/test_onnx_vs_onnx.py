@@ -558,3 +558,12 @@ def test_the_quantized_weight_edit_changes_one_scale(made):
                or not np.array_equal(numpy_helper.to_array(init), original[init.name])]
     assert changed == ["layer1.conv1.weight_scale_planted"]
     assert Path(made["qdq_planted"]).exists()
+
+
+def test_a_tolerance_file_saved_with_a_byte_order_mark_reads_alike(tmp_path):
+    from bisect_onnx.tolerances import read_tolerance_file
+
+    path = tmp_path / "tolerances.txt"
+    path.write_bytes(b"\xef\xbb\xbffc*\t1e-2\t1e-3\n")
+    (rule,) = read_tolerance_file(path)
+    assert rule.pattern == "fc*"

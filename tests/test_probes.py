@@ -13,7 +13,7 @@ from onnx import numpy_helper
 from torch import nn
 
 import bisect_onnx
-from bisect_onnx import probes
+from bisect_onnx import capture_plan
 from bisect_onnx.cli import main
 from bisect_onnx.errors import UsageError
 from bisect_onnx.memory import estimate_values_bytes, parse_size
@@ -160,7 +160,7 @@ def test_a_bug_only_the_fused_kernel_has_is_found_by_probing_production(fused_no
     inside = {name for node in chain[:-1] for name in node.output}
     kernel_output = chain[-1].output[0]
     weight = chain[-2].input[1]
-    real_session = probes.create_session
+    real_session = capture_plan.create_session
 
     def fused_kernel_bug(source, **options):
         graph = (onnx.load_from_string(source) if isinstance(source, bytes)
@@ -173,7 +173,7 @@ def test_a_bug_only_the_fused_kernel_has_is_found_by_probing_production(fused_no
             source = graph.SerializeToString()
         return real_session(source, **options)
 
-    monkeypatch.setattr(probes, "create_session", fused_kernel_bug)
+    monkeypatch.setattr(capture_plan, "create_session", fused_kernel_bug)
     report = bisect_onnx.bisect(model, inputs, onnx_model=path,
                                 runtime=bisect_onnx.RuntimeOptions(promote="all"))
     assert report.verdict == "diverged"  # production's outputs decide, not the capture's
@@ -230,3 +230,12 @@ def test_over_budget_at_parity_says_why_nothing_was_probed(fixture_case):
     assert report.verdict == "parity" and report.search["mode"] == "final outputs only"
     assert not any("no intermediate value could be aligned" in w for w in report.warnings)
     assert any("values are probed only to locate a divergence" in w for w in report.warnings)
+
+
+def test_over_budget_at_parity_the_verdict_names_the_budget(fixture_case):
+    model, inputs, exported = fixture_case("tiny_mlp")
+    report = bisect_onnx.bisect(model, inputs, onnx_model=exported,
+                                runtime=bisect_onnx.RuntimeOptions(max_memory=1))
+    line = report.summary()
+    assert line.startswith("PARITY OF FINAL OUTPUTS ONLY") and "memory budget" in line
+    assert "could be aligned" not in line and report.unaligned == []

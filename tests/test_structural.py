@@ -463,3 +463,16 @@ def test_an_ort_optimized_renamed_export_is_matched_correctly(name, level, least
                                        template_values[match.template], rtol=1e-4, atol=1e-5)
         if match.how == "ambiguous":
             assert old_name[match.foreign] in match.alternatives, match
+
+
+def test_graph_input_values_reach_the_description(fixture_case):
+    import numpy as np
+    import onnx
+
+    from bisect_onnx.structural import describe_model
+
+    _, inputs, exported = fixture_case("tiny_mlp")
+    arrays = [np.asarray(array) for array in inputs.values()]
+    description = describe_model(onnx.load(str(exported)), {}, graph_inputs=arrays)
+    (name,) = description.inputs
+    assert description.values[name] is arrays[0]  # tie-breaking sees what fed the graph

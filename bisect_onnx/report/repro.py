@@ -15,7 +15,7 @@ import shutil
 import string
 import zipfile
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bisect_onnx.compare import check_tolerances, compare_arrays
-from bisect_onnx.errors import InputError, ModelError, UsageError
+from bisect_onnx.errors import BisectOnnxError, InputError, ModelError, UsageError
 from bisect_onnx.onnx_side import (
     CPU_PROVIDER,
     DEFAULT_OPT_LEVEL,
@@ -37,8 +37,8 @@ from bisect_onnx.weight_files import external_location, weight_bytes, write_exte
 if TYPE_CHECKING:
     import onnx
 
-__all__ = ["MAX_SEGMENT_NODES", "InputSource", "Repro", "Segment", "find_segment", "segment_model",
-           "write_repro"]
+__all__ = ["MAX_SEGMENT_NODES", "InputSource", "Repro", "Segment", "attach_repro",
+           "find_segment", "segment_model", "write_repro"]
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +74,23 @@ class Repro:
     """Segment input name -> :class:`InputSource` value."""
     reproduces: bool
     """Whether ONNX Runtime on the segment alone still mismatches PyTorch's value."""
+
+
+def attach_repro(report: Any, repro_dir: str | Path | None, *, sample: int | None,
+                 write: Callable[[Path], dict[str, Any]]) -> None:
+    """Write the first divergence's repro with ``write`` and describe it in the report.
+
+    Into ``repro_dir`` itself for given inputs, ``<repro_dir>/sample-<k>`` for random
+    sample ``k``; a repro that cannot be written leaves the verdict as it is, with a
+    warning saying why.
+    """
+    if repro_dir is None or report.first_divergence is None:
+        return
+    folder = Path(repro_dir) if sample is None else Path(repro_dir) / f"sample-{sample}"
+    try:
+        report.repro = write(folder)
+    except BisectOnnxError as error:
+        report.warnings.append(f"no repro written: {error}")
 
 
 def write_repro(

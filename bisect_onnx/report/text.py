@@ -182,6 +182,9 @@ def verdict_line(report: Report) -> str:
     if report.tolerance_basis:
         tolerance += f", {report.tolerance_basis}"
     if not report.diverged:
+        if (report.search or {}).get("mode") == "final outputs only":
+            return (f"PARITY OF FINAL OUTPUTS ONLY ({tolerance}): {report.search['reason']}; "
+                    "with the outputs agreeing, no value was probed")
         if coverage.aligned_modules == 0 and coverage.compared_ops == 0 and (
                 coverage.aligned_values == 0 or coverage.granularity != "value"):
             return (
