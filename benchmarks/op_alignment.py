@@ -45,7 +45,7 @@ OPSET = 18
 
 
 def _segments(model) -> dict[str, list]:
-    from bisect_onnx.provenance import read_torch_metadata
+    from bisect_onnx.graph.provenance import read_torch_metadata
 
     segments: dict[str, list] = {}
     for node in model.graph.node:

@@ -6,21 +6,20 @@ here is internal and may change.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
-from bisect_onnx import events  # noqa: E402
-from bisect_onnx.api import ExportOptions, RandomInputs, RuntimeOptions, bisect  # noqa: E402
-from bisect_onnx.compare import DEFAULT_ATOL, DEFAULT_RTOL  # noqa: E402
-from bisect_onnx.errors import (  # noqa: E402
+from bisect_onnx import events
+from bisect_onnx.errors import (
     BisectOnnxError,
     InputError,
     ModelError,
     ParityError,
     UsageError,
 )
-from bisect_onnx.parity import assert_parity  # noqa: E402
-from bisect_onnx.records import Coverage, Record, Report  # noqa: E402
-from bisect_onnx.versus import bisect_onnx_models  # noqa: E402
+from bisect_onnx.judge.compare import DEFAULT_ATOL, DEFAULT_RTOL
+from bisect_onnx.judge.records import Coverage, Record, Report
+from bisect_onnx.pipeline.onnx_vs_onnx import bisect_onnx_models
+from bisect_onnx.pipeline.parity import assert_parity
+from bisect_onnx.pipeline.pytorch_vs_onnx import ExportOptions, RandomInputs, RuntimeOptions, bisect
+from bisect_onnx.version import __version__
 
 __all__ = [
     # Running a bisection

@@ -2,6 +2,6 @@
 
 import sys
 
-from bisect_onnx.cli import main
+from bisect_onnx.cli.command import main
 
 sys.exit(main())

@@ -52,7 +52,7 @@ def onnx_parity(request: pytest.FixtureRequest):
     def check(model: Any, inputs: Any, onnx_model: Any = None, **options: Any) -> None:
         __tracebackhide__ = True  # pytest shows the test's line, not ours
         from bisect_onnx.errors import ParityError
-        from bisect_onnx.parity import assert_parity
+        from bisect_onnx.pipeline.parity import assert_parity
 
         for option in ("rtol", "atol"):
             value = config.getoption(f"bisect_onnx_{option}")

@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from bisect_onnx.provenance import read_torch_metadata
+from bisect_onnx.graph.provenance import read_torch_metadata
 
 
 def plant(source: Path, target: Path, edit: Callable[[onnx.ModelProto], onnx.NodeProto]):
@@ -101,3 +101,10 @@ def scale_initializer_input(node_name: str, index: int, factor: float):
         return node
 
     return edit
+
+
+def fx_segment(model: onnx.ModelProto, fx_node: str) -> list[onnx.NodeProto]:
+    """The nodes the dynamo exporter made from one FX node, in graph order."""
+    return [node for node in model.graph.node
+            if (meta := read_torch_metadata({p.key: p.value for p in node.metadata_props}))
+            and meta.fx_node == fx_node]

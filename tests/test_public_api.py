@@ -48,7 +48,7 @@ def test_ci_runs_the_test_command_the_readme_gives():
 
 
 def test_readme_sample_output_is_what_the_example_prints(capsys, monkeypatch):
-    from bisect_onnx.cli import main
+    from bisect_onnx.cli.command import main
 
     readme = (REPO_ROOT / "README.md").read_text()
     sample = readme.split("The output of the example above, unedited:\n\n```\n", 1)[1]

@@ -17,10 +17,10 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 
 import bisect_onnx
-import bisect_onnx.api
-from bisect_onnx.cli import main
+import bisect_onnx.pipeline.pytorch_vs_onnx
+from bisect_onnx.cli.command import main
 from bisect_onnx.errors import BisectOnnxError, InputError
-from bisect_onnx.loading import load_input_files
+from bisect_onnx.sources.loading import load_input_files
 from fixtures.registry import FIXTURES, REPO_ROOT
 
 MLP = FIXTURES["tiny_mlp"]
@@ -315,7 +315,7 @@ def test_temporary_folder_is_removed_on_every_exit_path(private_tmp, monkeypatch
         seen.extend(name for name in os.listdir(private_tmp) if name.startswith("bisect-onnx-"))
         raise raised("boom")
 
-    monkeypatch.setattr(bisect_onnx.api, "check_against_onnx", explode)
+    monkeypatch.setattr(bisect_onnx.pipeline.pytorch_vs_onnx, "check_against_onnx", explode)
     status = main([MLP.factory, "--input", MLP.input_file, "--onnx", MLP.onnx_file])
     assert seen, "the step ran inside bisect-onnx's temporary folder"
     assert status == {KeyboardInterrupt: 130, RuntimeError: 4, InputError: 2}[raised]
@@ -407,7 +407,7 @@ def test_loaders_turn_damaged_files_into_input_errors(tmp_path, data, keep):
 
 # --- property tests on the comparison: any dtype, zero-size and 0-d shapes ---
 
-from bisect_onnx.compare import Status, compare_arrays  # noqa: E402
+from bisect_onnx.judge.compare import Status, compare_arrays  # noqa: E402
 
 ANY_SHAPE = hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=5)
 FLOATS = st.sampled_from([np.float16, np.float32, np.float64, np.complex64])

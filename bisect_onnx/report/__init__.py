@@ -1,1 +1,1 @@
-"""Formats of a :class:`~bisect_onnx.records.Report`: text table and verdict, JSON."""
+"""Formats of a :class:`~bisect_onnx.judge.records.Report`: text table and verdict, JSON."""

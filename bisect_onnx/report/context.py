@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from bisect_onnx.onnx_side import OnnxRuntimeSide
-    from bisect_onnx.records import Record
-    from bisect_onnx.sides import Capture
+    from bisect_onnx.judge.records import Record
+    from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
+    from bisect_onnx.runtime.sides import Capture
 
 __all__ = ["culprit_context"]
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from bisect_onnx.errors import InputError
-from bisect_onnx.provenance import SourceLocation, short_op
-from bisect_onnx.records import Record, Report
+from bisect_onnx.graph.provenance import SourceLocation, short_op
+from bisect_onnx.judge.records import Record, Report
 from bisect_onnx.report.text import (
     format_number,
     format_rounded_up,

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bisect_onnx.errors import InputError
-from bisect_onnx.records import Report
+from bisect_onnx.judge.records import Report
 
 __all__ = ["to_json", "write_json"]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bisect_onnx.errors import InputError
-from bisect_onnx.records import Report
+from bisect_onnx.judge.records import Report
 
 __all__ = ["model_explorer_data", "write_model_explorer"]
 

@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bisect_onnx.compare import check_tolerances, compare_arrays
 from bisect_onnx.errors import BisectOnnxError, InputError, ModelError, UsageError
-from bisect_onnx.onnx_side import (
+from bisect_onnx.graph.weights import external_location, weight_bytes, write_external_data
+from bisect_onnx.judge.compare import check_tolerances, compare_arrays
+from bisect_onnx.runtime.onnx_side import (
     CPU_PROVIDER,
     DEFAULT_OPT_LEVEL,
     OPT_LEVELS,
@@ -32,7 +33,6 @@ from bisect_onnx.onnx_side import (
     graph_tensors,
     subgraphs,
 )
-from bisect_onnx.weight_files import external_location, weight_bytes, write_external_data
 
 if TYPE_CHECKING:
     import onnx
@@ -115,7 +115,7 @@ def write_repro(
     value's is the expected output), ``candidate_values`` ONNX Runtime's from the full
     run. The segment runs on the CPU at ``environment["opt_level"]`` (ONNX Runtime's
     default level when absent) and is judged with the rule of
-    :func:`~bisect_onnx.compare.compare_arrays`. ``reference_label`` names the side
+    :func:`~bisect_onnx.judge.compare.compare_arrays`. ``reference_label`` names the side
     the expected values come from in the README and the script (another ONNX model).
     """
     check_tolerances(rtol, atol)
@@ -448,7 +448,7 @@ reproduces, 0 once fixed). backend_test/ is the same case in the ONNX backend-te
 layout, ready to attach to an issue upstream.
 """
 
-# The comparison rule is bisect_onnx.compare.compare_arrays's, restated so that the
+# The comparison rule is bisect_onnx.judge.compare.compare_arrays's, restated so that the
 # script needs nothing but numpy and onnxruntime; tests/test_repro.py holds them equal.
 _SCRIPT = string.Template('''\
 """Re-run the ONNX Runtime divergence bisect-onnx found, on the smallest failing segment.

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from bisect_onnx.provenance import SourceLocation, short_op
-from bisect_onnx.records import Record, Report
+from bisect_onnx.graph.provenance import SourceLocation, short_op
+from bisect_onnx.judge.records import Record, Report
 
 __all__ = ["format_table", "verdict_line", "SHOW_CHOICES", "format_number", "format_shape",
            "format_source", "format_rounded_up", "coverage_line", "group_not_compared"]

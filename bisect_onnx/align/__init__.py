@@ -1,0 +1,1 @@
+"""Which PyTorch value (or reference ONNX value) stands for which ONNX value."""

@@ -1,0 +1,138 @@
+"""Op-level records, and module rows that aggregate the ops inside them.
+
+At op granularity each row is one ATen op's value against the ONNX value it became;
+at module granularity each row is a module call's output, and when op records exist
+the row also says how many of the call's ops were compared and which failed first:
+the module's output is its *last* op, rarely the one that went wrong.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from bisect_onnx.align.modules import Pair
+from bisect_onnx.align.ops import OpAlignment, align_ops
+from bisect_onnx.judge.compare import compare_arrays
+from bisect_onnx.judge.records import Record, Report, make_record
+from bisect_onnx.pytorch.op_values import OpCapture
+from bisect_onnx.runtime.onnx_side import NodeInfo
+from bisect_onnx.runtime.sides import CapturedValue
+
+__all__ = ["GRANULARITIES", "op_records", "align_op_values", "aggregate_ops",
+           "look_inside_first_divergence"]
+
+logger = logging.getLogger(__name__)
+
+#: ``op``: a row per ATen op (where an ExportedProgram names the ONNX values);
+#: ``module``: a row per module call (every model form and exporter).
+GRANULARITIES = ("op", "module")
+
+
+def op_records(alignment: OpAlignment, *, rtol: float, atol: float) -> list[Record]:
+    """One record per op pair, in ONNX graph order."""
+    records = []
+    for index, pair in enumerate(alignment.pairs):
+        record = make_record(index, pair, compare_arrays(
+            pair.reference.array, pair.candidate.array, rtol=rtol, atol=atol))
+        if pair.candidate.name in alignment.matches:
+            confidence, how = alignment.matches[pair.candidate.name]
+            record = replace(record, match_confidence=round(confidence, 3), matched_by=how)
+        records.append(record)
+    return records
+
+
+def align_op_values(
+    ops: OpCapture,
+    nodes: Sequence[NodeInfo],
+    candidate_values: Mapping[str, CapturedValue],
+    *,
+    template: Any = None,
+    foreign: Any = None,
+    foreign_dir: Path | None = None,
+    graph_inputs: Mapping[str, Any] | None = None,
+    rtol: float,
+    atol: float,
+) -> OpAlignment:
+    """By name and metadata; through ``template`` (an export made here) for a foreign file."""
+    if template is None:
+        return align_ops(ops, nodes, candidate_values)
+    from bisect_onnx.align.foreign import align_foreign
+
+    return align_foreign(template, ops, foreign, foreign_dir or Path("."), candidate_values,
+                         graph_inputs or {}, rtol=rtol, atol=atol)
+
+
+def aggregate_ops(module_records: Sequence[Record], ops: Sequence[Record],
+                  op_pairs: Sequence[Pair]) -> list[Record]:
+    """Module records with the counts and first failure of the ops inside each call."""
+    scopes = {pair.candidate.name: pair.reference.provenance.scopes for pair in op_pairs}
+    inside: dict[str, list[Record]] = {}
+    for record in ops:
+        for call in scopes.get(record.onnx_value, ()):
+            inside.setdefault(call, []).append(record)
+    aggregated = []
+    for record in module_records:
+        members = inside.get(record.torch_module or "", [])
+        if not members:
+            aggregated.append(record)
+            continue
+        failing = [member for member in members if member.failed]
+        aggregated.append(replace(
+            record, ops_compared=len(members), ops_failed=len(failing),
+            first_failing_op=failing[0].fx_node if failing else None))
+    return aggregated
+
+
+def look_inside_first_divergence(
+    report: Report,
+    segments: Mapping[str, Sequence[NodeInfo]],
+    ops: OpCapture,
+    program: Any,
+    model: Any,
+    candidate_values: Mapping[str, Any],
+    *,
+    opset: int | None,
+) -> None:
+    """Name the ONNX node inside a multi-node op where the culprit's error starts.
+
+    A failing ``aten.linear`` is MatMul then Add, and only the Add's output carries
+    the op's name: the op is exported alone and its values compared node by node
+    (:mod:`bisect_onnx.search.decomposition`). The first divergence then names that node;
+    ``report.inside_op`` says what was done either way.
+    """
+    from bisect_onnx.search.decomposition import localize_in_segment
+
+    record = report.first_culprit or report.first_divergence
+    if record is None or record.fx_node is None:
+        return
+    segment = [node for node in segments.get(record.fx_node, ())
+               if node.op_type != "Constant"]
+    if len(segment) < 2:
+        return
+    fx_node = next((node for node in program.graph.nodes if node.name == record.fx_node), None)
+    if fx_node is None:
+        return
+    reference = {name: value.array for name, value in ops.values.items()}
+    reference.update(ops.graph_inputs)
+    finding = localize_in_segment(
+        fx_node, program, reference, [model.graph.node[node.index] for node in segment],
+        candidate_values, rtol=report.rtol, atol=report.atol, opset=opset)
+    logger.info("inside %s: %s", record.fx_node, finding.how)
+    report.inside_op = {"fx_node": record.fx_node, "nodes": [node.name for node in segment],
+                        "node": finding.node, "value": finding.value, "how": finding.how,
+                        "compared": finding.compared}
+    # By the value it computes: a node may have no name in the file.
+    found = next((node for node in segment
+                  if finding.value is not None and finding.value in node.outputs), None)
+    if finding.node is not None and found is not None:
+        narrowed = replace(record, onnx_node=found.name, onnx_op=found.op_type)
+        if report.first_culprit is record:
+            report.first_culprit = narrowed
+        if report.first_divergence is record:
+            report.first_divergence = narrowed
+        report.comparisons = [narrowed if item is record else item
+                              for item in report.comparisons]

@@ -1,0 +1,1 @@
+"""The ``bisect-onnx`` command."""

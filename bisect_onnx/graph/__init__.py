@@ -1,0 +1,1 @@
+"""Facts read from an ONNX graph: module scopes, provenance metadata, external weights."""

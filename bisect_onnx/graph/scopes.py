@@ -1,0 +1,122 @@
+"""Which PyTorch modules enclose each ONNX node, for either exporter.
+
+- The dynamo exporter writes the module paths into each node's metadata
+  (``pkg.torch.onnx.name_scopes``); which *call* of a reused module a node ran in
+  is known only from the ExportedProgram (``nn_module_stack`` keys ``relu@1``).
+- The TorchScript exporter writes them into node names: ``/layer2/downsample/
+  downsample.0/Conv``. Each component is a module's name without its parents, except
+  that a numeric name keeps its container (``downsample.0``, ``blocks.0``); a
+  repeated call gets a suffix (``act_1``). Components are resolved against the
+  module paths the PyTorch side actually called.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from bisect_onnx.runtime.onnx_side import NodeInfo
+
+__all__ = ["NodeScope", "read_scopes", "detect_exporter", "count_attributed",
+           "unqualified_name"]
+
+_CALL_SUFFIX = re.compile(r"(?P<name>.+)_(?P<call>\d+)")
+
+
+@dataclass(frozen=True)
+class NodeScope:
+    """The modules around one ONNX node."""
+
+    modules: tuple[str, ...]
+    """Enclosing module paths, outermost first; the model itself is left out."""
+    origin: str
+    """Nodes with the same origin were made from one torch op: never split across calls."""
+    calls: Mapping[str, int] = field(default_factory=dict)
+    """Module path -> which call of it the node ran in, where the exporter recorded it."""
+
+
+def detect_exporter(nodes: Sequence[NodeInfo]) -> str:
+    """``dynamo``, ``torchscript`` or ``unknown``, from what the graph carries."""
+    if any(node.torch for node in nodes):
+        return "dynamo"
+    scoped = sum(node.name.startswith("/") for node in nodes)
+    if nodes and scoped >= len(nodes) / 2:
+        return "torchscript"
+    return "unknown"
+
+
+def count_attributed(nodes: Sequence[NodeInfo]) -> int:
+    """How many nodes carry a module attribution: torch metadata, or a scoped name."""
+    return sum(node.torch is not None or node.name.startswith("/") for node in nodes)
+
+
+def read_scopes(
+    nodes: Sequence[NodeInfo],
+    module_paths: Collection[str],
+    call_index: Mapping[str, Mapping[str, int]] | None = None,
+) -> list[NodeScope | None]:
+    """The scope of every node (``None`` where nothing is known), in node order."""
+    exporter = detect_exporter(nodes)
+    if exporter == "dynamo":
+        return [_dynamo_scope(node, call_index or {}) for node in nodes]
+    if exporter == "torchscript":
+        known = frozenset(module_paths)
+        return [_torchscript_scope(node, known) for node in nodes]
+    return [None] * len(nodes)
+
+
+def _dynamo_scope(node: NodeInfo, call_index: Mapping[str, Mapping[str, int]]) -> NodeScope | None:
+    meta = node.torch
+    if meta is None:
+        return None
+    origin = meta.fx_node or node.name
+    modules = tuple(scope for scope in meta.scopes if scope)
+    return NodeScope(modules=modules, origin=origin, calls=dict(call_index.get(origin, {})))
+
+
+def _torchscript_scope(node: NodeInfo, module_paths: frozenset[str]) -> NodeScope | None:
+    if not node.name.startswith("/"):
+        return None
+    components = node.name.split("/")[1:-1]  # the last part names the op itself
+    modules: list[str] = []
+    parent, call = "", 0
+    for component in components:
+        path, call = _child(parent, component, module_paths), 0
+        if path is None:
+            suffixed = _CALL_SUFFIX.fullmatch(component)
+            if suffixed:
+                path = _child(parent, suffixed["name"], module_paths)
+                call = int(suffixed["call"])
+        if path is None:
+            break  # a scope the PyTorch side never called: the rest is not a module path
+        modules.append(path)
+        parent = path
+    # The exporter suffixes the innermost module of a repeated call (``act_1``); its
+    # enclosing modules keep their plain names on every call, so only the innermost
+    # module's call is known (and an unsuffixed one only presumed the first).
+    calls = {modules[-1]: call} if modules else {}
+    return NodeScope(modules=tuple(modules), origin=node.name, calls=calls)
+
+
+def _child(parent: str, component: str, module_paths: frozenset[str]) -> str | None:
+    """The shallowest module under ``parent`` whose unqualified name is ``component``."""
+    prefix = f"{parent}." if parent else ""
+    matches = [
+        path for path in module_paths
+        if path.startswith(prefix) and unqualified_name(path) == component
+    ]
+    return min(matches, key=lambda path: path.count("."), default=None)
+
+
+def unqualified_name(path: str) -> str:
+    """A module's name as the TorchScript exporter shows it in a scope.
+
+    The last component, widened to the left over numeric ones: ``layer2.downsample.0``
+    shows as ``downsample.0``, ``blocks.0`` as ``blocks.0``.
+    """
+    atoms = path.split(".")
+    for index in range(len(atoms) - 1, -1, -1):
+        if not atoms[index].isdigit():
+            return ".".join(atoms[index:])
+    return path

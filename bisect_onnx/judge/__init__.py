@@ -1,0 +1,1 @@
+"""Judging pairs of values: tolerance, comparison records, the verdict."""

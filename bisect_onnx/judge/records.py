@@ -1,0 +1,273 @@
+"""The records every output format is made from.
+
+One :class:`Record` per compared value pair; the table, the JSON file, the verdict
+line and (later) HTML and the pytest plugin all format these and nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from bisect_onnx.align.modules import Pair, Unaligned
+from bisect_onnx.graph.provenance import SourceLocation
+from bisect_onnx.judge.compare import ArrayComparison, Status
+
+__all__ = ["Record", "Coverage", "Report", "make_record", "SCHEMA_VERSION"]
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Record:
+    """One compared pair: where the value came from on both sides, and its error figures."""
+
+    index: int
+    onnx_node: str | None
+    onnx_op: str | None
+    onnx_value: str
+    torch_module: str | None
+    """Module path; ``relu@1`` is the second call of ``relu``; ``None`` for final outputs."""
+    torch_op: str | None
+    source: SourceLocation | None
+    shape: list[int]
+    dtype: str
+    candidate_shape: list[int]
+    candidate_dtype: str
+    max_abs_error: float | None
+    max_rel_error: float | None
+    mismatch_fraction: float | None
+    min_passing_atol: float | None
+    nan_mismatch: int
+    status: str
+    introduced_here: bool | None = None
+    """Whether this value's own node(s), fed PyTorch's exact inputs, are still out of
+    tolerance (the error starts here); ``None`` when not checked (passing values, and
+    failing ones the search did not need)."""
+    local_max_abs_error: float | None = None
+    """The error of those nodes alone, on PyTorch's inputs."""
+    local_status: str | None = None
+    error_growth: float | None = None
+    """This value's error over the largest error of its inputs (max abs)."""
+    classification: str | None = None
+    """For a value that introduces error: ``graph semantics``, ``runtime kernel``,
+    ``float precision`` or ``unclassified`` (see the README)."""
+    fx_node: str | None = None
+    """Op level: the FX node (torch op call) the compared torch value is the output of."""
+    ops_compared: int | None = None
+    """Module rows with op data: how many ops inside the module call were compared."""
+    ops_failed: int | None = None
+    first_failing_op: str | None = None
+    """Module rows with op data: the FX node of the first failing op inside the call."""
+    match_confidence: float | None = None
+    """Structural fallback (a file of unknown origin): how sure the match is, 0 to 1."""
+    matched_by: str | None = None
+    """Structural fallback: ``topology``, ``region``, ``values``, ``position``..."""
+    reference_value: str | None = None
+    """ONNX against ONNX: the reference's value name (``onnx_value`` is the candidate's)."""
+    reference_node: str | None = None
+    """ONNX against ONNX: the reference's node that computed it."""
+    sqnr_db: float | None = None
+    """ONNX against ONNX, for a quantized or narrower-precision candidate value: the
+    signal-to-quantization-noise ratio, ``10 log10(sum(ref^2) / sum((ref - cand)^2))``."""
+    rtol: float | None = None
+    atol: float | None = None
+    """The tolerance this value was judged by, when it is not the report's (a per-value
+    rule from a tolerance file, a quantized value's scale)."""
+
+    @property
+    def failed(self) -> bool:
+        """Whether this pair is out of tolerance (or mismatched in shape, dtype or NaN)."""
+        return self.status != Status.PASS
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as the JSON schema lays it out."""
+        data = asdict(self)
+        data["source"] = (
+            {"file": self.source.file, "line": self.source.line} if self.source else None
+        )
+        return data
+
+
+def make_record(index: int, pair: Pair, result: ArrayComparison, *, final: bool = False) -> Record:
+    """Build a record from an aligned pair and its comparison."""
+    candidate = pair.candidate.provenance
+    reference = pair.reference
+    torch_module = None if final else reference.name
+    fx_node = reference.provenance.fx_node
+    if fx_node is not None and not final:  # an op: named by the module call around it
+        torch_module = reference.provenance.scopes[-1] if reference.provenance.scopes else ""
+    return Record(
+        index=index,
+        onnx_node=candidate.node,
+        onnx_op=candidate.node_op,
+        onnx_value=pair.candidate.name,
+        torch_module=torch_module,
+        torch_op=reference.provenance.torch_op if fx_node else candidate.torch_op,
+        source=(reference.provenance.source or candidate.source) if fx_node
+        else candidate.source,
+        shape=list(result.shape),
+        dtype=result.dtype,
+        candidate_shape=list(result.candidate_shape),
+        candidate_dtype=result.candidate_dtype,
+        max_abs_error=result.max_abs_error,
+        max_rel_error=result.max_rel_error,
+        mismatch_fraction=result.mismatch_fraction,
+        min_passing_atol=result.min_passing_atol,
+        nan_mismatch=result.nan_mismatch,
+        status=result.status,
+        fx_node=fx_node,
+    )
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """How much of each side the alignment could pair up."""
+
+    onnx_values: int
+    aligned_values: int
+    torch_modules: int
+    """Module calls recorded on the PyTorch side (each call of a reused module counts)."""
+    aligned_modules: int
+    onnx_nodes: int = 0
+    attributed_nodes: int = 0
+    """ONNX nodes the exporter's metadata or node names attribute to a module (or the model)."""
+    inferred_nodes: int = 0
+    """Op level: attributed nodes that carry no metadata, attributed through the FX name
+    their outputs were named after (nodes the exporter's optimizer rebuilt)."""
+    granularity: str = "module"
+    """``op`` (rows are ATen ops) or ``module`` (rows are module calls)."""
+    torch_ops: int = 0
+    """Op level: ops whose value torch computed as one tensor."""
+    compared_ops: int = 0
+    fused_ops: int = 0
+    """Op level: ops fused by the exporter's optimizer into another op's ONNX node."""
+    fx_named_values: int = 0
+    """Op level: floating-point ONNX values that stand for an op's value (named after it
+    or mapped to it through metadata); decomposition intermediates are not among them."""
+    fx_named_compared: int = 0
+
+
+@dataclass
+class Report:
+    """The result of one bisection: verdict, records and context."""
+
+    verdict: str
+    """``parity`` or ``diverged``, decided by the final outputs."""
+    rtol: float
+    atol: float
+    environment: dict[str, Any]
+    reference: dict[str, Any]
+    candidate: dict[str, Any]
+    first_divergence: Record | None
+    final_outputs: list[Record]
+    comparisons: list[Record]
+    hidden_divergences: list[Record]
+    coverage: Coverage
+    unaligned: list[Unaligned] = field(default_factory=list)
+    """Torch values (module outputs, or ops at op level) with no ONNX value, and why."""
+    onnx_unaligned: list[Unaligned] = field(default_factory=list)
+    """Op level: ONNX values with no torch value (decomposition intermediates), and why."""
+    op_comparisons: list[Record] = field(default_factory=list)
+    """Module granularity with op data: the op rows the module rows aggregate."""
+    warnings: list[str] = field(default_factory=list)
+    note: str | None = None
+    """Extra context for the verdict (where the culprit must lie when no checkpoint fails)."""
+    repro: dict[str, Any] | None = None
+    """Where the minimal repro of the first divergence was written, if asked for."""
+    first_culprit: Record | None = None
+    """The first failing value whose own node introduces the error beyond float
+    rounding: where the bug is (the first divergence may only carry it, or fail by
+    rounding). ``None`` when none was found."""
+    attribution: dict[str, Any] | None = None
+    """How the culprit was found: values checked, inputs fed, classification, drift."""
+    culprits: list[Record] | None = None
+    """With ``all_culprits``: every value that introduces error, in graph order."""
+    nan_origin: Record | None = None
+    """The first value with NaN or Inf on one side only, when an earlier value was the
+    first to fail (by a small margin, say)."""
+    capture: dict[str, Any] = field(default_factory=dict)
+    """How ONNX Runtime's values were captured: mode (fusion-preserving or all values),
+    promoted and surviving values, disabled optimizers, whether the capture fuses as
+    production does and its final outputs equal production's."""
+    inside_op: dict[str, Any] | None = None
+    """Op level, when the first divergence is an op made of several ONNX nodes: which
+    node inside it went wrong (``node``; ``None`` when it could not be told) and how
+    that was found (``how``)."""
+    culprit: dict[str, Any] | None = None
+    """The first divergence's ONNX node in its graph: op, attributes, and each input and
+    output with shape, dtype and where its value came from (see README's JSON schema)."""
+    tolerance_basis: str | None = None
+    """Where the report's tolerance comes from when it is not the float32 default (ONNX
+    against ONNX: the candidate's precision, a tolerance file)."""
+    search: dict[str, Any] = field(default_factory=lambda: {"mode": "full capture"})
+    """Which search found the first divergence: ``full capture`` (every value in one
+    session), or ``bisection`` (probes of the production graph, a few values each),
+    with why, each probe and what it found."""
+
+    @classmethod
+    def decided(cls, decision: Any, *, rtol: float, atol: float, final_outputs: list[Record],
+                comparisons: list[Record], coverage: Coverage, **fields: Any) -> Report:
+        """A report carrying ``decision``'s verdict (:func:`bisect_onnx.judge.verdict.decide`).
+
+        Its first divergence, hidden divergences, note and NaN origin too; the sides
+        are described later.
+        """
+        return cls(verdict=decision.verdict, rtol=rtol, atol=atol, environment={},
+                   reference={}, candidate={}, first_divergence=decision.first_divergence,
+                   final_outputs=final_outputs, comparisons=comparisons,
+                   hidden_divergences=decision.hidden_divergences, coverage=coverage,
+                   note=decision.note, nan_origin=decision.nan_origin, **fields)
+
+    @property
+    def diverged(self) -> bool:
+        """Whether the final outputs disagree."""
+        return self.verdict == "diverged"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as schema-1 JSON data."""
+        return {
+            "schema": SCHEMA_VERSION,
+            "verdict": self.verdict,
+            "rtol": self.rtol,
+            "atol": self.atol,
+            "environment": self.environment,
+            "reference": self.reference,
+            "candidate": self.candidate,
+            "first_divergence": self.first_divergence.to_dict() if self.first_divergence else None,
+            "final_outputs": [record.to_dict() for record in self.final_outputs],
+            "comparisons": [record.to_dict() for record in self.comparisons],
+            "hidden_divergences": [record.to_dict() for record in self.hidden_divergences],
+            "warnings": list(self.warnings),
+            "coverage": asdict(self.coverage),
+            "unaligned": [asdict(item) for item in self.unaligned],
+            "onnx_unaligned": [asdict(item) for item in self.onnx_unaligned],
+            "op_comparisons": [record.to_dict() for record in self.op_comparisons],
+            "note": self.note,
+            "first_culprit": self.first_culprit.to_dict() if self.first_culprit else None,
+            "attribution": self.attribution,
+            "culprits": ([record.to_dict() for record in self.culprits]
+                         if self.culprits is not None else None),
+            "nan_origin": self.nan_origin.to_dict() if self.nan_origin else None,
+            "capture": self.capture,
+            "inside_op": self.inside_op,
+            "culprit": self.culprit,
+            "repro": self.repro,
+            "tolerance_basis": self.tolerance_basis,
+            "search": self.search,
+        }
+
+    def summary(self) -> str:
+        """The verdict in one line."""
+        from bisect_onnx.report.text import verdict_line
+
+        return verdict_line(self)
+
+    def table(self, *, show: str = "window") -> str:
+        """The comparison table (``show="all"`` for every row)."""
+        from bisect_onnx.report.text import format_table
+
+        return format_table(self, show=show)
+
+    def __str__(self) -> str:
+        return f"{self.table()}\n\n{self.summary()}"

@@ -1,0 +1,67 @@
+"""The verdict: from ordered records to parity/diverged and the first divergence.
+
+Pure logic on records, no models: the driver in :mod:`bisect_onnx.pipeline.pytorch_vs_onnx` runs the
+sides; this decides what the numbers mean.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from bisect_onnx.judge.records import Record
+
+__all__ = ["Decision", "decide"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the records say."""
+
+    verdict: str
+    first_divergence: Record | None
+    hidden_divergences: list[Record]
+    note: str | None
+    nan_origin: Record | None = None
+    """The first value holding NaN or Inf on one side only, where it differs from the
+    first divergence (an earlier value may fail by a small margin): where the NaN
+    starts matters more than where a tolerance was first crossed."""
+
+
+def decide(comparisons: Sequence[Record], final_outputs: Sequence[Record],
+           output_order: Mapping[str, int] | None = None) -> Decision:
+    """Decide the verdict from the final outputs and locate the first divergence.
+
+    ``comparisons`` must be in topological order. The verdict is ``diverged`` when
+    any final output fails. The first divergence is then the first failing
+    comparison; if none fails, the failing final output computed first
+    (``output_order``: ONNX value -> graph position), with a note that the culprit lies
+    after the last passing checkpoint. Intermediate failures under
+    passing outputs (masked positions, say) are *hidden divergences*, not a verdict.
+    """
+    failing = [record for record in comparisons if record.failed]
+    failing_outputs = [record for record in final_outputs if record.failed]
+    if not failing_outputs:
+        note = None
+        if failing:
+            note = (
+                f"{len(failing)} intermediate value(s) diverge but the final outputs agree "
+                "(masked or discarded positions?): listed as hidden divergences"
+            )
+        return Decision("parity", None, failing, note)
+    if failing:
+        nan_origin = next((record for record in failing if record.nan_mismatch), None)
+        return Decision("diverged", failing[0], [], None,
+                        nan_origin if nan_origin is not failing[0] else None)
+    passing = [record for record in comparisons if not record.failed]
+    last_passing = passing[-1] if passing else None
+    where = (
+        f"after the last passing checkpoint ({last_passing.torch_module} = ONNX value "
+        f"{last_passing.onnx_value!r})" if last_passing
+        else "somewhere in the graph: no intermediate value could be compared"
+    )
+    note = f"no aligned intermediate value fails; the culprit lies {where}"
+    order = output_order or {}
+    first_output = min(failing_outputs,
+                       key=lambda record: order.get(record.onnx_value, len(order) + record.index))
+    return Decision("diverged", first_output, [], note)

@@ -1,0 +1,1 @@
+"""The drivers that wire the stages together: PyTorch against ONNX, ONNX against ONNX, parity."""

@@ -1,0 +1,112 @@
+"""Parity checks for test suites: cheap when parity holds, a bisection when it breaks.
+
+``assert_parity`` first compares only the final outputs (one plain ONNX Runtime
+session, nothing promoted). Only when they disagree does it run the full
+bisection, and raise :class:`~bisect_onnx.errors.ParityError` with the verdict and
+the table rows around the culprit, so a CI log says *where* parity broke.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bisect_onnx.errors import ParityError
+from bisect_onnx.events import CAPTURE_STARTED, PARITY_CHECKED, emit
+from bisect_onnx.judge.compare import DEFAULT_ATOL, DEFAULT_RTOL, check_tolerances
+from bisect_onnx.pipeline.pytorch_vs_onnx import (
+    ExportOptions,
+    arrange_for,
+    as_arrays,
+    bisect,
+    compare_final_outputs,
+    prepare_candidate,
+    resolve_export,
+)
+from bisect_onnx.pytorch.reference import reference_for
+from bisect_onnx.report.json import write_json
+from bisect_onnx.sources.loading import check_against_onnx
+
+__all__ = ["assert_parity"]
+
+
+def assert_parity(
+    model: Any,
+    inputs: Any,
+    onnx_model: Any = None,
+    *,
+    rtol: float = DEFAULT_RTOL,
+    atol: float = DEFAULT_ATOL,
+    export: ExportOptions | None = None,
+    artifacts_dir: str | Path | None = None,
+    name: str | None = None,
+) -> None:
+    """Assert that the ONNX model's final outputs match the PyTorch model's.
+
+    Args:
+        model: What :func:`bisect_onnx.bisect` takes (an ``nn.Module``, a program, a path).
+        inputs: The inputs, as :func:`bisect_onnx.bisect` takes them.
+        onnx_model: The export under test; without it the model is exported here.
+        rtol: Relative tolerance (``|onnx - torch| > atol + rtol * |torch|`` fails).
+        atol: Absolute tolerance.
+        export: How to export when ``onnx_model`` is not given.
+        artifacts_dir: Where a failing check writes its report (``<name>.json`` and
+            ``<name>.html``) and the repro of its first divergence (``<name>.repro/``).
+        name: The check's name in messages and artifact file names.
+
+    Raises:
+        ParityError: A final output is out of tolerance; ``.report`` holds the bisection.
+    """
+    __tracebackhide__ = True  # pytest shows the caller's line, not ours
+    check_tolerances(rtol, atol)
+    reference = reference_for(model, label=name)
+    export = resolve_export(reference, onnx_model, export)
+    label = name or reference.side.describe().get("class", "model")
+    given = as_arrays(inputs)
+    with tempfile.TemporaryDirectory(prefix="bisect-onnx-parity-") as workdir:
+        prepared = prepare_candidate(reference, given, onnx_model, export, Path(workdir))
+        arrays = arrange_for(reference, prepared.candidate, given)
+        check_against_onnx(arrays, prepared.candidate.inputs)
+        if prepared.capture is None:
+            emit(CAPTURE_STARTED, "pytorch")
+        capture = prepared.capture or reference.side.run(arrays, keywords=prepared.keywords)
+        warnings: list[str] = []
+        records = compare_final_outputs(capture.outputs, prepared.candidate.run_outputs(arrays),
+                                        rtol=rtol, atol=atol, warnings=warnings)
+        agree = not warnings and not any(record.failed for record in records)
+        emit(PARITY_CHECKED, f"{label}: {'parity' if agree else 'diverged'}")
+        if agree:
+            return
+    stem = _file_name(label)
+    folder = Path(artifacts_dir) if artifacts_dir is not None else None
+    # The bisection exports again when it has to (an export made here records which
+    # call of a reused module each node ran in, which it needs).
+    report = bisect(model, inputs, onnx_model=onnx_model, rtol=rtol, atol=atol,
+                    export=None if onnx_model is not None or reference.onnx_program is not None
+                    else export, model_label=name,
+                    repro_dir=folder / f"{stem}.repro" if folder is not None else None)
+    if folder is not None:
+        from bisect_onnx.report.html import write_html
+
+        folder.mkdir(parents=True, exist_ok=True)
+        write_json(report, folder / f"{stem}.json")
+        write_html(report, folder / f"{stem}.html")
+    if report.diverged:
+        message = f"ONNX parity of {label} broke.\n{report.summary()}\n\n{report.table()}"
+    else:
+        # The plain session disagreed, the promoted one did not: ORT fuses differently
+        # when every value is an output (or the outputs do not pair up).
+        failing = [record for record in records if record.failed]
+        details = "; ".join(warnings + [
+            f"output {record.index} ({record.onnx_value}): {record.status}, max abs "
+            f"{record.max_abs_error}" for record in failing])
+        message = (f"ONNX parity of {label} broke in a plain ONNX Runtime session ({details}), "
+                   "but not when every value is recorded: the difference lives in what ONNX "
+                   "Runtime fuses when nothing is promoted")
+    raise ParityError(message, report)
+
+
+def _file_name(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", label).strip("_") or "model"

@@ -1,0 +1,190 @@
+"""Export a PyTorch model to ONNX, with either exporter, into a folder we own."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bisect_onnx.errors import ModelError, UsageError, one_line
+from bisect_onnx.events import EXPORT_STARTED, emit
+from bisect_onnx.pytorch.calls import call_of_stack_key
+from bisect_onnx.pytorch.module_side import split_keywords, to_tensor
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["EXPORTERS", "ExportResult", "export_model", "call_index_from_program",
+           "as_translated", "trace_program"]
+
+logger = logging.getLogger(__name__)
+
+#: ``dynamo``: torch.export then ONNX translation (torch's default since 2.9);
+#: ``torchscript``: the older tracer, ``torch.onnx.export(..., dynamo=False)``.
+EXPORTERS = ("dynamo", "torchscript")
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """The exported file and what the exporter knew that the file does not say."""
+
+    path: Path
+    call_index: dict[str, dict[str, int]]
+    """Which call of each module every FX node ran in (dynamo only; from ``nn_module_stack``)."""
+    program: Any = None
+    """The ExportedProgram the dynamo exporter translated (after its decompositions),
+    whose FX node names are the ONNX value names; ``None`` for TorchScript."""
+
+
+def export_model(
+    model: torch.nn.Module,
+    inputs: Sequence[np.ndarray],
+    folder: Path,
+    *,
+    exporter: str = "dynamo",
+    opset: int | None = None,
+    options: Mapping[str, Any] | None = None,
+    keywords: Sequence[str] = (),
+) -> ExportResult:
+    """Export ``model`` on ``inputs`` into ``folder`` with the chosen exporter.
+
+    ``options`` are passed to ``torch.onnx.export`` as they are (``dynamic_shapes``,
+    ``custom_translation_table``, ...).
+    """
+    import torch
+
+    if opset is not None and opset < 7:
+        raise UsageError(f"opset {opset} is not an ONNX opset torch can export to; "
+                         "use 17 or later (or leave it to the exporter)")
+    # A TorchScript module's type is RecursiveScriptModule; its source class is kept.
+    name = getattr(model, "original_name", None) or type(model).__name__
+    positional, kwargs = split_keywords([to_tensor(array) for array in inputs], keywords)
+    args = tuple(positional)
+    options = {**(options or {}), **({"kwargs": kwargs} if kwargs else {})}
+    path = folder / "model.onnx"
+    logger.info("exporting %s with the %s exporter", name, exporter)
+    emit(EXPORT_STARTED, exporter)
+    program = None
+    try:
+        with _quiet_exporter():
+            if exporter == "dynamo":
+                program = torch.onnx.export(model, args, dynamo=True, opset_version=opset,
+                                            verbose=False, **options)
+                program.save(str(path))
+            else:
+                torch.onnx.export(model, args, str(path), dynamo=False, opset_version=opset,
+                                  **options)
+    except TypeError as error:
+        if "unexpected keyword" in str(error) or "multiple values" in str(error):
+            raise UsageError(f"torch.onnx.export does not take that option: "
+                             f"{one_line(error)}") from error
+        raise ModelError(f"the {exporter} exporter could not export "
+                         f"{name}: {_summarize(error)}") from error
+    except Exception as error:
+        logger.debug("export failed", exc_info=True)
+        raise ModelError(f"the {exporter} exporter could not export {name}: "
+                         f"{_summarize(error)}") from error
+    exported = getattr(program, "exported_program", None)
+    return ExportResult(path=path, call_index=call_index_from_program(exported),
+                        program=exported)
+
+
+def call_index_from_program(exported_program: object | None) -> dict[str, dict[str, int]]:
+    """Map FX node name -> module path -> call number, from ``nn_module_stack``.
+
+    torch.export keys a module's stack entry ``L__self__relu`` on its first call
+    and ``L__self__relu@1`` on the second; the ONNX metadata keeps only the path.
+    """
+    index: dict[str, dict[str, int]] = {}
+    graph = getattr(exported_program, "graph", None)
+    if graph is None:
+        return index
+    for node in graph.nodes:
+        stack = node.meta.get("nn_module_stack") or {}
+        calls = {}
+        for key, entry in stack.items():
+            path = entry[0] if isinstance(entry, tuple) and entry else None
+            if isinstance(path, str):
+                calls[path] = call_of_stack_key(key)
+        if calls:
+            index[node.name] = calls
+    return index
+
+
+def trace_program(model: Any, inputs: Sequence[np.ndarray], keywords: Sequence[str] = ()) -> Any:
+    """The program the dynamo exporter would translate ``model`` from, or ``None``.
+
+    For an ONNX file exported elsewhere from this very model: tracing it again gives
+    the FX node names its values were named after (checked by the caller).
+    """
+    import torch
+
+    positional, kwargs = split_keywords([to_tensor(array) for array in inputs], keywords)
+    try:
+        with _quiet_exporter():
+            program = torch.export.export(model, tuple(positional), kwargs or None, strict=False)
+    except Exception:
+        logger.debug("torch.export could not trace the model", exc_info=True)
+        return None
+    return as_translated(program)
+
+
+def as_translated(program: Any) -> Any:
+    """``program`` after the decompositions the dynamo exporter runs before translating.
+
+    The ONNX value names are the FX node names of that program, not of the one the
+    user saved (``batch_norm`` there becomes ``_native_batch_norm_legit_no_training``
+    and a ``getitem``). torch keeps this step private
+    (``_prepare_exported_program_for_export``); ``None`` when it is not there.
+    """
+    try:
+        from torch.onnx._internal.exporter import _core, _registration
+
+        with _quiet_exporter():
+            return _core._prepare_exported_program_for_export(
+                program, registry=_registration.ONNXRegistry.from_torchlib())
+    except Exception:  # a torch without that step, or a program it cannot decompose
+        logger.debug("could not run the exporter's decompositions", exc_info=True)
+        return None
+
+
+@contextlib.contextmanager
+def _quiet_exporter() -> Iterator[None]:
+    """Keep the exporter's chatter (optional-package notices, deprecations) out of our output."""
+    # The exporter and its optimizer log (and print tracebacks of) problems they
+    # recover from; a failure that matters reaches us as an exception.
+    # (torch.__trace logs every traced op at DEBUG, into any capturing handler.)
+    loggers = [logging.getLogger(name) for name in ("torch.onnx", "torch.__trace",
+                                                    "torch.export", "onnxscript", "onnx_ir")]
+    previous = [each.level for each in loggers]
+    for each in loggers:
+        each.setLevel(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield
+        for warning in caught:
+            logger.debug("exporter warning: %s", warning.message)
+    finally:
+        for each, level in zip(loggers, previous, strict=True):
+            each.setLevel(level)
+
+
+def _summarize(error: BaseException) -> str:
+    """The exporter's reason in one readable line (its messages run to pages).
+
+    The exporter wraps the real failure (``TorchExportError: Failed to export the
+    model with torch.export. This is step 1/3 ...``); the innermost cause says why.
+    """
+    innermost = error
+    for _ in range(10):  # a bound, in case of a cycle
+        if innermost.__cause__ is None:
+            break
+        innermost = innermost.__cause__
+    return f"{type(innermost).__name__}: {one_line(innermost)}"

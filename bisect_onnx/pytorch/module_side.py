@@ -1,0 +1,259 @@
+"""The PyTorch reference side: forward hooks record every module call's output.
+
+Each output is copied the moment the hook fires, because a later in-place op (a
+``ReLU(inplace=True)`` right after a conv) would otherwise change it under us.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bisect_onnx.errors import ModelError, one_line
+from bisect_onnx.graph.provenance import Provenance
+from bisect_onnx.pytorch.calls import call_name
+from bisect_onnx.runtime.sides import Capture, CapturedValue
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["TorchModuleSide", "flatten_outputs", "training_mode_warning", "describe_arrays",
+           "to_tensor", "to_numpy", "same_tensor", "split_keywords"]
+
+logger = logging.getLogger(__name__)
+
+# Module types whose behaviour changes between train and eval mode: the usual
+# reason a model left in training mode disagrees with its (eval-mode) export.
+_MODE_DEPENDENT = ("BatchNorm", "Dropout", "InstanceNorm", "GroupNorm", "AlphaDropout")
+
+
+class TorchModuleSide:
+    """Runs an ``nn.Module`` eagerly and records the output of every module call."""
+
+    def __init__(self, model: torch.nn.Module, *, label: str | None = None) -> None:
+        import torch
+
+        self.model = model
+        self.label = label or type(model).__name__
+        # ScriptModules support no forward hooks: only their final outputs can be had.
+        self.records_modules = not isinstance(model, torch.jit.ScriptModule)
+
+    def describe(self) -> dict[str, Any]:
+        """What this side is, for the report."""
+        return {
+            "kind": "torch",
+            "model": self.label,
+            "class": type(self.model).__name__,
+            "training": bool(self.model.training),
+        }
+
+    def run(self, inputs: Sequence[np.ndarray], *, keywords: Sequence[str] = ()) -> Capture:
+        """Run the model once on ``inputs`` with a forward hook on every submodule."""
+        import torch
+
+        names = {}
+        for path, module in self.model.named_modules() if self.records_modules else ():
+            if path:  # the model itself: its output is the final output, compared apart
+                names[module] = path
+        calls: dict[str, int] = {}
+        values: dict[str, CapturedValue] = {}
+        # The live tensor behind each recorded value, to recognise a module that hands
+        # its input back unchanged; weak, so that recording keeps nothing alive.
+        recorded: dict[str, weakref.ref] = {}
+        # The version each recorded tensor had then: a block's output is often the very
+        # tensor its last submodule returned, unchanged since, whose copy can be shared.
+        versions: dict[str, int | None] = {}
+        latest: dict[tuple, str] = {}  # (storage, shape, strides, dtype) -> last recorded
+
+        def record(module: torch.nn.Module, args: Any, output: Any) -> None:
+            path = names[module]
+            call = calls.get(path, 0)
+            calls[path] = call + 1
+            base = call_name(path, call)
+            for suffix, tensor in flatten_outputs(output):
+                name = base + suffix
+                earlier = _latest_record(tensor, recorded, latest)
+                version = _version(tensor)
+                array = (values[earlier].array
+                         if earlier and version is not None and versions[earlier] == version
+                         else to_numpy(tensor))
+                values[name] = CapturedValue(
+                    name=name,
+                    array=array,
+                    provenance=Provenance(
+                        position=len(values),
+                        module=path,
+                        call=call,
+                        module_class=type(module).__name__,
+                        same_as=_passed_through(tensor, array, args, earlier, values),
+                    ),
+                )
+                recorded[name] = weakref.ref(tensor)
+                versions[name] = version
+                latest[_tensor_key(tensor)] = name
+
+        args, kwargs = split_keywords([to_tensor(array) for array in inputs], keywords)
+        handles = [module.register_forward_hook(record) for module in names]
+        # A model in training mode updates its BatchNorm statistics as it runs: put
+        # them back, so that comparing leaves the user's model as it was.
+        buffers = {name: buffer.clone() for name, buffer in self.model.named_buffers()}
+        try:
+            with torch.no_grad():
+                result = self.model(*args, **kwargs)
+        except Exception as error:
+            raise ModelError(
+                f"the PyTorch model's forward raised {type(error).__name__} on inputs "
+                f"{describe_arrays(inputs)}: {one_line(error)}; check that the inputs "
+                "are the ones forward expects"
+            ) from error
+        finally:
+            for handle in handles:
+                handle.remove()
+            with torch.no_grad():
+                for name, buffer in self.model.named_buffers():
+                    buffer.copy_(buffers[name])
+
+        outputs = [
+            CapturedValue(
+                name=f"output{suffix}",
+                array=to_numpy(tensor),
+                provenance=Provenance(position=index, module="",
+                                      module_class=type(self.model).__name__),
+            )
+            for index, (suffix, tensor) in enumerate(flatten_outputs(result))
+        ]
+        logger.info("recorded %d module outputs from %d module calls", len(values),
+                    sum(calls.values()))
+        return Capture(values=values, outputs=outputs)
+
+
+def _version(tensor: torch.Tensor) -> int | None:
+    """The tensor's in-place write counter (``None`` where it keeps none)."""
+    try:
+        return tensor._version
+    except (AttributeError, RuntimeError):  # an inference-mode tensor keeps none
+        return None
+
+
+def _tensor_key(tensor: torch.Tensor) -> tuple:
+    return tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype
+
+
+def _latest_record(tensor: torch.Tensor, recorded: dict[str, weakref.ref],
+                   latest: dict[tuple, str]) -> str | None:
+    """The value last recorded from this very tensor (or an identical view), if alive."""
+    name = latest.get(_tensor_key(tensor))
+    if name is None:
+        return None
+    source = recorded[name]()
+    return name if source is not None and same_tensor(source, tensor) else None
+
+
+def _passed_through(tensor: torch.Tensor, array: np.ndarray, args: Any, earlier: str | None,
+                    values: dict[str, CapturedValue]) -> str | None:
+    """The recorded value a module returned unchanged as its output, if it did.
+
+    The output must be the input tensor itself (or an identical view of it) *and* still
+    hold the values recorded for it (``earlier``): an in-place ReLU also returns its
+    input, changed.
+    """
+    if earlier is None or not any(same_tensor(arg, tensor) for arg in args):
+        return None
+    recorded = values[earlier].array
+    if recorded is array:  # the copy is shared: nothing has written to the tensor since
+        return earlier
+    if _version(tensor) is not None:  # written to since (an in-place ReLU): changed
+        return None
+    if recorded.shape == array.shape and np.array_equal(recorded, array, equal_nan=True):
+        return earlier
+    return None
+
+
+def same_tensor(candidate: Any, tensor: torch.Tensor) -> bool:
+    """Whether ``candidate`` is ``tensor`` or an identical view of the same memory."""
+    import torch
+
+    if candidate is tensor:
+        return True
+    return (
+        isinstance(candidate, torch.Tensor)
+        and candidate.data_ptr() == tensor.data_ptr()
+        and candidate.shape == tensor.shape
+        and candidate.stride() == tensor.stride()
+        and candidate.dtype == tensor.dtype
+    )
+
+
+def flatten_outputs(output: Any, suffix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield ``(suffix, tensor)`` for every tensor in a nested output, in order.
+
+    A lone tensor has the suffix ``""``; a tuple element ``[0]``; a dict (including
+    Hugging Face ``ModelOutput``) entry ``[key]``. Non-tensors (``None``, ints) are
+    skipped: the exporter turns them into constants, not graph outputs.
+    """
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        yield suffix, output
+    elif isinstance(output, dict):
+        for key, item in output.items():
+            yield from flatten_outputs(item, f"{suffix}[{key}]")
+    elif isinstance(output, (list, tuple)):
+        for index, item in enumerate(output):
+            yield from flatten_outputs(item, f"{suffix}[{index}]")
+
+
+def training_mode_warning(model: torch.nn.Module) -> str | None:
+    """A warning naming the train-mode modules likely to explain a divergence."""
+    suspects = [
+        f"{path} ({_class_name(module)})"
+        for path, module in model.named_modules()
+        if module.training and any(kind in _class_name(module) for kind in _MODE_DEPENDENT)
+    ]
+    if not suspects:
+        return None
+    shown = ", ".join(suspects[:6])
+    if len(suspects) > 6:
+        shown += f" and {len(suspects) - 6} more"
+    return (
+        f"the model is in training mode: {shown} behave differently in training and eval; "
+        "this is a likely cause of any divergence — call model.eval() before comparing if "
+        "you meant inference (bisect-onnx leaves the mode as given)"
+    )
+
+
+def split_keywords(values: Sequence[Any], keywords: Sequence[str]) -> tuple[list, dict]:
+    """Positional values, and the trailing ones named by ``keywords`` as a dict."""
+    cut = len(values) - len(keywords)
+    return list(values[:cut]), dict(zip(keywords, values[cut:], strict=True))
+
+
+def to_tensor(array: np.ndarray) -> torch.Tensor:
+    """A tensor of the array's values (0-d stays 0-d, unlike ``np.ascontiguousarray``)."""
+    import torch
+
+    return torch.from_numpy(np.require(array, requirements=["C", "W"]))
+
+
+def _class_name(module: torch.nn.Module) -> str:
+    # A TorchScript module's type is RecursiveScriptModule; its source class is kept.
+    return getattr(module, "original_name", None) or type(module).__name__
+
+
+def describe_arrays(arrays: Sequence[np.ndarray]) -> str:
+    """``float32[1,3,32,32], int64[2]`` — a compact description for messages."""
+    return ", ".join(f"{np.asarray(a).dtype}[{','.join(map(str, np.shape(a)))}]" for a in arrays)
+
+
+def to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    """A copy of the tensor's values, taken now (later in-place ops cannot change it)."""
+    import torch
+
+    copied = tensor.detach().to("cpu")
+    if copied.dtype == torch.bfloat16:  # numpy has no bfloat16
+        copied = copied.float()
+    return copied.clone().numpy()

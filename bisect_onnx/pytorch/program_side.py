@@ -1,0 +1,248 @@
+"""The reference side for a ``torch.export`` ExportedProgram, run FX node by node.
+
+Forward hooks on the submodules of ``ExportedProgram.module()`` never fire: the
+graph is flat, and the submodules are only remembered in each node's
+``meta["nn_module_stack"]`` (outermost first; key ``L__self__block@1`` for the
+second call of ``block``, value ``(path, qualified class name)``). So the graph runs
+in a :class:`torch.fx.Interpreter`, and the value that leaves each module call is
+recorded under the name :class:`~bisect_onnx.pytorch.module_side.TorchModuleSide` gives the
+same call (``block``, ``block@1``, ``pair[0]``), so either side can be the reference.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bisect_onnx.errors import ModelError, one_line
+from bisect_onnx.graph.provenance import Provenance
+from bisect_onnx.pytorch.calls import PlannedCall, call_of_stack_key
+from bisect_onnx.pytorch.module_side import (
+    describe_arrays,
+    flatten_outputs,
+    same_tensor,
+    to_numpy,
+    to_tensor,
+)
+from bisect_onnx.runtime.sides import Capture, CapturedValue
+
+if TYPE_CHECKING:
+    import torch
+    from torch.export import ExportedProgram
+    from torch.fx import Node
+
+__all__ = ["ExportedProgramSide"]
+
+logger = logging.getLogger(__name__)
+
+class ExportedProgramSide:
+    """Runs an ``ExportedProgram`` and records the output of every module call."""
+
+    def __init__(self, exported_program: ExportedProgram, *, label: str | None = None) -> None:
+        self.exported_program = exported_program
+        self._module = exported_program.module()
+        self._calls, root_class = _plan_calls(self._module.graph)
+        self.module_class = root_class or type(self._module).__name__
+        self.label = label or self.module_class
+
+    def describe(self) -> dict[str, Any]:
+        """What this side is, for the report."""
+        return {
+            "kind": "exported_program",
+            "model": self.label,
+            "class": self.module_class,
+            "module_calls": len(self._calls),
+        }
+
+    def run(self, inputs: Sequence[np.ndarray], *, keywords: Sequence[str] = ()) -> Capture:
+        """Run the graph once on ``inputs``, copying each module call's output as it appears."""
+        import torch
+
+        wanted = {node for call in self._calls for node in call.outputs}
+        recorder = recorder_class()(self._module, wanted)
+        # The graph's placeholders are the program's user inputs in its own order, which
+        # is the order the inputs were arranged in: keywords need no special handling.
+        tensors = [to_tensor(array) for array in inputs]
+        # A program exported in training mode updates its BatchNorm statistics, which it
+        # shares with the ExportedProgram's state_dict: put them back afterwards.
+        buffers = {name: buffer.clone() for name, buffer in self._module.named_buffers()}
+        try:
+            with torch.no_grad():
+                result = recorder.run(*tensors)
+        except Exception as error:
+            raise ModelError(
+                f"the exported program raised {type(error).__name__} on inputs "
+                f"{describe_arrays(inputs)}: {one_line(error)}; check that the inputs "
+                "match the ones it was exported with (shapes are fixed unless exported "
+                "with dynamic_shapes)"
+            ) from error
+        finally:
+            with torch.no_grad():
+                for name, buffer in self._module.named_buffers():
+                    buffer.copy_(buffers[name])
+
+        values: dict[str, CapturedValue] = {}
+        latest: dict[Node, str] = {}  # node -> last name its (whole) value was recorded as
+        for call in self._calls:
+            several = len(call.outputs) > 1
+            for index, node in enumerate(call.outputs):
+                for suffix, array in recorder.copies.get(node, []):
+                    name = call.name + (f"[{index}]" if several else "") + suffix
+                    same_as = recorder.passed_through.get(node)
+                    values[name] = CapturedValue(
+                        name=name,
+                        array=array,
+                        provenance=Provenance(
+                            position=len(values),
+                            module=call.path,
+                            call=call.call,
+                            module_class=call.module_class,
+                            torch_op=op_name(node),
+                            same_as=latest.get(same_as) if same_as is not None else None,
+                        ),
+                    )
+                    if not suffix:
+                        latest[node] = name
+
+        outputs = [
+            CapturedValue(
+                name=f"output{suffix}",
+                array=to_numpy(tensor),
+                provenance=Provenance(position=index, module="",
+                                      module_class=self.module_class),
+            )
+            for index, (suffix, tensor) in enumerate(flatten_outputs(result))
+        ]
+        logger.info("recorded %d module outputs from %d module calls", len(values),
+                    len(self._calls))
+        return Capture(values=values, outputs=outputs)
+
+
+def _plan_calls(graph: torch.fx.Graph) -> tuple[list[PlannedCall], str | None]:
+    """Every submodule call in ``graph`` with the nodes that are its outputs, in hook order.
+
+    A call's outputs are the nodes inside it whose values are used outside it (by a
+    later module, a functional op of the parent, or the graph's output): that is
+    exactly what its ``forward`` returned, whether one tensor, a tuple of getitems, or
+    a list a ``split`` made. A call whose output nobody uses falls back to its last
+    tensor-valued node. Several outputs are numbered in graph order, which is the
+    order ``forward`` returns them in unless it computes a later one first (the graph
+    does not say); alignment pairs several outputs by shape, not by number.
+    """
+    position = {node: index for index, node in enumerate(graph.nodes)}
+    members: dict[tuple[str, int], list[Node]] = defaultdict(list)
+    classes: dict[tuple[str, int], str] = {}
+    depths: dict[tuple[str, int], int] = {}
+    root_class = None
+    for node in graph.nodes:
+        for depth, (key, (path, qualified)) in enumerate(module_stack(node).items()):
+            short = str(qualified).rsplit(".", 1)[-1]
+            if path == "":
+                root_class = root_class or short
+                continue
+            call_key = (path, call_of_stack_key(key))
+            members[call_key].append(node)
+            classes[call_key] = short
+            depths[call_key] = depth
+
+    calls = []
+    for call_key, nodes in members.items():
+        inside = set(nodes)
+        outputs = [node for node in nodes if _may_hold_tensors(node)
+                   and any(user not in inside for user in node.users)]
+        if not outputs:
+            outputs = [node for node in nodes if _may_hold_tensors(node)][-1:]
+        if outputs:
+            calls.append(PlannedCall(
+                path=call_key[0], call=call_key[1], module_class=classes[call_key],
+                outputs=tuple(outputs), done_at=position[outputs[-1]], depth=depths[call_key],
+            ))
+    calls.sort(key=lambda call: call.hook_order)
+    return calls, root_class
+
+
+def module_stack(node: Node) -> dict[str, tuple[str, str]]:
+    """The node's ``nn_module_stack``: key -> (module path, qualified class), outermost first."""
+    stack = node.meta.get("nn_module_stack") or {}
+    return {key: value for key, value in stack.items()
+            if isinstance(value, (tuple, list)) and len(value) == 2}
+
+
+def _may_hold_tensors(node: Node) -> bool:
+    """Whether the node's value is (or contains) a tensor, from export's fake values.
+
+    ``_guards_fn`` (a shape check returning ``None``) and symbolic sizes are not; a
+    node without a recorded fake value might be, and is checked when it runs.
+    """
+    import torch
+
+    if node.op not in ("call_function", "call_method", "call_module"):
+        return False
+    if "val" not in node.meta:
+        return True
+    value = node.meta["val"]
+    if isinstance(value, (list, tuple)):
+        return any(isinstance(item, torch.Tensor) for item in value)
+    return isinstance(value, torch.Tensor)
+
+
+def op_name(node: Node) -> str | None:
+    """``aten.linear.default`` for an ATen op; ``None`` for getitem and the like."""
+    import torch
+
+    return str(node.target) if isinstance(node.target, torch._ops.OpOverload) else None
+
+
+@functools.cache
+def recorder_class() -> type:
+    """The interpreter class, made on first use so that importing this module skips torch."""
+    import torch.fx
+
+    class _Recorder(torch.fx.Interpreter):
+        """Copies the values of the wanted nodes the moment they are computed.
+
+        The exported graph may hold in-place ops (``relu_``) that change a value after
+        it was produced; the interpreter itself frees every value after its last use.
+        """
+
+        def __init__(self, module: torch.fx.GraphModule, wanted: set[Node]) -> None:
+            super().__init__(module, garbage_collect_values=True)
+            self.wanted = wanted
+            self.copies: dict[Node, list[tuple[str, np.ndarray]]] = {}
+            # node -> the recorded input node whose tensor it returned unchanged
+            self.passed_through: dict[Node, Node] = {}
+
+        def run_node(self, node: Node) -> Any:
+            result = super().run_node(node)
+            if node in self.wanted:
+                self.copies[node] = [(suffix, to_numpy(tensor))
+                                     for suffix, tensor in flatten_outputs(result)]
+                source = self._source_of(node, result)
+                if source is not None:
+                    self.passed_through[node] = source
+            return result
+
+        def _source_of(self, node: Node, result: Any) -> Node | None:
+            """The recorded input whose tensor ``node`` handed back unchanged (eval Dropout).
+
+            Like the eager side, the tensor must be the input itself *and* still hold
+            the recorded values: an in-place ReLU also returns its input, changed.
+            """
+            if not isinstance(result, torch.Tensor):
+                return None
+            for source in node.all_input_nodes:
+                value = self.env.get(source)
+                recorded = self.copies.get(source)
+                if (same_tensor(value, result) and recorded and len(recorded) == 1
+                        and np.array_equal(recorded[0][1], self.copies[node][0][1],
+                                           equal_nan=True)):
+                    return source
+            return None
+
+    return _Recorder
+

@@ -1,0 +1,251 @@
+"""The reference side for a TorchScript model, from its own graph.
+
+ScriptModules support no forward hooks, and ``torch.export`` cannot take them. But
+their inlined graph still says, for every ATen node, which module instances it ran
+in (``node.getModuleHierarchy()``: ``layer2(BasicBlock).downsample(Sequential).0(...)``).
+So the inlined graph is copied with every node output added to its outputs, run
+once, and each module call's output is read off as the value its nodes produced
+last — the same names and order :class:`~bisect_onnx.pytorch.module_side.TorchModuleSide`
+gives, so alignment works unchanged.
+
+How many times each module is called comes from the un-inlined graphs (one
+``prim::CallMethod`` per call); a reused module's nodes are split into that many
+equal runs, accepted only when the runs are alike, as in :mod:`bisect_onnx.align.modules`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bisect_onnx.errors import InputError, ModelError, one_line
+from bisect_onnx.graph.provenance import Provenance
+from bisect_onnx.pytorch.calls import PlannedCall, call_name, split_into_calls
+from bisect_onnx.pytorch.module_side import describe_arrays, flatten_outputs, to_numpy, to_tensor
+from bisect_onnx.runtime.sides import Capture, CapturedValue
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["ScriptModuleSide"]
+
+logger = logging.getLogger(__name__)
+
+
+class ScriptModuleSide:
+    """Runs a TorchScript module once, capturing every module call's output from its graph."""
+
+    def __init__(self, model: torch.jit.ScriptModule, *, label: str | None = None) -> None:
+        self.model = model
+        self.label = label or model.original_name
+        self.graph, self._calls, called = _instrument(model)
+        captured = {(call.path, call.call) for call in self._calls}
+        #: Module calls the graph does not show (inside control flow, or calls of one
+        #: module that ran different code), in call order.
+        self.uncaptured = [
+            call_name(path, number)
+            for path, count in called.items() for number in range(count)
+            if (path, number) not in captured
+        ]
+
+    def describe(self) -> dict[str, Any]:
+        """What this side is, for the report."""
+        return {"kind": "torchscript", "model": self.label, "class": self.model.original_name,
+                "module_calls": len(self._calls)}
+
+    def _defaults(self, given: int) -> list[Any]:
+        return _defaults_after(self.model, given)
+
+    def run(self, inputs: Sequence[np.ndarray], *, keywords: Sequence[str] = ()) -> Capture:
+        """Run the instrumented graph once; copy each module call's output."""
+        import torch
+
+        if keywords:
+            raise InputError("a TorchScript model takes its inputs in order: give every "
+                             "input up to the last one you need, positionally")
+        function = torch._C._create_function_from_graph("bisect_onnx_capture", self.graph)
+        try:
+            with torch.no_grad():
+                results = function(self.model._c, *[to_tensor(array) for array in inputs],
+                                   *self._defaults(len(inputs)))
+        except Exception as error:
+            raise ModelError(f"the TorchScript model raised {type(error).__name__} on inputs "
+                             f"{describe_arrays(inputs)}: {one_line(error)}") from error
+        final, captured = results[0], results[1:]
+        values: dict[str, CapturedValue] = {}
+        for call in sorted(self._calls, key=lambda call: call.hook_order):
+            several = len(call.outputs) > 1
+            for number, index in enumerate(call.outputs):
+                name = call.name + (f"[{number}]" if several else "")
+                values[name] = CapturedValue(
+                    name=name,
+                    array=to_numpy(captured[index]),
+                    provenance=Provenance(position=len(values), module=call.path,
+                                          call=call.call, module_class=call.module_class),
+                )
+        outputs = [
+            CapturedValue(f"output{suffix}", to_numpy(tensor),
+                          Provenance(position=index, module="",
+                                     module_class=self.model.original_name))
+            for index, (suffix, tensor) in enumerate(flatten_outputs(final))
+        ]
+        return Capture(values=values, outputs=outputs)
+
+
+def _defaults_after(model: Any, given: int) -> list[Any]:
+    """Default values of ``forward``'s parameters after the first ``given``.
+
+    A function made from the graph keeps the parameters but not their defaults.
+    """
+    arguments = model.forward.schema.arguments[1 + given:]  # the first is self
+    return [argument.default_value for argument in arguments if argument.has_default_value()]
+
+
+def _instrument(
+    model: torch.jit.ScriptModule,
+) -> tuple[Any, list[PlannedCall], Counter[str]]:
+    """Instrument the inlined graph.
+
+    Returns the graph (returning its output, then every tensor an ATen node makes),
+    the module calls the graph shows, and how often each module is called.
+    """
+    import torch
+
+    graph = model.inlined_graph
+    # In-place ops (a ReLU(inplace=True) after a conv) would change captured values
+    # before the run returns them: make them functional where that is safe.
+    torch._C._jit_pass_remove_mutation(graph)
+    paths = [path for path, _ in model.named_modules() if path]
+    calls_per_module = Counter(_called_paths(model, ""))
+    top_level = list(graph.nodes())  # nodes inside If/Loop blocks are not promotable
+    users = _users(graph, top_level)
+
+    values: list[Any] = []
+    outputs_of: dict[int, list[tuple[str, int]]] = {}  # position -> (value name, index)
+    members: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for position, node in enumerate(top_level):
+        tensors = [out for out in node.outputs() if out.type().kind() == "TensorType"]
+        if not node.kind().startswith("aten::") or node.kind() in _SHAPE_OPS or not tensors:
+            continue
+        outputs_of[position] = [(out.debugName(), len(values) + i) for i, out in
+                                enumerate(tensors)]
+        values.extend(tensors)
+        for path, module_class in _resolve(node.getModuleHierarchy(), paths):
+            members[(path, module_class)].append(position)
+
+    calls = []
+    for (path, module_class), positions in members.items():
+        runs = split_into_calls(positions, calls_per_module.get(path, 0),
+                                origin=lambda position: position,
+                                kind=lambda position: top_level[position].kind())
+        for call, run in enumerate(runs or []):
+            # Inlining keeps a call's nodes together: everything between its first and
+            # last op (list constructions, inner calls) is inside it, and so are the
+            # control-flow nodes right after it that still belong to the module (the
+            # If that picks max_pool's values or indices in a scripted module).
+            end = run[-1]
+            while (end + 1 < len(top_level) and end + 1 not in outputs_of
+                   and path in _module_paths(top_level[end + 1], paths)):
+                end += 1
+            inside = set(range(run[0], end + 1))
+            # What the call returns: the values used after it (or by the graph's
+            # output), not whatever its last op made (max_pool's indices, LSTM's c_n).
+            leaving = [index for position in run for name, index in outputs_of[position]
+                       if users.get(name, set()) - inside]
+            if not leaving:
+                leaving = [outputs_of[run[-1]][0][1]]
+            calls.append(PlannedCall(path, call, module_class, tuple(leaving), run[-1],
+                               path.count(".")))
+
+    # One tuple output (the model's own result, then every captured value), since a
+    # graph function returns a single value.
+    originals = list(graph.outputs())
+    for position in reversed(range(len(originals))):
+        graph.eraseOutput(position)
+    everything = originals + values
+    pack = graph.create("prim::TupleConstruct", everything, 1)
+    graph.appendNode(pack)
+    pack.output().setType(torch._C.TupleType([value.type() for value in everything]))
+    graph.registerOutput(pack.output())
+    return graph, calls, calls_per_module
+
+
+_RETURN = -1
+# Shape arithmetic, which tracing records as tensors: not values anyone debugs.
+_SHAPE_OPS = frozenset({"aten::size", "aten::numel", "aten::dim", "aten::Int",
+                        "aten::ScalarImplicit", "aten::len"})
+
+
+def _users(graph: Any, top_level: Sequence[Any]) -> dict[str, set[int]]:
+    """Value name -> positions of the top-level nodes that read it (``_RETURN``: the output).
+
+    A read inside an If or Loop counts as a read by that If or Loop.
+    """
+    users: dict[str, set[int]] = defaultdict(set)
+
+    def visit(node: Any, position: int) -> None:
+        for value in node.inputs():
+            users[value.debugName()].add(position)
+        for block in node.blocks():
+            for inner in block.nodes():
+                visit(inner, position)
+            for value in block.outputs():
+                users[value.debugName()].add(position)
+
+    for position, node in enumerate(top_level):
+        visit(node, position)
+    for value in graph.outputs():
+        users[value.debugName()].add(_RETURN)
+    return users
+
+
+def _called_paths(module: Any, prefix: str, method: str = "forward") -> list[str]:
+    """Every submodule call in ``module.<method>``, recursively, as dotted paths.
+
+    Tracing gives each further call of a module a method of its own (``forward1``,
+    ``forward2``), so every ``forward*`` method call counts as a call.
+    """
+    found = []
+    for node in getattr(module, method).graph.nodes():
+        if node.kind() != "prim::CallMethod" or not node.s("name").startswith("forward"):
+            continue
+        chain, value = [], node.inputsAt(0)
+        while value.node().kind() == "prim::GetAttr":
+            chain.append(value.node().s("name"))
+            value = value.node().inputsAt(0)
+        if not chain:
+            continue
+        relative = ".".join(reversed(chain))
+        path = f"{prefix}.{relative}" if prefix else relative
+        found.append(path)
+        try:
+            submodule = module
+            for name in reversed(chain):
+                submodule = getattr(submodule, name)
+            found.extend(_called_paths(submodule, path, node.s("name")))
+        except AttributeError:
+            logger.debug("cannot follow the call of %s", path)
+    return found
+
+
+def _module_paths(node: Any, paths: Sequence[str]) -> set[str]:
+    return {path for path, _ in _resolve(node.getModuleHierarchy(), paths)}
+
+
+def _resolve(hierarchy: str, paths: Sequence[str]) -> list[tuple[str, str]]:
+    """``blocks.0`` for ``0(TransformerBlock)``: the hierarchy's instances as module paths."""
+    resolved, parent = [], ""
+    for part in hierarchy.split(").") if hierarchy else []:
+        instance, _, module_class = part.rstrip(")").partition("(")
+        prefix = f"{parent}." if parent else ""
+        matches = [path for path in paths
+                   if path.startswith(prefix) and path.rsplit(".", 1)[-1] == instance]
+        if not matches:
+            break  # UNKNOWN_INSTANCE: a function call, not a module
+        parent = min(matches, key=lambda path: path.count("."))
+        resolved.append((parent, module_class))
+    return resolved

@@ -1,0 +1,97 @@
+"""ONNX Runtime sessions: providers, optimization levels, and how a session is made."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bisect_onnx.errors import ModelError, UsageError, one_line
+from bisect_onnx.events import SESSION_CREATED, SESSION_STARTED, emit
+
+__all__ = ["CPU_PROVIDER", "DEFAULT_OPT_LEVEL", "OPT_LEVELS", "create_session", "check_provider",
+           "check_runtime"]
+
+CPU_PROVIDER = "CPUExecutionProvider"
+# ONNX Runtime's own default level; the candidate runs as production would.
+DEFAULT_OPT_LEVEL = "all"
+OPT_LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
+              "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
+
+
+def check_runtime(provider: str, opt_level: str, promote: str) -> None:
+    """One-line errors for runtime settings that cannot work, before anything runs."""
+    from bisect_onnx.runtime.capture_plan import PROMOTE_CHOICES
+
+    if opt_level not in OPT_LEVELS:
+        raise UsageError(f"unknown optimization level {opt_level!r}; choose one of "
+                         f"{', '.join(OPT_LEVELS)}")
+    if promote not in PROMOTE_CHOICES:
+        raise UsageError(f"unknown promotion {promote!r}; choose one of "
+                         f"{', '.join(PROMOTE_CHOICES)}")
+    check_provider(provider)
+
+
+def check_provider(provider: str) -> None:
+    """A one-line error naming the available providers when ``provider`` is not one."""
+    import onnxruntime as ort
+
+    available = ort.get_available_providers()
+    if provider not in available:
+        raise UsageError(f"execution provider {provider!r} is not available in this "
+                         f"onnxruntime; choose one of {', '.join(available)}")
+
+
+def create_session(serialized: bytes | Path, *, model_dir: Path, label: str,
+                   provider: str = CPU_PROVIDER, opt_level: str = DEFAULT_OPT_LEVEL,
+                   optimized_path: Path | None = None,
+                   disabled_optimizers: Sequence[str] = (), graph_only: bool = False) -> Any:
+    """An ORT session on a model whose external weights lie in ``model_dir``.
+
+    ``serialized``: the model's bytes (a copy made here), or the path of the user's
+    file, which ORT reads without it being serialized again.
+
+    ``graph_only``: a session made only for the optimized graph it writes, never run:
+    its weights are not prepacked for the kernels (most of a session's making on a
+    transformer; the graph ORT writes is the same, which the capture check confirms).
+
+    ``optimized_path``: where ORT writes the graph it optimized, for its structure
+    only: the weights go to a file beside it (so that models over 2 GB can be
+    written), which is a link to the null device where links can be made.
+    """
+    import onnxruntime as ort
+
+    emit(SESSION_STARTED, label)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, OPT_LEVELS[opt_level])
+    # ORT logs to stderr on its own (colour codes and all); its errors reach us as
+    # exceptions, which become one-line messages, so only fatal logs get through.
+    options.log_severity_level = 4
+    if graph_only:
+        options.add_session_config_entry("session.disable_prepacking", "1")
+    # The model is handed over in memory: tell ORT where the external weights are.
+    options.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                                     str(model_dir))
+    if optimized_path is not None:
+        options.optimized_model_filepath = str(optimized_path)
+        weights = optimized_path.with_name(f"{optimized_path.name}.data")
+        options.add_session_config_entry(
+            "session.optimized_model_external_initializers_file_name", weights.name)
+        # Every weight, small ones too (ORT inlines those under 1 KB by default).
+        options.add_session_config_entry(
+            "session.optimized_model_external_initializers_min_size_in_bytes", "0")
+        # The optimized graph is read without its weights: for a 4 GB model that is a
+        # 4 GB write per session saved. Where no link can be made (Windows without the
+        # privilege), ORT writes the file as usual.
+        with contextlib.suppress(OSError):
+            os.symlink(os.devnull, weights)
+    try:
+        source = str(serialized) if isinstance(serialized, Path) else serialized
+        session = ort.InferenceSession(source, options, providers=[provider],
+                                       disabled_optimizers=list(disabled_optimizers) or None)
+    except Exception as error:
+        raise ModelError(f"ONNX Runtime could not load {label}: {one_line(error)}") from error
+    emit(SESSION_CREATED, label)
+    return session

@@ -1,0 +1,1 @@
+"""Finding the culprit: bisection by probes, local checks, classification."""

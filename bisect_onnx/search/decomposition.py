@@ -1,0 +1,305 @@
+"""Find the ONNX node that goes wrong inside the segment one FX op was exported to.
+
+The dynamo exporter turns one FX node into several ONNX nodes (``aten.linear`` into
+MatMul then Add, ``aten.gelu`` into Div, Erf, Add, Mul, Mul), and only the last output
+is named after the FX node. A comparison by name therefore sees a divergence at the
+end of the segment, even when its first node is what went wrong.
+
+To look inside, the op is exported again alone (the exporter's own decomposition,
+built fresh) on the reference values of its inputs, and run with every value
+promoted. Its nodes are paired with the candidate's segment in graph order, and the
+first candidate value that disagrees with its fresh counterpart names the culprit.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bisect_onnx.errors import BisectOnnxError, one_line
+from bisect_onnx.judge.compare import ArrayComparison, compare_arrays
+
+if TYPE_CHECKING:
+    import onnx
+    import torch
+    from torch.export import ExportedProgram
+
+__all__ = ["SegmentFinding", "localize_in_segment"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SegmentFinding:
+    """Which node of an FX op's ONNX segment went wrong first, or why none can be named."""
+
+    node: str | None
+    """Name of the first candidate node whose output disagrees; ``None`` if none."""
+    value: str | None
+    """That node's output value which disagrees."""
+    how: str
+    """One line: what was done, or why nothing could be said."""
+    compared: int
+    """How many candidate values were compared with the fresh translation's."""
+
+
+class _CannotIsolate(Exception):
+    """The op cannot be exported alone; the message says why, in one line."""
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """Where the isolated op's tensor argument comes from: a forward input or an attribute."""
+
+    name: str
+
+
+def localize_in_segment(
+    fx_node: torch.fx.Node,
+    program: ExportedProgram,
+    reference_values: Mapping[str, np.ndarray],
+    segment: Sequence[onnx.NodeProto],
+    candidate_values: Mapping[str, np.ndarray],
+    *,
+    rtol: float,
+    atol: float,
+    opset: int | None = None,
+) -> SegmentFinding:
+    """Name the first node of ``segment`` whose value differs from the exporter's own translation.
+
+    ``fx_node`` is the failing node of ``program``'s graph; ``reference_values`` hold
+    the PyTorch values of its inputs (by FX node name), ``segment`` the candidate's
+    nodes made from it in graph order and ``candidate_values`` what those computed
+    (by ONNX value name). ``opset`` should be the candidate's. Never raises: when the
+    op cannot be exported or run alone, the finding says why.
+    """
+    compute = [node for node in segment if node.op_type != "Constant"]
+    if len(compute) == 1:
+        only = compute[0]
+        return SegmentFinding(only.name, only.output[0] if only.output else None,
+                              how=f"{only.op_type} node {only.name} is the only node of "
+                                  f"{fx_node.name}'s segment", compared=0)
+    if not compute:
+        return SegmentFinding(None, None, how=f"{fx_node.name} has no candidate nodes to look "
+                                              "into", compared=0)
+    try:
+        fresh_nodes, fresh_values = _translate_alone(fx_node, program, reference_values, opset)
+    except (_CannotIsolate, BisectOnnxError) as error:
+        reason = one_line(error)
+        logger.info("cannot look inside %s: %s", fx_node.name, reason)
+        return SegmentFinding(None, None, how=f"could not export {fx_node.target} alone: "
+                                              f"{reason}", compared=0)
+    except Exception as error:  # a refinement of a report must never break the report
+        logger.debug("exporting %s alone failed", fx_node.name, exc_info=True)
+        return SegmentFinding(None, None, how=f"could not export {fx_node.target} alone: "
+                                              f"{type(error).__name__}: {one_line(error)}",
+                              compared=0)
+    return _compare_segment(fx_node, compute, fresh_nodes, fresh_values, reference_values,
+                            candidate_values, rtol=rtol, atol=atol)
+
+
+def _compare_segment(
+    fx_node: torch.fx.Node,
+    compute: Sequence[onnx.NodeProto],
+    fresh_nodes: Sequence[onnx.NodeProto],
+    fresh_values: Mapping[str, np.ndarray],
+    reference_values: Mapping[str, np.ndarray],
+    candidate_values: Mapping[str, np.ndarray],
+    *,
+    rtol: float,
+    atol: float,
+) -> SegmentFinding:
+    """Pair the candidate's nodes with the fresh ones by position; the first disagreement."""
+    op = fx_node.target
+    candidate_ops = [node.op_type for node in compute]
+    fresh_ops = [node.op_type for node in fresh_nodes]
+    if candidate_ops != fresh_ops:
+        return SegmentFinding(None, None, how=(
+            f"cannot pair nodes: {op} exported alone is {'-'.join(fresh_ops) or 'no nodes'}, "
+            f"the candidate's {fx_node.name} segment is {'-'.join(candidate_ops)}"), compared=0)
+    compared = 0
+    missing: list[str] = []
+    for candidate, fresh in zip(compute, fresh_nodes, strict=True):
+        for value, fresh_value in zip(candidate.output, fresh.output, strict=False):
+            if not value or fresh_value not in fresh_values:
+                continue  # an optional output left empty
+            if value not in candidate_values:
+                missing.append(value)  # not captured: it may be where things went wrong
+                continue
+            comparison = compare_arrays(fresh_values[fresh_value], candidate_values[value],
+                                        rtol=rtol, atol=atol)
+            compared += 1
+            if not comparison.passed and missing:
+                return SegmentFinding(None, None, how=(
+                    f"{value} is the first captured value of {fx_node.name}'s segment to "
+                    f"differ from {op} exported alone, but {', '.join(missing)} before it "
+                    "were not captured, so the node cannot be named"), compared=compared)
+            if not comparison.passed:
+                return SegmentFinding(candidate.name, value, how=(
+                    f"{candidate.op_type} node {candidate.name} is the first of {fx_node.name}'s "
+                    f"segment to differ from {op} exported alone: {value} is "
+                    f"{_describe_failure(comparison)}"), compared=compared)
+    if not compared:
+        return SegmentFinding(None, None, how=f"no value of {fx_node.name}'s segment was "
+                                              "captured on both sides", compared=0)
+    if _output_fails(fx_node.name, reference_values, candidate_values, rtol=rtol, atol=atol):
+        how = (f"the candidate's {fx_node.name} segment matches {op} exported alone "
+               f"({compared} values agree), yet its output differs from PyTorch: the "
+               "exporter's translation of the op, or the runtime, differs from torch")
+    else:
+        how = (f"all {compared} values of {fx_node.name}'s segment agree with {op} "
+               "exported alone")
+    return SegmentFinding(None, None, how=how, compared=compared)
+
+
+def _describe_failure(comparison: ArrayComparison) -> str:
+    """``off by up to 0.0154 (status fail)``, or the status alone (``shape mismatch``)."""
+    if comparison.max_abs_error is None:
+        return comparison.status.replace("_", " ")
+    return f"off by up to {comparison.max_abs_error:.3g} (status {comparison.status})"
+
+
+def _output_fails(name: str, reference_values: Mapping[str, np.ndarray],
+                  candidate_values: Mapping[str, np.ndarray], *, rtol: float,
+                  atol: float) -> bool:
+    """Whether the segment's output (named after the FX node) is off from PyTorch's value."""
+    reference = reference_values.get(name)
+    candidate = candidate_values.get(name)
+    if not isinstance(reference, np.ndarray) or candidate is None:
+        return False  # a tuple-valued op, or no value: nothing to say either way
+    return not compare_arrays(reference, candidate, rtol=rtol, atol=atol).passed
+
+
+def _translate_alone(
+    fx_node: torch.fx.Node,
+    program: ExportedProgram,
+    reference_values: Mapping[str, np.ndarray],
+    opset: int | None,
+) -> tuple[list[onnx.NodeProto], dict[str, np.ndarray]]:
+    """Export the op alone, run it on the reference inputs, every value promoted.
+
+    Returns the fresh model's nodes (Constant nodes dropped) and its values by name.
+    """
+    from bisect_onnx.pytorch.exporting import export_model
+    from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
+
+    module, inputs = _isolate(fx_node, program, reference_values)
+    with tempfile.TemporaryDirectory(prefix="bisect-onnx-op-") as folder:
+        exported = export_model(module, inputs, Path(folder), opset=opset)
+        side = OnnxRuntimeSide(exported.path, promote="all")  # every intermediate
+        capture = side.run(inputs)
+    nodes = [node for node in side.model.graph.node if node.op_type != "Constant"]
+    return nodes, {name: value.array for name, value in capture.values.items()}
+
+
+def _isolate(
+    fx_node: torch.fx.Node,
+    program: ExportedProgram,
+    reference_values: Mapping[str, np.ndarray],
+) -> tuple[torch.nn.Module, list[np.ndarray]]:
+    """A module that calls the op alone, and the arrays to feed its ``forward``.
+
+    Weights stay weights (a parameter, buffer or tensor constant of the module), so
+    that the exporter folds them as it did in the whole model; activations become
+    inputs, fed with their reference values. Literal arguments stay literal.
+    """
+    import torch
+    from torch.fx.node import map_arg
+
+    if fx_node.op != "call_function":
+        raise _CannotIsolate(f"{fx_node.name} is a {fx_node.op} node, not an op call")
+    module = _single_op_class()(fx_node.target)
+    inputs: list[np.ndarray] = []
+    input_slots: list[str] = []
+    slots: dict[str, _Slot] = {}
+
+    def slot(arg: torch.fx.Node) -> _Slot:
+        if arg.name in slots:  # the same tensor twice (``mul(x, x)``): one input
+            return slots[arg.name]
+        name = f"arg_{len(slots)}"
+        weight = _weight_of(arg, program)
+        if weight is None:
+            value = reference_values.get(arg.name)
+            if value is None:
+                raise _CannotIsolate(f"input {arg.name} has no reference value")
+            if not isinstance(value, np.ndarray):
+                raise _CannotIsolate(f"the reference value of input {arg.name} is a "
+                                     f"{type(value).__name__}, not an array")
+            inputs.append(value)
+            input_slots.append(name)
+        elif weight[0] == "parameter":
+            module.register_parameter(name, torch.nn.Parameter(weight[1], requires_grad=False))
+        elif weight[0] == "buffer":
+            module.register_buffer(name, weight[1])
+        else:  # a plain tensor attribute: torch.export lifts it as a constant again
+            setattr(module, name, weight[1])
+        slots[arg.name] = _Slot(name)
+        return slots[arg.name]
+
+    module.arguments = map_arg(tuple(fx_node.args), slot)
+    module.keywords = map_arg(dict(fx_node.kwargs), slot)
+    module.input_slots = tuple(input_slots)
+    return module.eval(), inputs
+
+
+def _weight_of(arg: torch.fx.Node, program: ExportedProgram) -> tuple[str, torch.Tensor] | None:
+    """``(kind, tensor)`` when ``arg`` is a parameter, buffer or lifted constant; else ``None``."""
+    import torch
+
+    if arg.op != "placeholder":
+        if arg.op == "get_attr":
+            raise _CannotIsolate(f"argument {arg.name} is a get_attr node (a submodule)")
+        return None
+    signature = program.graph_signature
+    for kind, table in (("parameter", signature.inputs_to_parameters),
+                        ("buffer", signature.inputs_to_buffers),
+                        ("constant", signature.inputs_to_lifted_tensor_constants)):
+        if arg.name not in table:
+            continue
+        target = table[arg.name]
+        # Non-persistent buffers live in ``constants``, not in the state dict.
+        value = program.state_dict.get(target)
+        if value is None:
+            value = program.constants.get(target)
+        if not isinstance(value, torch.Tensor):
+            raise _CannotIsolate(f"the program holds no tensor for {kind} {target}")
+        return kind, value.detach().clone()
+    if arg.name in signature.inputs_to_lifted_custom_objs:
+        raise _CannotIsolate(f"argument {arg.name} is a script object, not a tensor")
+    return None
+
+
+@functools.cache
+def _single_op_class() -> type:
+    """The module class, made on first use so that importing this module skips torch."""
+    import torch
+    from torch.fx.node import map_aggregate
+
+    class _SingleOp(torch.nn.Module):
+        """Calls one op; its tensor arguments are ``_Slot``s, filled from inputs or attributes."""
+
+        def __init__(self, op: Any) -> None:
+            super().__init__()
+            self.op = op
+            self.arguments: Any = ()
+            self.keywords: Any = {}
+            self.input_slots: tuple[str, ...] = ()
+
+        def forward(self, *inputs: torch.Tensor) -> Any:
+            fill = functools.partial(self._fill, dict(zip(self.input_slots, inputs, strict=True)))
+            return self.op(*map_aggregate(self.arguments, fill),
+                           **map_aggregate(self.keywords, fill))
+
+        def _fill(self, inputs: dict[str, torch.Tensor], item: Any) -> Any:
+            if not isinstance(item, _Slot):
+                return item
+            return inputs[item.name] if item.name in inputs else getattr(self, item.name)
+
+    return _SingleOp

@@ -1,0 +1,366 @@
+"""MODEL specifications and input files, turned into a module and arrays.
+
+Input files are read with ``allow_pickle=False``: a ``.npy`` of Python objects
+would run arbitrary code when loaded, so it is refused, never unpickled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import os
+import re
+import sys
+import zipfile
+import zlib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from tokenize import TokenError
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from bisect_onnx.errors import InputError, ModelError, UsageError, one_line
+from bisect_onnx.pytorch.module_side import describe_arrays
+from bisect_onnx.sources.file_kinds import NPY_MAGIC, ZIP_MAGIC, read_head
+from bisect_onnx.sources.input_files import load_pt_inputs, torch_file_kind
+
+if TYPE_CHECKING:
+    import torch
+
+    from bisect_onnx.runtime.onnx_side import InputSpec
+
+__all__ = ["load_model", "load_input_files", "arrange_inputs", "keyword_order",
+           "check_against_onnx",
+           "check_input_count", "check_writable", "forward_parameters"]
+
+_POSITIONAL_KEY = re.compile(r"arr_(\d+)")
+MODEL_FORMS = "FILE.py:FACTORY or package.module:FACTORY"
+SAVED_FORMS = ("a saved model (a .pt2 from torch.export.save, a torch.jit.save archive, or a "
+               "torch.save(model) file with --trust-pickle)")
+_SAVED_SUFFIXES = (".pt", ".pth", ".pt2", ".jit", ".ts", ".bin", ".pkl")
+
+
+def load_model(spec: str, *, trust_pickle: bool = False) -> object:
+    """The model MODEL names: a factory's ``nn.Module``, or a saved model file's content."""
+    location, colon, factory_name = spec.rpartition(":")
+    if colon and location and factory_name.isidentifier():
+        return _call_factory(spec, location, factory_name)
+    path = Path(spec)
+    if path.exists() or path.suffix.lower() in _SAVED_SUFFIXES:
+        from bisect_onnx.sources.model_forms import load_model_file
+
+        return load_model_file(path, trust_pickle=trust_pickle).model
+    raise UsageError(f"MODEL {spec!r} is not {MODEL_FORMS}, nor {SAVED_FORMS}")
+
+
+def _call_factory(spec: str, location: str, factory_name: str) -> torch.nn.Module:
+    """Call the factory named by ``spec`` and return the ``nn.Module`` it builds."""
+    import torch
+
+    module = _import_location(location)
+    factory = getattr(module, factory_name, None)
+    if factory is None:
+        available = sorted(
+            name for name, value in vars(module).items()
+            if callable(value) and not name.startswith("_")
+            and getattr(value, "__module__", None) == module.__name__
+        )
+        raise InputError(
+            f"{location} has no {factory_name!r}; callables defined there: "
+            f"{', '.join(available) or 'none'}"
+        )
+    if not callable(factory):
+        raise InputError(f"{location}:{factory_name} is a {type(factory).__name__}, "
+                         "not a factory; name a function or class that returns an nn.Module")
+    try:
+        model = factory()
+    except Exception as error:
+        raise ModelError(f"{spec}() raised {type(error).__name__}: {one_line(error)}") \
+            from error
+    if not isinstance(model, torch.nn.Module):
+        raise InputError(f"{spec}() returned a {type(model).__name__}, not a torch.nn.Module; "
+                         "the factory must build and return the model")
+    return model
+
+
+def _import_location(location: str):  # noqa: ANN202 - returns a module
+    """Import ``path/to/file.py`` or ``package.module``, the current folder importable."""
+    if location.endswith(".py") or "/" in location or "\\" in location:
+        path = Path(location)
+        if not path.is_file():
+            what = "is a folder" if path.is_dir() else "does not exist"
+            raise InputError(f"model file {location} {what}; MODEL is {MODEL_FORMS}")
+        # Sibling imports in the user's file should work as when they run it directly.
+        folder = str(path.resolve().parent)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        # A stable, unique module name per file (hash() changes between processes).
+        digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
+        name = f"_bisect_onnx_model_{path.stem}_{digest}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise InputError(f"cannot import {location} as Python; MODEL is {MODEL_FORMS}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        # No __pycache__ beside the user's file: their folder is not ours to write.
+        writes_bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+        try:
+            spec.loader.exec_module(module)
+        except Exception as error:
+            sys.modules.pop(name, None)
+            raise ModelError(f"importing {location} raised {type(error).__name__}: "
+                             f"{one_line(error)}") from error
+        finally:
+            sys.dont_write_bytecode = writes_bytecode
+        return module
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        return importlib.import_module(location)
+    except ModuleNotFoundError as error:
+        raise InputError(f"cannot import module {location!r} ({error}); run from the folder "
+                         f"that holds it, or give {MODEL_FORMS}") from error
+    except Exception as error:
+        raise ModelError(f"importing {location} raised {type(error).__name__}: "
+                         f"{one_line(error)}") from error
+
+
+def load_input_files(paths: Sequence[Path]) -> list[np.ndarray] | dict[str, np.ndarray]:
+    """Read ``.npy`` files (positional inputs) or one ``.npz`` (named inputs)."""
+    if not paths:
+        raise UsageError("no inputs: pass --input FILE.npy once per forward argument, "
+                         "or one --input FILE.npz")
+    arrays: list[np.ndarray] = []
+    for path in map(Path, paths):
+        kind = _sniff(path)
+        if kind == "npy":
+            arrays.append(_load_npy(path))
+            continue
+        loaded = _load_npz(path) if kind == "npz" else load_pt_inputs(path)
+        if isinstance(loaded, list) and len(loaded) == 1:
+            arrays.extend(loaded)  # a .pt of one tensor stands for one input, like a .npy
+        elif len(paths) > 1:
+            raise UsageError(f"{path} holds several named or ordered inputs: pass it as the "
+                             "only --input, or use one file per input")
+        else:
+            return loaded
+    return arrays
+
+
+def _sniff(path: Path) -> str:
+    head = read_head(path, 6, label="input file",
+                     expected=".npy or .pt files, or one .npz file, with --input")
+    if head.startswith(NPY_MAGIC):
+        return "npy"
+    kind = torch_file_kind(path)
+    if kind == "save":
+        return "pt"
+    if kind is not None:
+        raise InputError(f"input {path} is a saved model ({kind.replace('_', ' ')}), not "
+                         "inputs; pass it as MODEL, and the inputs with --input")
+    if head.startswith(ZIP_MAGIC):
+        return "npz"
+    raise InputError(f"input {path} is neither .npy, .npz nor torch.save data; save arrays "
+                     "with numpy.save or numpy.savez, or tensors with torch.save")
+
+
+def _load_npy(path: Path) -> np.ndarray:
+    _check_npy_size(path)
+    try:
+        return np.load(path, allow_pickle=False)
+    except ValueError as error:
+        if "allow_pickle" in str(error):
+            raise InputError(_OBJECT_ARRAY.format(path=path)) from error
+        raise InputError(f"input {path} is not a readable .npy file ({error}); "
+                         "save it again with numpy.save") from error
+    except (OSError, EOFError) as error:
+        raise InputError(f"input {path} is truncated or unreadable ({error}); "
+                         "save it again with numpy.save") from error
+
+
+def _check_npy_size(path: Path) -> None:
+    """Refuse a ``.npy`` whose header promises more data than the file holds.
+
+    numpy would first try to allocate the promised size (a MemoryError for a
+    corrupt header) before noticing the file is short.
+    """
+    try:
+        with path.open("rb") as handle:
+            version = np.lib.format.read_magic(handle)
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            shape, _, dtype = read_header(handle)
+            offset = handle.tell()
+    except ValueError as error:
+        if "allow_pickle" in str(error) or "object" in str(error):
+            return  # np.load gives the precise refusal
+        raise InputError(f"input {path} has a corrupt .npy header ({error}); "
+                         "save it again with numpy.save") from error
+    except (SyntaxError, TokenError, EOFError) as error:  # numpy parses the header as Python
+        raise InputError(f"input {path} has a corrupt .npy header ({type(error).__name__}); "
+                         "save it again with numpy.save") from error
+    if dtype.hasobject:
+        return
+    needed = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    available = path.stat().st_size - offset
+    if needed > available:
+        raise InputError(f"input {path} is truncated: its header describes {needed} bytes of "
+                         f"data but the file holds {available}; save it again with numpy.save")
+
+
+def _load_npz(path: Path) -> dict[str, np.ndarray]:
+    arrays: dict[str, np.ndarray] = {}
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            for key in archive.files:
+                arrays[key] = archive[key]
+                if not isinstance(arrays[key], np.ndarray):
+                    raise InputError(f"entry {key!r} of {path} is not a numpy array; "
+                                     "save the inputs with numpy.savez")
+    except ValueError as error:
+        if "allow_pickle" in str(error):
+            raise InputError(_OBJECT_ARRAY.format(path=path)) from error
+        raise InputError(f"input {path} is not a readable .npz file ({error}); "
+                         "save it again with numpy.savez") from error
+    except (OSError, EOFError, MemoryError, zipfile.BadZipFile, zlib.error) as error:
+        raise InputError(f"input {path} is truncated or corrupt ({type(error).__name__}: "
+                         f"{error}); save it again with numpy.savez") from error
+    return arrays
+
+
+_OBJECT_ARRAY = ("input {path} holds Python objects (dtype=object), which cannot be loaded "
+                 "without unpickling; save plain numeric arrays instead")
+
+
+def forward_parameters(model: torch.nn.Module) -> tuple[list[str], int, bool]:
+    """``forward``'s parameter names, how many are required, and whether it takes ``*args``."""
+    signature = inspect.signature(model.forward)
+    names, required, variadic = [], 0, False
+    for parameter in signature.parameters.values():
+        if parameter.kind is parameter.VAR_POSITIONAL:
+            variadic = True
+        elif parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD):
+            names.append(parameter.name)
+            required += parameter.default is parameter.empty
+    return names, required, variadic
+
+
+def arrange_inputs(
+    given: Sequence[np.ndarray] | Mapping[str, np.ndarray],
+    *,
+    forward_names: Sequence[str],
+    onnx_names: Sequence[str] | None = None,
+) -> list[np.ndarray]:
+    """Put the inputs in ``forward``'s order.
+
+    Positional inputs are taken as given. Named inputs (an ``.npz``) may name
+    ``forward``'s parameters, the ONNX graph's inputs, or be ``arr_0, arr_1, ...``.
+    """
+    if not isinstance(given, Mapping):
+        return [np.asarray(array) for array in given]
+    keys = list(given)
+    if keys and all(_POSITIONAL_KEY.fullmatch(key) for key in keys):
+        order = sorted(keys, key=lambda key: int(key[4:]))
+        if order != [f"arr_{i}" for i in range(len(order))]:
+            raise InputError(f"the .npz keys {', '.join(order)} skip a position; "
+                             f"expected arr_0 to arr_{len(order) - 1}")
+        return [given[key] for key in order]
+    for names in (forward_names, onnx_names or []):
+        if names and set(keys) <= set(names) and _is_prefix_cover(keys, names):
+            return [given[name] for name in names if name in given]
+    expected = ", ".join(forward_names) or "(none)"
+    onnx = f"; ONNX inputs: {', '.join(onnx_names)}" if onnx_names else ""
+    missing = [name for name in forward_names if name not in given]
+    extra = [key for key in keys if key not in forward_names and key not in (onnx_names or [])]
+    detail = "; ".join(filter(None, [
+        f"missing {', '.join(missing)}" if missing else "",
+        f"unexpected {', '.join(extra)}" if extra else "",
+    ]))
+    raise InputError(f"the .npz keys ({', '.join(keys)}) do not match forward's parameters "
+                     f"({expected}{onnx}){': ' + detail if detail else ''}; "
+                     "name the arrays after them, or save them as arr_0, arr_1, ...")
+
+
+def keyword_order(
+    given: Sequence[np.ndarray] | Mapping[str, np.ndarray],
+    *,
+    forward_names: Sequence[str],
+    required: int,
+) -> list[str] | None:
+    """The parameters ``given`` names, in ``forward``'s order, when they must go by keyword.
+
+    That is when they skip a parameter that has a default (``input_ids`` and
+    ``token_type_ids`` without ``attention_mask``); a leading run of parameters
+    goes by position. ``None`` when the inputs are positional.
+    """
+    if not isinstance(given, Mapping) or not set(given) <= set(forward_names):
+        return None
+    if _is_prefix_cover(list(given), forward_names):
+        return None
+    missing = [name for name in forward_names[:required] if name not in given]
+    if missing:
+        raise InputError(f"the inputs name {', '.join(given)} but forward also requires "
+                         f"{', '.join(missing)}; give every required parameter")
+    return [name for name in forward_names if name in given]
+
+
+def _is_prefix_cover(keys: Sequence[str], names: Sequence[str]) -> bool:
+    """Whether ``keys`` name a leading run of ``names`` (later ones may have defaults)."""
+    return set(names[: len(keys)]) == set(keys)
+
+
+def check_input_count(
+    inputs: Sequence[np.ndarray], *, names: Sequence[str], required: int, variadic: bool,
+    owner: str,
+) -> None:
+    """Refuse an input count ``owner.forward`` (with these parameters) cannot take."""
+    if len(inputs) < required or (len(inputs) > len(names) and not variadic):
+        raise InputError(
+            f"got {len(inputs)} input(s) but {owner}.forward takes "
+            f"{required if required == len(names) else f'{required} to {len(names)}'} "
+            f"({', '.join(names)}); pass one --input per argument, in order"
+        )
+
+
+def check_against_onnx(inputs: Sequence[np.ndarray], specs: Sequence[InputSpec]) -> None:
+    """Refuse inputs whose count, dtype, rank or fixed dimensions differ from the graph's."""
+    expected = "; ".join(str(spec) for spec in specs)
+    if len(inputs) != len(specs):
+        raise InputError(f"got {len(inputs)} input(s) ({describe_arrays(inputs)}) but the ONNX "
+                         f"graph takes {len(specs)}: {expected}")
+    for position, (array, spec) in enumerate(zip(inputs, specs, strict=True)):
+        problem = None
+        if array.dtype != spec.dtype:
+            problem = f"dtype {array.dtype}, expected {spec.dtype} (convert with .astype)"
+        elif spec.shape is not None and array.ndim != len(spec.shape):
+            problem = f"rank {array.ndim}, expected {len(spec.shape)}"
+        elif spec.shape is not None:
+            for axis, (have, want) in enumerate(zip(array.shape, spec.shape, strict=True)):
+                if isinstance(want, int) and have != want:
+                    problem = f"dimension {axis} is {have}, expected {want}"
+                    break
+        if problem:
+            raise InputError(f"input {position} ({spec.name}) has shape "
+                             f"{list(array.shape)} and {problem}; the ONNX graph takes: "
+                             f"{expected}")
+
+
+def check_writable(path: Path, option: str, *, creates_folder: bool = False) -> None:
+    """Refuse an output path that cannot be written, before the slow steps.
+
+    ``creates_folder``: the writer makes a missing parent folder itself.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{option} {path} is a folder; name a file inside it")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not creates_folder and not parent.exists():
+        raise InputError(f"{option} {path}: folder {parent} does not exist; create it, or "
+                         "choose a path in an existing folder")
+    if parent.exists() and not parent.is_dir():
+        raise InputError(f"{option} {path}: {parent} is not a folder; choose another path")
+    if parent.exists() and not os.access(parent, os.W_OK):
+        raise InputError(f"{option} {path}: cannot write in {parent}; choose a writable path")

@@ -1,0 +1,123 @@
+"""Artifacts of a planted divergence, written by the CLI and read back."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import onnx
+import pytest
+
+from bisect_onnx.cli.command import main
+from fixtures.registry import FIXTURES, REPO_ROOT, repo_path
+from tests.planting import plant, scale_conv_weight
+
+RESNET = FIXTURES["resnet_like"]
+
+
+@pytest.fixture(scope="module")
+def planted_run(tmp_path_factory):
+    """One CLI run on a ResNet-like export with a planted Conv weight, every artifact asked for."""
+    folder = tmp_path_factory.mktemp("artifacts")
+    plant(repo_path(RESNET.onnx_file), folder / "planted.onnx",
+          scale_conv_weight("layer2.bn1", 1.01))
+    cwd = os.getcwd()
+    os.chdir(REPO_ROOT)
+    try:
+        status = main([RESNET.factory, "--input", RESNET.input_file, "--onnx",
+                       str(folder / "planted.onnx"), "--json", str(folder / "report.json"),
+                       "--html", str(folder / "report.html"), "--model-explorer",
+                       str(folder / "node_data.json"), "--repro-dir", str(folder / "repro"),
+                       "--quiet"])
+    finally:
+        os.chdir(cwd)
+    return status, folder
+
+
+def test_run_diverges_at_the_plant(planted_run):
+    status, folder = planted_run
+    assert status == 1
+    report = json.loads((folder / "report.json").read_text())
+    assert report["first_culprit"]["torch_module"] == "layer2.bn1"
+    assert report["culprit"]["op_type"] == "Conv"
+    assert report["repro"]["reproduces"] is True
+
+
+def test_repro_reproduces_standalone(planted_run):
+    _, folder = planted_run
+    repro = folder / "repro"
+    result = subprocess.run([sys.executable, "repro.py"], cwd=repro, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert (repro / "backend_test" / "model.onnx").is_file()
+    segment = onnx.load(str(repro / "model.onnx"))
+    report = json.loads((folder / "report.json").read_text())
+    assert [node.name for node in segment.graph.node] == report["repro"]["nodes"]
+    assert report["first_divergence"]["onnx_node"] in report["repro"]["nodes"]
+
+
+def test_html_holds_the_verdict_and_the_culprit(planted_run):
+    _, folder = planted_run
+    page = (folder / "report.html").read_text()
+    report = json.loads((folder / "report.json").read_text())
+    assert "DIVERGED" in page
+    assert report["first_divergence"]["onnx_node"] in page and "layer2.bn1" in page
+    assert "<svg" in page and "https://" not in page
+
+
+def test_overlay_has_an_entry_for_every_aligned_node(planted_run):
+    _, folder = planted_run
+    report = json.loads((folder / "report.json").read_text())
+    data = json.loads((folder / "node_data.json").read_text())
+    (graph,) = data.values()
+    aligned = {record["onnx_value"] for record in report["comparisons"]}
+    assert aligned <= set(graph["results"])
+    culprit = graph["results"][report["first_divergence"]["onnx_value"]]
+    assert culprit["value"] > report["atol"] and "bgColor" in culprit
+    passing = [record["onnx_value"] for record in report["comparisons"]
+               if record["status"] == "pass"]
+    assert all(graph["results"][name]["value"] <= report["atol"] for name in passing)
+
+
+def test_quiet_prints_only_the_verdict(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    pool = FIXTURES["avgpool_divisor"]
+    assert main([pool.factory, "--input", pool.input_file, "--onnx", pool.onnx_file,
+                 "-q"]) == 1
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("DIVERGED") and "\x1b[" not in out[0]
+
+
+class _FakeTerminal:
+    def __init__(self, tty: bool):
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch):
+    from bisect_onnx.cli.command import _colour_wanted
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    assert _colour_wanted(_FakeTerminal(True))
+    assert not _colour_wanted(_FakeTerminal(False))
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert not _colour_wanted(_FakeTerminal(True))
+
+
+def test_progress_lines_come_from_the_library_events(capsys):
+    import bisect_onnx
+    from bisect_onnx.cli.command import _show_progress
+
+    model_case = FIXTURES["tiny_mlp"]
+    from fixtures.registry import build_model, load_inputs
+
+    with bisect_onnx.events.listening(_show_progress):
+        bisect_onnx.bisect(build_model(model_case), load_inputs(model_case),
+                           onnx_model=repo_path(model_case.onnx_file))
+    lines = capsys.readouterr().err.splitlines()
+    assert "bisect-onnx: running pytorch and recording every value…" in lines
+    assert "bisect-onnx: creating an ONNX Runtime session…" in lines

@@ -1,0 +1,122 @@
+"""The HTML report, read back from real bisections and from hand-made records."""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import re
+
+import pytest
+
+import bisect_onnx
+from bisect_onnx.errors import InputError
+from bisect_onnx.judge.records import Coverage, Record, Report
+from bisect_onnx.report.html import render_html, write_html
+
+
+@pytest.fixture(scope="module")
+def diverged(fixture_case) -> Report:
+    model, inputs, onnx_path = fixture_case("avgpool_divisor")
+    return bisect_onnx.bisect(model, inputs, onnx_model=onnx_path)
+
+
+@pytest.fixture(scope="module")
+def parity(fixture_case) -> Report:
+    model, inputs, onnx_path = fixture_case("tiny_mlp")
+    return bisect_onnx.bisect(model, inputs, onnx_model=onnx_path)
+
+
+def record(index: int, error: float | None, status: str = "pass") -> Record:
+    return Record(
+        index=index, onnx_node=f"node_{index}", onnx_op="Add", onnx_value=f"v{index}",
+        torch_module=f"m{index}", torch_op=None, source=None, shape=[2], dtype="float32",
+        candidate_shape=[2], candidate_dtype="float32", max_abs_error=error,
+        max_rel_error=error, mismatch_fraction=0.0, min_passing_atol=error, nan_mismatch=0,
+        status=status,
+    )
+
+
+def test_diverged_report_shows_verdict_culprit_node_and_module(diverged):
+    page = render_html(diverged)
+    assert diverged.first_divergence.torch_module == "pool"
+    headline, _, rest = diverged.summary().partition(":")
+    assert f"<strong>{headline}</strong>{html.escape(':' + rest)}" in page
+    culprit = page[page.index('id="culprit"'):page.index('id="comparisons-section"')]
+    assert "culprit: node_avg_pool2d" in culprit
+    assert "AveragePool" in culprit and "<code>pool</code>" in culprit
+    assert "kernel_shape" in culprit and "[1,4,8,8]" in culprit
+    assert "fixtures/models.py:" in culprit
+    assert "classification" in culprit and "graph semantics" in culprit
+    assert "introduced here" in culprit and "yes: fed PyTorch" in culprit
+
+
+def test_one_table_row_per_comparison_and_output(diverged):
+    page = render_html(diverged)
+    rows = re.findall(r'<tr id="row-(\d+)"', page)
+    assert rows == [str(record.index) for record in diverged.comparisons]
+    assert len(re.findall(r'<tr id="output-\d+"', page)) == len(diverged.final_outputs)
+    marked = re.findall(r'<tr id="row-(\d+)" class="fail first-divergence"', page)
+    assert marked == [str(diverged.first_divergence.index)]
+
+
+def test_chart_has_a_point_per_comparison_and_marks_the_first_divergence(diverged):
+    page = render_html(diverged)
+    chart = page[page.index("<svg"):page.index("</svg>")]
+    assert chart.count('class="point ') == len(diverged.comparisons)
+    assert 'id="chart-first-divergence"' in chart
+    assert "first divergence: pool" in chart
+    assert "atol = 1e-05" in chart
+    first = diverged.first_divergence.index
+    assert f"<title>#{first} pool\nONNX node node_avg_pool2d (AveragePool)" in chart
+
+
+def test_page_is_self_contained(diverged, parity):
+    for report in (diverged, parity):
+        page = render_html(report)
+        assert "http://" not in page and "https://" not in page
+        assert "<link" not in page and " src=" not in page
+        assert page.count("<script>") == 1  # the page's own sort and filter script
+
+
+def test_parity_report_has_no_culprit(parity):
+    page = render_html(parity)
+    assert "PARITY" in page
+    assert "no culprit" in page
+    assert 'id="chart-first-divergence"' not in page
+    assert len(re.findall(r'<tr id="row-\d+"', page)) == len(parity.comparisons)
+
+
+def test_every_string_from_the_records_is_escaped(diverged):
+    evil = "<script>alert(1)</script>"
+    first = dataclasses.replace(diverged.first_divergence, torch_module=evil)
+    rows = [first if item is diverged.first_divergence else item for item in diverged.comparisons]
+    report = dataclasses.replace(diverged, comparisons=rows, first_divergence=first,
+                                 culprit={**diverged.culprit, "torch_module": evil},
+                                 warnings=[evil])
+    page = render_html(report)
+    assert evil not in page
+    assert page.count("<script>") == 1
+    assert html.escape(evil) in page
+
+
+def test_zero_and_missing_errors_stay_inside_the_plot():
+    rows = [record(0, 0.0), record(1, 1e-6), record(2, None, "shape_mismatch")]
+    report = Report(
+        verdict="diverged", rtol=1e-3, atol=1e-5, environment={}, reference={}, candidate={},
+        first_divergence=rows[2], final_outputs=[record(0, 1.0, "fail")], comparisons=rows,
+        hidden_divergences=[], coverage=Coverage(3, 3, 3, 3),
+    )
+    page = render_html(report)
+    heights = [float(y) for y in re.findall(r'<circle cx="[\d.]+" cy="([\d.]+)" r="4"', page)]
+    assert len(heights) == 3 and all(0 < y < 340 for y in heights)
+    assert "exact zeros are drawn at 1e-07" in page
+    assert "no finite figure" in page
+
+
+def test_write_html_writes_the_page_and_reports_an_unwritable_path(diverged, tmp_path):
+    target = tmp_path / "report.html"
+    write_html(diverged, target)
+    assert target.read_text(encoding="utf-8") == render_html(diverged)
+    with pytest.raises(InputError, match="cannot write the HTML report") as error:
+        write_html(diverged, tmp_path / "missing" / "report.html")
+    assert "\n" not in str(error.value)

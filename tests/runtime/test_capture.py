@@ -1,0 +1,172 @@
+"""Capture under the production kernels: fusion-preserving promotion, levels, NaN origin."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import numpy_helper
+from torch import nn
+from torch.nn import functional as F
+
+import bisect_onnx
+from bisect_onnx.cli.command import main
+from bisect_onnx.runtime.capture_plan import op_counts
+from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
+from bisect_onnx.runtime.sessions import create_session
+from fixtures.registry import FIXTURES, repo_path
+from tests.planting import plant, scale_conv_weight
+
+
+class Fusable(nn.Module):
+    """Conv+ReLU, MatMul+Add, LayerNorm and an erf GELU: all fused by ONNX Runtime."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc1 = nn.Linear(8 * 8 * 8, 64)
+        self.norm = nn.LayerNorm(64)
+        self.fc2 = nn.Linear(64, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.conv(x)).flatten(1)
+        return self.fc2(F.gelu(self.norm(self.fc1(x))))
+
+
+@pytest.fixture(scope="module")
+def fusable(tmp_path_factory):
+    model = Fusable().eval()
+    x = np.random.RandomState(0).randn(2, 3, 8, 8).astype(np.float32)
+    path = tmp_path_factory.mktemp("fusable") / "fusable.onnx"
+    bisect_onnx.bisect(model, x, export=bisect_onnx.ExportOptions(opset=18, save_to=path))
+    return model, x, path
+
+
+def _optimized_ops(serialized: bytes, folder, name: str) -> dict[str, int]:
+    path = folder / f"{name}.onnx"
+    create_session(serialized, model_dir=folder, label=name, optimized_path=path)
+    return op_counts(onnx.load(str(path), load_external_data=False))
+
+
+def test_fusion_preserving_capture_fuses_as_production_and_promoting_all_does_not(
+        fusable, tmp_path):
+    _, x, path = fusable
+    side = OnnxRuntimeSide(path)
+    side.run([x])
+    plan = side.plan
+    production = plan.production_ops
+    original = {node.op_type for node in side.model.graph.node}
+    assert {op for op in production if op not in original}, "ORT fused nothing"
+    assert plan.capture_ops == production
+    assert side.describe_capture()["fusions_match_production"] is True
+    assert side.outputs_match_production is True
+    # Node for node production's graph: production is not run again, and a production
+    # session does give the very same outputs.
+    assert plan.same_graph_as_production
+    assert side.production_check == "identical optimized graph"
+    session = create_session(path, model_dir=path.parent, label="production")
+    expected = session.run(None, {side.inputs[0].name: x})
+    assert all(np.array_equal(ours, theirs)
+               for ours, theirs in zip(side.production_outputs, expected, strict=True))
+    # Every node output promoted: ORT can no longer fuse what feeds a graph output.
+    everything = _optimized_ops(side.promoted_bytes(None), tmp_path, "all")
+    assert everything != production
+    assert sum(everything.values()) > sum(production.values())
+
+
+def test_promote_all_keeps_the_plain_capture(fusable):
+    model, x, path = fusable
+    fused = bisect_onnx.bisect(model, x, onnx_model=path, granularity="op")
+    plain = bisect_onnx.bisect(model, x, onnx_model=path, granularity="op",
+                               runtime=bisect_onnx.RuntimeOptions(promote="all"))
+    assert fused.capture["mode"] == "fusion-preserving"
+    assert plain.capture["mode"] == "all values"
+    assert fused.verdict == plain.verdict == "parity"
+    assert plain.coverage.onnx_values > fused.coverage.onnx_values
+    runtime_fused = [item for item in fused.unaligned if item.kind == "runtime-fused"]
+    assert runtime_fused and "--promote all" in runtime_fused[0].reason
+
+
+@pytest.mark.parametrize("level", ["all", "extended"])
+def test_planted_edit_found_at_both_levels_and_the_json_says_how(level, fixture_case,
+                                                                 tmp_path):
+    fixture = FIXTURES["resnet_like"]
+    planted = tmp_path / "planted.onnx"
+    plant(repo_path(fixture.onnx_file), planted, scale_conv_weight("layer2.bn1", 1.003))
+    status = main([fixture.factory, "--input", str(repo_path(fixture.input_file)),
+                   "--onnx", str(planted), "--opt-level", level, "-q",
+                   "--json", str(tmp_path / "report.json")])
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert status == 1
+    # Where ONNX Runtime fused the Conv with the ReLU after it, only the ReLU's output is
+    # captured: it is the first divergence, and the culprit inside it is the Conv.
+    assert report["first_culprit"]["torch_module"] == "layer2.bn1"
+    assert report["first_culprit"]["onnx_op"] == "Conv"
+    assert report["environment"]["opt_level"] == level
+    capture = report["capture"]
+    assert capture["mode"].startswith("fusion-preserving")
+    assert capture["fusions_match_production"] is True
+    assert isinstance(capture["outputs_match_production"], bool)
+    if capture["disabled_optimizers"]:  # x86: the NCHWc layout transformer renamed values
+        assert level == "all" and "NCHWc" in capture["mode"]
+        # Another graph than production's: production's outputs come from a run of it.
+        assert capture["production_check"] == "outputs compared bitwise"
+
+
+def test_an_unavailable_provider_is_a_one_line_error(capsys):
+    fixture = FIXTURES["tiny_mlp"]
+    status = main([fixture.factory, "--input", str(repo_path(fixture.input_file)),
+                   "--onnx", str(repo_path(fixture.onnx_file)),
+                   "--provider", "CUDAExecutionProvider"])
+    error = capsys.readouterr().err.strip()
+    assert status == 2
+    assert len(error.splitlines()) == 1
+    assert "CUDAExecutionProvider" in error and "CPUExecutionProvider" in error
+
+
+class RootOfSum(nn.Module):
+    """``sqrt(relu(fc1(x)) + 1)``: NaN-free in PyTorch whatever the input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc1 = nn.Linear(16, 16)
+        self.fc2 = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.sqrt(torch.relu(self.fc1(x)) + 1.0))
+
+
+def test_nan_on_one_side_is_reported_where_it_starts(tmp_path):
+    model = RootOfSum().eval()
+    x = np.random.RandomState(0).randn(8, 16).astype(np.float32)
+    exported = tmp_path / "model.onnx"
+    bisect_onnx.bisect(model, x, export=bisect_onnx.ExportOptions(opset=18, save_to=exported))
+    proto = onnx.load(str(exported))
+    initializers = {init.name: init for init in proto.graph.initializer}
+    # A small-margin error first (fc1's bias nudged), then a NaN: the Add's constant 1
+    # becomes -1, so ONNX takes the root of negative numbers.
+    fc1 = next(node for node in proto.graph.node if node.op_type in ("Gemm", "Add")
+               and any(name.endswith("fc1.bias") for name in node.input))
+    bias = initializers[next(name for name in fc1.input if name.endswith("fc1.bias"))]
+    bias.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(bias) + np.float32(2e-3),
+                                          bias.name))
+    sqrt = next(node for node in proto.graph.node if node.op_type == "Sqrt")
+    add = next(node for node in proto.graph.node if sqrt.input[0] in node.output)
+    one = next(name for name in add.input if name in initializers)
+    initializers[one].CopyFrom(numpy_helper.from_array(
+        -numpy_helper.to_array(initializers[one]), one))
+    onnx.save(proto, str(tmp_path / "planted.onnx"))
+
+    report = bisect_onnx.bisect(model, x, onnx_model=tmp_path / "planted.onnx")
+    assert report.verdict == "diverged"
+    assert report.first_divergence.nan_mismatch == 0  # the nudge fails first
+    origin = report.nan_origin
+    assert origin is not None and origin.nan_mismatch > 0
+    assert origin.fx_node == "sqrt" and origin.onnx_op == "Sqrt"
+    assert "NaN/Inf first appears on one side only" in report.summary()
+    assert report.to_dict()["nan_origin"]["onnx_value"] == origin.onnx_value
