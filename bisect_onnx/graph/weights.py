@@ -20,6 +20,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bisect_onnx.graph.walk import graph_tensors
+
 if TYPE_CHECKING:
     import onnx
 
@@ -114,8 +116,6 @@ def copy_model(source: Path, target: Path, *, link: bool = True) -> None:
     two links, and the source may still be read while both names exist.
     """
     import onnx
-
-    from bisect_onnx.runtime.onnx_side import graph_tensors  # onnx_side imports this module
 
     model = onnx.load(str(source), load_external_data=False)
     tensors = list(graph_tensors(model.graph))

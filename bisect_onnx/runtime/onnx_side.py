@@ -9,7 +9,7 @@ weights, so nothing lands next to the user's model.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,6 +18,7 @@ import numpy as np
 
 from bisect_onnx.errors import InputError, ModelError, one_line
 from bisect_onnx.graph.provenance import Provenance, TorchMetadata, read_torch_metadata
+from bisect_onnx.graph.walk import graph_tensors, subgraphs
 from bisect_onnx.graph.weights import weight_bytes
 from bisect_onnx.judge.compare import compare_arrays
 from bisect_onnx.runtime.capture_plan import (
@@ -115,28 +116,6 @@ def _check_external_data_locations(model: onnx.ModelProto, path: Path) -> None:
                 f"{path}: weight {tensor.name!r} names external data {location!r}, outside "
                 f"the model's folder {folder}; refused: keep the weights file beside the "
                 ".onnx file and name it by a relative path")
-
-
-def graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
-    """Every tensor a graph holds: weights and node attributes, subgraphs included."""
-    yield from graph.initializer
-    for sparse in graph.sparse_initializer:
-        yield sparse.values
-        yield sparse.indices
-    for node in graph.node:
-        for attribute in node.attribute:
-            if attribute.HasField("t"):
-                yield attribute.t
-            yield from attribute.tensors
-            for subgraph in subgraphs(attribute):
-                yield from graph_tensors(subgraph)
-
-
-def subgraphs(attribute: onnx.AttributeProto) -> Iterator[onnx.GraphProto]:
-    """The graphs a node attribute holds (an If's branches, a Loop's body)."""
-    if attribute.HasField("g"):
-        yield attribute.g
-    yield from attribute.graphs
 
 
 class OnnxRuntimeSide:

@@ -24,10 +24,10 @@ from onnx import numpy_helper
 from torch import nn
 
 import bisect_onnx
+from bisect_onnx.graph.walk import graph_tensors
 from bisect_onnx.graph.weights import copy_model, link_or_copy, weight_bytes, write_external_data
 from bisect_onnx.report import repro
 from bisect_onnx.runtime import onnx_side
-from bisect_onnx.runtime.onnx_side import graph_tensors
 from bisect_onnx.runtime.sessions import create_session
 
 WEIGHTS_FILE = "weights.bin"
