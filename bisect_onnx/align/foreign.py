@@ -12,12 +12,13 @@ pair keeps the match's confidence; ambiguous and unmatched values are listed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from bisect_onnx.align.modules import Pair, Unaligned
 from bisect_onnx.align.ops import OpAlignment
+from bisect_onnx.align.structural_match import StructuralMatch
 from bisect_onnx.judge.compare import Status, compare_arrays
 from bisect_onnx.pytorch.op_values import OpCapture
 from bisect_onnx.runtime.sides import CapturedValue
@@ -43,7 +44,8 @@ def align_foreign(
     ``alignment.matches`` holds each paired foreign value's confidence and how it was
     matched (``topology``, ``region``, ``values``, ``position``...).
     """
-    from bisect_onnx.align.structural import describe_model, match_graphs
+    from bisect_onnx.align.graph_description import describe_model
+    from bisect_onnx.align.structural import match_graphs
 
     inputs = list(graph_inputs.values())  # the same arrays on both sides
     template_description = describe_model(
@@ -58,6 +60,15 @@ def align_foreign(
                               atol=atol).status == Status.PASS
 
     matches = match_graphs(template_description, foreign_description, agree=agree)
+    alignment = _alignment_from(matches, ops, candidate_values)
+    logger.info("structural fallback: %d of %d foreign values paired", len(alignment.pairs),
+                len(candidate_values))
+    return alignment
+
+
+def _alignment_from(matches: Sequence[StructuralMatch], ops: OpCapture,
+                    candidate_values: Mapping[str, CapturedValue]) -> OpAlignment:
+    """Pairs where a match names a torch value of the same shape; the rest, with reasons."""
     alignment = OpAlignment()
     for match in matches:  # a node is attributed when any of its values was matched
         value = candidate_values.get(match.foreign)
@@ -87,12 +98,10 @@ def align_foreign(
                 name, "no value of the given graph matches it by structure (fused, folded "
                 "or renamed beyond recognition)", "unmatched"))
     alignment.pairs.sort(key=lambda pair: pair.candidate.provenance.position)
-    logger.info("structural fallback: %d of %d foreign values paired", len(alignment.pairs),
-                len(candidate_values))
     return alignment
 
 
-def _unpaired(match: Any) -> Unaligned:
+def _unpaired(match: StructuralMatch) -> Unaligned:
     if match.how == "ambiguous":
         shown = ", ".join(match.alternatives[:4])
         return Unaligned(match.foreign, f"ambiguous: fits {shown} equally well by structure, "

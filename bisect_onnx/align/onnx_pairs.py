@@ -213,7 +213,7 @@ class CandidateGroups:
                 return numpy_helper.to_array(tensor, self.base_dir)
         node = self.producers.get(name)
         if node is not None and node.op_type == "Constant":
-            from bisect_onnx.align.structural import constant_node_value
+            from bisect_onnx.align.graph_description import constant_node_value
 
             return constant_node_value(node)
         return None
@@ -342,7 +342,8 @@ def _pair_by_structure(reference: Any, candidate: Any, reference_values: Mapping
                        candidate_values: Mapping[str, Any], wanted: set[str], taken: set[str],
                        candidate_dir: str, graph_inputs: Mapping[str, Any],
                        agree: Any) -> list[ValuePair]:
-    from bisect_onnx.align.structural import describe_model, match_graphs
+    from bisect_onnx.align.graph_description import describe_model
+    from bisect_onnx.align.structural import match_graphs
 
     inputs = list(graph_inputs.values())  # the same arrays on both sides
     template = describe_model(reference, reference_values, graph_inputs=inputs)

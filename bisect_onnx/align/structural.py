@@ -5,9 +5,9 @@ they are torch FX node names). The *foreign* graph is the same model after a too
 that renamed every value and dropped the metadata (onnxsim, ONNX Runtime's offline
 optimization, a converter). Nothing but structure is left to pair them by.
 
-:func:`describe_model` reduces an ONNX model to a :class:`GraphDescription` (it is the
-one function here that imports onnx, when called); :func:`match_graphs` reads only
-descriptions and numpy arrays. Each match says which evidence decided it (``how``):
+:func:`~bisect_onnx.align.graph_description.describe_model` reduces an ONNX model to a
+:class:`~bisect_onnx.align.graph_description.GraphDescription`; :func:`match_graphs`
+reads only descriptions and numpy arrays. Each match says which evidence decided it (``how``):
 
 ============  ==========================================================================
 ``input``     graph inputs, by position
@@ -37,30 +37,23 @@ upstream per candidate: no search over combinations, so large graphs stay fast.
 
 from __future__ import annotations
 
-import hashlib
-import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
-import numpy as np
+from bisect_onnx.align.graph_description import (
+    GraphDescription,
+    GraphNode,
+    content_key,
+    is_constant_node,
+    output_at,
+    producers,
+    strip_omitted,
+    walk_up,
+)
+from bisect_onnx.align.structural_match import Agree, How, StructuralMatch
 
-if TYPE_CHECKING:
-    import onnx
-
-__all__ = [
-    "GraphNode", "ValueSpec", "GraphDescription", "StructuralMatch", "How", "Agree",
-    "match_graphs", "describe_model",
-]
-
-logger = logging.getLogger(__name__)
-
-How = Literal["input", "output", "topology", "region", "values", "position", "consumer",
-              "ambiguous", "unmatched"]
-
-#: ``agree(foreign_value, template_value)``: whether two run-time arrays hold the same tensor.
-Agree = Callable[[np.ndarray, np.ndarray], bool]
+__all__ = ["StructuralMatch", "How", "Agree", "match_graphs", "MAX_REGION_NODES"]
 
 # Confidence ranks the evidence (see the module docstring); it is not a calibrated probability.
 TOPOLOGY_CONFIDENCE = 1.0  # one candidate, every input accounted for
@@ -76,71 +69,6 @@ MAX_REGION_NODES = 32
 
 COMMUTATIVE_OPS = frozenset({"Add", "Mul", "Sum", "Mean", "Max", "Min", "And", "Or", "Xor",
                              "Equal"})
-
-
-@dataclass(frozen=True)
-class GraphNode:
-    """One node of a graph; a description lists them in topological (file) order."""
-
-    op_type: str
-    inputs: tuple[str, ...]
-    """Input value names, ``""`` for an omitted optional input."""
-    outputs: tuple[str, ...]
-    domain: str = ""
-    """Operator set domain: ``""`` for standard ONNX ops, ``"com.microsoft"``, ..."""
-
-
-@dataclass(frozen=True)
-class ValueSpec:
-    """What is known of a value's type: parts left ``None`` are unknown and fit anything."""
-
-    shape: tuple[int | None, ...] | None
-    """Dimensions (``None`` for a symbolic one), or ``None`` when even the rank is unknown."""
-    dtype: str | None
-    """Numpy dtype name, ``"float32"``."""
-
-    def fits(self, other: ValueSpec) -> bool:
-        """Whether the two could describe one tensor."""
-        if self.dtype is not None and other.dtype is not None and self.dtype != other.dtype:
-            return False
-        if self.shape is None or other.shape is None:
-            return True
-        return len(self.shape) == len(other.shape) and all(
-            a is None or b is None or a == b for a, b in zip(self.shape, other.shape, strict=True))
-
-
-UNKNOWN_SPEC = ValueSpec(None, None)
-
-
-@dataclass(frozen=True)
-class GraphDescription:
-    """A graph reduced to what structural matching reads; build it with :func:`describe_model`."""
-
-    nodes: Sequence[GraphNode]
-    inputs: Sequence[str]
-    """Graph inputs in order, initializers excluded."""
-    specs: Mapping[str, ValueSpec]
-    """Shape and dtype of each value, where known."""
-    constants: Mapping[str, np.ndarray]
-    """Initializers and ``Constant`` node outputs, by name."""
-    outputs: Sequence[str] = ()
-    """Graph outputs in order."""
-    values: Mapping[str, np.ndarray] = field(default_factory=dict)
-    """Run-time values (graph inputs included) from one run; used only to break ties."""
-
-
-@dataclass(frozen=True)
-class StructuralMatch:
-    """The template value a foreign value was paired with, and on what evidence."""
-
-    foreign: str
-    template: str | None
-    """``None`` when unmatched or ambiguous."""
-    confidence: float
-    """From 1 (one structural choice) down to 0 (no match); see the module docstring."""
-    how: How
-    alternatives: tuple[str, ...] = ()
-    """Template values that fitted equally, when ``how`` is ``"ambiguous"``."""
 
 
 def match_graphs(
@@ -197,15 +125,15 @@ class _Matcher:
     def __init__(self, template: GraphDescription, foreign: GraphDescription,
                  agree: Agree | None) -> None:
         self.template, self.foreign, self.agree = template, foreign, agree
-        self.template_keys = {name: _content_key(a) for name, a in template.constants.items()}
-        self.foreign_keys = {name: _content_key(a) for name, a in foreign.constants.items()}
+        self.template_keys = {name: content_key(a) for name, a in template.constants.items()}
+        self.foreign_keys = {name: content_key(a) for name, a in foreign.constants.items()}
         self.shared_keys = set(self.template_keys.values()) & set(self.foreign_keys.values())
-        self.template_producer = _producers(template.nodes)
-        self.foreign_producer = _producers(foreign.nodes)
+        self.template_producer = producers(template.nodes)
+        self.foreign_producer = producers(foreign.nodes)
         self.consumers: dict[str, list[int]] = defaultdict(list)
         self.by_op: dict[tuple[str, str], list[int]] = defaultdict(list)
         for index, node in enumerate(template.nodes):
-            if not _is_constant_node(node, template.constants):
+            if not is_constant_node(node, template.constants):
                 self.by_op[(node.domain, node.op_type)].append(index)
                 for name in dict.fromkeys(node.inputs):
                     self.consumers[name].append(index)
@@ -220,13 +148,12 @@ class _Matcher:
         for position, name in enumerate(self.foreign.inputs):
             counterpart = (self.template.inputs[position]
                            if position < len(self.template.inputs) else None)
-            if counterpart and self._spec(self.foreign, name).fits(
-                    self._spec(self.template, counterpart)):
+            if counterpart and self.foreign.spec(name).fits(self.template.spec(counterpart)):
                 self._pair(name, counterpart, "input", TOPOLOGY_CONFIDENCE)
             else:
                 self.results[name] = StructuralMatch(name, None, 0.0, "unmatched")
         for node in self.foreign.nodes:
-            if not _is_constant_node(node, self.foreign.constants):
+            if not is_constant_node(node, self.foreign.constants):
                 self._visit(node)
         # The model's outputs are the same tensors by contract, however they were computed
         # (the last Linear rewritten as Reshape-Gemm-Reshape leaves no consumer to infer from).
@@ -298,7 +225,7 @@ class _Matcher:
         if (earlier is not None and earlier.how == "unmatched"
                 and counterpart and counterpart not in self.taken
                 and counterpart not in self.template.constants
-                and self._spec(self.foreign, name).fits(self._spec(self.template, counterpart))):
+                and self.foreign.spec(name).fits(self.template.spec(counterpart))):
             self._pair(name, counterpart, how, confidence)
 
     def _candidates(self, node: GraphNode) -> list[int]:
@@ -313,14 +240,15 @@ class _Matcher:
     def _fit(self, node: GraphNode, index: int) -> _Fit | None:
         """Whether template node ``index`` can stand for ``node``, and how fully."""
         candidate = self.template.nodes[index]
-        foreign_outputs, template_outputs = _strip(node.outputs), _strip(candidate.outputs)
+        foreign_outputs = strip_omitted(node.outputs)
+        template_outputs = strip_omitted(candidate.outputs)
         if len(foreign_outputs) > len(template_outputs):
             return None
         for name, counterpart in zip(foreign_outputs, template_outputs, strict=False):
-            if name and (not counterpart or counterpart in self.taken or not self._spec(
-                    self.foreign, name).fits(self._spec(self.template, counterpart))):
+            if name and (not counterpart or counterpart in self.taken
+                         or not self.foreign.spec(name).fits(self.template.spec(counterpart))):
                 return None
-        inputs, template_inputs = _strip(node.inputs), _strip(candidate.inputs)
+        inputs, template_inputs = strip_omitted(node.inputs), strip_omitted(candidate.inputs)
         if len(inputs) != len(template_inputs):
             return None
         if node.op_type in COMMUTATIVE_OPS and node.domain in ("", "ai.onnx"):
@@ -371,9 +299,9 @@ class _Matcher:
         anchors: set[_Anchor] = set()
         rests_on: set[str] = set()
         passes_ambiguity = False
-        for name in _walk_up(node.inputs, self.foreign.nodes, self.foreign_producer,
-                             through=lambda name: name not in self.foreign_keys
-                             and name not in self.paired):
+        for name in walk_up(node.inputs, self.foreign.nodes, self.foreign_producer,
+                            through=lambda name: name not in self.foreign_keys
+                            and name not in self.paired, limit=MAX_REGION_NODES):
             if name is None:
                 return None
             passes_ambiguity |= name in self.ambiguous
@@ -387,10 +315,11 @@ class _Matcher:
     def _template_region(self, fit: _Fit, anchors: frozenset[_Anchor]) -> set[_Anchor] | None:
         """The candidate's anchors, or ``None`` as soon as it rests on one the foreign lacks."""
         found: set[_Anchor] = set()
-        for name in _walk_up(fit.inputs, self.template.nodes, self.template_producer,
-                             through=lambda name: name not in self.template_keys
-                             and name not in self.taken
-                             and self.template_producer.get(name) not in self.done):
+        for name in walk_up(fit.inputs, self.template.nodes, self.template_producer,
+                            through=lambda name: name not in self.template_keys
+                            and name not in self.taken
+                            and self.template_producer.get(name) not in self.done,
+                            limit=MAX_REGION_NODES):
             if name is None:
                 return None
             if name in self.taken:
@@ -445,150 +374,9 @@ class _Matcher:
         for position, name in enumerate(node.outputs):
             if not name or name in self.foreign.constants:
                 continue
-            alternatives = tuple(_output(self.template.nodes[fit.index], position) for fit in fits)
+            alternatives = tuple(output_at(self.template.nodes[fit.index], position)
+                                 for fit in fits)
             if how == "ambiguous":
                 self.ambiguous.add(name)
             self.results[name] = StructuralMatch(name, None, 0.0, how, alternatives)
 
-    @staticmethod
-    def _spec(graph: GraphDescription, name: str) -> ValueSpec:
-        return graph.specs.get(name, UNKNOWN_SPEC)
-
-
-def _content_key(array: np.ndarray) -> str:
-    """Equal exactly when dtype, shape and bytes are: what makes two initializers one."""
-    array = np.ascontiguousarray(array)
-    digest = hashlib.blake2b(array.tobytes(), digest_size=16)
-    digest.update(f"{array.dtype.str}{array.shape}".encode())
-    return digest.hexdigest()
-
-
-def _walk_up(starts: Iterable[str], nodes: Sequence[GraphNode], producers: Mapping[str, int],
-             *, through: Callable[[str], bool]) -> Iterator[str | None]:
-    """Yield each value at or above ``starts``, walking up through those ``through`` accepts.
-
-    Yields ``None`` and stops once the walk has passed :data:`MAX_REGION_NODES` producers.
-    """
-    stack, seen, walked = list(starts), set(), set()
-    while stack:
-        name = stack.pop()
-        if not name or name in seen:
-            continue
-        seen.add(name)
-        yield name
-        producer = producers.get(name)
-        if producer is None or producer in walked or not through(name):
-            continue
-        walked.add(producer)
-        if len(walked) > MAX_REGION_NODES:
-            yield None
-            return
-        stack.extend(nodes[producer].inputs)
-
-
-def _producers(nodes: Sequence[GraphNode]) -> dict[str, int]:
-    return {name: index for index, node in enumerate(nodes) for name in node.outputs if name}
-
-
-def _is_constant_node(node: GraphNode, constants: Mapping[str, np.ndarray]) -> bool:
-    """Whether every output is a known constant: nothing to pair, matched by content."""
-    outputs = [name for name in node.outputs if name]
-    return bool(outputs) and all(name in constants for name in outputs)
-
-
-def _output(node: GraphNode, position: int) -> str:
-    return node.outputs[position] if position < len(node.outputs) else ""
-
-
-def _strip(names: Sequence[str]) -> tuple[str, ...]:
-    """Drop trailing omitted optionals, which ONNX lets a writer spell or leave out."""
-    names = tuple(names)
-    while names and not names[-1]:
-        names = names[:-1]
-    return names
-
-
-def describe_model(
-    model: onnx.ModelProto,
-    values: Mapping[str, np.ndarray] | None = None,
-    *,
-    base_dir: str = "",
-    graph_inputs: Sequence[np.ndarray] = (),
-) -> GraphDescription:
-    """Describe a model's top-level graph for :func:`match_graphs`.
-
-    Shapes come from ONNX shape inference, falling back on what the file records
-    (a model over protobuf's 2 GB limit cannot be inferred in memory).
-
-    Args:
-        model: The model; it is not modified.
-        values: Run-time values by name, to break ties.
-        base_dir: Folder holding the model's external data, when it has some.
-        graph_inputs: The run-time values of the graph's inputs, in order (the same
-            arrays on both sides of a match).
-
-    Returns:
-        The nodes in file order, the graph inputs, every value's known type, and
-        the initializers and ``Constant`` outputs as arrays.
-    """
-    import onnx
-    from onnx import numpy_helper
-
-    try:
-        model = onnx.shape_inference.infer_shapes(model)
-    except ValueError as error:
-        logger.debug("shape inference skipped: %s", error)
-    graph = model.graph
-    # An initializer no node reads (left behind by an edit) must not pair with a
-    # template weight the foreign nodes no longer use.
-    used = {name for node in graph.node for name in node.input}
-    constants = {tensor.name: numpy_helper.to_array(tensor, base_dir)
-                 for tensor in graph.initializer if tensor.name in used}
-    nodes = []
-    for node in graph.node:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
-            array = constant_node_value(node)
-            if array is not None:
-                constants[node.output[0]] = array
-        nodes.append(GraphNode(node.op_type, tuple(node.input), tuple(node.output), node.domain))
-    specs = {info.name: _spec_of(info.type)
-             for info in (*graph.input, *graph.value_info, *graph.output)}
-    inputs = [info.name for info in graph.input if info.name not in constants]
-    return GraphDescription(
-        nodes=nodes,
-        inputs=inputs,
-        outputs=[info.name for info in graph.output],
-        specs={name: spec for name, spec in specs.items() if spec is not None},
-        constants=constants,
-        values={**(values or {}), **dict(zip(inputs, graph_inputs, strict=False))},
-    )
-
-
-def constant_node_value(node: onnx.NodeProto) -> np.ndarray | None:
-    """The array a ``Constant`` node yields; ``None`` for string and sparse forms."""
-    from onnx import helper, numpy_helper
-
-    for attribute in node.attribute:
-        value = helper.get_attribute_value(attribute)
-        if attribute.name == "value":
-            return numpy_helper.to_array(value)
-        if attribute.name in ("value_float", "value_floats"):
-            return np.asarray(value, dtype=np.float32)
-        if attribute.name in ("value_int", "value_ints"):
-            return np.asarray(value, dtype=np.int64)
-    return None
-
-
-def _spec_of(type_proto: onnx.TypeProto) -> ValueSpec | None:
-    """Shape and dtype of a tensor type; ``None`` for sequences, maps and optionals."""
-    from onnx import helper
-
-    if not type_proto.HasField("tensor_type"):
-        return None
-    tensor = type_proto.tensor_type
-    dtype = (np.dtype(helper.tensor_dtype_to_np_dtype(tensor.elem_type)).name
-             if tensor.elem_type else None)
-    shape = (tuple(dim.dim_value if dim.HasField("dim_value") else None
-                   for dim in tensor.shape.dim)
-             if tensor.HasField("shape") else None)
-    return ValueSpec(shape, dtype)

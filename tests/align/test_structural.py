@@ -14,15 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
-from bisect_onnx.align.structural import (
-    MAX_REGION_NODES,
+from bisect_onnx.align.graph_description import (
     GraphDescription,
     GraphNode,
-    StructuralMatch,
     ValueSpec,
     describe_model,
-    match_graphs,
 )
+from bisect_onnx.align.structural import MAX_REGION_NODES, StructuralMatch, match_graphs
 from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
 from fixtures.registry import FIXTURES, load_inputs, repo_path
 
@@ -469,7 +467,7 @@ def test_graph_input_values_reach_the_description(fixture_case):
     import numpy as np
     import onnx
 
-    from bisect_onnx.align.structural import describe_model
+    from bisect_onnx.align.graph_description import describe_model
 
     _, inputs, exported = fixture_case("tiny_mlp")
     arrays = [np.asarray(array) for array in inputs.values()]
