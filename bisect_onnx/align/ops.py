@@ -73,61 +73,86 @@ def align_ops(
             alignment.segments.setdefault(made_from, []).append(node)
             if node.torch is None:
                 alignment.inferred[node.name] = made_from
-    paired_fx: dict[str, str] = {}  # FX node -> ONNX value
-    paired_onnx: set[str] = set()
-
-    def pair(fx_name: str, onnx_name: str) -> None:
-        alignment.pairs.append(Pair(capture.values[fx_name], candidate_values[onnx_name]))
-        paired_fx[fx_name] = onnx_name
-        paired_onnx.add(onnx_name)
-
     producers = {output: node for node in nodes for output in node.outputs}
-    for name, value in candidate_values.items():
-        if name in capture.values and _same_op(capture, name, value, producers.get(name)):
-            pair(name, name)
-    # A tuple-valued op rebuilt without metadata: its outputs are its getitems, in order.
-    for node in nodes:
-        made_from = alignment.inferred.get(node.name)
-        if made_from is None:
-            continue
-        for getitem, (source, index) in capture.getitems.items():
-            if (source == made_from and index < len(node.outputs) and getitem in capture.values
-                    and getitem not in paired_fx):
-                output = node.outputs[index]
-                value = candidate_values.get(output)
-                wanted = capture.values[getitem].array
-                if (value is not None and output not in paired_onnx
-                        and value.array.shape == wanted.shape
-                        and value.array.dtype == wanted.dtype):
-                    pair(getitem, output)
-    # Renamed by the optimizer: the last node made from the FX node holds its value.
-    for fx_name, segment in alignment.segments.items():
-        if fx_name in paired_fx or fx_name not in capture.values:
-            continue
-        wanted = capture.values[fx_name].array
-        for output in segment[-1].outputs:
-            value = candidate_values.get(output)
-            if (value is not None and output not in paired_onnx
-                    and value.array.shape == wanted.shape and value.array.dtype == wanted.dtype):
-                pair(fx_name, output)
-                break
-
-    for fx_name in capture.values:
-        if fx_name not in paired_fx:
-            kind, reason = _why_no_onnx_value(fx_name, capture, alignment, candidate_values)
-            alignment.torch_only.append(Unaligned(fx_name, reason, kind))
-    for name, value in candidate_values.items():
-        producer = producers.get(name)
-        fx_name = producer.torch.fx_node if producer and producer.torch else None
-        stands_for_fx = fx_name is not None and (name == fx_name or paired_fx.get(fx_name) == name)
-        if _is_float(value.array) and (stands_for_fx or name in capture.values):
-            alignment.fx_named_values += 1
-            alignment.fx_named_compared += name in paired_onnx
-        if name not in paired_onnx:
-            kind, reason = _why_no_torch_value(producer, capture, alignment, paired_fx)
-            alignment.onnx_only.append(Unaligned(name, reason, kind))
+    pairing = _Pairing(capture, candidate_values, alignment)
+    pairing.by_name(producers)
+    pairing.by_getitem_order(nodes)
+    pairing.by_segment_end()
+    pairing.explain_leftovers(producers)
     alignment.pairs.sort(key=lambda item: item.candidate.provenance.position)
     return alignment
+
+
+class _Pairing:
+    """The pairs :func:`align_ops` has made so far, found in three passes, then the rest."""
+
+    def __init__(self, capture: OpCapture, candidate_values: Mapping[str, CapturedValue],
+                 alignment: OpAlignment) -> None:
+        self.capture, self.candidate_values, self.alignment = capture, candidate_values, alignment
+        self.paired_fx: dict[str, str] = {}  # FX node -> ONNX value
+        self.paired_onnx: set[str] = set()
+
+    def pair(self, fx_name: str, onnx_name: str) -> None:
+        self.alignment.pairs.append(Pair(self.capture.values[fx_name],
+                                         self.candidate_values[onnx_name]))
+        self.paired_fx[fx_name] = onnx_name
+        self.paired_onnx.add(onnx_name)
+
+    def free_and_alike(self, output: str, fx_name: str) -> bool:
+        """Whether the ONNX value is still unpaired and has the FX value's shape and dtype."""
+        value = self.candidate_values.get(output)
+        wanted = self.capture.values[fx_name].array
+        return (value is not None and output not in self.paired_onnx
+                and value.array.shape == wanted.shape and value.array.dtype == wanted.dtype)
+
+    def by_name(self, producers: Mapping[str, NodeInfo]) -> None:
+        """The exporter names a value after its FX node: pair namesakes of the same op."""
+        for name, value in self.candidate_values.items():
+            if name in self.capture.values and _same_op(self.capture, name, value,
+                                                        producers.get(name)):
+                self.pair(name, name)
+
+    def by_getitem_order(self, nodes: Sequence[NodeInfo]) -> None:
+        """A tuple-valued op rebuilt without metadata: its outputs are its getitems, in order."""
+        for node in nodes:
+            made_from = self.alignment.inferred.get(node.name)
+            if made_from is None:
+                continue
+            for getitem, (source, index) in self.capture.getitems.items():
+                if (source == made_from and index < len(node.outputs)
+                        and getitem in self.capture.values and getitem not in self.paired_fx
+                        and self.free_and_alike(node.outputs[index], getitem)):
+                    self.pair(getitem, node.outputs[index])
+
+    def by_segment_end(self) -> None:
+        """Renamed by the optimizer: the last node made from the FX node holds its value."""
+        for fx_name, segment in self.alignment.segments.items():
+            if fx_name in self.paired_fx or fx_name not in self.capture.values:
+                continue
+            for output in segment[-1].outputs:
+                if self.free_and_alike(output, fx_name):
+                    self.pair(fx_name, output)
+                    break
+
+    def explain_leftovers(self, producers: Mapping[str, NodeInfo]) -> None:
+        """Say why each unpaired value has no counterpart; count the values ops stand for."""
+        capture, alignment = self.capture, self.alignment
+        for fx_name in capture.values:
+            if fx_name not in self.paired_fx:
+                kind, reason = _why_no_onnx_value(fx_name, capture, alignment,
+                                                  self.candidate_values)
+                alignment.torch_only.append(Unaligned(fx_name, reason, kind))
+        for name, value in self.candidate_values.items():
+            producer = producers.get(name)
+            fx_name = producer.torch.fx_node if producer and producer.torch else None
+            stands_for_fx = fx_name is not None and (
+                name == fx_name or self.paired_fx.get(fx_name) == name)
+            if _is_float(value.array) and (stands_for_fx or name in capture.values):
+                alignment.fx_named_values += 1
+                alignment.fx_named_compared += name in self.paired_onnx
+            if name not in self.paired_onnx:
+                kind, reason = _why_no_torch_value(producer, capture, alignment, self.paired_fx)
+                alignment.onnx_only.append(Unaligned(name, reason, kind))
 
 
 def _named_after(node: NodeInfo, capture: OpCapture) -> str | None:
