@@ -6,6 +6,7 @@ Each output is copied the moment the hook fires, because a later in-place op (a
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import weakref
 from collections.abc import Iterator, Sequence
@@ -22,7 +23,8 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["TorchModuleSide", "flatten_outputs", "training_mode_warning", "describe_arrays",
-           "to_tensor", "to_numpy", "same_tensor", "split_keywords"]
+           "to_tensor", "to_numpy", "same_tensor", "split_keywords", "buffers_restored",
+           "final_outputs"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,54 +57,15 @@ class TorchModuleSide:
         """Run the model once on ``inputs`` with a forward hook on every submodule."""
         import torch
 
-        names = {}
-        for path, module in self.model.named_modules() if self.records_modules else ():
-            if path:  # the model itself: its output is the final output, compared apart
-                names[module] = path
-        calls: dict[str, int] = {}
-        values: dict[str, CapturedValue] = {}
-        # The live tensor behind each recorded value, to recognise a module that hands
-        # its input back unchanged; weak, so that recording keeps nothing alive.
-        recorded: dict[str, weakref.ref] = {}
-        # The version each recorded tensor had then: a block's output is often the very
-        # tensor its last submodule returned, unchanged since, whose copy can be shared.
-        versions: dict[str, int | None] = {}
-        latest: dict[tuple, str] = {}  # (storage, shape, strides, dtype) -> last recorded
-
-        def record(module: torch.nn.Module, args: Any, output: Any) -> None:
-            path = names[module]
-            call = calls.get(path, 0)
-            calls[path] = call + 1
-            base = call_name(path, call)
-            for suffix, tensor in flatten_outputs(output):
-                name = base + suffix
-                earlier = _latest_record(tensor, recorded, latest)
-                version = _version(tensor)
-                array = (values[earlier].array
-                         if earlier and version is not None and versions[earlier] == version
-                         else to_numpy(tensor))
-                values[name] = CapturedValue(
-                    name=name,
-                    array=array,
-                    provenance=Provenance(
-                        position=len(values),
-                        module=path,
-                        call=call,
-                        module_class=type(module).__name__,
-                        same_as=_passed_through(tensor, array, args, earlier, values),
-                    ),
-                )
-                recorded[name] = weakref.ref(tensor)
-                versions[name] = version
-                latest[_tensor_key(tensor)] = name
-
+        modules = self.model.named_modules() if self.records_modules else ()
+        # The model itself is left out: its output is the final output, compared apart.
+        recorder = _CallRecorder({module: path for path, module in modules if path})
         args, kwargs = split_keywords([to_tensor(array) for array in inputs], keywords)
-        handles = [module.register_forward_hook(record) for module in names]
-        # A model in training mode updates its BatchNorm statistics as it runs: put
-        # them back, so that comparing leaves the user's model as it was.
-        buffers = {name: buffer.clone() for name, buffer in self.model.named_buffers()}
+        handles = [module.register_forward_hook(recorder) for module in recorder.paths]
         try:
-            with torch.no_grad():
+            # A model in training mode updates its BatchNorm statistics as it runs: put
+            # them back, so that comparing leaves the user's model as it was.
+            with buffers_restored(self.model), torch.no_grad():
                 result = self.model(*args, **kwargs)
         except Exception as error:
             raise ModelError(
@@ -113,22 +76,83 @@ class TorchModuleSide:
         finally:
             for handle in handles:
                 handle.remove()
-            with torch.no_grad():
-                for name, buffer in self.model.named_buffers():
-                    buffer.copy_(buffers[name])
+        logger.info("recorded %d module outputs from %d module calls", len(recorder.values),
+                    sum(recorder.calls.values()))
+        return Capture(values=recorder.values,
+                       outputs=final_outputs(result, type(self.model).__name__))
 
-        outputs = [
-            CapturedValue(
-                name=f"output{suffix}",
-                array=to_numpy(tensor),
-                provenance=Provenance(position=index, module="",
-                                      module_class=type(self.model).__name__),
+
+class _CallRecorder:
+    """The forward hook :meth:`TorchModuleSide.run` puts on every submodule.
+
+    Each call's output is copied as the hook fires, unless it is the very tensor
+    recorded last, unchanged since: then the copy is shared.
+    """
+
+    def __init__(self, paths: dict[torch.nn.Module, str]) -> None:
+        self.paths = paths
+        self.calls: dict[str, int] = {}
+        self.values: dict[str, CapturedValue] = {}
+        # The live tensor behind each recorded value, to recognise a module that hands
+        # its input back unchanged; weak, so that recording keeps nothing alive.
+        self.recorded: dict[str, weakref.ref] = {}
+        # The version each recorded tensor had then: a block's output is often the very
+        # tensor its last submodule returned, unchanged since, whose copy can be shared.
+        self.versions: dict[str, int | None] = {}
+        self.latest: dict[tuple, str] = {}  # (storage, shape, strides, dtype) -> last recorded
+
+    def __call__(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        path = self.paths[module]
+        call = self.calls.get(path, 0)
+        self.calls[path] = call + 1
+        base = call_name(path, call)
+        for suffix, tensor in flatten_outputs(output):
+            name = base + suffix
+            earlier = _latest_record(tensor, self.recorded, self.latest)
+            version = _version(tensor)
+            array = (self.values[earlier].array
+                     if earlier and version is not None and self.versions[earlier] == version
+                     else to_numpy(tensor))
+            self.values[name] = CapturedValue(
+                name=name,
+                array=array,
+                provenance=Provenance(
+                    position=len(self.values),
+                    module=path,
+                    call=call,
+                    module_class=type(module).__name__,
+                    same_as=_passed_through(tensor, array, args, earlier, self.values),
+                ),
             )
-            for index, (suffix, tensor) in enumerate(flatten_outputs(result))
-        ]
-        logger.info("recorded %d module outputs from %d module calls", len(values),
-                    sum(calls.values()))
-        return Capture(values=values, outputs=outputs)
+            self.recorded[name] = weakref.ref(tensor)
+            self.versions[name] = version
+            self.latest[_tensor_key(tensor)] = name
+
+
+@contextlib.contextmanager
+def buffers_restored(module: torch.nn.Module) -> Iterator[None]:
+    """Put the module's buffers (BatchNorm statistics...) back as they were on leaving."""
+    import torch
+
+    buffers = {name: buffer.clone() for name, buffer in module.named_buffers()}
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for name, buffer in module.named_buffers():
+                buffer.copy_(buffers[name])
+
+
+def final_outputs(result: Any, model_class: str) -> list[CapturedValue]:
+    """The model's own outputs (``output``, ``output[0]``...), copied, in order."""
+    return [
+        CapturedValue(
+            name=f"output{suffix}",
+            array=to_numpy(tensor),
+            provenance=Provenance(position=index, module="", module_class=model_class),
+        )
+        for index, (suffix, tensor) in enumerate(flatten_outputs(result))
+    ]
 
 
 def _version(tensor: torch.Tensor) -> int | None:

@@ -23,7 +23,9 @@ from bisect_onnx.errors import ModelError, one_line
 from bisect_onnx.graph.provenance import Provenance
 from bisect_onnx.pytorch.calls import PlannedCall, call_of_stack_key
 from bisect_onnx.pytorch.module_side import (
+    buffers_restored,
     describe_arrays,
+    final_outputs,
     flatten_outputs,
     same_tensor,
     to_numpy,
@@ -68,11 +70,10 @@ class ExportedProgramSide:
         # The graph's placeholders are the program's user inputs in its own order, which
         # is the order the inputs were arranged in: keywords need no special handling.
         tensors = [to_tensor(array) for array in inputs]
-        # A program exported in training mode updates its BatchNorm statistics, which it
-        # shares with the ExportedProgram's state_dict: put them back afterwards.
-        buffers = {name: buffer.clone() for name, buffer in self._module.named_buffers()}
         try:
-            with torch.no_grad():
+            # A program exported in training mode updates its BatchNorm statistics, which
+            # it shares with the ExportedProgram's state_dict: put them back afterwards.
+            with buffers_restored(self._module), torch.no_grad():
                 result = recorder.run(*tensors)
         except Exception as error:
             raise ModelError(
@@ -81,46 +82,37 @@ class ExportedProgramSide:
                 "match the ones it was exported with (shapes are fixed unless exported "
                 "with dynamic_shapes)"
             ) from error
-        finally:
-            with torch.no_grad():
-                for name, buffer in self._module.named_buffers():
-                    buffer.copy_(buffers[name])
-
-        values: dict[str, CapturedValue] = {}
-        latest: dict[Node, str] = {}  # node -> last name its (whole) value was recorded as
-        for call in self._calls:
-            several = len(call.outputs) > 1
-            for index, node in enumerate(call.outputs):
-                for suffix, array in recorder.copies.get(node, []):
-                    name = call.name + (f"[{index}]" if several else "") + suffix
-                    same_as = recorder.passed_through.get(node)
-                    values[name] = CapturedValue(
-                        name=name,
-                        array=array,
-                        provenance=Provenance(
-                            position=len(values),
-                            module=call.path,
-                            call=call.call,
-                            module_class=call.module_class,
-                            torch_op=op_name(node),
-                            same_as=latest.get(same_as) if same_as is not None else None,
-                        ),
-                    )
-                    if not suffix:
-                        latest[node] = name
-
-        outputs = [
-            CapturedValue(
-                name=f"output{suffix}",
-                array=to_numpy(tensor),
-                provenance=Provenance(position=index, module="",
-                                      module_class=self.module_class),
-            )
-            for index, (suffix, tensor) in enumerate(flatten_outputs(result))
-        ]
+        values = _call_values(self._calls, recorder)
         logger.info("recorded %d module outputs from %d module calls", len(values),
                     len(self._calls))
-        return Capture(values=values, outputs=outputs)
+        return Capture(values=values, outputs=final_outputs(result, self.module_class))
+
+
+def _call_values(calls: Sequence[PlannedCall], recorder: Any) -> dict[str, CapturedValue]:
+    """Each module call's outputs as the recorder copied them, named as the hooks name them."""
+    values: dict[str, CapturedValue] = {}
+    latest: dict[Node, str] = {}  # node -> last name its (whole) value was recorded as
+    for call in calls:
+        several = len(call.outputs) > 1
+        for index, node in enumerate(call.outputs):
+            for suffix, array in recorder.copies.get(node, []):
+                name = call.name + (f"[{index}]" if several else "") + suffix
+                same_as = recorder.passed_through.get(node)
+                values[name] = CapturedValue(
+                    name=name,
+                    array=array,
+                    provenance=Provenance(
+                        position=len(values),
+                        module=call.path,
+                        call=call.call,
+                        module_class=call.module_class,
+                        torch_op=op_name(node),
+                        same_as=latest.get(same_as) if same_as is not None else None,
+                    ),
+                )
+                if not suffix:
+                    latest[node] = name
+    return values
 
 
 def _plan_calls(graph: torch.fx.Graph) -> tuple[list[PlannedCall], str | None]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,7 +26,7 @@ import numpy as np
 from bisect_onnx.errors import InputError, ModelError, one_line
 from bisect_onnx.graph.provenance import Provenance
 from bisect_onnx.pytorch.calls import PlannedCall, call_name, split_into_calls
-from bisect_onnx.pytorch.module_side import describe_arrays, flatten_outputs, to_numpy, to_tensor
+from bisect_onnx.pytorch.module_side import describe_arrays, final_outputs, to_numpy, to_tensor
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 
 if TYPE_CHECKING:
@@ -87,13 +88,7 @@ class ScriptModuleSide:
                     provenance=Provenance(position=len(values), module=call.path,
                                           call=call.call, module_class=call.module_class),
                 )
-        outputs = [
-            CapturedValue(f"output{suffix}", to_numpy(tensor),
-                          Provenance(position=index, module="",
-                                     module_class=self.model.original_name))
-            for index, (suffix, tensor) in enumerate(flatten_outputs(final))
-        ]
-        return Capture(values=values, outputs=outputs)
+        return Capture(values=values, outputs=final_outputs(final, self.model.original_name))
 
 
 def _defaults_after(model: Any, given: int) -> list[Any]:
@@ -122,56 +117,90 @@ def _instrument(
     paths = [path for path, _ in model.named_modules() if path]
     calls_per_module = Counter(_called_paths(model, ""))
     top_level = list(graph.nodes())  # nodes inside If/Loop blocks are not promotable
-    users = _users(graph, top_level)
+    found = _find_values(_TopLevel(top_level, paths, _users(graph, top_level)))
+    calls = [call for (path, module_class), positions in found.members.items()
+             for call in _calls_of(found, path, module_class, positions,
+                                   calls_per_module.get(path, 0))]
+    _return_everything(graph, found.values)
+    return graph, calls, calls_per_module
 
-    values: list[Any] = []
-    outputs_of: dict[int, list[tuple[str, int]]] = {}  # position -> (value name, index)
-    members: dict[tuple[str, str], list[int]] = defaultdict(list)
-    for position, node in enumerate(top_level):
+
+@dataclass
+class _TopLevel:
+    """The inlined graph's top-level nodes; what ATen nodes make, and which modules ran them."""
+
+    nodes: Sequence[Any]
+    paths: Sequence[str]
+    """Every submodule path of the model."""
+    users: dict[str, set[int]]
+    """Value name -> positions of the nodes that read it (see :func:`_users`)."""
+    values: list[Any] = field(default_factory=list)
+    """Every tensor an ATen node makes, in graph order: the run returns them after its own
+    output."""
+    outputs_of: dict[int, list[tuple[str, int]]] = field(default_factory=dict)
+    """Node position -> (value name, index into ``values``) of each tensor it makes."""
+    members: dict[tuple[str, str], list[int]] = field(
+        default_factory=lambda: defaultdict(list))
+    """(module path, class) -> positions of the nodes that ran inside it."""
+
+
+def _find_values(found: _TopLevel) -> _TopLevel:
+    """Fill in the tensors each ATen node makes and the module calls it ran in."""
+    for position, node in enumerate(found.nodes):
         tensors = [out for out in node.outputs() if out.type().kind() == "TensorType"]
         if not node.kind().startswith("aten::") or node.kind() in _SHAPE_OPS or not tensors:
             continue
-        outputs_of[position] = [(out.debugName(), len(values) + i) for i, out in
-                                enumerate(tensors)]
-        values.extend(tensors)
-        for path, module_class in _resolve(node.getModuleHierarchy(), paths):
-            members[(path, module_class)].append(position)
+        found.outputs_of[position] = [(out.debugName(), len(found.values) + i)
+                                      for i, out in enumerate(tensors)]
+        found.values.extend(tensors)
+        for path, module_class in _resolve(node.getModuleHierarchy(), found.paths):
+            found.members[(path, module_class)].append(position)
+    return found
 
+
+def _calls_of(found: _TopLevel, path: str, module_class: str, positions: list[int],
+              called: int) -> list[PlannedCall]:
+    """The ``called`` calls of one module, from the nodes that ran in it, if they split evenly."""
+    top_level = found.nodes
+    runs = split_into_calls(positions, called, origin=lambda position: position,
+                            kind=lambda position: top_level[position].kind())
     calls = []
-    for (path, module_class), positions in members.items():
-        runs = split_into_calls(positions, calls_per_module.get(path, 0),
-                                origin=lambda position: position,
-                                kind=lambda position: top_level[position].kind())
-        for call, run in enumerate(runs or []):
-            # Inlining keeps a call's nodes together: everything between its first and
-            # last op (list constructions, inner calls) is inside it, and so are the
-            # control-flow nodes right after it that still belong to the module (the
-            # If that picks max_pool's values or indices in a scripted module).
-            end = run[-1]
-            while (end + 1 < len(top_level) and end + 1 not in outputs_of
-                   and path in _module_paths(top_level[end + 1], paths)):
-                end += 1
-            inside = set(range(run[0], end + 1))
-            # What the call returns: the values used after it (or by the graph's
-            # output), not whatever its last op made (max_pool's indices, LSTM's c_n).
-            leaving = [index for position in run for name, index in outputs_of[position]
-                       if users.get(name, set()) - inside]
-            if not leaving:
-                leaving = [outputs_of[run[-1]][0][1]]
-            calls.append(PlannedCall(path, call, module_class, tuple(leaving), run[-1],
-                               path.count(".")))
+    for call, run in enumerate(runs or []):
+        # Inlining keeps a call's nodes together: everything between its first and
+        # last op (list constructions, inner calls) is inside it, and so are the
+        # control-flow nodes right after it that still belong to the module (the
+        # If that picks max_pool's values or indices in a scripted module).
+        end = run[-1]
+        while (end + 1 < len(top_level) and end + 1 not in found.outputs_of
+               and path in _module_paths(top_level[end + 1], found.paths)):
+            end += 1
+        inside = set(range(run[0], end + 1))
+        # What the call returns: the values used after it (or by the graph's
+        # output), not whatever its last op made (max_pool's indices, LSTM's c_n).
+        leaving = [index for position in run for name, index in found.outputs_of[position]
+                   if found.users.get(name, set()) - inside]
+        if not leaving:
+            leaving = [found.outputs_of[run[-1]][0][1]]
+        calls.append(PlannedCall(path, call, module_class, tuple(leaving), run[-1],
+                                 path.count(".")))
+    return calls
 
-    # One tuple output (the model's own result, then every captured value), since a
-    # graph function returns a single value.
+
+def _return_everything(graph: Any, values: Sequence[Any]) -> None:
+    """Make the graph return one tuple: its own result, then every value in ``values``.
+
+    One tuple, since a function made from a graph returns a single value.
+    """
+    import torch
+
     originals = list(graph.outputs())
     for position in reversed(range(len(originals))):
         graph.eraseOutput(position)
-    everything = originals + values
+    everything = originals + list(values)
     pack = graph.create("prim::TupleConstruct", everything, 1)
     graph.appendNode(pack)
     pack.output().setType(torch._C.TupleType([value.type() for value in everything]))
     graph.registerOutput(pack.output())
-    return graph, calls, calls_per_module
 
 
 _RETURN = -1
