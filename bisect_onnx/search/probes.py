@@ -26,14 +26,25 @@ from bisect_onnx.runtime.capture_plan import graph_nodes, op_counts, session_and
 from bisect_onnx.runtime.onnx_side import NodeInfo, OnnxRuntimeSide, node_provenance
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 from bisect_onnx.search.bisection import ProbeSearch
+from bisect_onnx.search.value_graph import ValueGraph
 
-__all__ = ["Checkpoint", "Comparer", "ProbeRunner", "ProbeBisection", "checkpoints_for"]
+__all__ = ["Checkpoint", "Comparer", "ProbeRunner", "ProbeBisection", "checkpoints_for",
+           "values_per_probe", "CUTS_PER_PROBE", "SEGMENT_PER_PROBE"]
 
 logger = logging.getLogger(__name__)
 
 #: How many nodes a probe's optimized graph may add or lose per marked value that
 #: production fused away: a kernel pulled apart (an attention fusion is the largest).
 _CHANGE_PER_FUSED_VALUE = 16
+#: Cuts one probe marks while bisecting: 3 per probe is a 4-ary search (half the
+#: probes of a binary one), and each probe is a session: few values, one session.
+CUTS_PER_PROBE = 3
+#: Values of a segment (a residual block, an attention block: tens of values) one
+#: probe marks: most segments in one probe.
+SEGMENT_PER_PROBE = 32
+#: The share of the memory budget one probe's marked values may take: the reference
+#: values and the session's weights need the rest.
+_PROBE_SHARE_OF_BUDGET = 0.25
 
 
 @dataclass(frozen=True)
@@ -124,35 +135,57 @@ class ProbeRunner:
         """The production session's final outputs."""
 
     def bisect(self, checkpoints: Sequence[Checkpoint], *, rtol: float, atol: float,
-               per_probe: int = 1, compare: Comparer | None = None) -> ProbeBisection:
+               per_probe: int | None = None, compare: Comparer | None = None,
+               suspects: Sequence[str] = (), memory_budget: int | None = None,
+               ) -> ProbeBisection:
         """Probe the checkpoints for the first that fails against its reference.
 
-        ``compare`` judges a probed array against its checkpoint, where the reference
-        is not of the value's dtype or needs its own tolerance (another ONNX model's
-        value, say); by default ``compare_arrays`` with ``rtol`` and ``atol``.
+        The search follows the graph (:mod:`bisect_onnx.search.bisection`): it starts
+        from the final outputs that fail (checkpoints among them are judged on
+        production's outputs, without a probe) and looks only at their ancestors.
+        ``suspects``: values the capture session saw fail, probed first.
+        ``memory_budget``: bytes the probes may use; it bounds how many values one
+        probe marks (``per_probe`` cuts, or a segment's values), by default
+        :data:`CUTS_PER_PROBE` and :data:`SEGMENT_PER_PROBE`. ``compare`` judges a
+        probed array against its checkpoint, where the reference is not of the
+        value's dtype or needs its own tolerance (another ONNX model's value, say);
+        by default ``compare_arrays`` with ``rtol`` and ``atol``.
         """
         by_name = {checkpoint.name: checkpoint for checkpoint in checkpoints}
-        search = ProbeSearch(list(by_name), per_probe=per_probe)
         found: dict[str, CapturedValue] = {}
         checks: list[str] = []
+
+        def judge(name: str, array: np.ndarray) -> bool | None:
+            checkpoint = by_name[name]
+            comparison = (compare(checkpoint, array) if compare is not None
+                          else compare_arrays(checkpoint.reference.array, array,
+                                              rtol=rtol, atol=atol))
+            if comparison.status in (Status.SHAPE_MISMATCH, Status.DTYPE_MISMATCH):
+                return None  # named alike, not the same tensor
+            found[name] = CapturedValue(name, np.asarray(array),
+                                        node_provenance(checkpoint.node,
+                                                        checkpoint.node.index))
+            return not comparison.passed
+
+        # Production's own outputs are judged without a probe: they say where to start.
+        outputs = {value.name: judge(value.name, value.array) for value in self.outputs
+                   if value.name in by_name}
+        known_passing = [name for name, fails in outputs.items() if fails is False]
+        failing = [name for name, fails in outputs.items() if fails] or [
+            name for name in self.candidate.output_names if name not in known_passing]
+        cuts, segment = values_per_probe(checkpoints, memory_budget)
+        search = ProbeSearch(self.graph(), list(by_name), failing=failing,
+                             per_probe=per_probe or cuts, segment_size=segment,
+                             suspects=suspects)
+        search.results.update({name: False for name in known_passing})
 
         def probe(names: Sequence[str]) -> dict[str, bool | None]:
             session, graph = self._session(names)
             checks.append(self._graph_check(names, graph))
             arrays = self._run(session, list(names))
-            results: dict[str, bool | None] = {}
-            for name, array in zip(names, arrays, strict=True):
-                checkpoint = by_name[name]
-                comparison = (compare(checkpoint, array) if compare is not None
-                              else compare_arrays(checkpoint.reference.array, array,
-                                                  rtol=rtol, atol=atol))
-                if comparison.status in (Status.SHAPE_MISMATCH, Status.DTYPE_MISMATCH):
-                    results[name] = None  # named alike, not the same tensor
-                    continue
-                results[name] = not comparison.passed
-                found[name] = CapturedValue(name, np.asarray(array),
-                                            node_provenance(checkpoint.node,
-                                                            checkpoint.node.index))
+            del session  # holds every weight; the next probe brings its own
+            results = {name: judge(name, array)
+                       for name, array in zip(names, arrays, strict=True)}
             logger.info("probe %s: %s", ", ".join(names), results)
             return results
 
@@ -161,6 +194,12 @@ class ProbeRunner:
         return ProbeBisection(Capture(values={value.name: value for value in ordered},
                                       outputs=self.outputs), search, checks,
                               {name: by_name[name].reference.array for name in found})
+
+    def graph(self) -> ValueGraph:
+        """The data path of the candidate's graph (what the search follows)."""
+        return ValueGraph.from_nodes(
+            ((node.op_type, node.inputs, node.outputs) for node in self.candidate.nodes),
+            [spec.name for spec in self.candidate.inputs])
 
     def _session(self, names: Sequence[str] | None) -> tuple[Any, _Optimized]:
         """A session marking ``names`` (production for ``None``), and its optimized graph.
@@ -206,6 +245,16 @@ class ProbeRunner:
         except Exception as error:
             raise ModelError(f"ONNX Runtime failed to run {self.candidate.path.name}: "
                              f"{one_line(error)}") from error
+
+
+def values_per_probe(checkpoints: Sequence[Checkpoint],
+                     memory_budget: int | None) -> tuple[int, int]:
+    """How many cuts, and how many segment values, one probe may mark within a budget."""
+    if memory_budget is None or not checkpoints:
+        return CUTS_PER_PROBE, SEGMENT_PER_PROBE
+    largest = max(checkpoint.reference.array.nbytes for checkpoint in checkpoints) or 1
+    fits = max(1, int(memory_budget * _PROBE_SHARE_OF_BUDGET) // largest)
+    return min(CUTS_PER_PROBE, fits), min(SEGMENT_PER_PROBE, fits)
 
 
 def checkpoints_for(candidate: OnnxRuntimeSide,

@@ -9,6 +9,21 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bisect_onnx.search.bisection import ProbeSearch
+from bisect_onnx.search.value_graph import ValueGraph
+
+
+def chain(count):
+    """``input -> v0 -> ... -> v{count-1} -> out``: one path, every value a cut."""
+    previous, nodes = "input", []
+    for index in range(count):
+        nodes.append(("Op", [previous], [f"v{index}"]))
+        previous = f"v{index}"
+    nodes.append(("Op", [previous], ["out"]))
+    return ValueGraph.from_nodes(nodes, ["input"])
+
+
+def search_chain(count, **options):
+    return ProbeSearch(chain(count), names(count), failing=["out"], **options)
 
 
 def fake_probe(first_bad: int, *, uncomparable=(), log=None):
@@ -30,7 +45,7 @@ def names(count):
 @pytest.mark.parametrize("first_bad", [0, 1, 500, 998, 999])
 def test_the_first_failing_checkpoint_is_found_in_log2_probes(first_bad):
     log = []
-    search = ProbeSearch(names(1000)).run(fake_probe(first_bad, log=log))
+    search = search_chain(1000).run(fake_probe(first_bad, log=log))
     assert search.first_failing == f"v{first_bad}"
     assert search.last_passing == (f"v{first_bad - 1}" if first_bad else None)
     assert len(log) <= math.ceil(math.log2(1001))
@@ -38,33 +53,33 @@ def test_the_first_failing_checkpoint_is_found_in_log2_probes(first_bad):
 
 
 def test_no_checkpoint_fails_when_only_the_outputs_do():
-    search = ProbeSearch(names(50)).run(fake_probe(10**6))
+    search = search_chain(50).run(fake_probe(10**6))
     assert search.first_failing is None and search.last_passing == "v49"
 
 
 def test_several_values_per_probe_take_fewer_probes():
     single, triple = [], []
-    ProbeSearch(names(1000)).run(fake_probe(321, log=single))
-    found = ProbeSearch(names(1000), per_probe=3).run(fake_probe(321, log=triple))
+    search_chain(1000).run(fake_probe(321, log=single))
+    found = search_chain(1000, per_probe=3).run(fake_probe(321, log=triple))
     assert found.first_failing == "v321"
     assert len(triple) < len(single) and all(len(values) <= 3 for values in triple)
     assert len(triple) <= math.ceil(math.log(1001, 4)) + 1
 
 
 def test_uncomparable_neighbours_are_skipped_and_reported():
-    search = ProbeSearch(names(100)).run(fake_probe(40, uncomparable={38, 39}))
+    search = search_chain(100).run(fake_probe(40, uncomparable={38, 39}))
     assert search.first_failing == "v40" and search.last_passing == "v37"
     assert search.uncompared_between == ["v38", "v39"]
 
 
 def test_nothing_to_probe_without_checkpoints():
-    search = ProbeSearch([])
+    search = ProbeSearch(chain(3), [], failing=["out"])
     assert search.done and search.next_probe() == []
     assert search.first_failing is None and search.last_passing is None
 
 
 def test_each_probe_is_recorded_with_its_results():
-    search = ProbeSearch(names(8)).run(fake_probe(5))
+    search = search_chain(8).run(fake_probe(5))
     assert search.probes and all(set(probe.results) == set(probe.values)
                                  for probe in search.probes)
     assert {name for probe in search.probes for name, fails in probe.results.items()
@@ -76,7 +91,7 @@ def test_any_monotonic_failure_is_located_exactly(count, data):
     first_bad = data.draw(st.integers(min_value=0, max_value=count))
     per_probe = data.draw(st.integers(min_value=1, max_value=4))
     skipped = set(data.draw(st.lists(st.integers(0, count - 1), max_size=5)))
-    search = ProbeSearch(names(count), per_probe=per_probe).run(
+    search = search_chain(count, per_probe=per_probe).run(
         fake_probe(first_bad, uncomparable=skipped))
     # The answer brackets the true first failure, with only uncomparable values between.
     high = count if search.first_failing is None else int(search.first_failing[1:])
@@ -89,4 +104,4 @@ def test_any_monotonic_failure_is_located_exactly(count, data):
 
 def test_per_probe_must_be_positive():
     with pytest.raises(ValueError):
-        ProbeSearch(names(3), per_probe=0)
+        search_chain(3, per_probe=0)

@@ -41,10 +41,14 @@ def test_a_memory_budget_too_small_for_a_full_capture_bisects_to_the_same_culpri
     assert probed.first_divergence.onnx_value == full.first_divergence.onnx_value
     assert probed.first_divergence.torch_module == "layer2.bn1"
     assert probed.first_culprit.onnx_value == full.first_culprit.onnx_value
-    # Only the probed values were fetched: O(log N) of them, not the whole graph.
+    # Only the probed values were fetched (and production's outputs judged): in
+    # O(log N) probes, not the whole graph.
     checkpoints = probed.search["checkpoints"]
     assert len(probed.search["probes"]) <= int(np.ceil(np.log2(checkpoints + 1)))
-    assert len(probed.comparisons) == len(probed.search["probes"])
+    fetched = {name for probe in probed.search["probes"] for name in probe["values"]}
+    outputs = {output.name for output in onnx.load(str(planted)).graph.output}
+    assert {row.onnx_value for row in probed.comparisons} <= fetched | outputs
+    assert len(probed.comparisons) < checkpoints / 2
     assert probed.search["graphs_match_production"] is True
     assert "Found by bisection" in probed.summary()
 
@@ -181,10 +185,12 @@ def test_a_bug_only_the_fused_kernel_has_is_found_by_probing_production(fused_no
     assert "does not compute the production session's" in report.search["reason"]
     assert report.first_divergence.onnx_value == kernel_output
     # The capture saw nothing: the rows that fail are values production's probes
-    # fetched (with their figures), the first of them the kernel's output.
+    # fetched (with their figures) or production's outputs, the first of them the
+    # kernel's output.
     failing = [record.onnx_value for record in report.comparisons if record.failed]
     probed = {name for probe in report.search["probes"] for name in probe["values"]}
-    assert failing[0] == kernel_output and set(failing) <= probed
+    outputs = {output.name for output in proto.graph.output}
+    assert failing[0] == kernel_output and set(failing) <= probed | outputs
     assert report.search["last_passing"] in inside | {chain[0].input[0]}
     # Probes inside the chain pulled the kernel apart, and said so.
     graphs = [probe["graph"] for probe in report.search["probes"]]
