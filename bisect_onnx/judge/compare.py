@@ -86,56 +86,73 @@ def compare_arrays(
     """
     reference = np.asarray(reference)
     candidate = np.asarray(candidate)
+    figures = _figures(reference, candidate, rtol=rtol, atol=atol)
+    return ArrayComparison(
+        status=figures["status"],
+        shape=tuple(reference.shape),
+        dtype=str(reference.dtype),
+        candidate_shape=tuple(candidate.shape),
+        candidate_dtype=str(candidate.dtype),
+        max_abs_error=figures.get("max_abs_error"),
+        max_rel_error=figures.get("max_rel_error"),
+        mismatch_fraction=figures.get("mismatch_fraction"),
+        min_passing_atol=figures.get("min_passing_atol"),
+        nan_mismatch=int(figures.get("nan_mismatch") or 0),
+    )
 
-    def result(status: str, **figures: Any) -> ArrayComparison:
-        return ArrayComparison(
-            status=status,
-            shape=tuple(reference.shape),
-            dtype=str(reference.dtype),
-            candidate_shape=tuple(candidate.shape),
-            candidate_dtype=str(candidate.dtype),
-            max_abs_error=figures.get("max_abs_error"),
-            max_rel_error=figures.get("max_rel_error"),
-            mismatch_fraction=figures.get("mismatch_fraction"),
-            min_passing_atol=figures.get("min_passing_atol"),
-            nan_mismatch=int(figures.get("nan_mismatch") or 0),
-        )
 
+# The figures of two arrays that agree exactly.
+_EQUAL = {"status": Status.PASS, "max_abs_error": 0.0, "max_rel_error": 0.0,
+          "mismatch_fraction": 0.0, "min_passing_atol": 0.0}
+
+
+def _figures(reference: np.ndarray, candidate: np.ndarray, *, rtol: float,
+             atol: float) -> dict[str, Any]:
+    """Status and error figures, by the rule for the arrays' kind (see :func:`compare_arrays`)."""
     if reference.shape != candidate.shape:
-        return result(Status.SHAPE_MISMATCH)
+        return {"status": Status.SHAPE_MISMATCH}
     if reference.dtype != candidate.dtype:
-        return result(Status.DTYPE_MISMATCH)
+        return {"status": Status.DTYPE_MISMATCH}
     if reference.size == 0:
-        return result(Status.PASS, max_abs_error=0.0, max_rel_error=0.0, mismatch_fraction=0.0,
-                      min_passing_atol=0.0)
-
+        return dict(_EQUAL)
     if not np.issubdtype(reference.dtype, np.inexact):
-        # Integers and booleans: exact equality. The error figures are computed with
-        # Python integers on the mismatched elements only, so that int64 values past
-        # 2**53 (where float64 loses the units digit) still show their difference.
-        unequal = reference != candidate
-        mismatched = int(np.count_nonzero(unequal))
-        if not mismatched:
-            return result(Status.PASS, max_abs_error=0.0, max_rel_error=0.0,
-                          mismatch_fraction=0.0, min_passing_atol=0.0)
-        ref = reference[unequal].astype(object)
-        diff = np.abs(candidate[unequal].astype(object) - ref)
-        magnitude = np.abs(ref)
-        nonzero = magnitude != 0
-        return result(
-            Status.FAIL,
-            max_abs_error=float(diff.max()),
-            max_rel_error=float((diff[nonzero] / magnitude[nonzero]).max()) if nonzero.any()
-            else 0.0,
-            mismatch_fraction=mismatched / reference.size,
-            min_passing_atol=None,
-        )
-
+        return _exact_figures(reference, candidate)
     if (reference.dtype == np.float32 and reference.size >= _SCREEN_FROM
             and reference.ndim and rtol >= 0 and atol >= 0):
         figures = _screened_figures(reference, candidate, rtol=rtol, atol=atol)
         if figures is not None:
-            return result(**figures)
+            return figures
+    return _inexact_figures(reference, candidate, rtol=rtol, atol=atol)
+
+
+def _exact_figures(reference: np.ndarray, candidate: np.ndarray) -> dict[str, Any]:
+    """Integers and booleans: exact equality.
+
+    The error figures are computed with Python integers on the mismatched elements
+    only, so that int64 values past 2**53 (where float64 loses the units digit) still
+    show their difference.
+    """
+    unequal = reference != candidate
+    mismatched = int(np.count_nonzero(unequal))
+    if not mismatched:
+        return dict(_EQUAL)
+    ref = reference[unequal].astype(object)
+    diff = np.abs(candidate[unequal].astype(object) - ref)
+    magnitude = np.abs(ref)
+    nonzero = magnitude != 0
+    return {
+        "status": Status.FAIL,
+        "max_abs_error": float(diff.max()),
+        "max_rel_error": float((diff[nonzero] / magnitude[nonzero]).max()) if nonzero.any()
+        else 0.0,
+        "mismatch_fraction": mismatched / reference.size,
+        "min_passing_atol": None,
+    }
+
+
+def _inexact_figures(reference: np.ndarray, candidate: np.ndarray, *, rtol: float,
+                     atol: float) -> dict[str, Any]:
+    """Floating-point and complex arrays, in float64 (complex128): the reference figures."""
     # Complex numbers are judged by their modulus of difference, like numpy.allclose.
     ref = reference.astype(np.complex128 if np.iscomplexobj(reference) else np.float64)
     cand = candidate.astype(ref.dtype)
@@ -148,11 +165,10 @@ def compare_arrays(
         # sides (a NaN or Inf on either would make the difference non-finite). The
         # float64 copies are reused in place: a large model has hundreds of values.
         if isinstance(difference, np.ndarray) and difference.dtype.kind == "f":
-            return result(**_finite_figures(np.abs(difference, out=difference),
-                                            np.abs(ref, out=ref), reference.size,
-                                            rtol=rtol, atol=atol))
-        return result(**_finite_figures(np.abs(difference), np.abs(ref), reference.size,
-                                        rtol=rtol, atol=atol))
+            return _finite_figures(np.abs(difference, out=difference), np.abs(ref, out=ref),
+                                   reference.size, rtol=rtol, atol=atol)
+        return _finite_figures(np.abs(difference), np.abs(ref), reference.size,
+                               rtol=rtol, atol=atol)
     ref_finite = np.isfinite(ref)
     cand_finite = np.isfinite(cand)
     both_finite = ref_finite & cand_finite
@@ -166,10 +182,9 @@ def compare_arrays(
     # Two huge finite values of opposite sign can still overflow to inf: that is a
     # failure, and not worth a warning.
     with np.errstate(over="ignore", invalid="ignore"):
-        figures = _finite_figures(np.abs(cand[both_finite] - ref[both_finite]),
-                                  np.abs(ref[both_finite]), reference.size,
-                                  rtol=rtol, atol=atol, nan_mismatch=nan_mismatch)
-    return result(**figures)
+        return _finite_figures(np.abs(cand[both_finite] - ref[both_finite]),
+                               np.abs(ref[both_finite]), reference.size,
+                               rtol=rtol, atol=atol, nan_mismatch=nan_mismatch)
 
 
 # float32 arrays this large are compared in float32 first, and in float64 only where the
