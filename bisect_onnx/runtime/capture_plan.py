@@ -36,6 +36,8 @@ logger = logging.getLogger(__name__)
 #: every node output, which changes what ORT fuses.
 PROMOTE_CHOICES = ("fused", "all")
 NCHWC_TRANSFORMER = "NchwcTransformer"
+#: The domain of the nodes that transformer writes (Conv, ReorderInput, ...).
+NCHWC_DOMAIN = "com.microsoft.nchwc"
 # Below this share of surviving value names, the layout transformer is taken to have
 # renamed the graph, and capture runs without it.
 _SURVIVAL_FLOOR = 0.5
@@ -116,7 +118,10 @@ def plan_capture(model: Any, path: Path, *, promote: str, provider: str,
                            survivors=len(survivors),
                            values=len(names), production_ops=op_counts(optimized),
                            production_nodes=graph_nodes(optimized))
-        if opt_level == "all" and names and len(survivors) < _SURVIVAL_FLOOR * len(names):
+        # Only the layout transformer's renaming calls for a capture without it: values
+        # fused away elsewhere (an attention fusion) are the capture's to miss anyway.
+        if (opt_level == "all" and names and len(survivors) < _SURVIVAL_FLOOR * len(names)
+                and _has_nchwc_nodes(optimized)):
             _, optimized = session_and_graph(path, model_dir, Path(folder), provider,
                                               opt_level, label, disabled=[NCHWC_TRANSFORMER],
                                               graph_only=True)
@@ -157,6 +162,11 @@ def session_and_graph(serialized: bytes | Path, model_dir: Path, folder: Path, p
                              opt_level=opt_level, optimized_path=path,
                              disabled_optimizers=disabled, graph_only=graph_only)
     return session, onnx.load(str(path), load_external_data=False)
+
+
+def _has_nchwc_nodes(optimized: Any) -> bool:
+    """Whether the NCHWc layout transformer rewrote any node of an optimized graph."""
+    return any(node.domain == NCHWC_DOMAIN for node in optimized.graph.node)
 
 
 def _survivors(optimized: Any, names: Sequence[str]) -> set[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import platform
 
 import numpy as np
 import onnx
@@ -170,3 +171,21 @@ def test_nan_on_one_side_is_reported_where_it_starts(tmp_path):
     assert origin.fx_node == "sqrt" and origin.onnx_op == "Sqrt"
     assert "NaN/Inf first appears on one side only" in report.summary()
     assert report.to_dict()["nan_origin"]["onnx_value"] == origin.onnx_value
+
+
+def test_the_layout_transformer_is_disabled_only_where_it_rewrote_the_graph(monkeypatch):
+    from bisect_onnx.runtime import capture_plan
+
+    # As if every model lost most of its value names: only a graph the NCHWc
+    # transformer rewrote (a CNN on x86) is captured without it.
+    monkeypatch.setattr(capture_plan, "_SURVIVAL_FLOOR", 1.01)
+    plans = {}
+    for name in ("tiny_mlp", "resnet_like"):
+        path = repo_path(FIXTURES[name].onnx_file)
+        plans[name] = capture_plan.plan_capture(onnx.load(str(path)), path, promote="fused",
+                                                provider="CPUExecutionProvider",
+                                                opt_level="all", label=path.name)
+    assert plans["tiny_mlp"].disabled_optimizers == []
+    assert plans["tiny_mlp"].mode == "fusion-preserving"
+    if platform.machine().lower() in ("x86_64", "amd64"):  # where NCHWc kernels exist
+        assert plans["resnet_like"].disabled_optimizers == [capture_plan.NCHWC_TRANSFORMER]
