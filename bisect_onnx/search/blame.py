@@ -20,6 +20,7 @@ import numpy as np
 from bisect_onnx.align.modules import Pair
 from bisect_onnx.errors import BisectOnnxError
 from bisect_onnx.graph.provenance import Provenance
+from bisect_onnx.graph.segments import embed_external_data, segment_model
 from bisect_onnx.judge.compare import ArrayComparison, Status, compare_arrays
 from bisect_onnx.judge.records import Record, Report, make_record
 from bisect_onnx.pytorch.op_values import OpCapture
@@ -64,64 +65,92 @@ def attribute_divergence(
         return {}
     torch_values = ({**{name: value.array for name, value in ops.values.items()},
                      **ops.graph_inputs} if ops else {})
-    by_value = {record.onnx_value: record for record in failing}
-    # The torch side of a segment stops where the ONNX side does: at its inputs, under
-    # the FX names they were paired with (renamed or structurally matched values too).
-    fx_names = {record.onnx_value: record.fx_node for record in report.comparisons
-                if record.fx_node}
-    checks: dict[str, LocalCheck] = {}
-    kinds: dict[str, Any] = {}
-    found: list[str] = []  # culprits beyond rounding classified so far
-
-    def check(names: Sequence[str]) -> dict[str, LocalResult | None]:
-        checks.update(run_locally(
-            candidate.model, candidate.path.resolve().parent, names,
-            reference_values=reference_values, candidate_values=candidate_values,
-            graph_inputs=graph_inputs, rtol=report.rtol, atol=report.atol,
-            provider=candidate.provider, opt_level=candidate.opt_level, compare=compare))
-        results = {}
-        for name in names:
-            local = checks[name].comparison
-            if local is None:
-                results[name] = None
-                continue
-            fails = local.status != Status.PASS
-            # The float64 reruns cost: past the first real culprit only with everything.
-            if fails and (everything or not found):
-                kinds[name] = _classify(checks[name], by_value[name], candidate,
-                                        reference_values, program, torch_values, fx_names,
-                                        report)
-            noise = fails and name in kinds and kinds[name].kind == Kind.FLOAT_PRECISION
-            if fails and not noise:
-                found.append(name)
-            # A record judged by a tolerance of its own (ONNX against ONNX) counts by it.
-            atol = report.atol if by_value[name].atol is None else by_value[name].atol
-            results[name] = LocalResult(
-                fails=fails, excess=_excess(local.min_passing_atol, atol), noise=noise)
-        return results
-
-    attribution = CulpritSearch([record.onnx_value for record in failing], check).run(
+    checker = _LocalChecker(report, candidate, failing, reference_values, candidate_values,
+                            graph_inputs, program=program, torch_values=torch_values,
+                            everything=everything, compare=compare)
+    attribution = CulpritSearch([record.onnx_value for record in failing], checker).run(
         everything=everything)
-    _write_back(report, attribution, checks, kinds, everything=everything)
+    _write_back(report, attribution, checker.checks, checker.kinds, everything=everything)
     first = attribution.first_culprit
     if first is None:
         return {}
     if ops is not None or modules is not None:
         inner_references = (dict(ops.values) if ops is not None
-                            else _module_references(modules, checks, candidate,
+                            else _module_references(modules, checker.checks, candidate,
                                                     candidate_values))
-        refined = {record.onnx_value: _inside_kernel(record, checks[record.onnx_value],
-                                                     candidate, inner_references, report)
-                   for record in (report.culprits or [report.first_culprit])}
-        if report.culprits is not None:
-            report.culprits = [refined[record.onnx_value] or record
-                               for record in report.culprits]
-        inner = refined.get(first)
-        if inner is not None:
-            report.attribution["inside_kernel"] = {
-                "value": inner.onnx_value, "node": inner.onnx_node, "kernel_output": first}
-            report.first_culprit = inner
-    return checks[first].values
+        _name_inside_kernels(report, first, checker.checks, candidate, inner_references)
+    return checker.checks[first].values
+
+
+class _LocalChecker:
+    """The checker :class:`CulpritSearch` calls: local runs, then float64 classification.
+
+    It keeps every value's local check and classification, for writing into the report.
+    """
+
+    def __init__(self, report: Report, candidate: Any, failing: Sequence[Record],
+                 reference_values: Mapping[str, np.ndarray],
+                 candidate_values: Mapping[str, np.ndarray],
+                 graph_inputs: Mapping[str, np.ndarray], *, program: Any,
+                 torch_values: Mapping[str, np.ndarray], everything: bool,
+                 compare: Callable[[str, np.ndarray], ArrayComparison] | None) -> None:
+        self.report, self.candidate, self.program = report, candidate, program
+        self.reference_values, self.candidate_values = reference_values, candidate_values
+        self.graph_inputs, self.torch_values = graph_inputs, torch_values
+        self.everything, self.compare = everything, compare
+        self.by_value = {record.onnx_value: record for record in failing}
+        # The torch side of a segment stops where the ONNX side does: at its inputs, under
+        # the FX names they were paired with (renamed or structurally matched values too).
+        self.fx_names = {record.onnx_value: record.fx_node for record in report.comparisons
+                         if record.fx_node}
+        self.checks: dict[str, LocalCheck] = {}
+        self.kinds: dict[str, Any] = {}
+        self.found: list[str] = []  # culprits beyond rounding classified so far
+
+    def __call__(self, names: Sequence[str]) -> dict[str, LocalResult | None]:
+        """Run ``names`` locally in one session, and say how each fares."""
+        report, candidate = self.report, self.candidate
+        self.checks.update(run_locally(
+            candidate.model, candidate.path.resolve().parent, names,
+            reference_values=self.reference_values, candidate_values=self.candidate_values,
+            graph_inputs=self.graph_inputs, rtol=report.rtol, atol=report.atol,
+            provider=candidate.provider, opt_level=candidate.opt_level, compare=self.compare))
+        # In order: whether one is classified depends on the culprits found before it.
+        return {name: self._result(name) for name in names}
+
+    def _result(self, name: str) -> LocalResult | None:
+        local = self.checks[name].comparison
+        if local is None:
+            return None
+        fails = local.status != Status.PASS
+        # The float64 reruns cost: past the first real culprit only with everything.
+        if fails and (self.everything or not self.found):
+            self.kinds[name] = _classify(self.checks[name], self.by_value[name], self.candidate,
+                                         self.reference_values, self.program, self.torch_values,
+                                         self.fx_names, self.report)
+        noise = fails and name in self.kinds and self.kinds[name].kind == Kind.FLOAT_PRECISION
+        if fails and not noise:
+            self.found.append(name)
+        # A record judged by a tolerance of its own (ONNX against ONNX) counts by it.
+        record_atol = self.by_value[name].atol
+        atol = self.report.atol if record_atol is None else record_atol
+        return LocalResult(fails=fails, excess=_excess(local.min_passing_atol, atol),
+                           noise=noise)
+
+
+def _name_inside_kernels(report: Report, first: str, checks: Mapping[str, LocalCheck],
+                         candidate: Any, references: Mapping[str, CapturedValue]) -> None:
+    """Where a culprit's segment holds a fused kernel, name the failing value inside it."""
+    refined = {record.onnx_value: _inside_kernel(record, checks[record.onnx_value],
+                                                 candidate, references, report)
+               for record in (report.culprits or [report.first_culprit])}
+    if report.culprits is not None:
+        report.culprits = [refined[record.onnx_value] or record for record in report.culprits]
+    inner = refined.get(first)
+    if inner is not None:
+        report.attribution["inside_kernel"] = {
+            "value": inner.onnx_value, "node": inner.onnx_node, "kernel_output": first}
+        report.first_culprit = inner
 
 
 def _classify(check: LocalCheck, record: Record, candidate: Any,
@@ -145,8 +174,7 @@ def _classify(check: LocalCheck, record: Record, candidate: Any,
 def _float64_reruns(check: LocalCheck, record: Record, candidate: Any, program: Any,
                     torch_values: Mapping[str, np.ndarray], fx_names: Mapping[str, str]):
     """The culprit's segment in float64: the same ops in torch, the nodes in onnx.reference."""
-    from bisect_onnx.report.repro import _embed_external_data, segment_model
-    from bisect_onnx.search.classify import onnx_segment_in_float64, torch_op_in_float64
+    from bisect_onnx.search.float64_reruns import onnx_segment_in_float64, torch_op_in_float64
 
     torch64 = None
     if program is not None and record.fx_node is not None and check.segment is not None:
@@ -167,7 +195,7 @@ def _float64_reruns(check: LocalCheck, record: Record, candidate: Any, program: 
         model = segment_model(candidate.model, check.segment, check.feeds, check.value,
                               check.local)
         for tensor in model.graph.initializer:
-            _embed_external_data(tensor, candidate.path.resolve().parent)
+            embed_external_data(tensor, candidate.path.resolve().parent)
         onnx64 = onnx_segment_in_float64(model, check.feeds, check.value)
     return torch64, onnx64
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from bisect_onnx.errors import BisectOnnxError, one_line
 from bisect_onnx.judge.compare import ArrayComparison, compare_arrays
+from bisect_onnx.search.program_weights import UnsupportedArgument, weight_of
 
 if TYPE_CHECKING:
     import onnx
@@ -91,7 +92,7 @@ def localize_in_segment(
                                               "into", compared=0)
     try:
         fresh_nodes, fresh_values = _translate_alone(fx_node, program, reference_values, opset)
-    except (_CannotIsolate, BisectOnnxError) as error:
+    except (_CannotIsolate, UnsupportedArgument, BisectOnnxError) as error:
         reason = one_line(error)
         logger.info("cannot look inside %s: %s", fx_node.name, reason)
         return SegmentFinding(None, None, how=f"could not export {fx_node.target} alone: "
@@ -224,7 +225,7 @@ def _isolate(
         if arg.name in slots:  # the same tensor twice (``mul(x, x)``): one input
             return slots[arg.name]
         name = f"arg_{len(slots)}"
-        weight = _weight_of(arg, program)
+        weight = weight_of(arg, program)
         if weight is None:
             value = reference_values.get(arg.name)
             if value is None:
@@ -247,33 +248,6 @@ def _isolate(
     module.keywords = map_arg(dict(fx_node.kwargs), slot)
     module.input_slots = tuple(input_slots)
     return module.eval(), inputs
-
-
-def _weight_of(arg: torch.fx.Node, program: ExportedProgram) -> tuple[str, torch.Tensor] | None:
-    """``(kind, tensor)`` when ``arg`` is a parameter, buffer or lifted constant; else ``None``."""
-    import torch
-
-    if arg.op != "placeholder":
-        if arg.op == "get_attr":
-            raise _CannotIsolate(f"argument {arg.name} is a get_attr node (a submodule)")
-        return None
-    signature = program.graph_signature
-    for kind, table in (("parameter", signature.inputs_to_parameters),
-                        ("buffer", signature.inputs_to_buffers),
-                        ("constant", signature.inputs_to_lifted_tensor_constants)):
-        if arg.name not in table:
-            continue
-        target = table[arg.name]
-        # Non-persistent buffers live in ``constants``, not in the state dict.
-        value = program.state_dict.get(target)
-        if value is None:
-            value = program.constants.get(target)
-        if not isinstance(value, torch.Tensor):
-            raise _CannotIsolate(f"the program holds no tensor for {kind} {target}")
-        return kind, value.detach().clone()
-    if arg.name in signature.inputs_to_lifted_custom_objs:
-        raise _CannotIsolate(f"argument {arg.name} is a script object, not a tensor")
-    return None
 
 
 @functools.cache

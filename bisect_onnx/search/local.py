@@ -1,7 +1,7 @@
 """Run failing values' nodes on PyTorch's exact inputs: their *local* error.
 
 For each value, the smallest segment that computes it from values known to be right
-(:func:`bisect_onnx.report.repro.find_segment`: one node for most ops, the MatMul and
+(:func:`bisect_onnx.graph.segments.find_segment`: one node for most ops, the MatMul and
 Add of a Linear, the nodes of one module call at module level) is copied into one
 model under its own prefix, its inputs fed PyTorch's values (ONNX Runtime's where
 PyTorch has none, and the report says so). One session and one run then give every
@@ -10,6 +10,7 @@ value's local result, however many there are.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,9 +20,10 @@ from typing import Any
 import numpy as np
 
 from bisect_onnx.errors import BisectOnnxError
+from bisect_onnx.graph.segments import Segment, find_segment, segment_feeds, segment_node_names
+from bisect_onnx.graph.walk import subgraphs
 from bisect_onnx.judge.compare import ArrayComparison, compare_arrays
-from bisect_onnx.report.repro import InputSource, Segment, find_segment
-from bisect_onnx.runtime.onnx_side import create_session, subgraphs
+from bisect_onnx.runtime.sessions import create_session
 
 __all__ = ["LocalCheck", "run_locally"]
 
@@ -73,36 +75,81 @@ def run_locally(
     default ``compare_arrays`` against ``reference_values`` at ``rtol`` and ``atol``.
     A value without a reference value is not checked.
     """
-    import onnx
-
     graph = model.graph
+    # Only values both sides captured stop the walk back: see above.
     checkpoints = {name: array for name, array in reference_values.items()
                    if name in candidate_values}
-    pools = {InputSource.REFERENCE: reference_values, InputSource.CANDIDATE: candidate_values,
-             InputSource.GRAPH_INPUT: graph_inputs}
     checks = {value: LocalCheck(value) for value in values}
-    nodes, initializers, inputs, outputs, feeds = [], set(), [], [], {}
+    combined = _CombinedSegments()
     for number, value in enumerate(values):
         check = checks[value]
         if value not in reference_values:
             check.reason = "no reference value of its type to compare it with"
             continue
-        try:
-            segment = find_segment(graph, value, reference_values=checkpoints,
-                                   candidate_values=candidate_values, graph_inputs=graph_inputs)
-        except BisectOnnxError as error:
-            check.reason = str(error)
-            continue
-        if any(next(subgraphs(attribute), None) is not None
-               for index in segment.nodes for attribute in graph.node[index].attribute):
-            check.reason = "its nodes hold subgraphs (If, Loop), which are not copied"
-            continue
-        check.segment = segment
-        check.nodes = [graph.node[index].name or f"{graph.node[index].op_type}_{index}"
-                       for index in segment.nodes]
-        check.feeds = {name: np.asarray(pools[source][name])
-                       for name, source in segment.inputs.items()}
-        prefix = f"local{number}/"
+        if _cut(check, graph, checkpoints, reference_values=reference_values,
+                candidate_values=candidate_values, graph_inputs=graph_inputs):
+            combined.add(graph, check, _prefix(number))
+    if not combined.outputs:
+        return checks
+    local_model = combined.model(model)
+    try:
+        results = combined.run(local_model, model_dir, provider=provider, opt_level=opt_level)
+    except Exception as error:  # the report stands without attribution
+        logger.info("local checks could not run: %s", error)
+        for check in checks.values():
+            check.reason = check.reason or f"the local run failed: {error}"
+        return checks
+    judge = compare if compare is not None else functools.partial(
+        _against_reference, reference_values, rtol=rtol, atol=atol)
+    for number, value in enumerate(values):
+        _read_back(checks[value], results, _prefix(number), judge)
+    logger.info("ran %d value(s) locally in one session (%d nodes)", len(combined.outputs),
+                len(combined.nodes))
+    return checks
+
+
+def _prefix(number: int) -> str:
+    """The prefix of the ``number``-th value's copy of its segment in the combined model."""
+    return f"local{number}/"
+
+
+def _cut(check: LocalCheck, graph: Any, checkpoints: Mapping[str, np.ndarray], *,
+         reference_values: Mapping[str, np.ndarray], candidate_values: Mapping[str, np.ndarray],
+         graph_inputs: Mapping[str, np.ndarray]) -> bool:
+    """Find the value's segment and its feeds; whether it can be run (else ``check.reason``)."""
+    try:
+        segment = find_segment(graph, check.value, reference_values=checkpoints,
+                               candidate_values=candidate_values, graph_inputs=graph_inputs)
+    except BisectOnnxError as error:
+        check.reason = str(error)
+        return False
+    if any(next(subgraphs(attribute), None) is not None
+           for index in segment.nodes for attribute in graph.node[index].attribute):
+        check.reason = "its nodes hold subgraphs (If, Loop), which are not copied"
+        return False
+    check.segment = segment
+    check.nodes = segment_node_names(graph, segment)
+    check.feeds = segment_feeds(segment, reference_values=reference_values,
+                                candidate_values=candidate_values, graph_inputs=graph_inputs)
+    return True
+
+
+@dataclass
+class _CombinedSegments:
+    """Every checked value's segment, each copied under its own prefix: one model, one run."""
+
+    nodes: list[Any] = field(default_factory=list)
+    initializers: set[str] = field(default_factory=set)
+    inputs: list[Any] = field(default_factory=list)
+    outputs: list[Any] = field(default_factory=list)
+    feeds: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def add(self, graph: Any, check: LocalCheck, prefix: str) -> None:
+        """Copy ``check``'s segment in, its values renamed under ``prefix``."""
+        import onnx
+
+        segment = check.segment
+        assert segment is not None
         renamed = {name: prefix + name for index in segment.nodes
                    for name in graph.node[index].output if name}
         renamed.update({name: f"{prefix}in/{name}" for name in segment.inputs})
@@ -112,44 +159,50 @@ def run_locally(
             copy.name = prefix + (copy.name or f"{copy.op_type}_{index}")
             copy.input[:] = [renamed.get(name, name) for name in copy.input]
             copy.output[:] = [renamed.get(name, name) for name in copy.output]
-            nodes.append(copy)
+            self.nodes.append(copy)
         for name, array in check.feeds.items():
-            inputs.append(onnx.helper.make_tensor_value_info(
+            self.inputs.append(onnx.helper.make_tensor_value_info(
                 renamed[name], onnx.helper.np_dtype_to_tensor_dtype(array.dtype), array.shape))
-            feeds[renamed[name]] = array
-        initializers.update(segment.initializers)
-        outputs.extend(onnx.ValueInfoProto(name=renamed[name]) for index in segment.nodes
-                       for name in graph.node[index].output if name)
-    if not outputs:
-        return checks
+            self.feeds[renamed[name]] = array
+        self.initializers.update(segment.initializers)
+        # Every value the segment computes comes back, not only the checked one.
+        self.outputs.extend(onnx.ValueInfoProto(name=renamed[name]) for index in segment.nodes
+                            for name in graph.node[index].output if name)
 
-    local_model = onnx.helper.make_model(
-        onnx.helper.make_graph(
-            nodes, "bisect_onnx_local", inputs, outputs,
-            initializer=[tensor for tensor in graph.initializer if tensor.name in initializers]),
-        opset_imports=list(model.opset_import), functions=list(model.functions),
-        ir_version=model.ir_version)
-    try:
+    def model(self, model: Any) -> Any:
+        """The combined model, with ``model``'s weights, opsets and functions."""
+        import onnx
+
+        return onnx.helper.make_model(
+            onnx.helper.make_graph(
+                self.nodes, "bisect_onnx_local", self.inputs, self.outputs,
+                initializer=[tensor for tensor in model.graph.initializer
+                             if tensor.name in self.initializers]),
+            opset_imports=list(model.opset_import), functions=list(model.functions),
+            ir_version=model.ir_version)
+
+    def run(self, local_model: Any, model_dir: Path, *, provider: str,
+            opt_level: str) -> dict[str, np.ndarray]:
+        """Every output of the combined model, by its prefixed name."""
         session = create_session(local_model.SerializeToString(), model_dir=model_dir,
                                  label="local checks", provider=provider, opt_level=opt_level)
-        fetched = [output.name for output in outputs]
-        results = dict(zip(fetched, session.run(fetched, feeds), strict=True))
-    except Exception as error:  # the report stands without attribution
-        logger.info("local checks could not run: %s", error)
-        for check in checks.values():
-            check.reason = check.reason or f"the local run failed: {error}"
-        return checks
-    for number, value in enumerate(values):
-        check = checks[value]
-        prefix = f"local{number}/"
-        check.values = {name[len(prefix):]: np.asarray(array) for name, array in results.items()
-                        if name.startswith(prefix)}
-        local = check.values.get(value)
-        if local is None:
-            continue
-        check.local = local
-        check.comparison = (compare(value, local) if compare is not None
-                            else compare_arrays(reference_values[value], local, rtol=rtol,
-                                                atol=atol))
-    logger.info("ran %d value(s) locally in one session (%d nodes)", len(outputs), len(nodes))
-    return checks
+        fetched = [output.name for output in self.outputs]
+        return dict(zip(fetched, session.run(fetched, self.feeds), strict=True))
+
+
+def _against_reference(reference_values: Mapping[str, np.ndarray], value: str,
+                       local: np.ndarray, *, rtol: float, atol: float) -> ArrayComparison:
+    """The default judge of a local result: ``compare_arrays`` against PyTorch's value."""
+    return compare_arrays(reference_values[value], local, rtol=rtol, atol=atol)
+
+
+def _read_back(check: LocalCheck, results: Mapping[str, np.ndarray], prefix: str,
+               compare: Callable[[str, np.ndarray], ArrayComparison]) -> None:
+    """The values ``check``'s segment computed, and the checked one's comparison."""
+    check.values = {name[len(prefix):]: np.asarray(array) for name, array in results.items()
+                    if name.startswith(prefix)}
+    local = check.values.get(check.value)
+    if local is None:
+        return
+    check.local = local
+    check.comparison = compare(check.value, local)

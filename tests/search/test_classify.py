@@ -21,13 +21,8 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.external_data_helper import set_external_data
 
 from bisect_onnx.judge.compare import compare_arrays
-from bisect_onnx.search.classify import (
-    Classification,
-    Kind,
-    classify,
-    onnx_segment_in_float64,
-    torch_op_in_float64,
-)
+from bisect_onnx.search.classify import Classification, Kind, classify
+from bisect_onnx.search.float64_reruns import onnx_segment_in_float64, torch_op_in_float64
 
 RTOL, ATOL = 1e-3, 1e-5
 
@@ -74,7 +69,7 @@ def _exported(module: torch.nn.Module, *inputs: np.ndarray) -> Exported:
 
 
 def test_importing_loads_neither_torch_nor_onnx():
-    code = ("import sys, bisect_onnx.search.classify; "
+    code = ("import sys, bisect_onnx.search.classify, bisect_onnx.search.float64_reruns; "
             "print(sorted(m for m in ('torch', 'onnx', 'onnxruntime') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True)
@@ -282,7 +277,7 @@ def test_torch_op_in_float64_is_none_for_an_unresolvable_argument(linear_case, c
     activation = exported.op.args[0].name
     without_input = {name: value for name, value in exported.values.items()
                      if name != activation}
-    with caplog.at_level(logging.DEBUG, logger="bisect_onnx.search.classify"):
+    with caplog.at_level(logging.DEBUG, logger="bisect_onnx.search.float64_reruns"):
         assert torch_op_in_float64(exported.op, exported.program, without_input) is None
     assert f"argument {activation} has no reference array" in caplog.text
 
@@ -364,7 +359,7 @@ def test_onnx_segment_in_float64_is_none_for_a_contrib_op(caplog):
     segment = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18),
                                                       helper.make_opsetid("com.microsoft", 1)])
     x = np.ones((1, 1, 3, 3), np.float32)
-    with caplog.at_level(logging.DEBUG, logger="bisect_onnx.search.classify"):
+    with caplog.at_level(logging.DEBUG, logger="bisect_onnx.search.float64_reruns"):
         assert onnx_segment_in_float64(segment, {"x": x}, "y") is None
     assert "FusedConv" in caplog.text
 
@@ -375,6 +370,6 @@ def test_onnx_segment_in_float64_is_none_for_weights_kept_outside(caplog):
     weight.data_location = TensorProto.EXTERNAL
     segment = _model([helper.make_node("Add", ["x", "w"], ["y"])], [_float_input("x", [2])],
                      [_float_input("y", [2])], [weight])
-    with caplog.at_level(logging.DEBUG, logger="bisect_onnx.search.classify"):
+    with caplog.at_level(logging.DEBUG, logger="bisect_onnx.search.float64_reruns"):
         assert onnx_segment_in_float64(segment, {"x": np.ones(2, np.float32)}, "y") is None
     assert "weight 'w' keeps its data outside the model" in caplog.text
