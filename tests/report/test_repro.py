@@ -17,8 +17,9 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.external_data_helper import uses_external_data
 
 from bisect_onnx.errors import InputError
+from bisect_onnx.graph.segments import MAX_SEGMENT_NODES
 from bisect_onnx.judge.compare import compare_arrays
-from bisect_onnx.report.repro import MAX_SEGMENT_NODES, write_repro
+from bisect_onnx.report.repro import write_repro
 from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
 from fixtures.registry import FIXTURES, build_model, load_inputs, repo_path
 
