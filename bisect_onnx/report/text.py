@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-import contextlib
-import math
 from collections.abc import Sequence
-from pathlib import Path
 
 from tabulate import tabulate
 
-from bisect_onnx.graph.provenance import SourceLocation, short_op
+from bisect_onnx.graph.provenance import short_op
 from bisect_onnx.judge.records import Record, Report
+from bisect_onnx.report.formatting import (
+    format_module,
+    format_number,
+    format_record_shape,
+    format_rounded_up,
+    format_shape,
+    format_source,
+)
 
-__all__ = ["format_table", "verdict_line", "SHOW_CHOICES", "format_number", "format_shape",
-           "format_source", "format_rounded_up", "coverage_line", "group_not_compared"]
+__all__ = ["format_table", "verdict_line", "SHOW_CHOICES", "coverage_line", "group_not_compared"]
 
 SHOW_CHOICES = ("window", "all")
 # Tables longer than this are cut to a window around the first divergence: a
@@ -336,11 +340,8 @@ def _rows_to_show(report: Report, show: str) -> set[int]:
 
 
 def _row(record: Record, *, marked: bool, headers: Sequence[str] = _HEADERS) -> list[str]:
-    shape = format_shape(record.shape)
-    if record.candidate_shape != record.shape:
-        shape += f" vs {format_shape(record.candidate_shape)}"
-    module = (record.torch_module if record.torch_module is not None
-              else f"(output {record.index})")
+    shape = format_record_shape(record)
+    module = format_module(record)
     row = [_MARK if marked else "", str(record.index)]
     if headers[2] == _VALUE_HEADERS[2]:
         row += [record.reference_value or record.onnx_value, "" if record.torch_module is None
@@ -378,30 +379,3 @@ def _describe_error(record: Record) -> str:
     elif record.min_passing_atol is not None:
         parts.append(f"atol >= {format_rounded_up(record.min_passing_atol)} would pass")
     return ", ".join(parts)
-
-
-def format_source(location: SourceLocation) -> str:
-    """``file:line``, the file relative to the current folder when it lies inside it."""
-    path = Path(location.file)
-    with contextlib.suppress(ValueError):
-        path = path.relative_to(Path.cwd())
-    return f"{path}:{location.line}"
-
-
-def format_shape(shape: Sequence[int]) -> str:
-    """``[1,3,32,32]``."""
-    return "[" + ",".join(str(dim) for dim in shape) + "]"
-
-
-def format_rounded_up(value: float) -> str:
-    """Three significant digits, rounded up: a printed atol that is advised must pass."""
-    text = f"{value:.2e}"
-    if float(text) < value:
-        step = 10.0 ** (int(text.split("e")[1]) - 2)
-        text = f"{(math.floor(value / step) + 1) * step:.2e}"
-    return text
-
-
-def format_number(value: float | None) -> str:
-    """An error figure in three significant digits (``-`` where it does not apply)."""
-    return "-" if value is None else f"{value:.2e}"

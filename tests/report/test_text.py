@@ -73,7 +73,7 @@ def test_hidden_divergences_are_counted_in_the_parity_line():
 
 
 def test_advised_atol_is_rounded_up_so_it_passes():
-    from bisect_onnx.report.text import format_rounded_up
+    from bisect_onnx.report.formatting import format_rounded_up
 
     for value in (2.8590590465068816e-01, 1.0001e-5, 9.999e-3, 1.0e-3):
         assert float(format_rounded_up(value)) >= value

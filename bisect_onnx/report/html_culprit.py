@@ -1,0 +1,118 @@
+"""The HTML report's culprit section: the first divergence's ONNX node in its graph.
+
+Its op, torch module and source line, whether the local check found the error
+introduced there and which side the float64 reruns blame, then its attributes, inputs
+and outputs with where each value came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bisect_onnx.graph.provenance import SourceLocation
+from bisect_onnx.judge.records import Record, Report
+from bisect_onnx.report.formatting import format_number, format_shape, format_source
+from bisect_onnx.report.html_markup import definitions, element, escaped, section, table
+
+__all__ = ["culprit_section"]
+
+_VALUE_SOURCES = {
+    "reference": "compared against PyTorch",
+    "initializer": "a weight stored in the ONNX file",
+    "graph_input": "an input of the model",
+    "candidate": "computed by ONNX Runtime only",
+}
+
+
+def culprit_section(report: Report) -> str:
+    """The first divergence's ONNX node in its graph, or why there is none to show."""
+    culprit = report.culprit
+    if culprit is None:
+        return section("culprit", element("p", escaped(_no_culprit_reason(report)),
+                                          class_="muted"), id_="culprit")
+    parts = [
+        definitions(_culprit_facts(culprit, report.first_culprit or report.first_divergence,
+                                   report.attribution)),
+        element("h3", "attributes"),
+        _attributes_table(culprit.get("attributes") or {}),
+        element("h3", "inputs"),
+        _values_table(culprit.get("inputs") or []),
+        element("h3", "outputs"),
+        _values_table(culprit.get("outputs") or []),
+    ]
+    return section("culprit: " + str(culprit.get("node")), "".join(parts), id_="culprit")
+
+
+def _no_culprit_reason(report: Report) -> str:
+    """Why the report has no culprit neighbourhood."""
+    if not report.diverged:
+        return "No divergence in the final outputs, so there is no culprit."
+    return ("The first divergence has no ONNX node to show (a final output that no node "
+            "produces, or a node missing from the graph).")
+
+
+def _culprit_facts(culprit: Mapping[str, Any], first: Record | None,
+                   attribution: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """Node, op, torch side and source of the culprit, as label and HTML pairs."""
+    source = culprit.get("source")
+    location = format_source(SourceLocation(source["file"], source["line"])) if source else "-"
+    op = f"{culprit.get('op_type')} ({culprit.get('domain')})"
+    return [
+        ("ONNX node", element("code", escaped(culprit.get("node")))),
+        ("op type", escaped(op)),
+        ("torch module", element("code", escaped(culprit.get("torch_module") or "-"))),
+        ("torch op", element("code", escaped(culprit.get("torch_op") or "-"))),
+        ("source", element("code", escaped(location))),
+        ("introduced here", escaped(_introduced(first))),
+        ("classification", escaped(_classification(first, attribution))),
+    ]
+
+
+def _introduced(first: Record | None) -> str:
+    """Whether the divergence starts at this node, as the local check found."""
+    introduced = first.introduced_here if first is not None else None
+    if introduced is None:
+        return "not checked"
+    if introduced:
+        return (f"yes: fed PyTorch's inputs, it is still off by "
+                f"{format_number(first.local_max_abs_error)}")
+    return "no: fed PyTorch's inputs it is within tolerance; the error reaches it from upstream"
+
+
+def _classification(first: Record | None, attribution: Mapping[str, Any] | None) -> str:
+    """Which side is wrong, from the float64 reruns."""
+    attribution = attribution or {}
+    found = attribution.get("classification")
+    culprit_values = {attribution.get("first_culprit"),
+                      (attribution.get("inside_kernel") or {}).get("value")}
+    if first is None or not found or first.onnx_value not in culprit_values:
+        return "-"
+    return f"{found['kind']}: {found['detail']}; {found['file_with']}"
+
+
+def _attributes_table(attributes: Mapping[str, Any]) -> str:
+    """The node's attributes, one row each."""
+    if not attributes:
+        return element("p", "(none)", class_="muted")
+    rows = [[element("code", escaped(name)), element("code", escaped(value))]
+            for name, value in attributes.items()]
+    return table(["name", "value"], rows, class_="plain")
+
+
+def _values_table(values: Sequence[Mapping[str, Any]]) -> str:
+    """Inputs or outputs of the node: name, shape, dtype and where the value came from."""
+    if not values:
+        return element("p", "(none)", class_="muted")
+    rows = []
+    for value in values:
+        shape = value.get("shape")
+        source = str(value.get("source"))
+        meaning = _VALUE_SOURCES.get(source)
+        rows.append([
+            element("code", escaped(value.get("name"))),
+            escaped(format_shape(shape) if shape is not None else "-"),
+            escaped(value.get("dtype") or "-"),
+            escaped(f"{source}: {meaning}" if meaning else source),
+        ])
+    return table(["name", "shape", "dtype", "source"], rows, class_="plain")
