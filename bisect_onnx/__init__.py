@@ -17,8 +17,9 @@ from bisect_onnx.errors import (
 from bisect_onnx.judge.compare import DEFAULT_ATOL, DEFAULT_RTOL
 from bisect_onnx.judge.records import Coverage, Record, Report
 from bisect_onnx.pipeline.onnx_vs_onnx import bisect_onnx_models
+from bisect_onnx.pipeline.options import ExportOptions, RandomInputs, RuntimeOptions
 from bisect_onnx.pipeline.parity import assert_parity
-from bisect_onnx.pipeline.pytorch_vs_onnx import ExportOptions, RandomInputs, RuntimeOptions, bisect
+from bisect_onnx.pipeline.pytorch_vs_onnx import bisect
 from bisect_onnx.version import __version__
 
 __all__ = [

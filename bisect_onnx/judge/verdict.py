@@ -1,6 +1,6 @@
 """The verdict: from ordered records to parity/diverged and the first divergence.
 
-Pure logic on records, no models: the driver in :mod:`bisect_onnx.pipeline.pytorch_vs_onnx` runs the
+Pure logic on records, no models: the drivers in :mod:`bisect_onnx.pipeline` run the
 sides; this decides what the numbers mean.
 """
 

@@ -14,17 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from bisect_onnx.errors import ParityError
-from bisect_onnx.events import CAPTURE_STARTED, PARITY_CHECKED, emit
+from bisect_onnx.events import BISECTION_STARTED, CAPTURE_STARTED, PARITY_CHECKED, emit
 from bisect_onnx.judge.compare import DEFAULT_ATOL, DEFAULT_RTOL, check_tolerances
-from bisect_onnx.pipeline.pytorch_vs_onnx import (
-    ExportOptions,
-    arrange_for,
-    as_arrays,
-    bisect,
-    compare_final_outputs,
-    prepare_candidate,
-    resolve_export,
-)
+from bisect_onnx.pipeline.options import ExportOptions, RandomInputs, RuntimeOptions
+from bisect_onnx.pipeline.prepare import arrange_for, prepare_candidate, resolve_export
+from bisect_onnx.pipeline.pytorch_vs_onnx import Settings, run_prepared
+from bisect_onnx.pipeline.samples import as_arrays
+from bisect_onnx.pipeline.torch_comparison import compare_final_outputs
 from bisect_onnx.pytorch.reference import reference_for
 from bisect_onnx.report.json import write_json
 from bisect_onnx.sources.loading import check_against_onnx
@@ -79,14 +75,16 @@ def assert_parity(
         emit(PARITY_CHECKED, f"{label}: {'parity' if agree else 'diverged'}")
         if agree:
             return
-    stem = _file_name(label)
-    folder = Path(artifacts_dir) if artifacts_dir is not None else None
-    # The bisection exports again when it has to (an export made here records which
-    # call of a reused module each node ran in, which it needs).
-    report = bisect(model, inputs, onnx_model=onnx_model, rtol=rtol, atol=atol,
-                    export=None if onnx_model is not None or reference.onnx_program is not None
-                    else export, model_label=name,
-                    repro_dir=folder / f"{stem}.repro" if folder is not None else None)
+        stem = _file_name(label)
+        folder = Path(artifacts_dir) if artifacts_dir is not None else None
+        # The bisection reuses this export (which recorded which call of a reused
+        # module each node ran in) and PyTorch's run on these inputs.
+        emit(BISECTION_STARTED, name or "")
+        settings = Settings(reference, prepared, export, Path(workdir), rtol=rtol, atol=atol,
+                            budget=RuntimeOptions().budget())
+        report = run_prepared(settings, given, RandomInputs(),
+                              repro_dir=folder / f"{stem}.repro" if folder is not None
+                              else None)
     if folder is not None:
         from bisect_onnx.report.html import write_html
 

@@ -10,7 +10,8 @@ import torch
 
 import bisect_onnx
 from bisect_onnx.cli.command import main
-from bisect_onnx.pipeline.pytorch_vs_onnx import NO_OP_LEVEL, names_the_values
+from bisect_onnx.pipeline.prepare import names_the_values
+from bisect_onnx.pipeline.torch_comparison import NO_OP_LEVEL
 from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
 from fixtures.architectures import ARCHITECTURES
 from fixtures.registry import FIXTURES, repo_path

@@ -446,17 +446,19 @@ def test_a_model_proto_without_its_external_weights_is_one_line_input_error(made
     for reference, candidate in ((bare, made["fp16"]), (RESNET, bare)):
         with pytest.raises(InputError, match="external weights.*load_external_data=False"):
             bisect_onnx.bisect_onnx_models(reference, candidate, made["x"])
-    from bisect_onnx.pipeline import pytorch_vs_onnx as api
+    from bisect_onnx.pipeline import prepare as api
 
     monkeypatch.setattr(api, "_PROTO_LIMIT", 1000)  # resnet_like stands in for a 2 GB proto
     with pytest.raises(InputError, match="over 2 GB.*save_as_external_data=True"):
         bisect_onnx.bisect_onnx_models(onnx.load(str(RESNET)), made["fp16"], made["x"])
 
 
-def test_samples_are_refused_with_given_inputs_and_below_one(made):
-    with pytest.raises(UsageError, match="--samples applies to random inputs"):
-        bisect_onnx.bisect_onnx_models(RESNET, made["fp16"], made["x"],
-                                       random_inputs=bisect_onnx.RandomInputs(samples=2))
+def test_random_input_settings_are_refused_with_given_inputs_and_below_one(made):
+    # The same refusal as the PyTorch form's: seed and dims cannot change given inputs.
+    for settings in (bisect_onnx.RandomInputs(samples=2), bisect_onnx.RandomInputs(seed=7)):
+        with pytest.raises(UsageError, match="apply to random inputs"):
+            bisect_onnx.bisect_onnx_models(RESNET, made["fp16"], made["x"],
+                                           random_inputs=settings)
     with pytest.raises(UsageError, match="whole number >= 1, got 0"):
         bisect_onnx.bisect_onnx_models(RESNET, made["fp16"],
                                        random_inputs=bisect_onnx.RandomInputs(samples=0))

@@ -99,23 +99,23 @@ class _FakeTerminal:
 
 
 def test_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch):
-    from bisect_onnx.cli.command import _colour_wanted
+    from bisect_onnx.cli.printing import colour_wanted
 
     monkeypatch.delenv("NO_COLOR", raising=False)
-    assert _colour_wanted(_FakeTerminal(True))
-    assert not _colour_wanted(_FakeTerminal(False))
+    assert colour_wanted(_FakeTerminal(True))
+    assert not colour_wanted(_FakeTerminal(False))
     monkeypatch.setenv("NO_COLOR", "1")
-    assert not _colour_wanted(_FakeTerminal(True))
+    assert not colour_wanted(_FakeTerminal(True))
 
 
 def test_progress_lines_come_from_the_library_events(capsys):
     import bisect_onnx
-    from bisect_onnx.cli.command import _show_progress
+    from bisect_onnx.cli.printing import show_progress
 
     model_case = FIXTURES["tiny_mlp"]
     from fixtures.registry import build_model, load_inputs
 
-    with bisect_onnx.events.listening(_show_progress):
+    with bisect_onnx.events.listening(show_progress):
         bisect_onnx.bisect(build_model(model_case), load_inputs(model_case),
                            onnx_model=repo_path(model_case.onnx_file))
     lines = capsys.readouterr().err.splitlines()

@@ -1,0 +1,96 @@
+"""The command line's ONNX-against-ONNX form: MODEL is the reference ``.onnx``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bisect_onnx.errors import UsageError
+from bisect_onnx.sources.file_kinds import looks_like_onnx, read_head
+from bisect_onnx.sources.loading import load_input_files
+from bisect_onnx.sources.random_inputs import parse_dim_options
+
+if TYPE_CHECKING:
+    from bisect_onnx.judge.records import Report
+
+__all__ = ["add_against_options", "against_requested", "bisect_from_args"]
+
+# Options of the PyTorch form that mean nothing when two ONNX models are compared.
+_TORCH_ONLY_OPTIONS = {"onnx": "--onnx", "exporter": "--exporter", "opset": "--opset",
+                       "dynamic": "--dynamic", "save_onnx": "--save-onnx",
+                       "granularity": "--granularity", "trust_pickle": "--trust-pickle",
+                       "max_memory": "--max-memory"}
+
+
+def against_requested(args: argparse.Namespace) -> bool:
+    """Whether the command line asks for an ONNX-against-ONNX comparison."""
+    return bool(args.against is not None or args.against_opt_level is not None
+                or args.against_provider is not None or args.against_reference_evaluator)
+
+
+def bisect_from_args(args: argparse.Namespace) -> Report:
+    """Run the ONNX-against-ONNX form from parsed CLI arguments (MODEL is the reference)."""
+    import bisect_onnx
+
+    given = [option for name, option in _TORCH_ONLY_OPTIONS.items()
+             if getattr(args, name, None) not in (None, False)]
+    if given:
+        raise UsageError(f"{', '.join(given)} apply to a PyTorch MODEL; drop them when "
+                         "comparing two ONNX models")
+    model = Path(args.model)
+    head = b"" if _names_a_factory(args.model) and not model.exists() else read_head(
+        model, 16, label="MODEL file", expected="an .onnx file")
+    if not looks_like_onnx(head):
+        raise UsageError(f"--against, --against-opt-level, --against-provider and "
+                         f"--against-reference-evaluator compare two ONNX models, and MODEL "
+                         f"{args.model} is not an ONNX file; pass the reference .onnx as MODEL "
+                         "(a PyTorch MODEL is compared with --onnx FILE)")
+    inputs = load_input_files(args.input) if args.input else None
+    return bisect_onnx.bisect_onnx_models(
+        model,
+        args.against,
+        inputs,
+        reference_runtime=bisect_onnx.RuntimeOptions(provider=args.provider,
+                                                     opt_level=args.opt_level),
+        candidate_runtime=bisect_onnx.RuntimeOptions(
+            provider=args.against_provider or args.provider,
+            opt_level=args.against_opt_level or args.opt_level, promote=args.promote),
+        reference_evaluator=args.against_reference_evaluator,
+        rtol=args.rtol,
+        atol=args.atol,
+        tolerances=args.tolerances,
+        random_inputs=bisect_onnx.RandomInputs(seed=args.seed, dims=parse_dim_options(args.dim),
+                                   samples=args.samples),
+        repro_dir=args.repro_dir,
+        all_culprits=args.all_culprits,
+        model_label=args.model,
+    )
+
+
+def _names_a_factory(spec: str) -> bool:
+    location, colon, factory = spec.rpartition(":")
+    return bool(colon and location and factory.isidentifier())
+
+
+def add_against_options(parser: argparse.ArgumentParser) -> None:
+    """The options of the ONNX-against-ONNX form, in their own --help group."""
+    from bisect_onnx.runtime.sessions import OPT_LEVELS
+
+    against = parser.add_argument_group(
+        "ONNX against ONNX (MODEL is the reference .onnx, run in ONNX Runtime with every "
+        "value promoted; --provider and --opt-level are its settings)")
+    against.add_argument("--against", type=Path, metavar="FILE",
+                         help="the candidate .onnx (a float16 conversion, a QDQ model, a "
+                         "simplified graph); default: MODEL itself")
+    against.add_argument("--against-opt-level", choices=tuple(OPT_LEVELS),
+                         help="the candidate's ONNX Runtime optimization level (default "
+                         "--opt-level)")
+    against.add_argument("--against-provider", metavar="NAME",
+                         help="the candidate's execution provider (default --provider)")
+    against.add_argument("--against-reference-evaluator", action="store_true",
+                         help="run the reference in ONNX's reference evaluator (onnx.reference: "
+                         "standard ops only) and the candidate in ONNX Runtime")
+    against.add_argument("--tolerances", type=Path, metavar="FILE",
+                         help="per-value tolerances: lines of 'PATTERN RTOL ATOL' (fnmatch "
+                         "patterns on value names; the first match wins)")

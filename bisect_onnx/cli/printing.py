@@ -1,0 +1,69 @@
+"""What the command prints: warnings, the table, the verdict, and the report files."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import TYPE_CHECKING, TextIO
+
+from bisect_onnx.cli.parser import EXIT_DIVERGED, EXIT_PARITY
+
+if TYPE_CHECKING:
+    from bisect_onnx.judge.records import Report
+
+__all__ = ["print_report", "colour_wanted", "show_progress"]
+
+
+def print_report(args: argparse.Namespace, report: Report) -> int:
+    """Print the report as the options ask, write its files; the exit status it means."""
+    from bisect_onnx.report.json import write_json
+
+    for warning in report.warnings:
+        print(f"WARNING: {warning}", file=sys.stderr)
+    colour = colour_wanted(sys.stdout)
+    if not args.quiet:
+        print(_paint_table(report.table(show=args.show), colour))
+        print()
+    print(_paint(report.summary(), _RED if report.diverged else _GREEN, colour))
+    if args.json is not None:
+        write_json(report, args.json)
+    if args.html is not None:
+        from bisect_onnx.report.html import write_html
+
+        write_html(report, args.html)
+    if args.model_explorer is not None:
+        from bisect_onnx.report.overlay import write_model_explorer
+
+        write_model_explorer(report, args.model_explorer)
+    return EXIT_DIVERGED if report.diverged else EXIT_PARITY
+
+
+_RED, _GREEN = "31", "32"
+_PROGRESS = {
+    "export_started": "exporting the model ({detail} exporter)…",
+    "capture_started": "running {detail} and recording every value…",
+    "session_started": "creating an ONNX Runtime session…",
+}
+
+
+
+def colour_wanted(stream: TextIO) -> bool:
+    """Colour only on a terminal, and never when NO_COLOR is set non-empty (no-color.org)."""
+    return stream.isatty() and not os.environ.get("NO_COLOR")
+
+
+def _paint(text: str, code: str, colour: bool) -> str:
+    return f"\x1b[{code}m{text}\x1b[0m" if colour else text
+
+
+def _paint_table(table: str, colour: bool) -> str:
+    return "\n".join(_paint(line, _RED, colour) if line.startswith(">>") else line
+                     for line in table.splitlines())
+
+
+def show_progress(event: object) -> None:
+    """Print the library's long steps on stderr (a terminal only, and not with -q)."""
+    template = _PROGRESS.get(getattr(event, "kind", ""))
+    if template:
+        print(f"bisect-onnx: {template.format(detail=event.detail)}", file=sys.stderr)

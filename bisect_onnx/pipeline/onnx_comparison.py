@@ -1,0 +1,250 @@
+"""ONNX against ONNX: pair two graphs' values, judge each pair, decide.
+
+One sample's captures in, its report and pairing out; also what production's probes
+and the local checks need to judge a candidate value as its row was judged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bisect_onnx.align.onnx_pairs import (
+    CandidateGroups,
+    ValuePair,
+    pair_graphs,
+    pair_uncaptured,
+)
+from bisect_onnx.judge.compare import ArrayComparison
+from bisect_onnx.judge.records import Coverage, Record, Report
+from bisect_onnx.judge.tolerances import (
+    Tolerance,
+    ToleranceRule,
+    default_tolerance,
+    precision_of,
+)
+from bisect_onnx.judge.value_judge import PairJudge
+from bisect_onnx.judge.verdict import decide
+from bisect_onnx.runtime.onnx_side import NodeInfo, OnnxRuntimeSide
+from bisect_onnx.runtime.sides import Capture, CapturedValue
+from bisect_onnx.search.probes import Checkpoint
+
+if TYPE_CHECKING:
+    import onnx
+
+__all__ = ["Paired", "ProbePlan", "SampleValues", "compare_sample", "probe_checkpoints",
+           "local_judge", "as_candidate_values"]
+
+
+STRUCTURAL = (
+    "the candidate's value names do not match the reference's (simplified, optimized "
+    "offline or renamed): its values were matched by structure, each with a confidence "
+    "(matched_by, match_confidence); check the match of the first divergence")
+
+UNUSED_RULE = "tolerance rule {where} ({pattern}) matched no compared value"
+
+
+
+@dataclass
+class SampleValues:
+    """One sample's arrays under the candidate's value names, in the candidate's dtypes.
+
+    What local checks and a repro feed the candidate's nodes.
+    """
+
+    reference: dict[str, np.ndarray]
+    candidate: dict[str, np.ndarray]
+    graph_inputs: dict[str, np.ndarray]
+
+
+@dataclass
+class Paired:
+    """How one sample's values were paired and judged, beyond its report."""
+
+    judge: PairJudge
+    groups: CandidateGroups
+    pairs: list[ValuePair]
+    outputs: list[ValuePair]
+    """The final outputs' pairs, by position."""
+    unpaired_fused: list[str]
+    """Reference values whose candidate value was not captured (fused away)."""
+    nodes: dict[str, NodeInfo]
+    reference: onnx.ModelProto
+    """The reference graph (what it holds decides how a value pairs)."""
+
+
+
+def compare_sample(reference: Any, candidate: OnnxRuntimeSide, reference_capture: Capture,
+                   candidate_capture: Capture, arrays: Sequence[np.ndarray], *,
+                   rtol: float | None, atol: float | None, rules: Sequence[ToleranceRule],
+                   warnings: list[str]) -> tuple[Report, Paired]:
+    """Pair, compare and decide; the report without its descriptions, and the pairing."""
+    candidate_precision = precision_of(candidate.model)
+    default, precision = default_tolerance(precision_of(reference.model), candidate_precision)
+    base = Tolerance(default.rtol if rtol is None else rtol,
+                     default.atol if atol is None else atol)
+    judge = PairJudge(base, rules, scale_tolerance=atol is None,
+                      converted=precision != "float32" or candidate_precision != precision_of(
+                          reference.model))
+    groups = CandidateGroups(candidate.model, str(candidate.path.resolve().parent))
+    graph_inputs = {spec.name: array for spec, array in zip(reference.inputs, arrays,
+                                                            strict=True)}
+    reference_arrays = {name: value.array for name, value in reference_capture.values.items()}
+    candidate_arrays = {name: value.array for name, value in candidate_capture.values.items()}
+    pairing = pair_graphs(reference.model, groups, reference_arrays, candidate_arrays,
+                          graph_inputs=graph_inputs,
+                          agree=lambda cand, ref: judge.compare(ref, cand)[0].passed)
+    if pairing.structural:
+        warnings.append(STRUCTURAL)
+    nodes = {node.name: node for node in candidate.nodes}
+    comparisons = [
+        judge.record(index, reference_capture.values[pair.reference],
+                     candidate_capture.values[pair.candidate], pair, nodes)
+        for index, pair in enumerate(pairing.pairs)]
+    final_outputs, output_pairs = [], []
+    for index, (ref, cand) in enumerate(zip(reference_capture.outputs,
+                                            candidate_capture.outputs, strict=False)):
+        pair = ValuePair(ref.name, cand.name, groups.computing_node(groups.source(cand.name)),
+                         "output", groups.quantization(cand.name))
+        output_pairs.append(pair)
+        final_outputs.append(judge.record(index, ref, cand, pair, nodes, final=True))
+    if len(reference_capture.outputs) != len(candidate_capture.outputs):
+        warnings.append(f"the reference has {len(reference_capture.outputs)} outputs and the "
+                        f"candidate {len(candidate_capture.outputs)}: the first "
+                        f"{len(final_outputs)} were compared, by position")
+    warnings.extend(UNUSED_RULE.format(where=rule.where, pattern=rule.pattern)
+                    for rule in rules if rule not in judge.used)
+    decision = decide(comparisons, final_outputs, output_order={
+        name: value.provenance.position for name, value in candidate_capture.values.items()})
+    compared_nodes = {pair.node for pair in pairing.pairs if pair.node}
+    report = Report.decided(
+        decision,
+        rtol=base.rtol,
+        atol=base.atol,
+        final_outputs=final_outputs,
+        comparisons=comparisons,
+        coverage=Coverage(onnx_values=len(reference_capture.values),
+                          aligned_values=len(pairing.pairs), torch_modules=0,
+                          aligned_modules=0, onnx_nodes=len(candidate.nodes),
+                          attributed_nodes=len(compared_nodes), granularity="value"),
+        unaligned=pairing.unpaired,
+        warnings=warnings,
+        tolerance_basis=_tolerance_basis(precision, rtol, atol, rules),
+    )
+    fused = [item.name for item in pairing.unpaired if item.kind == "runtime-fused"]
+    return report, Paired(judge, groups, pairing.pairs, output_pairs, fused, nodes,
+                           reference.model)
+
+
+
+@dataclass
+class ProbePlan:
+    """What production's probes check, and how a probed value is judged and shown."""
+
+    checkpoints: list[Checkpoint]
+    """In graph order."""
+    compare: Callable[[Checkpoint, np.ndarray], ArrayComparison]
+    make_row: Callable[[str, CapturedValue], Record]
+    pairs: list[ValuePair]
+    """The pair behind each checkpoint."""
+
+
+def probe_checkpoints(paired: Paired, candidate: OnnxRuntimeSide,
+                      reference_capture: Capture) -> ProbePlan:
+    """What production's probes check, and how a probed value is judged and shown.
+
+    Checkpoints are the candidate's values paired with a reference value (those the
+    capture lacks too, paired by name), each judged as its row is: converted as its
+    pair says, with its own tolerance.
+    """
+    producers = {output: node for node in candidate.nodes for output in node.outputs}
+    judge = paired.judge
+    by_value: dict[str, ValuePair] = {}
+    checkpoints = []
+    uncaptured = pair_uncaptured(paired.reference, {
+        name: reference_capture.values[name].array for name in paired.unpaired_fused},
+        paired.groups)
+    for pair in [*paired.pairs, *uncaptured]:
+        node = producers.get(pair.candidate)
+        reference = reference_capture.values[pair.reference]
+        if node is None or pair.candidate in by_value or reference.array.dtype.kind not in "fc":
+            continue
+        by_value[pair.candidate] = pair
+        checkpoints.append(Checkpoint(pair.candidate, reference, node))
+    checkpoints.sort(key=lambda checkpoint: checkpoint.node.index)
+
+    def compare(checkpoint: Checkpoint, array: np.ndarray) -> ArrayComparison:
+        pair = by_value[checkpoint.name]
+        return judge.compare(checkpoint.reference.array, array, pair, judge.tolerance(pair))[0]
+
+    def make_row(name: str, probed: CapturedValue) -> Record:
+        pair = by_value[name]
+        return judge.record(0, reference_capture.values[pair.reference], probed, pair,
+                            paired.nodes)
+
+    return ProbePlan(checkpoints, compare, make_row, list(by_value.values()))
+
+
+
+def local_judge(judge: PairJudge, pairs: Sequence[ValuePair],
+                 reference_capture: Capture) -> Callable[[str, np.ndarray], ArrayComparison]:
+    """Judge a candidate value recomputed on the reference's inputs as its row was judged.
+
+    Against the reference's own value, converted as its pair says (a float before a
+    QDQ pair put through it), with the value's own tolerance.
+    """
+    by_candidate: dict[str, ValuePair] = {}
+    for pair in pairs:
+        by_candidate.setdefault(pair.candidate, pair)
+    references = _reference_values(reference_capture)
+
+    def compare(name: str, local: np.ndarray) -> ArrayComparison:
+        pair = by_candidate[name]
+        return judge.compare(references[pair.reference].array, local, pair,
+                             judge.tolerance(pair))[0]
+
+    return compare
+
+
+
+def _reference_values(capture: Capture) -> dict[str, CapturedValue]:
+    """The reference's values and final outputs by name."""
+    return {**{value.name: value for value in capture.outputs}, **capture.values}
+
+
+
+def as_candidate_values(pairs: Sequence[ValuePair], reference_capture: Capture,
+                         candidate_values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The reference's values under the candidate's names, in the candidate's dtypes.
+
+    A float16 candidate's nodes are fed float16 arrays; a QDQ candidate's
+    DequantizeLinear output takes the float tensor it stands for. A QuantizeLinear's
+    integer output has no reference of its type (left out: not checked locally).
+    """
+    by_name = _reference_values(reference_capture)
+    converted: dict[str, np.ndarray] = {}
+    for pair in pairs:
+        candidate = candidate_values.get(pair.candidate)
+        reference = by_name.get(pair.reference)
+        if (candidate is None or reference is None or pair.how == "dequantized"
+                or pair.candidate in converted):
+            continue
+        array, candidate = np.asarray(reference.array), np.asarray(candidate)
+        if array.dtype != candidate.dtype and array.dtype.kind == candidate.dtype.kind == "f":
+            array = array.astype(candidate.dtype)
+        converted[pair.candidate] = array
+    return converted
+
+
+
+def _tolerance_basis(precision: str, rtol: float | None, atol: float | None,
+                     rules: Sequence[ToleranceRule]) -> str | None:
+    parts = []
+    if precision != "float32" and (rtol is None or atol is None):
+        parts.append(f"{precision} defaults")
+    if rules:
+        parts.append(f"{len(rules)} per-value rule(s) from {rules[0].where.rsplit(':', 1)[0]}")
+    return "; ".join(parts) or None

@@ -1,0 +1,133 @@
+"""The ONNX model under test as production runs it: capture, production's outputs, probes.
+
+Both comparison modes run their candidate through here, so the verdict is always
+production's, a capture that may not show what production computes is always probed
+the same way, and the report describes the capture the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from bisect_onnx.judge.compare import ArrayComparison
+from bisect_onnx.judge.records import Record, Report
+from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
+from bisect_onnx.runtime.sides import Capture, CapturedValue
+from bisect_onnx.search import modes
+from bisect_onnx.search.probes import Checkpoint, ProbeBisection, ProbeRunner
+
+__all__ = ["CandidateRun", "run_candidate", "probe_production", "capture_warning",
+           "CAPTURE_DIFFERS_WARNING", "CAPTURE_FELL_BACK"]
+
+logger = logging.getLogger(__name__)
+
+CAPTURE_DIFFERS_WARNING = (
+    "the capture session ({mode}) computes final outputs that differ from the production "
+    "session's by up to {difference} (other kernels, other rounding): a divergence only "
+    "the production kernels show may be missed"
+)
+CAPTURE_FELL_BACK = (
+    "only {survivors} of {values} candidate values survive ONNX Runtime's optimized graph "
+    "(float16 nodes run through inserted Casts, QDQ pairs fused into QLinear kernels): "
+    "every value was promoted instead, which changes what ONNX Runtime fuses")
+
+#: Below this share of values surviving ONNX Runtime's optimized graph, fusion-preserving
+#: capture says little (float16 nodes run through Casts ONNX Runtime inserts on CPU, QDQ
+#: pairs fused into QLinear kernels): every value is promoted instead.
+SURVIVAL_FLOOR = 0.5
+
+
+@dataclass
+class CandidateRun:
+    """ONNX Runtime's side of one sample: the capture, and production's final outputs."""
+
+    side: OnnxRuntimeSide
+    """The side that captured (a promote-all one after a fallback)."""
+    capture: Capture
+    production: list[CapturedValue]
+    """The production session's final outputs: the verdict is theirs."""
+    runner: ProbeRunner | None = None
+    """Probes of production, where one was needed already."""
+    capture_differs: bool = False
+    """The capture session's final outputs are not bitwise production's."""
+    fallback: str | None = None
+    """Why every value was promoted instead of those production keeps, if it was."""
+
+    def judged_capture(self) -> Capture:
+        """The captured values with production's final outputs: what the verdict judges."""
+        return Capture(values=self.capture.values, outputs=self.production)
+
+
+def run_candidate(candidate: OnnxRuntimeSide, arrays: Sequence[np.ndarray], *,
+                  memory_reason: str | None = None,
+                  fall_back: bool = False) -> CandidateRun:
+    """Capture the candidate's values and production's final outputs for one sample.
+
+    ``memory_reason``: over the memory budget, only production's outputs are computed
+    now and its values are probed later. ``fall_back``: promote every value when too
+    few survive production's optimized graph (a converted candidate, float16 or QDQ).
+    """
+    if memory_reason:
+        runner = ProbeRunner(candidate, arrays)
+        return CandidateRun(candidate, Capture(values={}, outputs=runner.outputs),
+                            runner.outputs, runner)
+    fallback = None
+    if fall_back:
+        plan = candidate.prepare()  # decided from production's graph, before any capture
+        if (plan.promoted is not None and plan.values
+                and plan.survivors < SURVIVAL_FLOOR * plan.values):
+            candidate = OnnxRuntimeSide(candidate.path, provider=candidate.provider,
+                                        opt_level=candidate.opt_level, promote="all")
+            fallback = CAPTURE_FELL_BACK.format(survivors=plan.survivors, values=plan.values)
+    logger.info("running ONNX Runtime with its values promoted")
+    capture = candidate.run(arrays)
+    production, runner = modes.production_outputs(candidate, capture, arrays)
+    return CandidateRun(candidate, capture, production, runner,
+                        capture_differs=modes.outputs_differ(capture.outputs, production),
+                        fallback=fallback)
+
+
+def probe_production(report: Report, run: CandidateRun, arrays: Sequence[np.ndarray],
+                     checkpoints: Sequence[Checkpoint], *,
+                     compare: Callable[[Checkpoint, np.ndarray], ArrayComparison] | None = None,
+                     make_row: Callable[[str, CapturedValue], Record] | None = None,
+                     ) -> ProbeBisection | None:
+    """Bisect production when the capture may not show what it computes.
+
+    Called when the report diverged and either the capture's outputs are not
+    production's or no captured value fails. The probes' first failing value becomes
+    the report's first divergence. ``compare`` and ``make_row`` judge a probed value
+    where its reference needs converting or a tolerance of its own.
+    """
+    if not checkpoints:
+        return None
+    candidate = run.side
+    run.runner = run.runner or ProbeRunner(candidate, arrays)
+    logger.info("bisecting %d checkpoints with probes of the production graph",
+                len(checkpoints))
+    bisection = run.runner.bisect(checkpoints, rtol=report.rtol, atol=report.atol,
+                                  compare=compare)
+    reason = modes.CAPTURE_DIFFERS if run.capture_differs else modes.NO_VALUE_FAILS
+    modes.adopt_bisection(report, bisection, reason,
+                          {checkpoint.name: checkpoint.reference for checkpoint in checkpoints},
+                          {output: node.index for node in candidate.nodes
+                           for output in node.outputs},
+                          make_row=make_row)
+    return bisection
+
+
+def wants_probes(report: Report, run: CandidateRun) -> bool:
+    """Whether the capture may not show the first divergence production computes."""
+    return report.diverged and (run.capture_differs or modes.no_value_fails(report))
+
+
+def capture_warning(candidate: OnnxRuntimeSide, capture: dict) -> str | None:
+    """The warning that the capture session computes other outputs than production."""
+    if candidate.outputs_match_production is not False:
+        return None
+    return CAPTURE_DIFFERS_WARNING.format(difference=candidate.production_difference,
+                                          mode=capture.get("mode"))

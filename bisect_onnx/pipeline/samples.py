@@ -1,0 +1,86 @@
+"""The sample loop both comparison modes share: inputs in, the worst sample's report out."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bisect_onnx.errors import InputError
+from bisect_onnx.judge.records import Report
+from bisect_onnx.pipeline.options import RandomInputs
+from bisect_onnx.report.repro import attach_repro
+from bisect_onnx.runtime.onnx_side import InputSpec
+from bisect_onnx.sources.random_inputs import synthesize_inputs, vocabulary_limits
+
+__all__ = ["Sample", "as_arrays", "random_samples", "compare_samples", "worst_report"]
+
+Sample = tuple[list[np.ndarray], str]
+"""One sample's arrays in the graph's input order, and how the report describes them."""
+
+RunSample = Callable[[list[np.ndarray], str], tuple[Report, Callable[..., dict[str, Any]]]]
+"""One sample's comparison: its report, and how to write its repro into a folder."""
+
+
+def compare_samples(samples: Iterable[Sample], run_sample: RunSample, *,
+                    repro_dir: str | Path | None, numbered: bool) -> Report:
+    """Compare every sample; attach each diverging one's repro; the worst one's report.
+
+    ``numbered``: the samples are random draws, each repro in its own ``sample-<k>``.
+    """
+    reports = []
+    for number, (arrays, description) in enumerate(samples, start=1):
+        report, write_repro = run_sample(arrays, description)
+        attach_repro(report, repro_dir, sample=number if numbered else None, write=write_repro)
+        reports.append(report)
+    return worst_report(reports)
+
+
+def random_samples(inputs: Sequence[InputSpec], model: Any,
+                   random: RandomInputs) -> Iterator[Sample]:
+    """Inputs drawn from the graph's input specification, one per sample."""
+    limits = vocabulary_limits(model)
+    for sample in range(random.samples):
+        arrays = synthesize_inputs(inputs, seed=random.seed, dims=random.dims, sample=sample,
+                                   int_high=limits)
+        yield arrays, f"random (seed {random.seed}, sample {sample + 1} of {random.samples})"
+
+
+def worst_report(reports: Sequence[Report]) -> Report:
+    """The report of the worst sample: a divergence first, then the largest output error."""
+    def severity(report: Report) -> tuple[bool, float]:
+        needed = [record.min_passing_atol for record in report.final_outputs if record.failed]
+        return report.diverged, max((math.inf if n is None else n for n in needed),
+                                    default=0.0)
+
+    worst = max(reports, key=severity)
+    if len(reports) > 1:
+        diverged = sum(report.diverged for report in reports)
+        summary = (f"worst of {len(reports)} random samples ({diverged} diverged): "
+                   f"{worst.reference['inputs']}")
+        worst.note = f"{worst.note} {summary}" if worst.note else summary
+    return worst
+
+
+def as_arrays(inputs: Any) -> list[np.ndarray] | dict[str, np.ndarray]:
+    """Accept arrays, tensors, sequences and mappings of them; always numpy out."""
+    if isinstance(inputs, Mapping):
+        return {str(key): _to_array(value) for key, value in inputs.items()}
+    if isinstance(inputs, (list, tuple)):
+        return [_to_array(value) for value in inputs]
+    return [_to_array(inputs)]
+
+
+def _to_array(value: Any) -> np.ndarray:
+    # A torch.Tensor, recognised without importing torch.
+    if hasattr(value, "detach") and hasattr(value, "cpu"):
+        return value.detach().cpu().numpy()
+    array = np.asarray(value)
+    if array.dtype.kind not in "biufc":
+        raise InputError(f"an input of type {type(value).__name__} is not numeric data "
+                         f"(numpy makes it dtype {array.dtype}); pass arrays or tensors")
+    # Big-endian data (saved on another machine) is fine for numpy, not for torch or ORT.
+    return array if array.dtype.isnative else array.astype(array.dtype.newbyteorder("="))

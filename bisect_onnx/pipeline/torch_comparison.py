@@ -1,0 +1,169 @@
+"""The PyTorch form's comparison: align module and op values, compare, decide.
+
+One sample's captures in, its report out (before the search and attribution steps
+add to it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from bisect_onnx.align.modules import Alignment, Pair, align_modules
+from bisect_onnx.align.op_level import aggregate_ops, op_records
+from bisect_onnx.align.ops import OpAlignment
+from bisect_onnx.graph.scopes import count_attributed, detect_exporter
+from bisect_onnx.graph.walk import subgraphs
+from bisect_onnx.judge.compare import compare_arrays
+from bisect_onnx.judge.records import Coverage, Record, Report, make_record
+from bisect_onnx.judge.verdict import decide
+from bisect_onnx.runtime.onnx_side import NodeInfo, OnnxRuntimeSide
+from bisect_onnx.runtime.sides import Capture, CapturedValue
+
+__all__ = ["compare_sample", "compare_final_outputs", "subgraph_warnings", "FOREIGN_FILE",
+           "NOTHING_ALIGNED", "NO_OP_LEVEL"]
+
+FOREIGN_FILE = (
+    "the ONNX file carries no exporter metadata (renamed by another tool, or built "
+    "elsewhere): its values were matched by structure to an export made here, each match "
+    "with a confidence (matched_by, match_confidence); check the match of the first "
+    "divergence"
+)
+
+NOTHING_ALIGNED = ("no intermediate value could be aligned: only the final outputs were "
+                   "compared, which says nothing about where a divergence starts")
+
+NO_OP_LEVEL = (
+    "op granularity needs the ExportedProgram the dynamo exporter translated (an export "
+    "made here, an ONNXProgram, or a .pt2 exported here); compared at module level"
+)
+
+
+def subgraph_warnings(model: Any) -> list[str]:
+    """Say that values inside If/Loop/Scan bodies were not compared, only their outputs."""
+    holders = [node.name or node.op_type for node in model.graph.node
+               if any(next(subgraphs(attribute), None) is not None
+                      for attribute in node.attribute)]
+    if not holders:
+        return []
+    return [f"values inside the subgraphs of {len(holders)} node(s) ({', '.join(holders[:5])}"
+            f"{', …' if len(holders) > 5 else ''}) are not promotable and were not compared: "
+            "those nodes are compared at the subgraph boundary, by their outputs"]
+
+
+def compare_sample(
+    torch_capture: Capture,
+    onnx_capture: Capture,
+    candidate: OnnxRuntimeSide,
+    call_index: Mapping[str, Mapping[str, int]],
+    op_alignment: OpAlignment | None,
+    torch_ops: int,
+    final_outputs: list[Record],
+    *,
+    rtol: float,
+    atol: float,
+    warnings: list[str],
+    granularity: str,
+) -> tuple[Report, list[Pair], dict[str, list[NodeInfo]]]:
+    """Align, compare and decide one sample: its report, its pairs, the ops' segments.
+
+    Long because it is one step: every row is built and decided together, and the
+    module rows are skipped at op granularity (their comparisons are the costly part).
+    """
+    alignment = align_modules(torch_capture, candidate.nodes, onnx_capture.values,
+                              call_index=call_index)
+    pairs = sorted(alignment.pairs, key=lambda pair: (
+        pair.candidate.provenance.position, pair.reference.provenance.position))
+    op_rows = op_records(op_alignment, rtol=rtol, atol=atol) if op_alignment else []
+    unaligned, onnx_unaligned = alignment.unaligned, []
+    if granularity == "op" and op_alignment is not None:
+        # Module rows are not shown: their comparisons (the costly part) are skipped.
+        comparisons, pairs, unaligned = op_rows, op_alignment.pairs, op_alignment.torch_only
+        onnx_unaligned = op_alignment.onnx_only
+    else:
+        # Nested module calls often hold the same value (a block's output is its last
+        # ReLU's): the same array against the same ONNX value is compared once.
+        compared: dict[tuple[int, str], Any] = {}
+        comparisons = []
+        for index, pair in enumerate(pairs):
+            key = (id(pair.reference.array), pair.candidate.name)
+            if key not in compared:
+                compared[key] = compare_arrays(pair.reference.array, pair.candidate.array,
+                                               rtol=rtol, atol=atol)
+            comparisons.append(make_record(index, pair, compared[key]))
+        if op_alignment is not None:
+            comparisons = aggregate_ops(comparisons, op_rows, op_alignment.pairs)
+            onnx_unaligned = op_alignment.onnx_only
+    decision = decide(comparisons, final_outputs, output_order={
+        name: value.provenance.position for name, value in onnx_capture.values.items()})
+    if detect_exporter(candidate.nodes) == "unknown" and not pairs:
+        warnings.append(
+            "the ONNX graph carries neither torch exporter metadata nor TorchScript-style "
+            "node names, so no layer could be aligned: only the final outputs were "
+            "compared (let bisect-onnx export the model, or pass the exporter's own file)"
+        )
+    elif not pairs and alignment.module_calls:
+        warnings.append(NOTHING_ALIGNED)
+    report = Report.decided(
+        decision,
+        rtol=rtol,
+        atol=atol,
+        final_outputs=final_outputs,
+        comparisons=comparisons,
+        coverage=_coverage(alignment, op_alignment, pairs, onnx_capture, candidate,
+                           granularity, torch_ops),
+        unaligned=unaligned,
+        onnx_unaligned=onnx_unaligned,
+        op_comparisons=op_rows if granularity == "module" else [],
+        warnings=warnings,
+    )
+    return report, pairs, op_alignment.segments if op_alignment else {}
+
+
+def _coverage(alignment: Alignment, op_alignment: OpAlignment | None, pairs: Sequence[Pair],
+              onnx_capture: Capture, candidate: OnnxRuntimeSide, granularity: str,
+              torch_ops: int) -> Coverage:
+    coverage = Coverage(
+        onnx_values=len(onnx_capture.values),
+        aligned_values=len({pair.candidate.name for pair in pairs}),
+        torch_modules=alignment.module_calls,
+        aligned_modules=alignment.aligned_calls,
+        onnx_nodes=len(candidate.nodes),
+        attributed_nodes=count_attributed(candidate.nodes),
+        granularity=granularity,
+    )
+    if op_alignment is None:
+        return coverage
+    return replace(
+        coverage,
+        attributed_nodes=coverage.attributed_nodes + len(op_alignment.inferred),
+        inferred_nodes=len(op_alignment.inferred),
+        torch_ops=torch_ops,
+        compared_ops=len(op_alignment.pairs),
+        fused_ops=len(op_alignment.fused_into),
+        fx_named_values=op_alignment.fx_named_values,
+        fx_named_compared=op_alignment.fx_named_compared,
+    )
+
+
+def compare_final_outputs(
+    torch_outputs: Sequence[CapturedValue],
+    onnx_outputs: Sequence[CapturedValue],
+    *,
+    rtol: float,
+    atol: float,
+    warnings: list[str],
+) -> list[Record]:
+    """The final outputs, always compared, aligned or not (pairs by position)."""
+    if len(torch_outputs) != len(onnx_outputs):
+        warnings.append(
+            f"PyTorch returned {len(torch_outputs)} tensor output(s) and the ONNX graph has "
+            f"{len(onnx_outputs)}: only the first {min(len(torch_outputs), len(onnx_outputs))} "
+            "were compared"
+        )
+    return [
+        make_record(index, Pair(ref, cand),
+                    compare_arrays(ref.array, cand.array, rtol=rtol, atol=atol), final=True)
+        for index, (ref, cand) in enumerate(zip(torch_outputs, onnx_outputs, strict=False))
+    ]
