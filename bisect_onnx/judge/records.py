@@ -51,7 +51,7 @@ class Record:
     """This value's error over the largest error of its inputs (max abs)."""
     classification: str | None = None
     """For a value that introduces error: ``graph semantics``, ``runtime kernel``,
-    ``float precision`` or ``unclassified`` (see the README)."""
+    ``float precision`` or ``unclassified`` (see docs/how-it-decides.md)."""
     fx_node: str | None = None
     """Op level: the FX node (torch op call) the compared torch value is the output of."""
     ops_compared: int | None = None
@@ -196,7 +196,7 @@ class Report:
     that was found (``how``)."""
     culprit: dict[str, Any] | None = None
     """The first divergence's ONNX node in its graph: op, attributes, and each input and
-    output with shape, dtype and where its value came from (see README's JSON schema)."""
+    output with shape, dtype and where its value came from (see docs/json-schema.md)."""
     tolerance_basis: str | None = None
     """Where the report's tolerance comes from when it is not the float32 default (ONNX
     against ONNX: the candidate's precision, a tolerance file)."""

@@ -6,9 +6,12 @@ import contextlib
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bisect_onnx.graph.provenance import SourceLocation
-from bisect_onnx.judge.records import Record
+
+if TYPE_CHECKING:  # types only: records import this module to format themselves
+    from bisect_onnx.judge.records import Record
 
 __all__ = ["format_module", "format_number", "format_record_shape", "format_rounded_up",
            "format_shape", "format_source"]

@@ -1,4 +1,4 @@
-"""The schema-1 JSON file (documented in README.md)."""
+"""The schema-1 JSON file (documented in docs/json-schema.md)."""
 
 from __future__ import annotations
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from tabulate import tabulate
 
 from bisect_onnx.graph.provenance import short_op
-from bisect_onnx.judge.records import Record, Report
 from bisect_onnx.report.formatting import (
     format_module,
     format_number,
@@ -16,6 +16,9 @@ from bisect_onnx.report.formatting import (
     format_shape,
     format_source,
 )
+
+if TYPE_CHECKING:  # types only: records import this module to format themselves
+    from bisect_onnx.judge.records import Record, Report
 
 __all__ = ["format_table", "verdict_line", "SHOW_CHOICES", "coverage_line", "group_not_compared"]
 
