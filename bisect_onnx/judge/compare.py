@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from bisect_onnx.errors import UsageError
+from bisect_onnx.judge.vocabulary import Status
 
 __all__ = ["ArrayComparison", "Status", "compare_arrays", "check_tolerances"]
 
@@ -23,16 +24,6 @@ __all__ = ["ArrayComparison", "Status", "compare_arrays", "check_tolerances"]
 # hundred accumulated roundings (a deep conv stack) cost about three of them.
 DEFAULT_RTOL = 1e-3
 DEFAULT_ATOL = 1e-5
-
-
-class Status:
-    """The status strings of a comparison (the JSON ``status`` field)."""
-
-    PASS = "pass"
-    FAIL = "fail"
-    SHAPE_MISMATCH = "shape_mismatch"
-    DTYPE_MISMATCH = "dtype_mismatch"
-    NAN_MISMATCH = "nan_mismatch"
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ from typing import Any
 
 from bisect_onnx.align.modules import Pair, Unaligned
 from bisect_onnx.graph.provenance import SourceLocation
-from bisect_onnx.judge.compare import ArrayComparison, Status
+from bisect_onnx.judge.compare import ArrayComparison
+from bisect_onnx.judge.vocabulary import Granularity, Status, Verdict
 
 __all__ = ["Record", "Coverage", "Report", "make_record", "SCHEMA_VERSION"]
 
@@ -135,7 +136,7 @@ class Coverage:
     inferred_nodes: int = 0
     """Op level: attributed nodes that carry no metadata, attributed through the FX name
     their outputs were named after (nodes the exporter's optimizer rebuilt)."""
-    granularity: str = "module"
+    granularity: Granularity = Granularity.MODULE
     """``op`` (rows are ATen ops) or ``module`` (rows are module calls)."""
     torch_ops: int = 0
     """Op level: ops whose value torch computed as one tensor."""
@@ -152,7 +153,7 @@ class Coverage:
 class Report:
     """The result of one bisection: verdict, records and context."""
 
-    verdict: str
+    verdict: Verdict
     """``parity`` or ``diverged``, decided by the final outputs."""
     rtol: float
     atol: float
@@ -222,7 +223,7 @@ class Report:
     @property
     def diverged(self) -> bool:
         """Whether the final outputs disagree."""
-        return self.verdict == "diverged"
+        return self.verdict == Verdict.DIVERGED
 
     def to_dict(self) -> dict[str, Any]:
         """The report as schema-1 JSON data."""

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from bisect_onnx.judge.records import Record
+from bisect_onnx.judge.vocabulary import Verdict
 
 __all__ = ["Decision", "decide"]
 
@@ -18,7 +19,7 @@ __all__ = ["Decision", "decide"]
 class Decision:
     """What the records say."""
 
-    verdict: str
+    verdict: Verdict
     first_divergence: Record | None
     hidden_divergences: list[Record]
     note: str | None
@@ -48,10 +49,10 @@ def decide(comparisons: Sequence[Record], final_outputs: Sequence[Record],
                 f"{len(failing)} intermediate value(s) diverge but the final outputs agree "
                 "(masked or discarded positions?): listed as hidden divergences"
             )
-        return Decision("parity", None, failing, note)
+        return Decision(Verdict.PARITY, None, failing, note)
     if failing:
         nan_origin = next((record for record in failing if record.nan_mismatch), None)
-        return Decision("diverged", failing[0], [], None,
+        return Decision(Verdict.DIVERGED, failing[0], [], None,
                         nan_origin if nan_origin is not failing[0] else None)
     passing = [record for record in comparisons if not record.failed]
     last_passing = passing[-1] if passing else None
@@ -64,4 +65,4 @@ def decide(comparisons: Sequence[Record], final_outputs: Sequence[Record],
     order = output_order or {}
     first_output = min(failing_outputs,
                        key=lambda record: order.get(record.onnx_value, len(order) + record.index))
-    return Decision("diverged", first_output, [], note)
+    return Decision(Verdict.DIVERGED, first_output, [], note)

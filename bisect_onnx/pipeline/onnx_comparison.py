@@ -28,6 +28,7 @@ from bisect_onnx.judge.tolerances import (
 )
 from bisect_onnx.judge.value_judge import PairJudge
 from bisect_onnx.judge.verdict import decide
+from bisect_onnx.judge.vocabulary import Granularity, ReportWarning
 from bisect_onnx.runtime.onnx_side import NodeInfo, OnnxRuntimeSide
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 from bisect_onnx.search.probes import Checkpoint
@@ -39,13 +40,14 @@ __all__ = ["Paired", "ProbePlan", "SampleValues", "compare_sample", "probe_check
            "local_judge", "as_candidate_values"]
 
 
-STRUCTURAL = (
+STRUCTURAL = ReportWarning(
+    "structural-match",
     "the candidate's value names do not match the reference's (simplified, optimized "
     "offline or renamed): its values were matched by structure, each with a confidence "
     "(matched_by, match_confidence); check the match of the first divergence")
 
-UNUSED_RULE = "tolerance rule {where} ({pattern}) matched no compared value"
-
+UNUSED_RULE = ReportWarning("unused-tolerance-rule",
+                            "tolerance rule {where} ({pattern}) matched no compared value")
 
 
 @dataclass
@@ -129,7 +131,8 @@ def compare_sample(reference: Any, candidate: OnnxRuntimeSide, reference_capture
         coverage=Coverage(onnx_values=len(reference_capture.values),
                           aligned_values=len(pairing.pairs), torch_modules=0,
                           aligned_modules=0, onnx_nodes=len(candidate.nodes),
-                          attributed_nodes=len(compared_nodes), granularity="value"),
+                          attributed_nodes=len(compared_nodes),
+                          granularity=Granularity.VALUE),
         unaligned=pairing.unpaired,
         warnings=warnings,
         tolerance_basis=_tolerance_basis(precision, rtol, atol, rules),

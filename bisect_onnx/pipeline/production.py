@@ -15,6 +15,7 @@ import numpy as np
 
 from bisect_onnx.judge.compare import ArrayComparison
 from bisect_onnx.judge.records import Record, Report
+from bisect_onnx.judge.vocabulary import ReportWarning
 from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 from bisect_onnx.search import modes
@@ -25,12 +26,14 @@ __all__ = ["CandidateRun", "run_candidate", "probe_production", "capture_warning
 
 logger = logging.getLogger(__name__)
 
-CAPTURE_DIFFERS_WARNING = (
+CAPTURE_DIFFERS_WARNING = ReportWarning(
+    "capture-differs",
     "the capture session ({mode}) computes final outputs that differ from the production "
     "session's by up to {difference} (other kernels, other rounding): a divergence only "
     "the production kernels show may be missed"
 )
-CAPTURE_FELL_BACK = (
+CAPTURE_FELL_BACK = ReportWarning(
+    "capture-fell-back",
     "only {survivors} of {values} candidate values survive ONNX Runtime's optimized graph "
     "(float16 nodes run through inserted Casts, QDQ pairs fused into QLinear kernels): "
     "every value was promoted instead, which changes what ONNX Runtime fuses")

@@ -27,6 +27,7 @@ from bisect_onnx.errors import UsageError
 from bisect_onnx.events import BISECTION_STARTED, CAPTURE_STARTED, emit
 from bisect_onnx.judge.compare import DEFAULT_ATOL, DEFAULT_RTOL, check_tolerances
 from bisect_onnx.judge.records import Report
+from bisect_onnx.judge.vocabulary import Granularity, ReportWarning
 from bisect_onnx.pipeline.environment import environment
 from bisect_onnx.pipeline.options import ExportOptions, RandomInputs, RuntimeOptions
 from bisect_onnx.pipeline.prepare import (
@@ -74,9 +75,11 @@ __all__ = ["bisect", "run_prepared", "Settings"]
 
 logger = logging.getLogger(__name__)
 
-MEMORY_PARITY = ("over the memory budget, only production's final outputs were computed; "
-                 "they agree, and values are probed only to locate a divergence (hidden "
-                 "divergences under agreeing outputs were not looked for)")
+MEMORY_PARITY = ReportWarning(
+    "memory-parity",
+    "over the memory budget, only production's final outputs were computed; they agree, "
+    "and values are probed only to locate a divergence (hidden divergences under agreeing "
+    "outputs were not looked for)")
 
 
 def bisect(
@@ -262,13 +265,14 @@ def _compare(settings: Settings, torch_capture: Capture, onnx_capture: Capture,
             foreign=candidate.model, foreign_dir=candidate.path.resolve().parent,
             graph_inputs=_graph_inputs(candidate, arrays), rtol=settings.rtol,
             atol=settings.atol)
-    if settings.granularity == "op" and ops is None:
+    if settings.granularity == Granularity.OP and ops is None:
         warnings.append(NO_OP_LEVEL)
     report, pairs, segments = compare_sample(
         torch_capture, onnx_capture, candidate, prepared.call_index, op_alignment,
         len(ops.values) if ops else 0, final_outputs, rtol=settings.rtol, atol=settings.atol,
         warnings=warnings,
-        granularity="op" if ops is not None and settings.granularity != "module" else "module")
+        granularity=Granularity.OP if ops is not None and settings.granularity != Granularity.MODULE
+        else Granularity.MODULE)
     if prepared.template is not None:
         report.warnings.append(FOREIGN_FILE)
     return report, pairs, segments
@@ -277,7 +281,8 @@ def _compare(settings: Settings, torch_capture: Capture, onnx_capture: Capture,
 def _nothing_fetched(report: Report, memory_reason: str) -> None:
     """Over the budget with nothing probed: say so, not that nothing aligned."""
     report.search = {"mode": "final outputs only", "reason": memory_reason}
-    report.warnings = [warning for warning in report.warnings if warning != NOTHING_ALIGNED]
+    report.warnings = [warning for warning in report.warnings
+                       if getattr(warning, "code", None) != NOTHING_ALIGNED.code]
     report.unaligned, report.onnx_unaligned = [], []  # nothing was fetched
     if not report.diverged:
         report.warnings.append(MEMORY_PARITY)
@@ -310,7 +315,7 @@ def _attribute(settings: Settings, report: Report, arrays: Sequence[np.ndarray],
         report, candidate, values.reference, values.candidate,
         _graph_inputs(candidate, arrays), program=prepared.program, ops=ops,
         modules=(torch_capture, prepared.call_index), everything=settings.all_culprits)
-    if (report.coverage.granularity == "op" and report.first_divergence is not None
+    if (report.coverage.granularity == Granularity.OP and report.first_divergence is not None
             and prepared.template is None):
         # The culprit's own nodes on exact inputs hold the values a fused capture
         # leaves out; the captured ones serve otherwise.

@@ -18,23 +18,28 @@ from bisect_onnx.graph.walk import subgraphs
 from bisect_onnx.judge.compare import compare_arrays
 from bisect_onnx.judge.records import Coverage, Record, Report, make_record
 from bisect_onnx.judge.verdict import decide
+from bisect_onnx.judge.vocabulary import ReportWarning
 from bisect_onnx.runtime.onnx_side import NodeInfo, OnnxRuntimeSide
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 
 __all__ = ["compare_sample", "compare_final_outputs", "subgraph_warnings", "FOREIGN_FILE",
            "NOTHING_ALIGNED", "NO_OP_LEVEL"]
 
-FOREIGN_FILE = (
+FOREIGN_FILE = ReportWarning(
+    "foreign-file",
     "the ONNX file carries no exporter metadata (renamed by another tool, or built "
     "elsewhere): its values were matched by structure to an export made here, each match "
     "with a confidence (matched_by, match_confidence); check the match of the first "
     "divergence"
 )
 
-NOTHING_ALIGNED = ("no intermediate value could be aligned: only the final outputs were "
-                   "compared, which says nothing about where a divergence starts")
+NOTHING_ALIGNED = ReportWarning(
+    "nothing-aligned",
+    "no intermediate value could be aligned: only the final outputs were compared, which "
+    "says nothing about where a divergence starts")
 
-NO_OP_LEVEL = (
+NO_OP_LEVEL = ReportWarning(
+    "no-op-level",
     "op granularity needs the ExportedProgram the dynamo exporter translated (an export "
     "made here, an ONNXProgram, or a .pt2 exported here); compared at module level"
 )
