@@ -17,6 +17,7 @@ afforded:
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -32,8 +33,8 @@ from bisect_onnx.runtime.sides import Capture, CapturedValue
 from bisect_onnx.search.probes import ProbeBisection, ProbeRunner, checkpoints_for
 
 __all__ = ["MEMORY", "CAPTURE_DIFFERS", "NO_VALUE_FAILS", "FULL_CAPTURE", "over_budget",
-           "outputs_differ", "bisect_production", "adopt_bisection",
-           "references_by_value"]
+           "outputs_differ", "tolerance_share", "FAITHFUL_SHARE", "bisect_production",
+           "adopt_bisection", "references_by_value", "capture_suspects"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +45,11 @@ CAPTURE_DIFFERS = ("the capture session does not compute the production session'
                    "outputs: the production graph was probed, a few values at a time")
 NO_VALUE_FAILS = ("the final outputs diverge but no captured value does: the values "
                   "production fused away were probed too")
+#: The share of the tolerance under which a capture's final outputs count as
+#: production's: then every error figure the capture shows is production's to
+#: within a hundredth of the tolerance, and only an element that close to its
+#: threshold could be judged otherwise.
+FAITHFUL_SHARE = 0.01
 MEMORY_NO_OPS = (
     "over the memory budget, values are probed by name, which needs the dynamo "
     "exporter's program (op granularity): only the final outputs were compared; raise "
@@ -90,23 +96,71 @@ def no_value_fails(report: Report) -> bool:
 
 
 def outputs_differ(capture_outputs: Sequence[CapturedValue],
-                   production_outputs: Sequence[CapturedValue]) -> bool:
-    """Whether the capture's final outputs are not bitwise production's."""
-    return any(not np.array_equal(np.asarray(ours.array), np.asarray(theirs.array),
-                                  equal_nan=True)
-               for ours, theirs in zip(capture_outputs, production_outputs, strict=True))
+                   production_outputs: Sequence[CapturedValue], *,
+                   rtol: float | None = None, atol: float | None = None) -> bool:
+    """Whether the capture's final outputs are not production's, as far as it matters.
+
+    With a tolerance, they differ where some element differs by more than
+    :data:`FAITHFUL_SHARE` of it (:func:`tolerance_share`): a capture under other
+    kernels (NCHWc layout off) rounds otherwise by ~1e-6, which no verdict can see,
+    and its captured values stand. Without one, bitwise.
+    """
+    if rtol is None or atol is None:
+        return any(not np.array_equal(np.asarray(ours.array), np.asarray(theirs.array),
+                                      equal_nan=True)
+                   for ours, theirs in zip(capture_outputs, production_outputs,
+                                           strict=True))
+    return tolerance_share(capture_outputs, production_outputs, rtol=rtol,
+                           atol=atol) > FAITHFUL_SHARE
+
+
+def tolerance_share(capture_outputs: Sequence[CapturedValue],
+                    production_outputs: Sequence[CapturedValue], *, rtol: float,
+                    atol: float) -> float:
+    """How much of the tolerance the capture's outputs use, at their worst element.
+
+    The largest ``|capture - production| / (atol + rtol * |production|)``, the
+    comparison's own criterion with production as the reference: 0 where they are
+    bitwise equal, 1 where an element would just pass, ``inf`` for another shape or
+    dtype, a NaN or infinity on one side only.
+    """
+    worst = 0.0
+    for ours, theirs in zip(capture_outputs, production_outputs, strict=True):
+        got, expected = np.asarray(ours.array), np.asarray(theirs.array)
+        if np.array_equal(got, expected, equal_nan=True):
+            continue
+        if got.shape != expected.shape or got.dtype != expected.dtype or (
+                got.dtype.kind != "f"):
+            return math.inf
+        got, expected = got.astype(np.float64), expected.astype(np.float64)
+        finite = np.isfinite(got) & np.isfinite(expected)
+        if not np.array_equal(got[~finite], expected[~finite], equal_nan=True):
+            return math.inf
+        difference = np.abs(got[finite] - expected[finite])
+        allowed = atol + rtol * np.abs(expected[finite])
+        if np.any((allowed == 0) & (difference > 0)):
+            return math.inf
+        shares = difference / np.where(allowed > 0, allowed, 1.0)
+        worst = max(worst, float(shares.max(initial=0.0)))
+    return worst
 
 
 def bisect_production(runner: ProbeRunner, candidate: OnnxRuntimeSide,
                       references: Mapping[str, CapturedValue], *, rtol: float,
-                      atol: float) -> ProbeBisection | None:
-    """Probe every value with a reference for the first that fails, if there are any."""
+                      atol: float, suspects: Sequence[str] = (),
+                      memory_budget: int | None = None) -> ProbeBisection | None:
+    """Probe every value with a reference for the first that fails, if there are any.
+
+    ``suspects``: values the capture session saw fail, probed first
+    (:meth:`ProbeRunner.bisect`); ``memory_budget`` bounds the values one probe marks.
+    """
     checkpoints = checkpoints_for(candidate, references)
     if not checkpoints:
         return None
     logger.info("bisecting %d checkpoints with probes of the production graph",
                 len(checkpoints))
-    return runner.bisect(checkpoints, rtol=rtol, atol=atol)
+    return runner.bisect(checkpoints, rtol=rtol, atol=atol, suspects=suspects,
+                         memory_budget=memory_budget)
 
 
 def adopt_bisection(report: Report, bisection: ProbeBisection, reason: str,
@@ -136,6 +190,7 @@ def adopt_bisection(report: Report, bisection: ProbeBisection, reason: str,
     # Every probed value's row gets the production kernels' figures; a probed value
     # the capture has no row for joins the table in graph order.
     rows = list(report.comparisons)
+    failed_in_capture = {row.onnx_value for row in rows if row.failed}
     for name in bisection.capture.values:
         record = probed_record(name)
         at = next((index for index, row in enumerate(rows) if row.onnx_value == name), None)
@@ -158,18 +213,45 @@ def adopt_bisection(report: Report, bisection: ProbeBisection, reason: str,
             record.onnx_value, len(order))) if failing else report.first_divergence
         report.note = ("no checkpoint fails under the production kernels: the culprit "
                        "lies after the last one that passes")
-    earlier = [row.onnx_value for row in report.comparisons
-               if row.failed and row.index < report.first_divergence.index
-               and row.onnx_value not in bisection.capture.values] if first else []
-    if earlier:
-        report.warnings.append(
-            f"{len(earlier)} value(s) before the first divergence fail in the capture "
-            f"session only ({', '.join(earlier[:5])}{', …' if len(earlier) > 5 else ''}): "
-            "its kernels are not production's, and production's probes place the first "
-            "divergence later")
+    report.warnings.extend(_capture_only_failures(report, bisection, failed_in_capture))
     if first is not None and report.nan_origin is not None and (
             report.nan_origin.index < report.first_divergence.index):
         report.nan_origin = None  # seen in the capture session only
+
+
+def _capture_only_failures(report: Report, bisection: ProbeBisection,
+                           failed_in_capture: set[str]) -> list[str]:
+    """What to say of values that fail in the capture but were not named."""
+    warnings = []
+    passed = [row.onnx_value for row in report.comparisons
+              if row.onnx_value in failed_in_capture and row.onnx_value
+              in bisection.capture.values and not row.failed]
+    if passed:
+        warnings.append(
+            f"{len(passed)} value(s) that fail in the capture session pass under the "
+            f"production kernels ({_listed(passed)}): the capture's kernels are not "
+            "production's")
+    if bisection.search.first_failing is None:
+        return warnings
+    unprobed = [row.onnx_value for row in report.comparisons
+                if row.failed and row.index < report.first_divergence.index
+                and row.onnx_value not in bisection.capture.values]
+    if unprobed:
+        warnings.append(
+            f"{len(unprobed)} value(s) before the first divergence fail in the capture "
+            f"session and were not probed in production ({_listed(unprobed)}): the first "
+            "divergence is not computed from them, or from them only through a value "
+            "that passes under the production kernels")
+    return warnings
+
+
+def _listed(names: Sequence[str]) -> str:
+    return ", ".join(names[:5]) + (", …" if len(names) > 5 else "")
+
+
+def capture_suspects(report: Report) -> list[str]:
+    """The ONNX values that fail in a full capture's report, for the probes to try first."""
+    return [row.onnx_value for row in report.comparisons if row.failed and row.onnx_value]
 
 
 _FIGURES = ("shape", "dtype", "candidate_shape", "candidate_dtype", "max_abs_error",
