@@ -64,40 +64,88 @@ def test_missing_stack_trace_gives_no_source():
     assert meta.source is None
 
 
-def test_innermost_user_frame_is_chosen_over_torch_and_site_packages_frames():
+def test_innermost_frame_outside_torch_is_the_model_line_even_in_an_installed_package():
     trace = (
         'File "/home/me/train.py", line 10, in main\n'
         '  File "/home/me/model.py", line 42, in forward\n'
         f'  File "{SITE}/timm/layers/mlp.py", line 7, in forward\n'
         f'  File "{SITE}/torch/nn/modules/activation.py", line 143, in forward\n'
     )
-    assert user_source(trace) == SourceLocation("/home/me/model.py", 42)
+    source = user_source(trace)
+    assert source == SourceLocation(f"{SITE}/timm/layers/mlp.py", 7,
+                                    call_site=SourceLocation("/home/me/model.py", 42))
 
 
-def test_frozen_and_dist_packages_frames_are_not_user_code():
-    trace = (
-        'File "/home/me/model.py", line 5, in forward\n'
-        '  File "/usr/lib/python3/dist-packages/einops/einops.py", line 9, in rearrange\n'
-        '  File "<frozen importlib._bootstrap>", line 1, in _call\n'
-    )
-    assert user_source(trace) == SourceLocation("/home/me/model.py", 5)
+def test_a_line_in_the_users_own_code_has_no_separate_call_site():
+    source = user_source(LINEAR_TRACE)
+    assert source == SourceLocation("/home/me/project/blocks.py", 338)
+    assert source.call_site is None
 
 
-def test_windows_site_packages_and_torch_frames_are_skipped():
-    trace = (
-        'File "C:\\Users\\me\\model.py", line 12, in forward\n'
-        '  File "C:\\Python311\\Lib\\site-packages\\torch\\nn\\modules\\conv.py", line 3, in f\n'
-    )
-    assert user_source(trace) == SourceLocation("C:\\Users\\me\\model.py", 12)
+# The shape of a LLaMA export's trace: the user's wrapper, then transformers' frames.
+LLAMA_TRACE = (
+    'File "/home/me/wrap.py", line 9, in forward\n'
+    "    return self.model(input_ids=ids).last_hidden_state\n"
+    f'  File "{SITE}/transformers/models/llama/modeling_llama.py", line 392, in forward\n'
+    "    hidden_states = decoder_layer(\n"
+    f'  File "{SITE}/transformers/utils/generic.py", line 80, in wrapper\n'
+    f'  File "{SITE}/transformers/models/llama/modeling_llama.py", line 65, in forward\n'
+    "    hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)\n"
+)
 
 
-def test_only_library_frames_fall_back_to_the_innermost_non_torch_frame():
+def test_a_transformers_model_points_at_its_modeling_file_and_the_wrapper_line():
+    source = user_source(LLAMA_TRACE)
+    assert source.file.endswith("transformers/models/llama/modeling_llama.py")
+    assert source.line == 65
+    assert source.call_site == SourceLocation("/home/me/wrap.py", 9)
+    assert source.to_dict() == {"file": source.file, "line": 65,
+                                "call_site": {"file": "/home/me/wrap.py", "line": 9}}
+
+
+def test_only_installed_frames_give_the_innermost_one_and_no_call_site():
     trace = (
         f'File "{SITE}/transformers/models/bert/modeling_bert.py", line 100, in forward\n'
         f'  File "{SITE}/transformers/activations.py", line 57, in forward\n'
         f'  File "{SITE}/torch/nn/functional.py", line 1500, in gelu\n'
     )
-    assert user_source(trace) == SourceLocation(f"{SITE}/transformers/activations.py", 57)
+    source = user_source(trace)
+    assert source == SourceLocation(f"{SITE}/transformers/activations.py", 57)
+    assert source.to_dict()["call_site"] is None
+
+
+@pytest.mark.parametrize("machinery", [
+    f"{SITE}/onnxscript/function_libs/torch_lib/ops/core.py",
+    "/work/checkout/bisect_onnx/pytorch/op_values.py",
+    "<frozen importlib._bootstrap>",
+    "<eval_with_key>.5",
+    "C:\\Python311\\Lib\\site-packages\\torch\\nn\\modules\\conv.py",
+])
+def test_frames_of_torch_the_exporter_and_bisect_onnx_are_never_the_model_line(machinery):
+    trace = (
+        'File "/home/me/model.py", line 5, in forward\n'
+        f'  File "{machinery}", line 9, in something\n'
+    )
+    assert user_source(trace) == SourceLocation("/home/me/model.py", 5)
+
+
+def test_a_dist_packages_helper_is_the_line_and_the_users_frame_the_call_site():
+    trace = (
+        'File "/home/me/model.py", line 5, in forward\n'
+        '  File "/usr/lib/python3/dist-packages/einops/einops.py", line 9, in rearrange\n'
+    )
+    assert user_source(trace).call_site == SourceLocation("/home/me/model.py", 5)
+
+
+def test_windows_paths_are_read_the_same_way():
+    trace = (
+        'File "C:\\Users\\me\\model.py", line 12, in forward\n'
+        '  File "C:\\Python311\\Lib\\site-packages\\timm\\mlp.py", line 3, in f\n'
+        '  File "C:\\Python311\\Lib\\site-packages\\torch\\nn\\conv.py", line 3, in f\n'
+    )
+    source = user_source(trace)
+    assert source.file.endswith("timm\\mlp.py")
+    assert source.call_site == SourceLocation("C:\\Users\\me\\model.py", 12)
 
 
 def test_only_torch_frames_give_no_source():
