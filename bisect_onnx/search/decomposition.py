@@ -7,8 +7,11 @@ end of the segment, even when its first node is what went wrong.
 
 To look inside, the op is exported again alone (the exporter's own decomposition,
 built fresh) on the reference values of its inputs, and run with every value
-promoted. Its nodes are paired with the candidate's segment in graph order, and the
-first candidate value that disagrees with its fresh counterpart names the culprit.
+promoted. Its nodes are paired with the candidate's segment by data flow, from the
+op's output back (the two need not be the same node sequence: an optimizer may have
+folded a node into a neighbour outside the segment), and the first candidate value
+that disagrees with its fresh counterpart, computed from values that agreed, names
+the culprit.
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ if TYPE_CHECKING:
     import torch
     from torch.export import ExportedProgram
 
-__all__ = ["SegmentFinding", "localize_in_segment"]
+__all__ = ["SegmentFinding", "localize_in_segment", "pair_by_structure",
+           "translate_alone"]
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +95,7 @@ def localize_in_segment(
         return SegmentFinding(None, None, how=f"{fx_node.name} has no candidate nodes to look "
                                               "into", compared=0)
     try:
-        fresh_nodes, fresh_values = _translate_alone(fx_node, program, reference_values, opset)
+        fresh_nodes, fresh_values = translate_alone(fx_node, program, reference_values, opset)
     except (_CannotIsolate, UnsupportedArgument, BisectOnnxError) as error:
         reason = one_line(error)
         logger.info("cannot look inside %s: %s", fx_node.name, reason)
@@ -117,36 +121,50 @@ def _compare_segment(
     rtol: float,
     atol: float,
 ) -> SegmentFinding:
-    """Pair the candidate's nodes with the fresh ones by position; the first disagreement."""
+    """Pair the candidate's nodes with the fresh ones by structure; the first disagreement.
+
+    Long because it is one step: each paired value is compared in the candidate's
+    graph order, and the first failing one is named only when every value it was
+    computed from inside the segment was compared and agreed.
+    """
     op = fx_node.target
-    candidate_ops = [node.op_type for node in compute]
-    fresh_ops = [node.op_type for node in fresh_nodes]
-    if candidate_ops != fresh_ops:
+    pairs = pair_by_structure(compute, fresh_nodes)
+    if not pairs:
+        candidate_ops = "-".join(node.op_type for node in compute)
+        fresh_ops = "-".join(node.op_type for node in fresh_nodes) or "no nodes"
         return SegmentFinding(None, None, how=(
-            f"cannot pair nodes: {op} exported alone is {'-'.join(fresh_ops) or 'no nodes'}, "
-            f"the candidate's {fx_node.name} segment is {'-'.join(candidate_ops)}"), compared=0)
+            f"cannot pair nodes: {op} exported alone is {fresh_ops}, the candidate's "
+            f"{fx_node.name} segment is {candidate_ops}, and no node's data flow "
+            "matches from the op's output back"), compared=0)
+    producers = {value: node for node in compute for value in node.output if value}
+    unknown: set[str] = set()  # values not compared: not paired, or not captured
     compared = 0
-    missing: list[str] = []
-    for candidate, fresh in zip(compute, fresh_nodes, strict=True):
-        for value, fresh_value in zip(candidate.output, fresh.output, strict=False):
-            if not value or fresh_value not in fresh_values:
+    for candidate in compute:
+        fresh = pairs.get(candidate.name or id(candidate))
+        for position, value in enumerate(candidate.output):
+            if not value:
                 continue  # an optional output left empty
-            if value not in candidate_values:
-                missing.append(value)  # not captured: it may be where things went wrong
+            fresh_value = (fresh.output[position]
+                           if fresh is not None and position < len(fresh.output) else None)
+            if fresh_value not in fresh_values or value not in candidate_values:
+                unknown.add(value)  # it may be where things went wrong
                 continue
             comparison = compare_arrays(fresh_values[fresh_value], candidate_values[value],
                                         rtol=rtol, atol=atol)
             compared += 1
-            if not comparison.passed and missing:
+            if comparison.passed:
+                continue
+            before = _unknown_ancestors(candidate, producers, unknown)
+            if before:
                 return SegmentFinding(None, None, how=(
-                    f"{value} is the first captured value of {fx_node.name}'s segment to "
-                    f"differ from {op} exported alone, but {', '.join(missing)} before it "
-                    "were not captured, so the node cannot be named"), compared=compared)
-            if not comparison.passed:
-                return SegmentFinding(candidate.name, value, how=(
-                    f"{candidate.op_type} node {candidate.name} is the first of {fx_node.name}'s "
-                    f"segment to differ from {op} exported alone: {value} is "
-                    f"{_describe_failure(comparison)}"), compared=compared)
+                    f"{value} is the first compared value of {fx_node.name}'s segment to "
+                    f"differ from {op} exported alone, but {', '.join(before)} it is "
+                    "computed from could not be compared, so the node cannot be named"),
+                    compared=compared)
+            return SegmentFinding(candidate.name, value, how=(
+                f"{candidate.op_type} node {candidate.name} is the first of {fx_node.name}'s "
+                f"segment to differ from {op} exported alone: {value} is "
+                f"{_describe_failure(comparison)}"), compared=compared)
     if not compared:
         return SegmentFinding(None, None, how=f"no value of {fx_node.name}'s segment was "
                                               "captured on both sides", compared=0)
@@ -158,6 +176,66 @@ def _compare_segment(
         how = (f"all {compared} values of {fx_node.name}'s segment agree with {op} "
                "exported alone")
     return SegmentFinding(None, None, how=how, compared=compared)
+
+
+def pair_by_structure(
+    candidate: Sequence[onnx.NodeProto],
+    fresh: Sequence[onnx.NodeProto],
+) -> dict[Any, onnx.NodeProto]:
+    """Candidate node (by name, else ``id``) -> the fresh node computing the same thing.
+
+    The two need not have the same node sequence: the candidate's optimizer may
+    have folded a Reshape into the one before it, outside the segment (SDPA exported
+    alone is Reshape-Transpose-Reshape-Mul-..., inside a MultiheadAttention
+    Transpose-Reshape-Mul-...). So pairing starts at the ends, the nodes whose
+    outputs nothing else in the segment reads, matched in order, and walks the data
+    flow back: two nodes pair when they have the same op type and the nodes they
+    read from at each input position pair, until one side's input comes from
+    outside its graph or the op types part.
+    """
+    candidate_producers = {value: node for node in candidate for value in node.output if value}
+    fresh_producers = {value: node for node in fresh for value in node.output if value}
+    pairs: dict[Any, onnx.NodeProto] = {}
+    taken: set[int] = set()
+    stack = list(zip(_ends(candidate), _ends(fresh), strict=False))
+    while stack:
+        mine, theirs = stack.pop()
+        key = mine.name or id(mine)
+        if key in pairs or id(theirs) in taken or mine.op_type != theirs.op_type:
+            continue
+        pairs[key] = theirs
+        taken.add(id(theirs))
+        for read, fresh_read in zip(mine.input, theirs.input, strict=False):
+            source, fresh_source = candidate_producers.get(read), fresh_producers.get(fresh_read)
+            if source is not None and fresh_source is not None:
+                stack.append((source, fresh_source))
+    return pairs
+
+
+def _ends(nodes: Sequence[onnx.NodeProto]) -> list[onnx.NodeProto]:
+    """The nodes none of whose outputs another node of ``nodes`` reads, in graph order."""
+    read = {value for node in nodes for value in node.input}
+    return [node for node in nodes if not any(value in read for value in node.output)]
+
+
+def _unknown_ancestors(node: onnx.NodeProto, producers: Mapping[str, onnx.NodeProto],
+                       unknown: set[str]) -> list[str]:
+    """Values of the segment that ``node`` reads, directly or not, that were not compared.
+
+    The walk stops at compared values: they agreed, so what lies behind them is fine.
+    """
+    found: list[str] = []
+    seen: set[str] = set()
+    stack = list(node.input)
+    while stack:
+        value = stack.pop()
+        if value in seen or value not in producers:
+            continue  # from outside the segment: the op's inputs
+        seen.add(value)
+        if value in unknown:
+            found.append(value)
+            stack.extend(producers[value].input)
+    return sorted(found)
 
 
 def _describe_failure(comparison: ArrayComparison) -> str:
@@ -178,7 +256,7 @@ def _output_fails(name: str, reference_values: Mapping[str, np.ndarray],
     return not compare_arrays(reference, candidate, rtol=rtol, atol=atol).passed
 
 
-def _translate_alone(
+def translate_alone(
     fx_node: torch.fx.Node,
     program: ExportedProgram,
     reference_values: Mapping[str, np.ndarray],

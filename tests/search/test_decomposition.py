@@ -19,7 +19,11 @@ from onnx import numpy_helper
 
 from bisect_onnx.graph.provenance import read_torch_metadata
 from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
-from bisect_onnx.search.decomposition import localize_in_segment
+from bisect_onnx.search.decomposition import (
+    localize_in_segment,
+    pair_by_structure,
+    translate_alone,
+)
 from fixtures.registry import FIXTURES, OPSET, build_model, load_inputs
 from tests.planting import node_of_module
 
@@ -53,18 +57,28 @@ class Exported:
     """Where the tests save the models they run."""
 
 
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory) -> Exported:
-    fixture = FIXTURES["tiny_transformer"]
+def _export(name: str, tmp_path_factory) -> Exported:
+    fixture = FIXTURES[name]
     inputs = list(load_inputs(fixture).values())
     program = torch.onnx.export(build_model(fixture), tuple(torch.from_numpy(a) for a in inputs),
                                 dynamo=True, opset_version=OPSET)
     recorder = _Recorder(program.exported_program.module())
     with torch.no_grad():
         recorder.run(*(torch.from_numpy(a) for a in inputs))
-    folder = tmp_path_factory.mktemp("decomposition")
+    folder = tmp_path_factory.mktemp(f"decomposition-{name}")
     return Exported(program.model_proto, program.exported_program, recorder.values, inputs,
                     folder)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> Exported:
+    return _export("tiny_transformer", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def attention(tmp_path_factory) -> Exported:
+    """An nn.MultiheadAttention, whose SDPA segment lost a Reshape to the optimizer."""
+    return _export("functional_attention", tmp_path_factory)
 
 
 def _candidate_values(model: onnx.ModelProto, inputs, path: Path) -> dict[str, np.ndarray]:
@@ -172,16 +186,63 @@ def test_segment_that_matches_the_fresh_translation_but_not_torch_says_so(export
     assert "matches aten.gelu.default exported alone" in finding.how, finding.how
 
 
-def test_segments_that_cannot_be_paired_name_nothing(exported):
+def test_segments_in_another_order_are_paired_by_data_flow(exported):
     model, program, reference = exported.model, exported.program, exported.reference
     fx_name = _fx_name(node_of_module(model, "blocks.0.mlp.act", "Div"))
     reordered = list(reversed(_segment(model, fx_name)))
+    fresh_nodes, _ = translate_alone(_fx_node(program, fx_name), program, reference, OPSET)
 
-    finding = localize_in_segment(_fx_node(program, fx_name), program, reference, reordered,
+    pairs = pair_by_structure(reordered, fresh_nodes)
+
+    assert {name: node.op_type for name, node in pairs.items()} == {
+        node.name: node.op_type for node in reordered}
+
+
+def test_segments_that_cannot_be_paired_name_nothing(exported):
+    model, program, reference = exported.model, exported.program, exported.reference
+    fx_name = _fx_name(node_of_module(model, "blocks.0.mlp.act", "Div"))
+    # The fc1 Linear's nodes offered as the GELU's: no op type meets at the output.
+    foreign = _segment(model, _fx_name(node_of_module(model, "blocks.0.mlp.fc1", "MatMul")))
+
+    finding = localize_in_segment(_fx_node(program, fx_name), program, reference, foreign,
                                   {}, rtol=RTOL, atol=ATOL, opset=OPSET)
 
     assert (finding.node, finding.compared) == (None, 0)
     assert "cannot pair nodes" in finding.how and "Div-Erf-Add-Mul-Mul" in finding.how
+
+
+def test_softmax_inside_sdpa_is_found_though_the_segments_differ(attention):
+    model = copy.deepcopy(attention.model)
+    softmax = next(node for node in model.graph.node if node.op_type == "Softmax")
+    fx_name = _fx_name(softmax)
+    segment_ops = [node.op_type for node in _segment(model, fx_name)]
+    fresh_nodes, _ = translate_alone(_fx_node(attention.program, fx_name), attention.program,
+                                     attention.reference, OPSET)
+    # The optimizer folded SDPA's first Reshape into the attention's own: no sequence match.
+    assert segment_ops != [node.op_type for node in fresh_nodes]
+    assert segment_ops.count("Softmax") == 1
+    set_attribute_in_place(softmax, "axis", 1)
+
+    finding = _localize(attention, model, fx_name, "sdpa_softmax.onnx")
+
+    assert (finding.node, finding.value) == (softmax.name, softmax.output[0]), finding.how
+    assert finding.compared == segment_ops.index("Softmax") + 1
+
+
+def test_unplanted_sdpa_segment_agrees_everywhere(attention):
+    model = attention.model
+    fx_name = _fx_name(next(node for node in model.graph.node if node.op_type == "Softmax"))
+
+    finding = _localize(attention, model, fx_name, "sdpa.onnx")
+
+    assert finding.node is None
+    assert finding.compared == len(_segment(model, fx_name)), finding.how
+
+
+def set_attribute_in_place(node: onnx.NodeProto, name: str, value: object) -> None:
+    kept = [attribute for attribute in node.attribute if attribute.name != name]
+    del node.attribute[:]
+    node.attribute.extend([*kept, onnx.helper.make_attribute(name, value)])
 
 
 def test_missing_input_value_is_a_reason_not_an_exception(exported):
