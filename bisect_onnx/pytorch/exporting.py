@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["EXPORTERS", "ExportResult", "export_model", "call_index_from_program",
-           "as_translated", "trace_program"]
+           "as_translated", "trace_program", "export_failure"]
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +77,6 @@ def export_model(
             if exporter == "dynamo":
                 program = torch.onnx.export(model, args, dynamo=True, opset_version=opset,
                                             verbose=False, **options)
-                program.save(str(path))
             else:
                 torch.onnx.export(model, args, str(path), dynamo=False, opset_version=opset,
                                   **options)
@@ -84,15 +84,90 @@ def export_model(
         if "unexpected keyword" in str(error) or "multiple values" in str(error):
             raise UsageError(f"torch.onnx.export does not take that option: "
                              f"{one_line(error)}") from error
-        raise ModelError(f"the {exporter} exporter could not export "
-                         f"{name}: {_summarize(error)}") from error
+        raise ModelError(export_failure(exporter, model, error)) from error
     except Exception as error:
         logger.debug("export failed", exc_info=True)
-        raise ModelError(f"the {exporter} exporter could not export {name}: "
-                         f"{_summarize(error)}") from error
+        raise ModelError(export_failure(exporter, model, error)) from error
+    if program is not None:
+        _save(program, path)
     exported = getattr(program, "exported_program", None)
     return ExportResult(path=path, call_index=call_index_from_program(exported),
                         program=exported)
+
+
+def _save(program: Any, path: Path) -> None:
+    """Write the dynamo exporter's ONNXProgram into our folder: the export's last step."""
+    try:
+        with _quiet_exporter():
+            program.save(str(path))
+    except OSError as error:
+        raise ModelError(f"the dynamo exporter's ONNX model could not be written to the "
+                         f"temporary folder {path.parent}: {error.strerror}; free disk space "
+                         "there (TMPDIR sets where it is)") from error
+    except Exception as error:
+        logger.debug("saving the export failed", exc_info=True)
+        raise ModelError(f"the dynamo exporter translated the model but could not save "
+                         f"the ONNX file: {_summarize(error)}; {_ELSEWHERE}"
+                         ) from error
+
+
+def export_failure(exporter: str, model: Any, error: BaseException) -> str:
+    """One line: which exporter, which of its steps failed and why, and what to try next.
+
+    The dynamo exporter says which of its three steps failed (``This is step 2/3``):
+    tracing with torch.export, its decompositions, the translation to ONNX. With
+    torch 2.13, T5 and Swin fail in the decompositions (a ``view`` on non-contiguous
+    strides) while the TorchScript exporter handles both, so the other exporter is
+    suggested wherever it applies to the model's form.
+    """
+    name = getattr(model, "original_name", None) or type(model).__name__
+    step = _failed_step(error) if exporter == "dynamo" else None
+    where = f" ({step})" if step else ""
+    return (f"the {exporter} exporter could not export {name}{where}: {_summarize(error)}; "
+            f"{_next_steps(exporter, model)}")
+
+
+# The dynamo exporter's own words for its steps, and ours.
+_STEP = re.compile(r"This is step (\d)/3")
+_STEPS = {
+    "1": "step 1 of 3, tracing the model with torch.export",
+    "2": "step 2 of 3, the exporter's decompositions of the traced graph",
+    "3": "step 3 of 3, the translation of the traced graph to ONNX",
+}
+_ELSEWHERE = ("export the model with a tool that works for it and compare that file "
+              "(--onnx FILE; onnx_model= in Python)")
+
+
+def _failed_step(error: BaseException) -> str | None:
+    """Which of the dynamo exporter's steps an error comes from, in words."""
+    for _ in range(10):  # the step is said by the outermost exporter error; a bound
+        found = _STEP.search(str(error))
+        if found:
+            return _STEPS.get(found.group(1))
+        if error.__cause__ is None:
+            return None
+        error = error.__cause__
+    return None
+
+
+def _next_steps(exporter: str, model: Any) -> str:
+    """What may work instead: the other exporter where it applies, a file made elsewhere."""
+    if exporter == "dynamo" and _is_plain_module(model):
+        return ("the TorchScript exporter may work where this one fails (it exports T5 "
+                "and Swin, which torch 2.13's dynamo exporter does not): --exporter "
+                "torchscript (ExportOptions(exporter=\"torchscript\") in Python), or "
+                + _ELSEWHERE)
+    if exporter == "torchscript" and _is_plain_module(model):
+        return ("the dynamo exporter may work where this one fails: --exporter dynamo "
+                "(ExportOptions(exporter=\"dynamo\") in Python), or " + _ELSEWHERE)
+    return _ELSEWHERE
+
+
+def _is_plain_module(model: Any) -> bool:
+    """Whether both exporters take the model: an ``nn.Module`` that is not TorchScript."""
+    import torch
+
+    return isinstance(model, torch.nn.Module) and not isinstance(model, torch.jit.ScriptModule)
 
 
 def call_index_from_program(exported_program: object | None) -> dict[str, dict[str, int]]:

@@ -1,0 +1,79 @@
+"""Export failures name the exporter's failed step and what to try instead, in one line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from bisect_onnx.errors import ModelError
+from bisect_onnx.pytorch.exporting import export_model
+
+_STEP_TWO = ("Failed to decompose the FX graph for ONNX compatibility. \x1b[96mThis is step "
+             "2/3\x1b[0m of exporting the model to ONNX. Next steps:\n- Create an issue ...")
+
+
+class Tiny(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+def _failing_export(monkeypatch, error: BaseException) -> None:
+    def export(*args, **kwargs):
+        raise error
+    monkeypatch.setattr(torch.onnx, "export", export)
+
+
+def _export_error(model, tmp_path, exporter: str) -> str:
+    with pytest.raises(ModelError) as caught:
+        export_model(model, [np.ones((2, 2), np.float32)], tmp_path, exporter=exporter)
+    message = str(caught.value)
+    assert "\n" not in message and "\x1b[" not in message
+    return message
+
+
+def _chained(outer: str, cause: BaseException) -> Exception:
+    error = RuntimeError(outer)
+    error.__cause__ = cause
+    return error
+
+
+def test_a_dynamo_step_failure_names_the_step_its_cause_and_the_torchscript_exporter(
+        monkeypatch, tmp_path):
+    cause = ValueError("Cannot view a tensor with shape torch.Size([4, 16, 2, 8]) and strides "
+                       "(256, 8, 128, 1) as a tensor with shape (4, 16, 16)!")
+    _failing_export(monkeypatch, _chained(_STEP_TWO, cause))
+    message = _export_error(Tiny(), tmp_path, "dynamo")
+    assert "could not export Tiny (step 2 of 3, the exporter's decompositions" in message
+    assert "ValueError: Cannot view a tensor" in message
+    assert "--exporter torchscript" in message
+    assert 'ExportOptions(exporter="torchscript")' in message
+    assert "--onnx FILE" in message
+
+
+def test_a_torchscript_failure_suggests_the_dynamo_exporter(monkeypatch, tmp_path):
+    _failing_export(monkeypatch, RuntimeError("Unsupported: ONNX export of operator histc"))
+    message = _export_error(Tiny(), tmp_path, "torchscript")
+    assert "the torchscript exporter could not export Tiny: RuntimeError: Unsupported" in message
+    assert "step" not in message
+    assert "--exporter dynamo" in message and "--onnx FILE" in message
+
+
+def test_a_script_module_is_offered_only_a_file_made_elsewhere(monkeypatch, tmp_path):
+    scripted = torch.jit.script(Tiny())
+    _failing_export(monkeypatch, RuntimeError("cannot export this"))
+    message = _export_error(scripted, tmp_path, "torchscript")
+    assert "could not export Tiny" in message
+    assert "--exporter" not in message
+    assert "--onnx FILE" in message
+
+
+def test_a_real_translation_failure_names_step_three(tmp_path):
+    class Histogram(torch.nn.Module):
+        def forward(self, x):
+            return torch.histc(x, bins=4)
+
+    message = _export_error(Histogram(), tmp_path, "dynamo")
+    assert "(step 3 of 3, the translation of the traced graph to ONNX)" in message
+    assert "histc" in message
+    assert "--exporter torchscript" in message
