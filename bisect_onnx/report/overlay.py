@@ -1,10 +1,15 @@
 """Per-node error for Google's Model Explorer ("node data" JSON, loaded beside the ONNX file).
 
 The format is Model Explorer's ``ModelNodeData``: graph id -> ``{"results": {key:
-{"value": ...}}, "thresholds": [...]}``, where a key may be any output tensor name of
-a node. Each compared ONNX value gets the smallest atol that would let it pass (with
-the report's rtol), so the colour says at a glance how far each node is from passing;
-the first divergence is drawn in a colour of its own.
+{"value": ...}}, "thresholds": [...]}``. Model Explorer matches a key against a node's
+id, or against a ``tensor_name`` in its outputs' metadata; its ONNX adapter
+(``model-explorer-onnx``) writes no ``tensor_name`` and makes each ONNX node's name its
+id, so the data is keyed by ONNX node name (output names would colour nothing), and
+each graph output by the id of the adapter's output node, ``[value] NAME``. A node the
+file leaves unnamed is named by the adapter's own rule (``node``, ``node_1``...), not
+followed here: such nodes stay uncoloured. Each node gets the smallest atol that would
+let its worst compared output pass (with the report's rtol), so the colour says at a
+glance how far each node is from passing; the first divergence has a colour of its own.
 """
 
 from __future__ import annotations
@@ -12,13 +17,17 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bisect_onnx.errors import InputError
-from bisect_onnx.judge.records import Report
 
-__all__ = ["model_explorer_data", "write_model_explorer"]
+if TYPE_CHECKING:  # types only: records import the report formats to show themselves
+    from bisect_onnx.judge.records import Record, Report
 
+__all__ = ["model_explorer_data", "write_model_explorer", "OUTPUT_NODE_PREFIX"]
+
+#: How the ONNX adapter names the node it draws for a graph input or output.
+OUTPUT_NODE_PREFIX = "[value] "
 # Stand-in for "no atol can pass" (NaN/Inf in different places, shape mismatch):
 # JSON has no infinity, and any finite threshold must sit below it.
 _NEVER_PASSES = 1e30
@@ -26,24 +35,49 @@ _PASS, _NEAR, _FAIL, _CULPRIT = "#c8e6c9", "#fff59d", "#ef9a9a", "#d32f2f"
 
 
 def model_explorer_data(report: Report) -> dict[str, Any]:
-    """The node-data structure for the report's candidate graph."""
+    """The node-data structure for the report's candidate graph, keyed as the adapter names."""
     results: dict[str, dict[str, Any]] = {}
     culprit = report.first_divergence
     for record in [*report.comparisons, *report.final_outputs]:
-        needed = record.min_passing_atol
-        value = _NEVER_PASSES if needed is None or not math.isfinite(needed) else needed
-        entry: dict[str, Any] = {"value": value}
-        if culprit is not None and record.onnx_value == culprit.onnx_value:
-            entry.update(bgColor=_CULPRIT, textColor="#ffffff")
-        results[record.onnx_value] = entry
+        entry = _entry(record, culprit)
+        for key in _keys(record, final=record in report.final_outputs):
+            kept = results.get(key)
+            if kept is None or _worse(entry, kept):  # a node's worst output decides
+                results[key] = entry
     atol = report.atol
     thresholds = [
         {"value": atol, "bgColor": _PASS},            # passes as the report was run
         {"value": max(10 * atol, 1e-12), "bgColor": _NEAR},  # within 10x of passing
         {"value": _NEVER_PASSES, "bgColor": _FAIL},
     ]
-    graph = report.candidate.get("graph") or "main_graph"
+    # The adapter's graph id is the graph's name, as it is (empty too).
+    graph = report.candidate.get("graph") or ""
     return {graph: {"results": results, "thresholds": thresholds}}
+
+
+def _entry(record: Record, culprit: Record | None) -> dict[str, Any]:
+    """One record's value and, for the first divergence, its colour."""
+    needed = record.min_passing_atol
+    value = _NEVER_PASSES if needed is None or not math.isfinite(needed) else needed
+    entry: dict[str, Any] = {"value": value}
+    if culprit is not None and record.onnx_value == culprit.onnx_value:
+        entry.update(bgColor=_CULPRIT, textColor="#ffffff")
+    return entry
+
+
+def _keys(record: Record, *, final: bool) -> list[str]:
+    """The adapter's ids of the nodes a record colours: its ONNX node; a graph output's too."""
+    keys = [record.onnx_node] if record.onnx_node else []
+    if final:
+        keys.append(OUTPUT_NODE_PREFIX + record.onnx_value)
+    return keys
+
+
+def _worse(entry: dict[str, Any], kept: dict[str, Any]) -> bool:
+    """Whether ``entry`` should colour the node instead of ``kept``: the culprit, or worse."""
+    if "bgColor" in kept:
+        return False
+    return "bgColor" in entry or entry["value"] > kept["value"]
 
 
 def write_model_explorer(report: Report, path: Path) -> None:

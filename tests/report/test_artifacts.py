@@ -67,18 +67,37 @@ def test_html_holds_the_verdict_and_the_culprit(planted_run):
     assert "<svg" in page and "https://" not in page
 
 
-def test_overlay_has_an_entry_for_every_aligned_node(planted_run):
+def test_overlay_is_keyed_by_onnx_node_name(planted_run):
     _, folder = planted_run
     report = json.loads((folder / "report.json").read_text())
     data = json.loads((folder / "node_data.json").read_text())
     (graph,) = data.values()
-    aligned = {record["onnx_value"] for record in report["comparisons"]}
+    aligned = {record["onnx_node"] for record in report["comparisons"]}
     assert aligned <= set(graph["results"])
-    culprit = graph["results"][report["first_divergence"]["onnx_value"]]
+    values = {record["onnx_value"] for record in report["comparisons"]}
+    assert not (values - aligned) & set(graph["results"]), "value names colour nothing"
+    culprit = graph["results"][report["first_divergence"]["onnx_node"]]
     assert culprit["value"] > report["atol"] and "bgColor" in culprit
-    passing = [record["onnx_value"] for record in report["comparisons"]
-               if record["status"] == "pass"]
-    assert all(graph["results"][name]["value"] <= report["atol"] for name in passing)
+    passing_nodes = {record["onnx_node"] for record in report["comparisons"]
+                     if record["status"] == "pass"}
+    failing_nodes = {record["onnx_node"] for record in report["comparisons"]
+                     if record["status"] != "pass"}
+    assert all(graph["results"][node]["value"] <= report["atol"]
+               for node in passing_nodes - failing_nodes)
+
+
+def test_overlay_keys_are_ids_of_the_nodes_the_model_explorer_adapter_draws(planted_run):
+    adapter = pytest.importorskip("model_explorer_onnx.main")
+    _, folder = planted_run
+    graphs = adapter.ONNXAdapter().convert(str(folder / "planted.onnx"), {})["graphs"]
+    drawn = {graph.id: {node.id for node in graph.nodes} for graph in graphs}
+    data = json.loads((folder / "node_data.json").read_text())
+    ((graph_id, graph),) = data.items()
+    assert graph_id in drawn
+    assert set(graph["results"]) <= drawn[graph_id]
+    report = json.loads((folder / "report.json").read_text())
+    outputs = {"[value] " + record["onnx_value"] for record in report["final_outputs"]}
+    assert outputs <= set(graph["results"])
 
 
 def test_quiet_prints_only_the_verdict(tmp_path, capsys, monkeypatch):
