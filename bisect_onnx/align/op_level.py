@@ -106,7 +106,7 @@ def look_inside_first_divergence(
     """
     from bisect_onnx.search.decomposition import localize_in_segment
 
-    record = report.first_culprit or report.first_divergence
+    record = report.culprit or report.first_divergence
     if record is None or record.fx_node is None:
         return
     segment = [node for node in segments.get(record.fx_node, ())
@@ -130,8 +130,8 @@ def look_inside_first_divergence(
                   if finding.value is not None and finding.value in node.outputs), None)
     if finding.node is not None and found is not None:
         narrowed = replace(record, onnx_node=found.name, onnx_op=found.op_type)
-        if report.first_culprit is record:
-            report.first_culprit = narrowed
+        if report.culprit is record:
+            report.culprit = narrowed
         if report.first_divergence is record:
             report.first_divergence = narrowed
         report.comparisons = [narrowed if item is record else item

@@ -16,7 +16,11 @@ from bisect_onnx.judge.vocabulary import Granularity, Status, Verdict
 
 __all__ = ["Record", "Coverage", "Report", "make_record", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Schema 2 (from 1): ``culprit`` is the answer, the first node that introduces the
+# error (schema 1's ``first_culprit``); the node's graph neighbourhood is
+# ``culprit.node`` (schema 1's top-level ``culprit``); ``inside_op`` moved into
+# ``attribution``, which no longer repeats the culprit's value name or the culprits'.
 
 
 @dataclass(frozen=True)
@@ -176,10 +180,10 @@ class Report:
     """Extra context for the verdict (where the culprit must lie when no checkpoint fails)."""
     repro: dict[str, Any] | None = None
     """Where the minimal repro of the first divergence was written, if asked for."""
-    first_culprit: Record | None = None
-    """The first failing value whose own node introduces the error beyond float
-    rounding: where the bug is (the first divergence may only carry it, or fail by
-    rounding). ``None`` when none was found."""
+    culprit: Record | None = None
+    """The answer: the first failing value whose own node introduces the error beyond
+    float rounding, where the bug is (the first divergence may only carry it, or fail
+    by rounding). ``None`` when none was found."""
     attribution: dict[str, Any] | None = None
     """How the culprit was found: values checked, inputs fed, classification, drift."""
     culprits: list[Record] | None = None
@@ -195,9 +199,10 @@ class Report:
     """Op level, when the first divergence is an op made of several ONNX nodes: which
     node inside it went wrong (``node``; ``None`` when it could not be told) and how
     that was found (``how``)."""
-    culprit: dict[str, Any] | None = None
-    """The first divergence's ONNX node in its graph: op, attributes, and each input and
-    output with shape, dtype and where its value came from (see docs/json-schema.md)."""
+    culprit_node: dict[str, Any] | None = None
+    """The culprit's ONNX node in its graph (the first divergence's, when no culprit was
+    found): op, attributes, and each input and output with shape, dtype and where its
+    value came from (see docs/json-schema.md)."""
     tolerance_basis: str | None = None
     """Where the report's tolerance comes from when it is not the float32 default (ONNX
     against ONNX: the candidate's precision, a tolerance file)."""
@@ -235,6 +240,7 @@ class Report:
             "environment": self.environment,
             "reference": self.reference,
             "candidate": self.candidate,
+            "culprit": self._culprit_dict(),
             "first_divergence": self.first_divergence.to_dict() if self.first_divergence else None,
             "final_outputs": [record.to_dict() for record in self.final_outputs],
             "comparisons": [record.to_dict() for record in self.comparisons],
@@ -245,22 +251,39 @@ class Report:
             "onnx_unaligned": [asdict(item) for item in self.onnx_unaligned],
             "op_comparisons": [record.to_dict() for record in self.op_comparisons],
             "note": self.note,
-            "first_culprit": self.first_culprit.to_dict() if self.first_culprit else None,
-            "attribution": self.attribution,
+            "attribution": self._attribution_dict(),
             "culprits": ([record.to_dict() for record in self.culprits]
                          if self.culprits is not None else None),
             "nan_origin": self.nan_origin.to_dict() if self.nan_origin else None,
             "capture": self.capture,
-            "inside_op": self.inside_op,
-            "culprit": self.culprit,
             "repro": self.repro,
             "tolerance_basis": self.tolerance_basis,
             "search": self.search,
         }
 
+    def _culprit_dict(self) -> dict[str, Any] | None:
+        """The culprit's record with its node in the graph, or ``None``."""
+        if self.culprit is None:
+            return None
+        node = self.culprit_node
+        if node is not None and node.get("node") != self.culprit.onnx_node:
+            node = None  # described for the first divergence, not for the culprit
+        if node is not None:  # the record already says the node's name, module, op, source
+            node = {key: value for key, value in node.items()
+                    if key not in ("node", "torch_module", "torch_op", "source")}
+        return {**self.culprit.to_dict(), "node": node}
+
+    def _attribution_dict(self) -> dict[str, Any] | None:
+        """The evidence behind the culprit, each fact once (the names are in ``culprit``)."""
+        if self.attribution is None and self.inside_op is None:
+            return None
+        evidence = {key: value for key, value in (self.attribution or {}).items()
+                    if key not in ("first_culprit", "culprits")}
+        return {**evidence, "inside_op": self.inside_op}
+
     def summary(self) -> str:
         """The verdict in one line."""
-        from bisect_onnx.report.text import verdict_line
+        from bisect_onnx.report.verdict import verdict_line
 
         return verdict_line(self)
 

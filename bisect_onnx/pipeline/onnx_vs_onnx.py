@@ -225,7 +225,7 @@ class _Models:
             attribute_divergence(report, candidate, values.reference, values.candidate,
                                  values.graph_inputs, everything=self.all_culprits,
                                  compare=local_judge(paired.judge, pairs, reference_capture))
-        report.culprit = culprit_context(report.first_culprit or report.first_divergence,
+        report.culprit_node = culprit_context(report.culprit or report.first_divergence,
                                          candidate, reference_capture, judged,
                                          report.comparisons)
         return report, values

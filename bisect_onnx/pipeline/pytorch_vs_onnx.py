@@ -336,7 +336,7 @@ def _describe(settings: Settings, report: Report, run: CandidateRun, description
     warning = capture_warning(candidate, report.capture)
     if warning:
         report.warnings.append(warning)
-    report.culprit = culprit_context(report.first_culprit or report.first_divergence,
+    report.culprit_node = culprit_context(report.culprit or report.first_divergence,
                                      candidate, torch_capture, onnx_capture, report.comparisons)
     export = settings.export
     if export.opset is not None and candidate.opset != export.opset:

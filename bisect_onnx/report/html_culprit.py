@@ -27,12 +27,12 @@ _VALUE_SOURCES = {
 
 def culprit_section(report: Report) -> str:
     """The first divergence's ONNX node in its graph, or why there is none to show."""
-    culprit = report.culprit
+    culprit = report.culprit_node
     if culprit is None:
         return section("culprit", element("p", escaped(_no_culprit_reason(report)),
                                           class_="muted"), id_="culprit")
     parts = [
-        definitions(_culprit_facts(culprit, report.first_culprit or report.first_divergence,
+        definitions(_culprit_facts(culprit, report.culprit or report.first_divergence,
                                    report.attribution)),
         element("h3", "attributes"),
         _attributes_table(culprit.get("attributes") or {}),

@@ -1,4 +1,4 @@
-"""The terminal table and the one-line verdict."""
+"""The terminal table: aligned rows around the first divergence, what was not compared."""
 
 from __future__ import annotations
 
@@ -12,15 +12,13 @@ from bisect_onnx.report.formatting import (
     format_module,
     format_number,
     format_record_shape,
-    format_rounded_up,
-    format_shape,
-    format_source,
 )
+from bisect_onnx.report.verdict import describe_origin
 
 if TYPE_CHECKING:  # types only: records import this module to format themselves
     from bisect_onnx.judge.records import Record, Report
 
-__all__ = ["format_table", "verdict_line", "SHOW_CHOICES", "coverage_line", "group_not_compared"]
+__all__ = ["format_table", "SHOW_CHOICES", "coverage_line", "group_not_compared"]
 
 SHOW_CHOICES = ("window", "all")
 # Tables longer than this are cut to a window around the first divergence: a
@@ -112,8 +110,9 @@ def _culprit_list(report: Report) -> str:
              "out of tolerance beyond float rounding):"]
     for record in culprits:
         lines.append(f"  {record.onnx_value} ({record.onnx_node}, {record.onnx_op}) <- "
-                     f"{_origin(record)}: off by {format_number(record.local_max_abs_error)} "
-                     f"on its own, {record.classification or 'not classified'}")
+                     f"{describe_origin(record)}: off by "
+                     f"{format_number(record.local_max_abs_error)} on its own, "
+                     f"{record.classification or 'not classified'}")
     return "\n".join(lines)
 
 
@@ -177,159 +176,6 @@ def _percent(part: int, whole: int) -> str:
     return f"{100.0 * part / whole:.1f}%" if whole else "-"
 
 
-def verdict_line(report: Report) -> str:
-    """``PARITY: ...`` or ``DIVERGED: first divergence at ...`` in one line."""
-    coverage = report.coverage
-    compared = f"{coverage.aligned_modules} of {coverage.torch_modules} module calls compared"
-    if coverage.granularity == "op":
-        compared = f"{coverage.compared_ops} of {coverage.torch_ops} torch ops compared"
-    if coverage.granularity == "value":
-        compared = f"{coverage.aligned_values} of {coverage.onnx_values} reference values compared"
-    tolerance = f"rtol={report.rtol:g}, atol={report.atol:g}"
-    if report.tolerance_basis:
-        tolerance += f", {report.tolerance_basis}"
-    if not report.diverged:
-        if (report.search or {}).get("mode") == "final outputs only":
-            return (f"PARITY OF FINAL OUTPUTS ONLY ({tolerance}): {report.search['reason']}; "
-                    "with the outputs agreeing, no value was probed")
-        if coverage.aligned_modules == 0 and coverage.compared_ops == 0 and (
-                coverage.aligned_values == 0 or coverage.granularity != "value"):
-            return (
-                f"PARITY OF FINAL OUTPUTS ONLY ({tolerance}): no intermediate value could be "
-                f"aligned (0 of {coverage.torch_modules} module calls), so nothing inside the "
-                "model was checked"
-            )
-        hidden = len(report.hidden_divergences)
-        extra = f"; {hidden} hidden intermediate divergence(s)" if hidden else ""
-        if hidden and report.first_culprit is not None:
-            culprit = report.first_culprit
-            extra += (f", introduced at ONNX node {culprit.onnx_node!r} ({culprit.onnx_op}) <- "
-                      f"{_origin(culprit)}")
-        return (
-            f"PARITY: {len(report.final_outputs)} final output(s) within {tolerance} "
-            f"({compared}{extra})"
-        )
-    record = report.first_divergence
-    assert record is not None
-    line = (
-        f"DIVERGED: first divergence at {_where(report, record)} <- {_origin(record)}: "
-        f"{_describe_error(record)} ({tolerance}; {compared})"
-    )
-    inner = _first_failing_op(report, record)
-    if inner is not None:
-        inner_source = f" at {format_source(inner.source)}" if inner.source else ""
-        line += (f"; first failing op inside: {_short_op(inner.torch_op)} ({inner.fx_node}) "
-                 f"in {_module_name(inner.torch_module)}, ONNX node {inner.onnx_node!r} "
-                 f"({inner.onnx_op}){inner_source}")
-    if report.nan_origin is not None:
-        nan = report.nan_origin
-        line += (f". NaN/Inf first appears on one side only at {_where(report, nan)} <- "
-                 f"{_origin(nan)} ({nan.nan_mismatch} elements)")
-    blame = _blame(report, record)
-    if blame:
-        line += f". {blame}"
-    if report.note:
-        line += f". {report.note}"
-    search = _search_line(report)
-    if search:
-        line += f". {search}"
-    return line
-
-
-def _search_line(report: Report) -> str | None:
-    """How the first divergence was found, for the verdict; ``None`` for a full capture."""
-    search = report.search or {}
-    if search.get("mode") != "bisection":
-        return None
-    probes = len(search.get("probes", []))
-    first, last = search.get("first_failing"), search.get("last_passing")
-    if first and last:
-        found = f"first failing value {first!r}, after {last!r}, which passes"
-    elif first:
-        found = f"first failing value {first!r}, the first checkpoint compared"
-    elif last:
-        found = (f"every checkpoint compared passes, the last {last!r}: only the final "
-                 "outputs fail")
-    else:
-        found = "no checkpoint could be compared"
-    return (f"Found by bisection ({probes} probe(s) of the production graph over "
-            f"{search['checkpoints']} checkpoints: {found}) because {search['reason']}")
-
-
-def _where(report: Report, record: Record) -> str:
-    where = f"ONNX node {record.onnx_node!r} ({record.onnx_op}), value {record.onnx_value!r}"
-    inside = report.inside_op
-    if inside and inside.get("node") == record.onnx_node:
-        where = (f"ONNX node {record.onnx_node!r} ({record.onnx_op}), the first of the "
-                 f"{len(inside['nodes'])} nodes of its op to disagree with the op exported "
-                 f"alone (value {inside['value']!r}; the op's output {record.onnx_value!r})")
-    return where
-
-
-def _origin(record: Record) -> str:
-    source = f" at {format_source(record.source)}" if record.source else ""
-    if record.reference_node is not None:  # ONNX against ONNX
-        module = f" in torch module {record.torch_module}" if record.torch_module else ""
-        op = f" [{record.torch_op}]" if record.torch_op else ""
-        return f"reference node {record.reference_node!r}{module}{op}{source}"
-    if record.fx_node is not None:
-        return (f"{_short_op(record.torch_op)} ({record.fx_node}) in "
-                f"{_module_name(record.torch_module)}{source}")
-    origin = f"torch module {record.torch_module}" if record.torch_module is not None else (
-        "a final output")
-    return origin + (f" [{record.torch_op}]" if record.torch_op else "") + source
-
-
-def _blame(report: Report, first: Record) -> str:
-    """Whether the first divergence introduced its error, and where the culprit is."""
-    attribution = report.attribution
-    culprit = report.first_culprit
-    if not attribution:
-        return ""
-    if culprit is not None:
-        kind = attribution.get("classification") or {}
-        verdict = f"{kind['kind']}: {kind['file_with']}" if kind else "not classified"
-        alone = f"off by {format_number(culprit.local_max_abs_error)} on its own"
-        if culprit.onnx_value == first.onnx_value:
-            return f"Introduced here: fed PyTorch's inputs it is still {alone} ({verdict})"
-        kernel = attribution.get("inside_kernel") or {}
-        if kernel.get("kernel_output") == first.onnx_value:
-            return (f"Introduced here, inside the kernel ONNX Runtime fused: fed PyTorch's "
-                    f"inputs, its {_where(report, culprit)} <- {_origin(culprit)} is {alone} "
-                    f"({verdict})")
-        how = ("fails by float rounding only" if first.onnx_value in attribution["noise"]
-               else "is within tolerance" if first.introduced_here is False
-               else "was not checked")
-        inside = (f", inside the kernel ONNX Runtime fused up to value "
-                  f"{kernel['kernel_output']!r}" if kernel else "")
-        return (f"That value only carries error (fed PyTorch's inputs it {how}); the culprit "
-                f"is {_where(report, culprit)} <- {_origin(culprit)}{inside}, {alone} "
-                f"({verdict})")
-    if attribution.get("drift"):
-        jump = attribution.get("largest_jump")
-        rounding = " (all of it float rounding)" if attribution.get("noise") else ""
-        return (f"No node introduces the error beyond float rounding{rounding}: it builds up "
-                f"gradually over {attribution['checked']} failing values; the largest local "
-                f"jump is at value {jump!r}")
-    return "No single node could be shown to introduce the error"
-
-
-def _first_failing_op(report: Report, record: Record) -> Record | None:
-    """At module granularity: the op record a module row's first failure points to."""
-    if record.first_failing_op is None:
-        return None
-    return next((op for op in report.op_comparisons if op.fx_node == record.first_failing_op),
-                None)
-
-
-def _short_op(op: str | None) -> str:
-    return short_op(op) if op else "an op"
-
-
-def _module_name(module: str | None) -> str:
-    return f"module {module}" if module else "the model's own forward"
-
-
 def _rows_to_show(report: Report, show: str) -> set[int]:
     rows = report.comparisons
     if show == "all" or len(rows) <= _WINDOW_THRESHOLD:
@@ -350,7 +196,8 @@ def _row(record: Record, *, marked: bool, headers: Sequence[str] = _HEADERS) -> 
         row += [record.reference_value or record.onnx_value, "" if record.torch_module is None
                 else record.torch_module]
     elif headers[2] == _OP_HEADERS[2]:
-        op = f"{_short_op(record.torch_op)} ({record.fx_node})" if record.fx_node else ""
+        op = (f"{short_op(record.torch_op) if record.torch_op else 'an op'} ({record.fx_node})"
+              if record.fx_node else "")
         row += [op, module or "(model)"]
     else:
         row.append(module)
@@ -365,20 +212,3 @@ def _row(record: Record, *, marked: bool, headers: Sequence[str] = _HEADERS) -> 
         row.append(f"{record.matched_by} {record.match_confidence:.2f}"
                    if record.matched_by and record.match_confidence is not None else "")
     return [*row, record.status]
-
-
-def _describe_error(record: Record) -> str:
-    if record.status == "shape_mismatch":
-        return (f"shape {format_shape(record.shape)} in torch, "
-                f"{format_shape(record.candidate_shape)} in ONNX")
-    if record.status == "dtype_mismatch":
-        return f"dtype {record.dtype} in torch, {record.candidate_dtype} in ONNX"
-    parts = [f"max abs {format_number(record.max_abs_error)}",
-             f"max rel {format_number(record.max_rel_error)}"]
-    if record.mismatch_fraction is not None:
-        parts.append(f"{record.mismatch_fraction:.1%} of elements out of tolerance")
-    if record.nan_mismatch:
-        parts.append(f"{record.nan_mismatch} NaN/Inf in different places")
-    elif record.min_passing_atol is not None:
-        parts.append(f"atol >= {format_rounded_up(record.min_passing_atol)} would pass")
-    return ", ".join(parts)

@@ -54,7 +54,7 @@ class Attribution:
     """In a drift, the value whose node adds the most error locally."""
 
     @property
-    def first_culprit(self) -> str | None:
+    def culprit(self) -> str | None:
         """The first value that introduces error, if any."""
         return self.culprits[0] if self.culprits else None
 

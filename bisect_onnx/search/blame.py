@@ -4,7 +4,7 @@
 (:mod:`bisect_onnx.search.local` runs the failing values' nodes on PyTorch's inputs,
 :mod:`bisect_onnx.search.classify` reruns a locally failing node in float64 on both sides)
 and writes what was found into the report: ``introduced_here`` and the local figures
-on each checked record, ``report.first_culprit`` and ``report.attribution``.
+on each checked record, ``report.culprit`` and ``report.attribution``.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def attribute_divergence(
     attribution = CulpritSearch([record.onnx_value for record in failing], checker).run(
         everything=everything)
     _write_back(report, attribution, checker.checks, checker.kinds, everything=everything)
-    first = attribution.first_culprit
+    first = attribution.culprit
     if first is None:
         return {}
     if ops is not None or modules is not None:
@@ -143,14 +143,14 @@ def _name_inside_kernels(report: Report, first: str, checks: Mapping[str, LocalC
     """Where a culprit's segment holds a fused kernel, name the failing value inside it."""
     refined = {record.onnx_value: _inside_kernel(record, checks[record.onnx_value],
                                                  candidate, references, report)
-               for record in (report.culprits or [report.first_culprit])}
+               for record in (report.culprits or [report.culprit])}
     if report.culprits is not None:
         report.culprits = [refined[record.onnx_value] or record for record in report.culprits]
     inner = refined.get(first)
     if inner is not None:
         report.attribution["inside_kernel"] = {
             "value": inner.onnx_value, "node": inner.onnx_node, "kernel_output": first}
-        report.first_culprit = inner
+        report.culprit = inner
 
 
 def _classify(check: LocalCheck, record: Record, candidate: Any,
@@ -326,8 +326,8 @@ def _write_back(report: Report, attribution: Attribution, checks: Mapping[str, L
     if report.first_divergence is not None and report.first_divergence.onnx_value in updated:
         report.first_divergence = report.comparisons[report.first_divergence.index]
     culprits = [updated[name] for name in attribution.culprits]
-    report.first_culprit = culprits[0] if culprits else None
-    first = attribution.first_culprit
+    report.culprit = culprits[0] if culprits else None
+    first = attribution.culprit
     report.attribution = {
         "first_culprit": first,
         "culprits": [record.onnx_value for record in culprits] if everything else None,

@@ -223,7 +223,7 @@ def test_a_renamed_file_without_metadata_is_matched_by_structure(fixture_case, t
     captured = compared | {item.name for item in report.onnx_unaligned}
     named = {value for value in captured if not original_names[value].startswith("val_")}
     assert named <= compared
-    culprit = report.first_culprit
+    culprit = report.culprit
     assert culprit.fx_node == "linear_6" and culprit.torch_module == "blocks.1.attn.q"
     assert culprit.introduced_here is True
     assert any("matched by structure" in warning for warning in report.warnings)

@@ -60,7 +60,7 @@ def test_planted_edit_is_reported_at_its_module(fixture_case, tmp_path, name, ed
     assert report.verdict == "diverged"
     # The culprit is the planted node, even where ONNX Runtime fused it into a kernel
     # whose output (a Conv's ReLU, say) is all the production session computes.
-    culprit = report.first_culprit
+    culprit = report.culprit
     assert culprit.onnx_node == node_name
     assert culprit.torch_module == module
     assert culprit.introduced_here is True
@@ -191,9 +191,9 @@ def test_graph_without_metadata_is_matched_by_structure_at_op_level(fixture_case
     assert any("matched by structure" in warning for warning in report.warnings)
 
 
-def test_json_follows_schema_1(fixture_case):
+def test_json_follows_schema_2(fixture_case):
     data = json.loads(to_json(run(fixture_case, "avgpool_divisor")))
-    assert data["schema"] == 1
+    assert data["schema"] == 2
     assert data["verdict"] == "diverged"
     assert set(data["environment"]) >= {"bisect_onnx", "torch", "onnx", "onnxruntime", "python",
                                         "platform", "provider", "opt_level", "exporter", "opset"}
@@ -211,7 +211,11 @@ def test_json_follows_schema_1(fixture_case):
         assert record_keys <= set(record)
     # Only failing values are checked on PyTorch's inputs; the pool introduced its error.
     assert data["first_divergence"]["introduced_here"] is True
-    assert data["first_culprit"]["onnx_value"] == data["first_divergence"]["onnx_value"]
+    # The answer is one record, with its node in the graph; nothing said twice.
+    assert data["culprit"]["onnx_value"] == data["first_divergence"]["onnx_value"]
+    assert data["culprit"]["node"]["op_type"] == "AveragePool"
+    assert "first_culprit" not in data and "inside_op" not in data
+    assert "first_culprit" not in data["attribution"]
     assert all(record["introduced_here"] is None for record in data["comparisons"]
                if record["status"] == "pass")
     assert data["first_divergence"]["torch_module"] == "pool"
@@ -243,8 +247,8 @@ def test_divergence_masked_before_the_output_is_hidden_not_a_verdict(fixture_cas
     assert [record.torch_module for record in report.hidden_divergences] == ["fc1"]
     assert "hidden" in report.summary()
     # A hidden divergence has a culprit too: the shifted bias's Gemm.
-    assert report.first_culprit.torch_module == "fc1"
-    assert report.first_culprit.introduced_here is True
+    assert report.culprit.torch_module == "fc1"
+    assert report.culprit.introduced_here is True
     assert "introduced at ONNX node" in report.summary()
 
 

@@ -82,7 +82,7 @@ def test_saved_model_against_a_planted_onnx_file(fixture_case, tmp_path, in_repo
     status, report = run_cli(tmp_path, tmp_path / "model.saved", "--input", RESNET.input_file,
                              "--onnx", tmp_path / "planted.onnx")
     assert status == 1
-    assert report["first_culprit"]["torch_module"] == module
+    assert report["culprit"]["torch_module"] == module
 
 
 def test_scripted_control_flow_is_named_as_not_compared(fixture_case, tmp_path, in_repo):
@@ -136,8 +136,8 @@ def test_onnx_program_is_tested_as_the_users_own_export(fixture_case):
     report = bisect_onnx.bisect(program, inputs)
     assert report.reference["kind"] == "exported_program"
     assert report.candidate["model"] == "(torch.onnx.ONNXProgram)"
-    assert report.first_culprit.torch_module == "layer2.bn1"
-    assert report.first_culprit.onnx_node == node.name
+    assert report.culprit.torch_module == "layer2.bn1"
+    assert report.culprit.onnx_node == node.name
 
 
 def test_exported_program_object_with_keyword_inputs(fixture_case):

@@ -348,7 +348,7 @@ def test_planted_float16_error_is_found_by_probing_production(made):
 def test_float16_culprit_is_the_planted_node_and_later_values_only_inherit(made):
     report = bisect_onnx.bisect_onnx_models(RESNET, made["fp16_planted"], made["x"],
                                             all_culprits=True)
-    culprit = report.first_culprit
+    culprit = report.culprit
     assert (culprit.onnx_node, culprit.onnx_value) == (PLANTED_NODE, "getitem_3")
     assert culprit.introduced_here is True and culprit.local_max_abs_error > 0.1
     assert report.attribution["inputs"] == {"relu": "reference"}
@@ -361,7 +361,7 @@ def test_float16_culprit_is_the_planted_node_and_later_values_only_inherit(made)
 def test_qdq_culprit_is_judged_through_its_quantization_pair(made):
     report = bisect_onnx.bisect_onnx_models(RESNET, made["qdq_planted"], made["x"],
                                             all_culprits=True)
-    assert report.first_culprit.onnx_node == PLANTED_NODE
+    assert report.culprit.onnx_node == PLANTED_NODE
     checked = [record for record in report.comparisons if record.introduced_here is not None]
     assert len(checked) >= 5
     # Downstream values whose Relu the quantization pair replaced are put through the

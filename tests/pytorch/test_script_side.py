@@ -69,7 +69,7 @@ def test_planted_edit_in_a_torchscript_export_is_reported_at_its_module(
     assert report.final_outputs[0].status == "fail", "the plant must change the output"
     # The culprit, also where ONNX Runtime fused the planted node into a kernel whose
     # output is the first divergence.
-    culprit = report.first_culprit
+    culprit = report.culprit
     assert culprit.onnx_node == node_name
     assert culprit.torch_module == module
     assert all(not record.failed for record in report.comparisons[: report.first_divergence.index])

@@ -40,8 +40,8 @@ def test_run_diverges_at_the_plant(planted_run):
     status, folder = planted_run
     assert status == 1
     report = json.loads((folder / "report.json").read_text())
-    assert report["first_culprit"]["torch_module"] == "layer2.bn1"
-    assert report["culprit"]["op_type"] == "Conv"
+    assert report["culprit"]["torch_module"] == "layer2.bn1"
+    assert report["culprit"]["node"]["op_type"] == "Conv"
     assert report["repro"]["reproduces"] is True
 
 

@@ -24,19 +24,19 @@ _ROW = re.compile(r"^\| `([^`]+)` \|")
 
 # Objects these reports write with every documented key. The others only some runs fill
 # in full: `reference` (`module_calls` comes from a .pt2 or TorchScript model) and
-# `inside_op` (a divergence inside an op made of several ONNX nodes); for those only the
+# `attribution.inside_op` (a divergence inside an op made of several ONNX nodes); for those only the
 # keys written are checked.
 WRITTEN_IN_FULL = frozenset({
     "report", "record", "record.source", "coverage", "unaligned[]", "environment",
     "candidate", "capture", "search", "search.probes[]", "attribution",
-    "attribution.classification", "culprit", "culprit.inputs[]", "repro",
+    "attribution.classification", "culprit.node", "culprit.node.inputs[]", "repro",
 })
-OBJECTS = WRITTEN_IN_FULL | {"reference", "inside_op"}
+OBJECTS = WRITTEN_IN_FULL | {"reference", "attribution.inside_op"}
 
 _RECORD_LISTS = ("final_outputs", "comparisons", "hidden_divergences", "op_comparisons")
-_SINGLE_RECORDS = ("first_divergence", "first_culprit", "nan_origin")
+_SINGLE_RECORDS = ("first_divergence", "nan_origin")
 _PLAIN_OBJECTS = ("coverage", "environment", "reference", "candidate", "capture", "search",
-                  "attribution", "inside_op", "culprit", "repro")
+                  "attribution", "repro")
 
 
 def documented_keys(text: str) -> dict[str, set[str]]:
@@ -57,6 +57,9 @@ def _objects(data: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     """Every documented object in one report's data, named as the document names it."""
     yield "report", data
     records = [data[name] for name in _SINGLE_RECORDS if data[name] is not None]
+    culprit = data["culprit"]
+    if culprit is not None:  # a record, with its node in the graph
+        records.append({key: value for key, value in culprit.items() if key != "node"})
     records += [record for name in _RECORD_LISTS for record in data[name]]
     records += data["culprits"] or []
     for record in records:
@@ -72,11 +75,12 @@ def _objects(data: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
         yield "search.probes[]", probe
     if data["attribution"] and data["attribution"]["classification"]:
         yield "attribution.classification", data["attribution"]["classification"]
-    if data["culprit"]:
-        if data["culprit"]["source"] is not None:
-            yield "record.source", data["culprit"]["source"]
-        for tensor in data["culprit"]["inputs"] + data["culprit"]["outputs"]:
-            yield "culprit.inputs[]", tensor
+    if data["attribution"] and data["attribution"].get("inside_op"):
+        yield "attribution.inside_op", data["attribution"]["inside_op"]
+    if culprit is not None and culprit["node"] is not None:
+        yield "culprit.node", culprit["node"]
+        for tensor in culprit["node"]["inputs"] + culprit["node"]["outputs"]:
+            yield "culprit.node.inputs[]", tensor
 
 
 def written_keys(reports: list[dict[str, Any]]) -> dict[str, set[str]]:
@@ -126,7 +130,7 @@ def test_document_has_a_table_for_each_object_and_no_other(documented):
 
 def test_each_object_written_is_documented(reports, documented):
     written = written_keys(reports)
-    assert set(written) - {"inside_op"} == OBJECTS - {"inside_op"}, (
+    assert set(written) - {"attribution.inside_op"} == OBJECTS - {"attribution.inside_op"}, (
         "these reports no longer write every object the test expects")
     problems = [problem for name in sorted(written)
                 for problem in key_differences(name, documented[name], written[name])]

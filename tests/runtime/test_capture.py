@@ -105,8 +105,8 @@ def test_planted_edit_found_at_both_levels_and_the_json_says_how(level, fixture_
     assert status == 1
     # Where ONNX Runtime fused the Conv with the ReLU after it, only the ReLU's output is
     # captured: it is the first divergence, and the culprit inside it is the Conv.
-    assert report["first_culprit"]["torch_module"] == "layer2.bn1"
-    assert report["first_culprit"]["onnx_op"] == "Conv"
+    assert report["culprit"]["torch_module"] == "layer2.bn1"
+    assert report["culprit"]["onnx_op"] == "Conv"
     assert report["environment"]["opt_level"] == level
     capture = report["capture"]
     assert capture["mode"].startswith("fusion-preserving")

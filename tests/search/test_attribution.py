@@ -24,7 +24,7 @@ class FakeChecker:
 def test_a_first_value_that_introduces_the_error_is_the_culprit_after_one_check():
     checker = FakeChecker({"a": FAILS, "b": PASSES, "c": PASSES})
     found = CulpritSearch(["a", "b", "c"], checker).run()
-    assert found.culprits == ["a"] and found.first_culprit == "a"
+    assert found.culprits == ["a"] and found.culprit == "a"
     assert checker.batches == [["a"]]  # nothing after it needed checking
     assert not found.drift
 
@@ -32,7 +32,7 @@ def test_a_first_value_that_introduces_the_error_is_the_culprit_after_one_check(
 def test_an_innocent_first_failure_sends_the_search_on_to_the_real_culprit():
     checker = FakeChecker({"a": PASSES, "b": PASSES, "c": FAILS, "d": PASSES})
     found = CulpritSearch(["a", "b", "c", "d"], checker).run()
-    assert found.first_culprit == "c"
+    assert found.culprit == "c"
     assert checker.batches == [["a"], ["b", "c", "d"]]
     assert found.checked["a"] is PASSES
 
@@ -40,7 +40,7 @@ def test_an_innocent_first_failure_sends_the_search_on_to_the_real_culprit():
 def test_float_rounding_failures_are_noise_not_culprits():
     checker = FakeChecker({"a": NOISE, "b": PASSES, "c": FAILS})
     found = CulpritSearch(["a", "b", "c"], checker).run()
-    assert found.first_culprit == "c"
+    assert found.culprit == "c"
     assert found.noise == ["a"]
 
 
@@ -56,7 +56,7 @@ def test_no_culprit_and_every_value_checked_is_a_drift_named_by_its_largest_jump
     checker = FakeChecker({"a": LocalResult(False, 0.2), "b": LocalResult(False, 0.9),
                            "c": NOISE})
     found = CulpritSearch(["a", "b", "c"], checker).run()
-    assert found.culprits == [] and found.first_culprit is None
+    assert found.culprits == [] and found.culprit is None
     assert found.drift and found.largest_jump == "c"
 
 

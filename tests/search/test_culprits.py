@@ -17,7 +17,7 @@ def test_a_planted_edit_is_introduced_at_its_node_and_inherited_after_it(fixture
     plant(exported, planted, scale_conv_weight("layer2.bn1", 1.003))
     report = bisect_onnx.bisect(model, inputs, onnx_model=planted, all_culprits=True)
     failing = [record for record in report.comparisons if record.failed]
-    culprit = report.first_culprit
+    culprit = report.culprit
     # The planted Conv (BatchNorm folded in), even where ONNX Runtime fused it with the
     # ReLU after it, so that only the ReLU's output was captured.
     assert culprit is not None and culprit.torch_module == "layer2.bn1"
@@ -31,8 +31,10 @@ def test_a_planted_edit_is_introduced_at_its_node_and_inherited_after_it(fixture
     assert set(report.attribution["inputs"].values()) <= {"reference", "candidate",
                                                           "graph_input"}
     summary = report.summary()
-    assert "Introduced here" in summary and "graph semantics" in summary
-    assert "layer2.bn1" in summary
+    # The culprit leads the verdict, before the first failing value that carries it.
+    assert summary.startswith(f"DIVERGED: culprit ONNX node {culprit.onnx_node!r}")
+    assert "introduces the error" in summary and "graph semantics" in summary
+    assert "layer2.bn1" in summary.partition("First failing value")[0]
 
 
 def test_two_independent_edits_are_the_only_two_culprits(fixture_case, tmp_path):
@@ -51,14 +53,14 @@ def test_two_independent_edits_are_the_only_two_culprits(fixture_case, tmp_path)
                if record.fx_node not in ("linear_4", "linear_9"))
     # Without --all-culprits the search stops at the first.
     first_only = bisect_onnx.bisect(model, inputs, onnx_model=twice)
-    assert first_only.culprits is None and first_only.first_culprit.fx_node == "linear_4"
-    assert first_only.first_culprit.onnx_op == "MatMul"  # the node inside the Linear
+    assert first_only.culprits is None and first_only.culprit.fx_node == "linear_4"
+    assert first_only.culprit.onnx_op == "MatMul"  # the node inside the Linear
 
 
 def test_an_exporter_semantics_difference_is_classified_as_graph_semantics(fixture_case):
     model, inputs, exported = fixture_case("avgpool_divisor")
     report = bisect_onnx.bisect(model, inputs, onnx_model=exported)
-    culprit = report.first_culprit
+    culprit = report.culprit
     assert culprit is not None and culprit.torch_module == "pool"
     assert culprit.classification == "graph semantics"
     classification = report.attribution["classification"]
@@ -85,7 +87,7 @@ def test_float_noise_with_a_tight_tolerance_is_float_precision_not_a_culprit():
     x = torch.randn(4, 64, generator=torch.Generator().manual_seed(0)).numpy()
     report = bisect_onnx.bisect(model, x, rtol=1e-7, atol=0.0, all_culprits=True)
     assert report.verdict == "diverged"
-    assert report.first_culprit is None and report.culprits == []
+    assert report.culprit is None and report.culprits == []
     failing = [record for record in report.comparisons if record.failed]
     assert failing[0].classification == "float precision"
     assert report.attribution["noise"]

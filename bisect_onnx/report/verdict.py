@@ -1,0 +1,211 @@
+"""The one-line verdict: the culprit first, then the first failing value and the search."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from bisect_onnx.graph.provenance import short_op
+from bisect_onnx.judge.vocabulary import Granularity
+from bisect_onnx.report.formatting import (
+    format_number,
+    format_rounded_up,
+    format_shape,
+    format_source,
+)
+
+if TYPE_CHECKING:  # types only: records import this module to format themselves
+    from bisect_onnx.judge.records import Record, Report
+
+__all__ = ["verdict_line", "describe_origin"]
+
+
+def verdict_line(report: Report) -> str:
+    """``PARITY: ...`` or ``DIVERGED: first divergence at ...`` in one line."""
+    coverage = report.coverage
+    compared = f"{coverage.aligned_modules} of {coverage.torch_modules} module calls compared"
+    if coverage.granularity == "op":
+        compared = f"{coverage.compared_ops} of {coverage.torch_ops} torch ops compared"
+    if coverage.granularity == "value":
+        compared = f"{coverage.aligned_values} of {coverage.onnx_values} reference values compared"
+    tolerance = f"rtol={report.rtol:g}, atol={report.atol:g}"
+    if report.tolerance_basis:
+        tolerance += f", {report.tolerance_basis}"
+    if not report.diverged:
+        if (report.search or {}).get("mode") == "final outputs only":
+            return (f"PARITY OF FINAL OUTPUTS ONLY ({tolerance}): {report.search['reason']}; "
+                    "with the outputs agreeing, no value was probed")
+        if coverage.aligned_modules == 0 and coverage.compared_ops == 0 and (
+                coverage.aligned_values == 0 or coverage.granularity != "value"):
+            return (
+                f"PARITY OF FINAL OUTPUTS ONLY ({tolerance}): no intermediate value could be "
+                f"aligned (0 of {coverage.torch_modules} module calls), so nothing inside the "
+                "model was checked"
+            )
+        hidden = len(report.hidden_divergences)
+        extra = f"; {hidden} hidden intermediate divergence(s)" if hidden else ""
+        if hidden and report.culprit is not None:
+            culprit = report.culprit
+            extra += (f", introduced at ONNX node {culprit.onnx_node!r} ({culprit.onnx_op}) <- "
+                      f"{describe_origin(culprit)}")
+        return (
+            f"PARITY: {len(report.final_outputs)} final output(s) within {tolerance} "
+            f"({compared}{extra})"
+        )
+    return _diverged_line(report, f"({tolerance}; {compared})")
+
+
+def _diverged_line(report: Report, basis: str) -> str:
+    """The culprit first (node, op, module, source line), then the first failing value."""
+    record = report.first_divergence
+    assert record is not None
+    culprit = report.culprit
+    if culprit is not None:
+        line = f"DIVERGED: culprit {_culprit_sentence(report, culprit)}"
+        if culprit.onnx_value == record.onnx_value:
+            line += f"; its value: {_describe_error(record)} {basis}"
+        else:
+            line += (f" {basis}. First failing value: {_where(report, record)} <- "
+                     f"{describe_origin(record)}: {_describe_error(record)}; "
+                     f"{_carries_only(report, record)}")
+    else:
+        line = (f"DIVERGED: first divergence at {_where(report, record)} <- "
+                f"{describe_origin(record)}: {_describe_error(record)} {basis}")
+    inner = _first_failing_op(report, record)
+    if inner is not None:
+        inner_source = f" at {format_source(inner.source)}" if inner.source else ""
+        line += (f"; first failing op inside: {_short_op(inner.torch_op)} ({inner.fx_node}) "
+                 f"in {_module_name(inner.torch_module)}, ONNX node {inner.onnx_node!r} "
+                 f"({inner.onnx_op}){inner_source}")
+    if report.nan_origin is not None:
+        nan = report.nan_origin
+        line += (f". NaN/Inf first appears on one side only at {_where(report, nan)} <- "
+                 f"{describe_origin(nan)} ({nan.nan_mismatch} elements)")
+    if culprit is None:
+        line += f". {_no_culprit(report)}" if report.attribution else ""
+    if report.note:
+        line += f". {report.note}"
+    search = _search_line(report)
+    if search:
+        line += f". {search}"
+    return line
+
+
+def _search_line(report: Report) -> str | None:
+    """How the first divergence was found, for the verdict; ``None`` for a full capture."""
+    search = report.search or {}
+    if search.get("mode") != "bisection":
+        return None
+    probes = len(search.get("probes", []))
+    first, last = search.get("first_failing"), search.get("last_passing")
+    if first and last:
+        found = f"first failing value {first!r}, after {last!r}, which passes"
+    elif first:
+        found = f"first failing value {first!r}, the first checkpoint compared"
+    elif last:
+        found = (f"every checkpoint compared passes, the last {last!r}: only the final "
+                 "outputs fail")
+    else:
+        found = "no checkpoint could be compared"
+    return (f"Found by bisection ({probes} probe(s) of the production graph over "
+            f"{search['checkpoints']} checkpoints: {found}) because {search['reason']}")
+
+
+def _where(report: Report, record: Record) -> str:
+    where = f"ONNX node {record.onnx_node!r} ({record.onnx_op}), value {record.onnx_value!r}"
+    inside = report.inside_op
+    if inside and inside.get("node") == record.onnx_node:
+        where = (f"ONNX node {record.onnx_node!r} ({record.onnx_op}), the first of the "
+                 f"{len(inside['nodes'])} nodes of its op to disagree with the op exported "
+                 f"alone (value {inside['value']!r}; the op's output {record.onnx_value!r})")
+    return where
+
+
+def describe_origin(record: Record) -> str:
+    """Where a record's value comes from: op, module and source line, or reference node."""
+    source = f" at {format_source(record.source)}" if record.source else ""
+    if record.reference_node is not None:  # ONNX against ONNX
+        module = f" in torch module {record.torch_module}" if record.torch_module else ""
+        op = f" [{record.torch_op}]" if record.torch_op else ""
+        return f"reference node {record.reference_node!r}{module}{op}{source}"
+    if record.fx_node is not None:
+        return (f"{_short_op(record.torch_op)} ({record.fx_node}) in "
+                f"{_module_name(record.torch_module)}{source}")
+    origin = f"torch module {record.torch_module}" if record.torch_module is not None else (
+        "a final output")
+    return origin + (f" [{record.torch_op}]" if record.torch_op else "") + source
+
+
+def _fed(report: Report) -> str:
+    """What a node is fed when checked on its own: PyTorch's values, or the reference's."""
+    if report.coverage.granularity == Granularity.VALUE:
+        return "the reference model's values"
+    return "PyTorch's inputs"
+
+
+def _culprit_sentence(report: Report, culprit: Record) -> str:
+    """The node that introduces the error, where it comes from, and which side is wrong."""
+    attribution = report.attribution or {}
+    kind = attribution.get("classification") or {}
+    verdict = f"{kind['kind']}: {kind['file_with']}" if kind else "not classified"
+    kernel = attribution.get("inside_kernel") or {}
+    inside = ""
+    if kernel and kernel.get("kernel_output") != culprit.onnx_value:
+        inside = (f", inside the kernel ONNX Runtime fused up to value "
+                  f"{kernel['kernel_output']!r}")
+    alone = format_number(culprit.local_max_abs_error)
+    return (f"{_where(report, culprit)} <- {describe_origin(culprit)}{inside} introduces the "
+            f"error: fed {_fed(report)} it is off by {alone} on its own ({verdict})")
+
+
+def _carries_only(report: Report, first: Record) -> str:
+    """Why the first failing value is not the culprit."""
+    attribution = report.attribution or {}
+    how = ("fails by float rounding only" if first.onnx_value in attribution.get("noise", ())
+           else "is within tolerance" if first.introduced_here is False
+           else "was not checked")
+    return f"it only carries the error (fed {_fed(report)} it {how})"
+
+
+def _no_culprit(report: Report) -> str:
+    """Why no node is named as the culprit."""
+    attribution = report.attribution or {}
+    if attribution.get("drift"):
+        jump = attribution.get("largest_jump")
+        rounding = " (all of it float rounding)" if attribution.get("noise") else ""
+        return (f"No node introduces the error beyond float rounding{rounding}: it builds up "
+                f"gradually over {attribution['checked']} failing values; the largest local "
+                f"jump is at value {jump!r}")
+    return "No single node could be shown to introduce the error"
+
+
+def _first_failing_op(report: Report, record: Record) -> Record | None:
+    """At module granularity: the op record a module row's first failure points to."""
+    if record.first_failing_op is None:
+        return None
+    return next((op for op in report.op_comparisons if op.fx_node == record.first_failing_op),
+                None)
+
+
+def _short_op(op: str | None) -> str:
+    return short_op(op) if op else "an op"
+
+
+def _module_name(module: str | None) -> str:
+    return f"module {module}" if module else "the model's own forward"
+
+
+def _describe_error(record: Record) -> str:
+    if record.status == "shape_mismatch":
+        return (f"shape {format_shape(record.shape)} in torch, "
+                f"{format_shape(record.candidate_shape)} in ONNX")
+    if record.status == "dtype_mismatch":
+        return f"dtype {record.dtype} in torch, {record.candidate_dtype} in ONNX"
+    parts = [f"max abs {format_number(record.max_abs_error)}",
+             f"max rel {format_number(record.max_rel_error)}"]
+    if record.mismatch_fraction is not None:
+        parts.append(f"{record.mismatch_fraction:.1%} of elements out of tolerance")
+    if record.nan_mismatch:
+        parts.append(f"{record.nan_mismatch} NaN/Inf in different places")
+    elif record.min_passing_atol is not None:
+        parts.append(f"atol >= {format_rounded_up(record.min_passing_atol)} would pass")
+    return ", ".join(parts)
