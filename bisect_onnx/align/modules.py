@@ -19,6 +19,12 @@ Two exporter habits need a rule each:
   BatchNorm call with no node of its own, right after a Conv call, takes that node.
 - Modules that return their input unchanged (eval-mode Dropout, ``nn.Identity``) have
   no node: they are compared at the value they passed through.
+
+What enters a call (``fc2 (input)``) is paired with the value its nodes read from
+outside it, where that is not already compared as another call's output holding
+the same array: what remains are the values computed between modules (a function
+call in a ``forward``, an in-place view edit) or changed by a module without a node
+(a Dropout left in training mode), compared where the next module reads them.
 """
 
 from __future__ import annotations
@@ -26,9 +32,12 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from bisect_onnx.graph.scopes import NodeScope, read_scopes
-from bisect_onnx.pytorch.calls import split_into_calls
+from bisect_onnx.pytorch.calls import input_of, split_into_calls
 from bisect_onnx.runtime.onnx_side import NodeInfo
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 
@@ -106,8 +115,10 @@ def align_modules(
 ) -> Alignment:
     """Pair each recorded module call's output with the ONNX value it became."""
     calls: dict[CallKey, list[CapturedValue]] = defaultdict(list)
+    entering: dict[CallKey, list[CapturedValue]] = defaultdict(list)
     for value in reference.values.values():
-        calls[(value.provenance.module or "", value.provenance.call)].append(value)
+        key = (value.provenance.module or "", value.provenance.call)
+        (entering if input_of(value.name) else calls)[key].append(value)
     alignment = Alignment(module_calls=len(calls))
 
     scopes = read_scopes(nodes, {module for module, _ in calls}, call_index)
@@ -117,6 +128,9 @@ def align_modules(
 
     calls_per_module = Counter(module for module, _ in calls)
     groups, reasons = _group_nodes_by_call(nodes, scopes, calls_per_module)
+    # What enters a call is read by its own nodes: a BatchNorm given the folded Conv
+    # reads the Conv's input, not its own.
+    own_groups = dict(groups)
     _give_folded_conv_to_batchnorm(calls, groups, reasons)
     consumers = _consumers(nodes)
     paired: dict[str, CapturedValue] = {}  # reference name -> candidate
@@ -139,7 +153,52 @@ def align_modules(
                 paired[values[0].name] = candidate
         else:
             _align_several_outputs(group, values, candidate_values, consumers, alignment)
+    _align_inputs(entering, own_groups, candidate_values, alignment)
     return alignment
+
+
+def _align_inputs(
+    entering: Mapping[CallKey, Sequence[CapturedValue]],
+    groups: Mapping[CallKey, Sequence[NodeInfo]],
+    candidate_values: Mapping[str, CapturedValue],
+    alignment: Alignment,
+) -> None:
+    """Pair what enters each call with the value its nodes read from outside it.
+
+    Each recorded input takes the one value of its shape and dtype that the call's
+    nodes read from outside the call (weights are no captured values, so they are
+    not among them). A pair whose ONNX value is already compared against the same
+    array (the previous call's output) adds nothing and is left out; an input that
+    cannot be located is not listed: the call's output row stands for the call.
+    """
+    held: dict[str, list[CapturedValue]] = defaultdict(list)
+    for pair in alignment.pairs:
+        held[pair.candidate.name].append(pair.reference)
+    for key, values in entering.items():
+        group = groups.get(key) or ()
+        made_inside = {name for node in group for name in node.outputs}
+        read = list(dict.fromkeys(name for node in group if node.op_type != "Shape"
+                                  for name in node.inputs
+                                  if name in candidate_values and name not in made_inside))
+        for value in values:
+            if (value.provenance.module_class or "").startswith("BatchNorm") and any(
+                    node.op_type == "Conv" for node in group):
+                continue  # dynamo: the folded Conv reads the Conv's input, not the norm's
+            matches = [name for name in read
+                       if candidate_values[name].array.shape == value.array.shape
+                       and candidate_values[name].array.dtype == value.array.dtype]
+            if len(matches) != 1 or any(_same_array(earlier.array, value.array)
+                                        for earlier in held[matches[0]]):
+                continue
+            alignment.pairs.append(Pair(value, candidate_values[matches[0]]))
+            held[matches[0]].append(value)
+
+
+def _same_array(first: Any, second: Any) -> bool:
+    """The very copy, or equal values (NaN equal to NaN)."""
+    if first is second:
+        return True
+    return first.shape == second.shape and np.array_equal(first, second, equal_nan=True)
 
 
 def _give_folded_conv_to_batchnorm(

@@ -7,11 +7,13 @@ call: ``relu``, ``relu@1``, ``relu@2`` — the convention of ``torch.export``'s
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-__all__ = ["call_name", "call_of_stack_key", "split_into_calls", "PlannedCall"]
+__all__ = ["call_name", "call_of_stack_key", "split_into_calls", "PlannedCall", "input_name",
+           "input_of"]
 
 Item = TypeVar("Item")
 
@@ -25,6 +27,26 @@ def call_of_stack_key(key: str) -> int:
 def call_name(path: str, call: int) -> str:
     """``relu`` for the first call of ``relu``, ``relu@2`` for the third."""
     return path if call == 0 else f"{path}@{call}"
+
+
+def input_name(call: str, index: int, count: int) -> str:
+    """``fc2 (input)``: the value entering a call, ``fc2 (input 1)`` when it takes several.
+
+    Module level records what enters each call too, so that a value computed between
+    two modules (``F.gelu`` in a ``forward``) is compared where the next module reads it.
+    """
+    return f"{call} (input)" if count == 1 else f"{call} (input {index})"
+
+
+def input_of(name: str) -> tuple[str, int] | None:
+    """``("fc2", 0)`` for ``fc2 (input)``; ``None`` for a call's output."""
+    match = _INPUT_NAME.fullmatch(name)
+    if match is None:
+        return None
+    return match["call"], int(match["index"] or 0)
+
+
+_INPUT_NAME = re.compile(r"(?P<call>.*) \(input(?: (?P<index>\d+))?\)")
 
 
 @dataclass(frozen=True)

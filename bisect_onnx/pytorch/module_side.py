@@ -2,6 +2,10 @@
 
 Each output is copied the moment the hook fires, because a later in-place op (a
 ``ReLU(inplace=True)`` right after a conv) would otherwise change it under us.
+What enters each call is recorded too (by a pre-hook, before an in-place module
+writes over it): a value computed between two modules (``F.gelu`` in a ``forward``,
+an in-place view edit) has no module of its own, and is compared where the next
+module reads it.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import numpy as np
 
 from bisect_onnx.errors import ModelError, one_line
 from bisect_onnx.graph.provenance import Provenance
-from bisect_onnx.pytorch.calls import call_name
+from bisect_onnx.pytorch.calls import call_name, input_name
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 
 if TYPE_CHECKING:
@@ -62,6 +66,8 @@ class TorchModuleSide:
         recorder = _CallRecorder({module: path for path, module in modules if path})
         args, kwargs = split_keywords([to_tensor(array) for array in inputs], keywords)
         handles = [module.register_forward_hook(recorder) for module in recorder.paths]
+        handles += [module.register_forward_pre_hook(recorder.record_inputs)
+                    for module in recorder.paths]
         try:
             # A model in training mode updates its BatchNorm statistics as it runs: put
             # them back, so that comparing leaves the user's model as it was.
@@ -101,6 +107,24 @@ class _CallRecorder:
         self.versions: dict[str, int | None] = {}
         self.latest: dict[tuple, str] = {}  # (storage, shape, strides, dtype) -> last recorded
 
+    def record_inputs(self, module: torch.nn.Module, args: Any) -> None:
+        """The pre-hook: copy each distinct tensor argument of the call about to run.
+
+        A tensor recorded before and unchanged since (the previous module's output)
+        shares that copy, so recording inputs costs memory only for the values no
+        module returned.
+        """
+        path = self.paths[module]
+        call = self.calls.get(path, 0)
+        tensors: list[torch.Tensor] = []
+        for _, tensor in flatten_outputs(tuple(args)):
+            if not any(same_tensor(seen, tensor) for seen in tensors):
+                tensors.append(tensor)
+        for index, tensor in enumerate(tensors):
+            self._record(input_name(call_name(path, call), index, len(tensors)), tensor,
+                         Provenance(position=len(self.values), module=path, call=call,
+                                    module_class=type(module).__name__))
+
     def __call__(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         path = self.paths[module]
         call = self.calls.get(path, 0)
@@ -127,6 +151,21 @@ class _CallRecorder:
             self.recorded[name] = weakref.ref(tensor)
             self.versions[name] = version
             self.latest[_tensor_key(tensor)] = name
+
+    def _record(self, name: str, tensor: torch.Tensor, provenance: Provenance) -> None:
+        """Record ``tensor`` under ``name``, sharing the copy of an unchanged earlier record."""
+        earlier = _latest_record(tensor, self.recorded, self.latest)
+        version = _version(tensor)
+        shared = earlier and version is not None and self.versions[earlier] == version
+        if shared:  # a module output seen again: it stays the record to pass through
+            self.values[name] = CapturedValue(name=name, array=self.values[earlier].array,
+                                              provenance=provenance)
+            return
+        self.values[name] = CapturedValue(name=name, array=to_numpy(tensor),
+                                          provenance=provenance)
+        self.recorded[name] = weakref.ref(tensor)
+        self.versions[name] = version
+        self.latest[_tensor_key(tensor)] = name
 
 
 @contextlib.contextmanager

@@ -4,8 +4,8 @@ Forward hooks on the submodules of ``ExportedProgram.module()`` never fire: the
 graph is flat, and the submodules are only remembered in each node's
 ``meta["nn_module_stack"]`` (outermost first; key ``L__self__block@1`` for the
 second call of ``block``, value ``(path, qualified class name)``). So the graph runs
-in a :class:`torch.fx.Interpreter`, and the value that leaves each module call is
-recorded under the name :class:`~bisect_onnx.pytorch.module_side.TorchModuleSide` gives the
+in a :class:`torch.fx.Interpreter`, and the values that enter and leave each module
+call are recorded under the name :class:`~bisect_onnx.pytorch.module_side.TorchModuleSide` gives the
 same call (``block``, ``block@1``, ``pair[0]``), so either side can be the reference.
 """
 
@@ -14,14 +14,15 @@ from __future__ import annotations
 import functools
 import logging
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from bisect_onnx.errors import ModelError, one_line
 from bisect_onnx.graph.provenance import Provenance
-from bisect_onnx.pytorch.calls import PlannedCall, call_of_stack_key
+from bisect_onnx.pytorch.calls import PlannedCall, call_of_stack_key, input_name
 from bisect_onnx.pytorch.module_side import (
     buffers_restored,
     describe_arrays,
@@ -49,6 +50,9 @@ class ExportedProgramSide:
         self.exported_program = exported_program
         self._module = exported_program.module()
         self._calls, root_class = _plan_calls(self._module.graph)
+        #: (module path, call) -> the nodes whose values enter the call, as its pre-hook
+        #: would see them.
+        self._inputs = _call_inputs(self._module.graph)
         self.module_class = root_class or type(self._module).__name__
         self.label = label or self.module_class
 
@@ -66,6 +70,7 @@ class ExportedProgramSide:
         import torch
 
         wanted = {node for call in self._calls for node in call.outputs}
+        wanted.update(node for entering in self._inputs.values() for node in entering.nodes)
         recorder = recorder_class()(self._module, wanted)
         # The graph's placeholders are the program's user inputs in its own order, which
         # is the order the inputs were arranged in: keywords need no special handling.
@@ -82,20 +87,35 @@ class ExportedProgramSide:
                 "match the ones it was exported with (shapes are fixed unless exported "
                 "with dynamic_shapes)"
             ) from error
-        values = _call_values(self._calls, recorder)
+        values = _call_values(self._calls, recorder, self._inputs)
         logger.info("recorded %d module outputs from %d module calls", len(values),
                     len(self._calls))
         return Capture(values=values, outputs=final_outputs(result, self.module_class))
 
 
-def _call_values(calls: Sequence[PlannedCall], recorder: Any) -> dict[str, CapturedValue]:
-    """Each module call's outputs as the recorder copied them, named as the hooks name them."""
+def _call_values(calls: Sequence[PlannedCall], recorder: Any,
+                 inputs: Mapping[tuple[str, int], CallInputs]) -> dict[str, CapturedValue]:
+    """Each module call's inputs and outputs as the recorder copied them.
+
+    Named and ordered as the eager hooks name and order them.
+    """
     values: dict[str, CapturedValue] = {}
     latest: dict[Node, str] = {}  # node -> last name its (whole) value was recorded as
-    for call in calls:
-        several = len(call.outputs) > 1
-        for index, node in enumerate(call.outputs):
+    for kind, call, nodes in _hook_order(calls, inputs):
+        several = len(nodes) > 1
+        for index, node in enumerate(nodes):
             for suffix, array in recorder.copies.get(node, []):
+                if kind == "input":
+                    if suffix:
+                        continue
+                    name = input_name(call.name, index, len(nodes))
+                    if node in latest:  # another call's output seen again: its copy
+                        array = values[latest[node]].array
+                    values[name] = CapturedValue(name, array, Provenance(
+                        position=len(values), module=call.path, call=call.call,
+                        module_class=call.module_class))
+                    latest.setdefault(node, name)
+                    continue
                 name = call.name + (f"[{index}]" if several else "") + suffix
                 same_as = recorder.passed_through.get(node)
                 values[name] = CapturedValue(
@@ -113,6 +133,56 @@ def _call_values(calls: Sequence[PlannedCall], recorder: Any) -> dict[str, Captu
                 if not suffix:
                     latest[node] = name
     return values
+
+
+def _hook_order(calls: Sequence[PlannedCall],
+                inputs: Mapping[tuple[str, int], CallInputs]) -> list[tuple[str, Any, Any]]:
+    """``("input" | "output", call, nodes)`` in the order eager pre-hooks and hooks fire.
+
+    A call's pre-hook fires before its first node runs, outer calls' first; its hook
+    after its last, inner calls' first.
+    """
+    events = []
+    for call in calls:
+        entering = inputs.get((call.path, call.call))
+        if entering is not None and entering.nodes:
+            events.append(((entering.starts_at, 0, call.depth),
+                           ("input", call, entering.nodes)))
+        events.append(((call.done_at, 1, -call.depth), ("output", call, call.outputs)))
+    return [event for _, event in sorted(events, key=lambda item: item[0])]
+
+
+@dataclass(frozen=True)
+class CallInputs:
+    """The tensor nodes read inside one module call but made outside it."""
+
+    nodes: tuple[Node, ...]
+    """In order of first use; weights (``get_attr`` nodes) are no inputs."""
+    starts_at: int
+    """Graph position of the call's first node: its pre-hook fires just before."""
+
+
+def _call_inputs(graph: torch.fx.Graph) -> dict[tuple[str, int], CallInputs]:
+    """(module path, call) -> what enters the call, as its forward pre-hook sees it."""
+    position = {node: index for index, node in enumerate(graph.nodes)}
+    members: dict[tuple[str, int], list[Node]] = defaultdict(list)
+    for node in graph.nodes:
+        for key, (path, _) in module_stack(node).items():
+            if path:
+                members[(path, call_of_stack_key(key))].append(node)
+    entering: dict[tuple[str, int], CallInputs] = {}
+    for call_key, nodes in members.items():
+        inside = set(nodes)
+        found = [source for node in nodes for source in node.all_input_nodes
+                 if source not in inside and source.op != "get_attr"
+                 and _may_hold_tensors_or_input(source)]
+        entering[call_key] = CallInputs(tuple(dict.fromkeys(found)),
+                                        min(position[node] for node in nodes))
+    return entering
+
+
+def _may_hold_tensors_or_input(node: Node) -> bool:
+    return node.op == "placeholder" or _may_hold_tensors(node)
 
 
 def _plan_calls(graph: torch.fx.Graph) -> tuple[list[PlannedCall], str | None]:
