@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import re
 import warnings
@@ -68,6 +69,7 @@ def export_model(
     positional, kwargs = split_keywords([to_tensor(array) for array in inputs], keywords)
     args = tuple(positional)
     options = {**(options or {}), **({"kwargs": kwargs} if kwargs else {})}
+    _check_options(torch.onnx.export, options)
     path = folder / "model.onnx"
     logger.info("exporting %s with the %s exporter", name, exporter)
     emit(EXPORT_STARTED, exporter)
@@ -80,12 +82,7 @@ def export_model(
             else:
                 torch.onnx.export(model, args, str(path), dynamo=False, opset_version=opset,
                                   **options)
-    except TypeError as error:
-        if "unexpected keyword" in str(error) or "multiple values" in str(error):
-            raise UsageError(f"torch.onnx.export does not take that option: "
-                             f"{one_line(error)}") from error
-        raise ModelError(export_failure(exporter, model, error)) from error
-    except Exception as error:
+    except Exception as error:  # a TypeError too: options were checked, so it is the model's
         logger.debug("export failed", exc_info=True)
         raise ModelError(export_failure(exporter, model, error)) from error
     if program is not None:
@@ -93,6 +90,37 @@ def export_model(
     exported = getattr(program, "exported_program", None)
     return ExportResult(path=path, call_index=call_index_from_program(exported),
                         program=exported)
+
+
+# What export_model passes to torch.onnx.export itself, and where a user sets it.
+_SET_HERE = {"model": "the model argument", "args": "the inputs",
+             "f": "ExportOptions(save_to=...) to keep the file",
+             "dynamo": "ExportOptions(exporter=...)", "opset_version": "ExportOptions(opset=...)",
+             "verbose": "bisect-onnx's own log (-v)"}
+
+
+def _check_options(export: Any, options: Mapping[str, Any]) -> None:
+    """Refuse options ``torch.onnx.export`` does not take, before the export runs.
+
+    A ``TypeError`` from the export itself cannot tell a bad option from a model whose
+    ``forward`` rejects its arguments while being traced, so options are checked here.
+    """
+    try:
+        parameters = inspect.signature(export).parameters
+    except (TypeError, ValueError):  # no signature to check against
+        return
+    clashing = sorted(set(options) & set(_SET_HERE))
+    if clashing:
+        raise UsageError(f"torch_kwargs sets {', '.join(clashing)}, which bisect-onnx "
+                         f"passes to torch.onnx.export itself; use "
+                         f"{'; '.join(_SET_HERE[name] for name in clashing)} instead")
+    if any(parameter.kind is parameter.VAR_KEYWORD for parameter in parameters.values()):
+        return
+    unknown = sorted(set(options) - set(parameters))
+    if unknown:
+        raise UsageError(f"torch.onnx.export takes no option {', '.join(unknown)}; "
+                         f"drop it from torch_kwargs (its options: "
+                         f"{', '.join(name for name in parameters if name not in _SET_HERE)})")
 
 
 def _save(program: Any, path: Path) -> None:

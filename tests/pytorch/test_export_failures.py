@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from bisect_onnx.errors import ModelError
+from bisect_onnx.errors import ModelError, UsageError
 from bisect_onnx.pytorch.exporting import export_model
 
 _STEP_TWO = ("Failed to decompose the FX graph for ONNX compatibility. \x1b[96mThis is step "
@@ -77,3 +77,29 @@ def test_a_real_translation_failure_names_step_three(tmp_path):
     assert "(step 3 of 3, the translation of the traced graph to ONNX)" in message
     assert "histc" in message
     assert "--exporter torchscript" in message
+
+
+def test_an_option_torch_onnx_export_does_not_take_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError, match="takes no option no_such_option"):
+        export_model(Tiny(), [np.ones((2, 2), np.float32)], tmp_path,
+                     options={"no_such_option": 1})
+
+
+def test_an_option_bisect_onnx_sets_itself_names_the_field_to_use(tmp_path):
+    with pytest.raises(UsageError, match=r"opset_version.*ExportOptions\(opset=\.\.\.\)"):
+        export_model(Tiny(), [np.ones((2, 2), np.float32)], tmp_path,
+                     options={"opset_version": 18})
+
+
+def test_a_forward_that_rejects_its_arguments_while_traced_is_a_model_error(tmp_path):
+    # A TypeError from inside the trace (transformers' BertModel under the TorchScript
+    # exporter: "got multiple values for argument 'use_cache'") is no option of ours.
+    class Picky(torch.nn.Module):
+        def forward(self, x):
+            if torch.jit.is_tracing():
+                raise TypeError("forward() got multiple values for argument 'use_cache'")
+            return x * 2
+
+    message = _export_error(Picky(), tmp_path, "torchscript")
+    assert "the torchscript exporter could not export Picky" in message
+    assert "multiple values" in message
