@@ -29,8 +29,8 @@ logger = logging.getLogger(__name__)
 CAPTURE_DIFFERS_WARNING = ReportWarning(
     "capture-differs",
     "the capture session ({mode}) computes final outputs that differ from the production "
-    "session's by up to {difference} (other kernels, other rounding): a divergence only "
-    "the production kernels show may be missed"
+    "session's by up to {difference}{share} (other kernels, other rounding): a divergence "
+    "only the production kernels show may be missed"
 )
 CAPTURE_FELL_BACK = ReportWarning(
     "capture-fell-back",
@@ -59,6 +59,24 @@ class CandidateRun:
     """The capture session's final outputs are not bitwise production's."""
     fallback: str | None = None
     """Why every value was promoted instead of those production keeps, if it was."""
+
+    def tolerance_used(self, rtol: float, atol: float) -> float:
+        """How much of the tolerance the capture's final outputs use against production's.
+
+        0 where they are bitwise production's (:func:`bisect_onnx.search.modes.tolerance_share`).
+        """
+        if not self.capture_differs:
+            return 0.0
+        return modes.tolerance_share(self.capture.outputs, self.production, rtol=rtol,
+                                     atol=atol)
+
+    def capture_matters(self, report: Report) -> bool:
+        """Whether the capture's outputs differ from production's by enough to matter.
+
+        Under :data:`~bisect_onnx.search.modes.FAITHFUL_SHARE` of the report's tolerance
+        the captured values stand (another layout's rounding), and nothing is probed.
+        """
+        return self.tolerance_used(report.rtol, report.atol) > modes.FAITHFUL_SHARE
 
     def judged_capture(self) -> Capture:
         """The captured values with production's final outputs: what the verdict judges."""
@@ -112,9 +130,10 @@ def probe_production(report: Report, run: CandidateRun, arrays: Sequence[np.ndar
     run.runner = run.runner or ProbeRunner(candidate, arrays)
     logger.info("bisecting %d checkpoints with probes of the production graph",
                 len(checkpoints))
+    # What the capture saw fail is probed first: evidence is never thrown away.
     bisection = run.runner.bisect(checkpoints, rtol=report.rtol, atol=report.atol,
-                                  compare=compare)
-    reason = modes.CAPTURE_DIFFERS if run.capture_differs else modes.NO_VALUE_FAILS
+                                  compare=compare, suspects=modes.capture_suspects(report))
+    reason = modes.CAPTURE_DIFFERS if run.capture_matters(report) else modes.NO_VALUE_FAILS
     modes.adopt_bisection(report, bisection, reason,
                           {checkpoint.name: checkpoint.reference for checkpoint in checkpoints},
                           {output: node.index for node in candidate.nodes
@@ -125,12 +144,23 @@ def probe_production(report: Report, run: CandidateRun, arrays: Sequence[np.ndar
 
 def wants_probes(report: Report, run: CandidateRun) -> bool:
     """Whether the capture may not show the first divergence production computes."""
-    return report.diverged and (run.capture_differs or modes.no_value_fails(report))
+    return report.diverged and (run.capture_matters(report) or modes.no_value_fails(report))
 
 
-def capture_warning(candidate: OnnxRuntimeSide, capture: dict) -> str | None:
-    """The warning that the capture session computes other outputs than production."""
+def capture_warning(candidate: OnnxRuntimeSide, capture: dict, *,
+                    share: float | None = None) -> str | None:
+    """The warning that the capture session computes other outputs than production.
+
+    ``share``: how much of the tolerance the difference uses
+    (:meth:`CandidateRun.tolerance_used`); under
+    :data:`~bisect_onnx.search.modes.FAITHFUL_SHARE` nothing is said. Without it, any
+    difference is.
+    """
     if candidate.outputs_match_production is not False:
         return None
+    if share is not None and share <= modes.FAITHFUL_SHARE:
+        return None
+    used = "" if share is None else (
+        ", more than the tolerance" if share > 1 else f", {share:.0%} of the tolerance")
     return CAPTURE_DIFFERS_WARNING.format(difference=candidate.production_difference,
-                                          mode=capture.get("mode"))
+                                          mode=capture.get("mode"), share=used)
