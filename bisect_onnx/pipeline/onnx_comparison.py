@@ -7,7 +7,7 @@ and the local checks need to judge a candidate value as its row was judged.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -18,6 +18,7 @@ from bisect_onnx.align.onnx_pairs import (
     pair_graphs,
     pair_uncaptured,
 )
+from bisect_onnx.graph.provenance import Provenance
 from bisect_onnx.judge.compare import ArrayComparison
 from bisect_onnx.judge.records import Coverage, Record, Report
 from bisect_onnx.judge.tolerances import (
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     import onnx
 
 __all__ = ["Paired", "ProbePlan", "SampleValues", "compare_sample", "probe_checkpoints",
-           "local_judge", "as_candidate_values"]
+           "local_judge", "as_candidate_values", "kernel_references", "show_kernel_culprit"]
 
 
 STRUCTURAL = ReportWarning(
@@ -241,6 +242,53 @@ def as_candidate_values(pairs: Sequence[ValuePair], reference_capture: Capture,
         converted[pair.candidate] = array
     return converted
 
+
+def kernel_references(paired: Paired, reference_capture: Capture) -> dict[str, CapturedValue]:
+    """The reference's values of the candidate's fused-away values, by the candidate's names.
+
+    ONNX Runtime fuses a MatMul into its bias Add, say: the candidate never shows the
+    MatMul's output, but the reference model computes it, so the node that went wrong
+    inside the kernel can be named. Floats only, not quantized integers.
+    """
+    uncaptured = pair_uncaptured(paired.reference, {
+        name: reference_capture.values[name].array for name in paired.unpaired_fused},
+        paired.groups)
+    found: dict[str, CapturedValue] = {}
+    for pair in uncaptured:
+        reference = reference_capture.values.get(pair.reference)
+        if (reference is None or pair.quantization is not None or pair.candidate in found
+                or reference.array.dtype.kind not in "fc"):
+            continue
+        found[pair.candidate] = CapturedValue(pair.candidate, reference.array,
+                                              reference.provenance)
+    return found
+
+
+def show_kernel_culprit(report: Report, paired: Paired, reference_capture: Capture,
+                        local_values: Mapping[str, np.ndarray]) -> None:
+    """A culprit found inside a fused kernel, shown as the comparison rows are.
+
+    Attribution names it with the reference's value on the reference's side; the row
+    says which reference node and module it stands for, with its pair's tolerance.
+    """
+    kernel = (report.attribution or {}).get("inside_kernel") or {}
+    culprit, name = report.culprit, kernel.get("value")
+    if culprit is None or name is None or culprit.onnx_value != name or name not in local_values:
+        return
+    uncaptured = pair_uncaptured(paired.reference, {
+        value: reference_capture.values[value].array for value in paired.unpaired_fused},
+        paired.groups)
+    pair = next((pair for pair in uncaptured if pair.candidate == name), None)
+    if pair is None or pair.reference not in reference_capture.values:
+        return
+    local = CapturedValue(name, np.asarray(local_values[name]),
+                          Provenance(position=culprit.index))
+    row = paired.judge.record(culprit.index, reference_capture.values[pair.reference], local,
+                              pair, paired.nodes)
+    report.culprit = replace(row, introduced_here=True,
+                             local_max_abs_error=culprit.local_max_abs_error,
+                             local_status=culprit.local_status,
+                             classification=culprit.classification)
 
 
 def _tolerance_basis(precision: str, rtol: float | None, atol: float | None,

@@ -33,8 +33,10 @@ from bisect_onnx.pipeline.onnx_comparison import (
     SampleValues,
     as_candidate_values,
     compare_sample,
+    kernel_references,
     local_judge,
     probe_checkpoints,
+    show_kernel_culprit,
 )
 from bisect_onnx.pipeline.options import RandomInputs, RuntimeOptions
 from bisect_onnx.pipeline.prepare import onnx_model_path
@@ -222,9 +224,12 @@ class _Models:
                                                                    candidate_arrays,
                                                                    strict=True)})
         if report.diverged or report.hidden_divergences:  # hidden ones have culprits too
-            attribute_divergence(report, candidate, values.reference, values.candidate,
-                                 values.graph_inputs, everything=self.all_culprits,
-                                 compare=local_judge(paired.judge, pairs, reference_capture))
+            local_values = attribute_divergence(
+                report, candidate, values.reference, values.candidate, values.graph_inputs,
+                everything=self.all_culprits,
+                compare=local_judge(paired.judge, pairs, reference_capture),
+                kernel_references=kernel_references(paired, reference_capture))
+            show_kernel_culprit(report, paired, reference_capture, local_values)
         report.culprit_node = culprit_context(report.culprit or report.first_divergence,
                                          candidate, reference_capture, judged,
                                          report.comparisons)
@@ -242,7 +247,7 @@ def _reference_runtime(reference: Any) -> dict[str, Any]:
 def _write_repro(folder: Path, report: Report, candidate: OnnxRuntimeSide,
                  values: SampleValues) -> dict[str, Any]:
     """Write the first culprit's minimal repro, the reference's values as the expected."""
-    record = report.first_culprit or report.first_divergence
+    record = report.culprit or report.first_divergence
     if record.onnx_value not in values.candidate:
         record = report.first_divergence
     return write_sample_repro(

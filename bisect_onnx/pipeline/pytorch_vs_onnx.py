@@ -207,7 +207,13 @@ def _run_sample(settings: Settings, arrays: list[np.ndarray], description: str):
             warnings.append(MEMORY_NO_OPS)
     onnx_capture = bisection.capture if bisection is not None else run.capture
     report, pairs, segments = _compare(settings, torch_capture, onnx_capture, arrays, ops,
-                                       final_outputs, warnings)
+                                       final_outputs, list(warnings))
+    if ops is None and not memory_reason and report.hidden_divergences:
+        # A hidden divergence has a culprit too: trace for op precision, as a divergence does.
+        ops = _op_values(settings, arrays, diverged=True, memory_reason=None)
+        if ops is not None:
+            report, pairs, segments = _compare(settings, torch_capture, onnx_capture, arrays,
+                                               ops, final_outputs, list(warnings))
     if bisection is not None:
         report.search = bisection.describe(memory_reason)
         report.warnings.extend(bisection.warnings())
@@ -369,7 +375,7 @@ def _repro_value(report: Report, onnx_capture: Capture) -> str:
     A repro must show what the production session computes, and a value ONNX Runtime
     fused away is not computed there.
     """
-    culprit = report.first_culprit or report.first_divergence
+    culprit = report.culprit or report.first_divergence
     if culprit.onnx_value in onnx_capture.values:
         return culprit.onnx_value
     kernel = (report.attribution or {}).get("inside_kernel") or {}

@@ -13,7 +13,7 @@ from bisect_onnx.report.formatting import (
     format_number,
     format_record_shape,
 )
-from bisect_onnx.report.verdict import describe_origin
+from bisect_onnx.report.verdict import describe_origin, fed_description
 
 if TYPE_CHECKING:  # types only: records import this module to format themselves
     from bisect_onnx.judge.records import Record, Report
@@ -106,7 +106,8 @@ def _headers(report: Report) -> list[str]:
 def _culprit_list(report: Report) -> str:
     """Every value that introduces error on its own (``--all-culprits``)."""
     culprits = report.culprits or []
-    lines = [f"culprits ({len(culprits)}; values whose own node, fed PyTorch's inputs, is "
+    lines = [f"culprits ({len(culprits)}; values whose own node, fed "
+             f"{fed_description(report)}, is "
              "out of tolerance beyond float rounding):"]
     for record in culprits:
         lines.append(f"  {record.onnx_value} ({record.onnx_node}, {record.onnx_op}) <- "

@@ -16,7 +16,7 @@ from bisect_onnx.report.formatting import (
 if TYPE_CHECKING:  # types only: records import this module to format themselves
     from bisect_onnx.judge.records import Record, Report
 
-__all__ = ["verdict_line", "describe_origin"]
+__all__ = ["verdict_line", "describe_origin", "fed_description"]
 
 
 def verdict_line(report: Report) -> str:
@@ -135,7 +135,7 @@ def describe_origin(record: Record) -> str:
     return origin + (f" [{record.torch_op}]" if record.torch_op else "") + source
 
 
-def _fed(report: Report) -> str:
+def fed_description(report: Report) -> str:
     """What a node is fed when checked on its own: PyTorch's values, or the reference's."""
     if report.coverage.granularity == Granularity.VALUE:
         return "the reference model's values"
@@ -154,16 +154,18 @@ def _culprit_sentence(report: Report, culprit: Record) -> str:
                   f"{kernel['kernel_output']!r}")
     alone = format_number(culprit.local_max_abs_error)
     return (f"{_where(report, culprit)} <- {describe_origin(culprit)}{inside} introduces the "
-            f"error: fed {_fed(report)} it is off by {alone} on its own ({verdict})")
+            f"error: fed {fed_description(report)} it is off by {alone} on its own ({verdict})")
 
 
 def _carries_only(report: Report, first: Record) -> str:
     """Why the first failing value is not the culprit."""
     attribution = report.attribution or {}
+    if (attribution.get("inside_kernel") or {}).get("kernel_output") == first.onnx_value:
+        return "it is the output of the kernel ONNX Runtime fused the culprit into"
     how = ("fails by float rounding only" if first.onnx_value in attribution.get("noise", ())
            else "is within tolerance" if first.introduced_here is False
            else "was not checked")
-    return f"it only carries the error (fed {_fed(report)} it {how})"
+    return f"it only carries the error (fed {fed_description(report)} it {how})"
 
 
 def _no_culprit(report: Report) -> str:

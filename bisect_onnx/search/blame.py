@@ -46,6 +46,7 @@ def attribute_divergence(
     modules: Any = None,
     everything: bool = False,
     compare: Callable[[str, np.ndarray], ArrayComparison] | None = None,
+    kernel_references: Mapping[str, CapturedValue] | None = None,
 ) -> dict[str, np.ndarray]:
     """Find which failing values were introduced where they fail, and classify them.
 
@@ -56,6 +57,9 @@ def attribute_divergence(
     ``modules`` (``(module capture, call index)``) does for module rows what ``ops``
     does for op rows. ``compare`` judges a local result where the reference needs
     converting (see :func:`bisect_onnx.search.local.run_locally`).
+    ``kernel_references`` are the reference's values of the values ONNX Runtime fused
+    away (ONNX against ONNX: the reference model computes them), by the candidate's
+    names, to name the node that went wrong inside a fused kernel as ``ops`` do.
     """
     failing = [record for record in report.comparisons if record.failed]
     if (report.search or {}).get("first_failing") and report.first_divergence in failing:
@@ -74,8 +78,9 @@ def attribute_divergence(
     first = attribution.culprit
     if first is None:
         return {}
-    if ops is not None or modules is not None:
+    if ops is not None or modules is not None or kernel_references is not None:
         inner_references = (dict(ops.values) if ops is not None
+                            else dict(kernel_references) if kernel_references is not None
                             else _module_references(modules, checker.checks, candidate,
                                                     candidate_values))
         _name_inside_kernels(report, first, checker.checks, candidate, inner_references)

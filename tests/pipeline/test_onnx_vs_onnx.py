@@ -28,7 +28,7 @@ from bisect_onnx.judge.tolerances import (
 )
 from fixtures.registry import FIXTURES, repo_path
 from tests.conftest import tree_digest
-from tests.planting import plant, scale_initializer_input
+from tests.planting import fx_segment, plant, scale_initializer_input
 
 RESNET = repo_path(FIXTURES["resnet_like"].onnx_file)
 RESNET_INPUT = repo_path(FIXTURES["resnet_like"].input_file)
@@ -462,6 +462,23 @@ def test_random_input_settings_are_refused_with_given_inputs_and_below_one(made)
     with pytest.raises(UsageError, match="whole number >= 1, got 0"):
         bisect_onnx.bisect_onnx_models(RESNET, made["fp16"],
                                        random_inputs=bisect_onnx.RandomInputs(samples=0))
+
+
+def test_a_matmul_fused_into_its_bias_add_is_named_inside_the_kernel(fixture_case, tmp_path):
+    # ONNX Runtime fuses each Linear's MatMul with its bias Add: the candidate shows only
+    # the Add's output, yet the culprit is the planted MatMul, which the reference computes.
+    _, inputs, exported = fixture_case("tiny_transformer")
+    matmul = fx_segment(onnx.load(str(exported), load_external_data=False), "linear_4")[0]
+    planted = tmp_path / "planted.onnx"
+    plant(exported, planted, scale_initializer_input(matmul.name, 1, 1.01))
+    report = bisect_onnx.bisect_onnx_models(exported, planted, inputs)
+    assert report.diverged
+    assert report.culprit.onnx_node == matmul.name and report.culprit.onnx_op == "MatMul"
+    assert report.culprit.reference_node == matmul.name  # shown as the rows are
+    assert report.first_divergence.onnx_op == "Add"
+    summary = report.summary()
+    assert summary.startswith(f"DIVERGED: culprit ONNX node {matmul.name!r} (MatMul)")
+    assert "PyTorch" not in summary and "the reference model's values" in summary
 
 
 # the command line -----------------------------------------------------------------------
