@@ -42,9 +42,6 @@ CUTS_PER_PROBE = 3
 #: Values of a segment (a residual block, an attention block: tens of values) one
 #: probe marks: most segments in one probe.
 SEGMENT_PER_PROBE = 32
-#: The share of the memory budget one probe's marked values may take: the reference
-#: values and the session's weights need the rest.
-_PROBE_SHARE_OF_BUDGET = 0.25
 
 
 @dataclass(frozen=True)
@@ -249,11 +246,15 @@ class ProbeRunner:
 
 def values_per_probe(checkpoints: Sequence[Checkpoint],
                      memory_budget: int | None) -> tuple[int, int]:
-    """How many cuts, and how many segment values, one probe may mark within a budget."""
+    """How many cuts, and how many segment values, one probe may mark within a budget.
+
+    The reference values are held throughout; a probe's values get what is left.
+    """
     if memory_budget is None or not checkpoints:
         return CUTS_PER_PROBE, SEGMENT_PER_PROBE
-    largest = max(checkpoint.reference.array.nbytes for checkpoint in checkpoints) or 1
-    fits = max(1, int(memory_budget * _PROBE_SHARE_OF_BUDGET) // largest)
+    sizes = [checkpoint.reference.array.nbytes for checkpoint in checkpoints]
+    room = memory_budget - sum(sizes)
+    fits = max(1, room // (max(sizes) or 1))
     return min(CUTS_PER_PROBE, fits), min(SEGMENT_PER_PROBE, fits)
 
 

@@ -43,10 +43,10 @@ def test_a_memory_budget_too_small_for_a_full_capture_bisects_to_the_same_culpri
     assert full.search == {"mode": "full capture"}
     assert probed.first_divergence.torch_module == "layer2.bn1"
     assert probed.culprit.onnx_value == full.culprit.onnx_value
-    # Only the probed values were fetched (and production's outputs judged): in
-    # O(log N) probes, not the whole graph.
+    # Only the probed values were fetched (and production's outputs judged), one per
+    # probe in a budget this small: the cuts, then the culprit's block, not every value.
     checkpoints = probed.search["checkpoints"]
-    assert len(probed.search["probes"]) <= int(np.ceil(np.log2(checkpoints + 1)))
+    assert len(probed.search["probes"]) <= checkpoints // 3
     fetched = {name for probe in probed.search["probes"] for name in probe["values"]}
     outputs = {output.name for output in onnx.load(str(planted)).graph.output}
     assert {row.onnx_value for row in probed.comparisons} <= fetched | outputs
@@ -248,3 +248,25 @@ def test_over_budget_at_parity_the_verdict_names_the_budget(fixture_case):
     line = report.summary()
     assert line.startswith("PARITY OF FINAL OUTPUTS ONLY") and "memory budget" in line
     assert "could be aligned" not in line and report.unaligned == []
+
+
+def _checkpoints(*sizes):
+    from bisect_onnx.runtime.onnx_side import NodeInfo
+    from bisect_onnx.runtime.sides import CapturedValue
+    from bisect_onnx.search.probes import Checkpoint
+
+    return [Checkpoint(f"v{index}", CapturedValue(f"v{index}", np.zeros(size, np.uint8),
+                                                  None),
+                       NodeInfo(index, f"n{index}", "Op", (f"v{index}",), None, ()))
+            for index, size in enumerate(sizes)]
+
+
+def test_a_probe_marks_what_the_budget_leaves_beside_the_reference_values():
+    from bisect_onnx.search.probes import CUTS_PER_PROBE, SEGMENT_PER_PROBE, values_per_probe
+
+    checkpoints = _checkpoints(100, 100, 200)  # 400 bytes of reference values held
+    assert values_per_probe(checkpoints, None) == (CUTS_PER_PROBE, SEGMENT_PER_PROBE)
+    assert values_per_probe(checkpoints, 1000) == (3, 3)  # 600 left, 200 a value
+    assert values_per_probe(checkpoints, 500) == (1, 1)
+    assert values_per_probe(checkpoints, 10) == (1, 1)  # never none
+    assert values_per_probe(checkpoints, 10**9) == (CUTS_PER_PROBE, SEGMENT_PER_PROBE)
