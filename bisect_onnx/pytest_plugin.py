@@ -8,7 +8,9 @@ actually checks parity.
 Options (one group, ``--bisect-onnx-`` prefix):
 
 - ``--bisect-onnx-artifacts DIR``: each failing check writes its report (JSON, HTML)
-  and the repro of its first divergence there;
+  and the repro of its first divergence there (checked when the session starts: a
+  file, or a place that cannot be written, is a usage error then, not a failure
+  hidden behind the parity failure at the end);
 - ``--bisect-onnx-rtol`` / ``--bisect-onnx-atol``: default tolerances of the fixture.
 """
 
@@ -21,6 +23,7 @@ import pytest
 
 _FAILURES = pytest.StashKey[list]()
 _SECTION = "bisect-onnx"
+_ARTIFACTS = "--bisect-onnx-artifacts"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -36,7 +39,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Start the run's list of failed parity checks."""
+    """Check the artifact folder, and start the run's list of failed parity checks."""
+    artifacts = config.getoption("bisect_onnx_artifacts", None)
+    if artifacts is not None:
+        from bisect_onnx.errors import BisectOnnxError
+        from bisect_onnx.sources.output_paths import check_outputs
+
+        try:
+            check_outputs({_ARTIFACTS: artifacts}, folders={_ARTIFACTS})
+        except BisectOnnxError as error:
+            raise pytest.UsageError(str(error)) from error
     config.stash[_FAILURES] = []
 
 

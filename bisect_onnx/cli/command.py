@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from bisect_onnx.cli.parser import EXIT_BUG, build_parser
 from bisect_onnx.cli.printing import print_report, show_progress
-from bisect_onnx.errors import BisectOnnxError, UsageError
+from bisect_onnx.errors import BisectOnnxError, ModelError, UsageError
 from bisect_onnx.judge.compare import DEFAULT_ATOL, DEFAULT_RTOL
 
 if TYPE_CHECKING:
@@ -37,6 +37,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(error), error.exit_code)
     except KeyboardInterrupt:
         return _fail("interrupted", 130)
+    except SystemExit as error:  # from the user's code: exiting 0 would read as parity
+        return _fail(f"the model's code called sys.exit({error.code!r}) during the run, so "
+                     "there is no verdict; remove the exit", ModelError.exit_code)
     except Exception:  # a bug: keep the traceback, but never exit as "diverged"
         traceback.print_exc()
         return _fail("this is a bug in bisect-onnx; please report it with the traceback "
@@ -57,7 +60,7 @@ def _run(args: argparse.Namespace) -> int:
     from bisect_onnx.cli.against import against_requested, bisect_from_args
     from bisect_onnx.judge.compare import check_tolerances
     from bisect_onnx.pipeline.options import RandomInputs
-    from bisect_onnx.sources.loading import check_writable, load_input_files, load_model
+    from bisect_onnx.sources.loading import load_input_files, load_model
     from bisect_onnx.sources.random_inputs import parse_dim_options
 
     against = against_requested(args)
@@ -69,12 +72,7 @@ def _run(args: argparse.Namespace) -> int:
             raise UsageError("--tolerances applies when two ONNX models are compared "
                              "(--against FILE, --against-opt-level, ...); use --rtol and "
                              "--atol with a PyTorch MODEL")
-    for option, path in (("--json", args.json), ("--save-onnx", args.save_onnx),
-                         ("--html", args.html), ("--model-explorer", args.model_explorer)):
-        if path is not None:
-            check_writable(path, option, creates_folder=option == "--save-onnx")
-    if args.repro_dir is not None and args.repro_dir.exists() and not args.repro_dir.is_dir():
-        raise UsageError(f"--repro-dir {args.repro_dir} is a file; name a folder")
+    _check_files(args, against=against)  # before anything runs or is written
     if against:  # two ONNX models, MODEL the reference: their own driver
         return print_report(args, bisect_from_args(args))
     exporting = {"--exporter": args.exporter, "--opset": args.opset,
@@ -85,13 +83,44 @@ def _run(args: argparse.Namespace) -> int:
                          "--onnx")
     random_inputs = RandomInputs(seed=args.seed, dims=parse_dim_options(args.dim),
                                  samples=args.samples)
-    inputs = load_input_files(args.input) if args.input else None
+    inputs = (load_input_files(args.input, max_memory=args.max_memory) if args.input
+              else None)
     model = load_model(args.model, trust_pickle=args.trust_pickle)
     progress = (bisect_onnx.events.listening(show_progress)
                 if sys.stderr.isatty() and not args.quiet else contextlib.nullcontext())
     with progress:
         report = _bisect(args, model, inputs, random_inputs)
     return print_report(args, report)
+
+
+def _check_files(args: argparse.Namespace, *, against: bool) -> None:
+    """Refuse what the command line alone shows cannot work, before anything runs.
+
+    Output paths that would overwrite an input or each other, unreadable inputs, and
+    a sample count that cannot finish.
+    """
+    from bisect_onnx.sources.file_kinds import read_head
+    from bisect_onnx.sources.input_sizes import check_sample_count
+    from bisect_onnx.sources.output_paths import check_outputs, model_files, onnx_files
+
+    check_sample_count(args.samples)
+    for label, path in (("--onnx", args.onnx), ("candidate", args.against)):
+        if path is not None:  # what it holds is for the step that reads it
+            read_head(path, 1, label=f"{label} file", expected="an .onnx file")
+    if args.tolerances is not None:
+        read_head(args.tolerances, 1, label="tolerance file",
+                  expected="a text file of lines 'PATTERN RTOL ATOL' to --tolerances")
+    outputs = {"--json": args.json, "--html": args.html,
+               "--model-explorer": args.model_explorer, "--save-onnx": args.save_onnx,
+               "--repro-dir": args.repro_dir}
+    model = (onnx_files(args.model, "MODEL", outputs=outputs) if against
+             else model_files(args.model))
+    inputs = [*model, *(("--input", path) for path in args.input),
+              *onnx_files(args.onnx, "--onnx", outputs=outputs),
+              *onnx_files(args.against, "--against", outputs=outputs),
+              ("--tolerances", args.tolerances)]
+    check_outputs(outputs, inputs=inputs, folders={"--repro-dir"},
+                  makes_parents={"--save-onnx"})
 
 
 def _bisect(args: argparse.Namespace, model: object, inputs: object,

@@ -30,6 +30,7 @@ from bisect_onnx.judge.tolerances import (
 from bisect_onnx.judge.value_judge import PairJudge
 from bisect_onnx.judge.verdict import decide
 from bisect_onnx.judge.vocabulary import Granularity, ReportWarning
+from bisect_onnx.pipeline.torch_comparison import vacuity_warnings
 from bisect_onnx.runtime.onnx_side import NodeInfo, OnnxRuntimeSide
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 from bisect_onnx.search.probes import Checkpoint
@@ -120,13 +121,13 @@ def compare_sample(reference: Any, candidate: OnnxRuntimeSide, reference_capture
                         f"{len(final_outputs)} were compared, by position")
     warnings.extend(UNUSED_RULE.format(where=rule.where, pattern=rule.pattern)
                     for rule in rules if rule not in judge.used)
+    warnings.extend(vacuity_warnings(reference_capture.outputs, final_outputs, atol=base.atol))
     decision = decide(comparisons, final_outputs, output_order={
         name: value.provenance.position for name, value in candidate_capture.values.items()})
     compared_nodes = {pair.node for pair in pairing.pairs if pair.node}
     report = Report.decided(
         decision,
-        rtol=base.rtol,
-        atol=base.atol,
+        rtol=base.rtol, atol=base.atol,
         final_outputs=final_outputs,
         comparisons=comparisons,
         coverage=Coverage(onnx_values=len(reference_capture.values),

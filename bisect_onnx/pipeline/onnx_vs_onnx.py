@@ -53,8 +53,10 @@ from bisect_onnx.report.context import culprit_context
 from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
 from bisect_onnx.runtime.reference_side import ReferenceEvaluatorSide, reference_side
 from bisect_onnx.search.blame import attribute_divergence
-from bisect_onnx.sources.file_kinds import looks_like_onnx, read_head
+from bisect_onnx.sources.file_kinds import check_onnx_file
+from bisect_onnx.sources.input_sizes import check_sample_count
 from bisect_onnx.sources.loading import arrange_inputs, check_against_onnx
+from bisect_onnx.sources.output_paths import check_run_files
 
 if TYPE_CHECKING:
     import onnx
@@ -127,6 +129,10 @@ def bisect_onnx_models(
     for name, value in (("rtol", rtol), ("atol", atol)):
         if value is not None:
             check_tolerances(**{"rtol": 0.0, "atol": 0.0, name: value})
+    check_run_files({"repro_dir": repro_dir}, onnx_models={"reference": reference,
+                                                            "candidate": candidate},
+                    tolerances=tolerances, folders={"repro_dir"})
+    check_sample_count((random_inputs or RandomInputs()).samples)
     rules = _rules(tolerances)
     reference_runtime = reference_runtime or RuntimeOptions()
     candidate_runtime = candidate_runtime or RuntimeOptions(
@@ -286,13 +292,6 @@ def _model_path(model: Any, folder: Path, label: str) -> tuple[Path, str]:
     folder = folder / label  # each model its own folder: the proto is saved as given.onnx
     folder.mkdir()
     return onnx_model_path(model, folder)
-
-
-def check_onnx_file(path: Path, label: str) -> None:
-    """Refuse, in one line, a path that is not an ONNX file."""
-    head = read_head(path, 16, label=f"{label} file", expected="an .onnx file")
-    if not looks_like_onnx(head):
-        raise InputError(f"{label} file {path} is not an ONNX model; pass an .onnx file")
 
 
 def _check_runtimes(reference: RuntimeOptions, candidate: RuntimeOptions) -> None:

@@ -8,6 +8,7 @@ the table rows around the culprit, so a CI log says *where* parity broke.
 
 from __future__ import annotations
 
+import logging
 import re
 import tempfile
 from pathlib import Path
@@ -16,18 +17,23 @@ from typing import Any
 from bisect_onnx.errors import ParityError
 from bisect_onnx.events import BISECTION_STARTED, CAPTURE_STARTED, PARITY_CHECKED, emit
 from bisect_onnx.judge.compare import DEFAULT_ATOL, DEFAULT_RTOL, check_tolerances
+from bisect_onnx.judge.records import Report
 from bisect_onnx.pipeline.options import ExportOptions, RandomInputs, RuntimeOptions
 from bisect_onnx.pipeline.prepare import arrange_for, prepare_candidate, resolve_export
 from bisect_onnx.pipeline.pytorch_vs_onnx import Settings, run_prepared
 from bisect_onnx.pipeline.samples import as_arrays
-from bisect_onnx.pipeline.torch_comparison import compare_final_outputs
-from bisect_onnx.pytorch.reference import reference_for
+from bisect_onnx.pipeline.torch_comparison import compare_final_outputs, is_vacuity
+from bisect_onnx.pytorch.reference import exit_is_a_model_error, reference_for
 from bisect_onnx.report.json import write_json
 from bisect_onnx.sources.loading import check_against_onnx
+from bisect_onnx.sources.output_paths import check_run_files
 
 __all__ = ["assert_parity"]
 
+logger = logging.getLogger(__name__)
 
+
+@exit_is_a_model_error
 def assert_parity(
     model: Any,
     inputs: Any,
@@ -57,6 +63,10 @@ def assert_parity(
     """
     __tracebackhide__ = True  # pytest shows the caller's line, not ours
     check_tolerances(rtol, atol)
+    check_run_files({"artifacts_dir": artifacts_dir,
+                     "export.save_to": export and export.save_to},
+                    model=model, onnx_models={"onnx_model": onnx_model},
+                    folders={"artifacts_dir"}, makes_parents={"export.save_to"})
     reference = reference_for(model, label=name)
     export = resolve_export(reference, onnx_model, export)
     label = name or reference.side.describe().get("class", "model")
@@ -71,9 +81,12 @@ def assert_parity(
         warnings: list[str] = []
         records = compare_final_outputs(capture.outputs, prepared.candidate.run_outputs(arrays),
                                         rtol=rtol, atol=atol, warnings=warnings)
-        agree = not warnings and not any(record.failed for record in records)
+        agree = not any(record.failed for record in records) and all(
+            is_vacuity(warning) for warning in warnings)
         emit(PARITY_CHECKED, f"{label}: {'parity' if agree else 'diverged'}")
         if agree:
+            for warning in warnings:  # parity that says nothing, said
+                logger.warning("%s: %s", label, warning)
             return
         stem = _file_name(label)
         folder = Path(artifacts_dir) if artifacts_dir is not None else None
@@ -86,24 +99,32 @@ def assert_parity(
                               repro_dir=folder / f"{stem}.repro" if folder is not None
                               else None)
     if folder is not None:
-        from bisect_onnx.report.html import write_html
+        _write_artifacts(report, folder, stem)
+    raise ParityError(_failure_message(report, label, records, warnings), report)
 
-        folder.mkdir(parents=True, exist_ok=True)
-        write_json(report, folder / f"{stem}.json")
-        write_html(report, folder / f"{stem}.html")
+
+def _write_artifacts(report: Report, folder: Path, stem: str) -> None:
+    """The JSON and HTML reports beside the repro (checked writable before the run)."""
+    from bisect_onnx.report.html import write_html
+
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(report, folder / f"{stem}.json")
+    write_html(report, folder / f"{stem}.html")
+
+
+def _failure_message(report: Report, label: str, records: list, warnings: list[str]) -> str:
+    """What the ParityError says: the verdict and table, or why only the plain run failed."""
     if report.diverged:
-        message = f"ONNX parity of {label} broke.\n{report.summary()}\n\n{report.table()}"
-    else:
-        # The plain session disagreed, the promoted one did not: ORT fuses differently
-        # when every value is an output (or the outputs do not pair up).
-        failing = [record for record in records if record.failed]
-        details = "; ".join(warnings + [
-            f"output {record.index} ({record.onnx_value}): {record.status}, max abs "
-            f"{record.max_abs_error}" for record in failing])
-        message = (f"ONNX parity of {label} broke in a plain ONNX Runtime session ({details}), "
-                   "but not when every value is recorded: the difference lives in what ONNX "
-                   "Runtime fuses when nothing is promoted")
-    raise ParityError(message, report)
+        return f"ONNX parity of {label} broke.\n{report.summary()}\n\n{report.table()}"
+    # The plain session disagreed, the promoted one did not: ORT fuses differently
+    # when every value is an output (or the outputs do not pair up).
+    failing = [record for record in records if record.failed]
+    details = "; ".join(warnings + [
+        f"output {record.index} ({record.onnx_value}): {record.status}, max abs "
+        f"{record.max_abs_error}" for record in failing])
+    return (f"ONNX parity of {label} broke in a plain ONNX Runtime session ({details}), "
+            "but not when every value is recorded: the difference lives in what ONNX "
+            "Runtime fuses when nothing is promoted")
 
 
 def _file_name(label: str) -> str:

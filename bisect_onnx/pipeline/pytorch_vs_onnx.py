@@ -54,7 +54,7 @@ from bisect_onnx.pipeline.torch_comparison import (
     subgraph_warnings,
 )
 from bisect_onnx.pytorch.op_values import OpCapture, capture_ops
-from bisect_onnx.pytorch.reference import Reference, reference_for
+from bisect_onnx.pytorch.reference import Reference, exit_is_a_model_error, reference_for
 from bisect_onnx.report.context import culprit_context
 from bisect_onnx.runtime.sides import Capture
 from bisect_onnx.search.blame import attribute_divergence
@@ -65,7 +65,9 @@ from bisect_onnx.search.modes import (
     references_by_value,
 )
 from bisect_onnx.search.probes import ProbeBisection, checkpoints_for
+from bisect_onnx.sources.input_sizes import check_sample_count
 from bisect_onnx.sources.loading import check_against_onnx
+from bisect_onnx.sources.output_paths import check_run_files
 
 if TYPE_CHECKING:
     import onnx
@@ -82,6 +84,7 @@ MEMORY_PARITY = ReportWarning(
     "outputs were not looked for)")
 
 
+@exit_is_a_model_error
 def bisect(
     model: Any,
     inputs: Any = None,
@@ -139,6 +142,10 @@ def bisect(
     if granularity is not None and granularity not in GRANULARITIES:
         raise UsageError(f"unknown granularity {granularity!r}; choose one of "
                          f"{', '.join(GRANULARITIES)}")
+    check_sample_count((random_inputs or RandomInputs()).samples)
+    check_run_files({"repro_dir": repro_dir, "export.save_to": export and export.save_to},
+                    model=model, onnx_models={"onnx_model": onnx_model},
+                    folders={"repro_dir"}, makes_parents={"export.save_to"})
     emit(BISECTION_STARTED, model_label or "")
     reference = reference_for(model, label=model_label, trust_pickle=trust_pickle)
     export = resolve_export(reference, onnx_model, export)

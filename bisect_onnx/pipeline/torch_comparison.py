@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
+
 from bisect_onnx.align.modules import Alignment, Pair, align_modules
 from bisect_onnx.align.op_level import aggregate_ops, op_records
 from bisect_onnx.align.ops import OpAlignment
@@ -23,7 +25,7 @@ from bisect_onnx.runtime.onnx_side import NodeInfo, OnnxRuntimeSide
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 
 __all__ = ["compare_sample", "compare_final_outputs", "subgraph_warnings", "FOREIGN_FILE",
-           "NOTHING_ALIGNED", "NO_OP_LEVEL"]
+           "NOTHING_ALIGNED", "NO_OP_LEVEL", "vacuity_warnings", "is_vacuity"]
 
 FOREIGN_FILE = ReportWarning(
     "foreign-file",
@@ -167,8 +169,48 @@ def compare_final_outputs(
             f"{len(onnx_outputs)}: only the first {min(len(torch_outputs), len(onnx_outputs))} "
             "were compared"
         )
-    return [
+    records = [
         make_record(index, Pair(ref, cand),
                     compare_arrays(ref.array, cand.array, rtol=rtol, atol=atol), final=True)
         for index, (ref, cand) in enumerate(zip(torch_outputs, onnx_outputs, strict=False))
     ]
+    warnings.extend(vacuity_warnings(torch_outputs, records, atol=atol))
+    return records
+
+
+VACUOUS_EMPTY = "vacuous-empty"
+VACUOUS_SMALL = "vacuous-small"
+
+
+def vacuity_warnings(references: Sequence[CapturedValue], records: Sequence[Record], *,
+                     atol: float) -> list[ReportWarning]:
+    """Parity that says nothing, said: outputs with no element, or all below ``atol``.
+
+    When every reference output is smaller than the absolute tolerance, any candidate
+    output as small passes (zeros included), whatever the graph computes.
+    """
+    if not records or any(record.failed for record in records):
+        return []
+    arrays = [np.asarray(value.array) for value in references[:len(records)]]
+    if all(array.size == 0 for array in arrays):
+        return [ReportWarning(VACUOUS_EMPTY, "every final output is empty (zero-size inputs?), "
+                              "so no element was compared and parity says nothing; pass "
+                              "inputs with at least one element")]
+    tolerances = [atol if record.atol is None else record.atol for record in records]
+    filled = [(array, tol) for array, tol in zip(arrays, tolerances, strict=True) if array.size]
+    if not all(array.dtype.kind in "fc" for array, _ in filled):
+        return []  # integer and boolean outputs compare exactly: they say something
+    magnitudes = [(float(np.max(np.abs(array[np.isfinite(array)]), initial=0.0)), tol)
+                  for array, tol in filled]
+    largest = max(magnitude for magnitude, _ in magnitudes)
+    if all(magnitude < tol for magnitude, tol in magnitudes):
+        return [ReportWarning(VACUOUS_SMALL, f"the largest final output value is "
+                              f"{largest:.3g}, below atol={max(tolerances):g}: any ONNX output "
+                              "that small passes (zeros too), so parity is meaningless here; "
+                              f"lower the atol well below {largest:.3g}")]
+    return []
+
+
+def is_vacuity(warning: object) -> bool:
+    """Whether a warning says that parity holds only vacuously."""
+    return getattr(warning, "code", None) in (VACUOUS_EMPTY, VACUOUS_SMALL)

@@ -14,12 +14,14 @@ are called.
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from bisect_onnx.errors import InputError
+from bisect_onnx.errors import InputError, ModelError
 from bisect_onnx.pytorch.module_side import TorchModuleSide, training_mode_warning
 from bisect_onnx.pytorch.program_side import ExportedProgramSide
 from bisect_onnx.pytorch.script_side import ScriptModuleSide
@@ -27,9 +29,12 @@ from bisect_onnx.runtime.sides import Side
 from bisect_onnx.sources.loading import forward_parameters
 from bisect_onnx.sources.model_forms import EXPORTED_PROGRAM, TORCHSCRIPT, load_model_file
 
-__all__ = ["Reference", "reference_for", "MODULE", "EXPORTED_PROGRAM", "SCRIPT_MODULE"]
+__all__ = ["Reference", "reference_for", "exit_is_a_model_error", "MODULE",
+           "EXPORTED_PROGRAM", "SCRIPT_MODULE"]
 
 logger = logging.getLogger(__name__)
+
+_Entry = TypeVar("_Entry", bound=Callable[..., Any])
 
 MODULE = "module"
 # The same names as the saved-file forms they come from.
@@ -117,3 +122,26 @@ def _from_program(program: Any, kind: str, label: str | None) -> Reference:
     return Reference(kind, ExportedProgramSide(program, label=label), program, names,
                      len(names), example_inputs=args)
 
+
+
+def exit_is_a_model_error(entry: _Entry) -> _Entry:
+    """Turn a ``SystemExit`` raised by the user's code during ``entry`` into a ModelError.
+
+    A ``forward`` (or a module it calls) that runs ``sys.exit(0)`` while the reference
+    runs or the exporter traces it would end the process with status 0 and no verdict,
+    which a CI job reads as parity. ``entry`` is a public entry point whose first
+    argument is the model.
+    """
+    @functools.wraps(entry)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # pytest shows the caller's line, not ours
+        try:
+            return entry(*args, **kwargs)
+        except SystemExit as error:
+            model = args[0] if args else kwargs.get("model")
+            owner = (str(model) if isinstance(model, (str, Path))
+                     else f"{type(model).__name__}.forward")
+            raise ModelError(f"the model's code ({owner} or what it calls) called "
+                             f"sys.exit({error.code!r}) while it ran; remove the exit: "
+                             "no verdict can be given") from error
+    return guarded  # type: ignore[return-value]

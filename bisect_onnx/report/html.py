@@ -30,6 +30,7 @@ from bisect_onnx.report.html_tables import (
     not_compared_section,
     outputs_section,
 )
+from bisect_onnx.sources.output_paths import check_report_path
 
 __all__ = ["render_html", "write_html"]
 
@@ -53,6 +54,7 @@ def render_html(report: Report) -> str:
 
 def write_html(report: Report, path: Path) -> None:
     """Write the HTML report to ``path``, a file the user named."""
+    check_report_path(report, path, "--html")
     try:
         Path(path).write_text(render_html(report), encoding="utf-8")
     except OSError as error:

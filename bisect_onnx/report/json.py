@@ -9,6 +9,7 @@ from typing import Any
 
 from bisect_onnx.errors import InputError
 from bisect_onnx.judge.records import Report
+from bisect_onnx.sources.output_paths import check_report_path
 
 __all__ = ["to_json", "write_json"]
 
@@ -20,6 +21,7 @@ def to_json(report: Report) -> str:
 
 def write_json(report: Report, path: Path) -> None:
     """Write the report to ``path``, a file the user named."""
+    check_report_path(report, path, "--json")
     try:
         Path(path).write_text(to_json(report) + "\n", encoding="utf-8")
     except OSError as error:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bisect_onnx.errors import InputError
+from bisect_onnx.sources.output_paths import check_report_path
 
 if TYPE_CHECKING:  # types only: records import the report formats to show themselves
     from bisect_onnx.judge.records import Record, Report
@@ -82,6 +83,7 @@ def _worse(entry: dict[str, Any], kept: dict[str, Any]) -> bool:
 
 def write_model_explorer(report: Report, path: Path) -> None:
     """Write the node data to ``path``, a file the user named."""
+    check_report_path(report, path, "--model-explorer")
     try:
         Path(path).write_text(json.dumps(model_explorer_data(report), indent=2) + "\n",
                               encoding="utf-8")

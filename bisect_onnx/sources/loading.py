@@ -10,8 +10,8 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
-import os
 import re
+import reprlib
 import sys
 import zipfile
 import zlib
@@ -24,8 +24,16 @@ import numpy as np
 
 from bisect_onnx.errors import InputError, ModelError, UsageError, one_line
 from bisect_onnx.pytorch.module_side import describe_arrays
-from bisect_onnx.sources.file_kinds import NPY_MAGIC, ZIP_MAGIC, read_head
+from bisect_onnx.sources.file_kinds import EMPTY_ZIP_MAGIC, NPY_MAGIC, ZIP_MAGIC, read_head
 from bisect_onnx.sources.input_files import load_pt_inputs, torch_file_kind
+from bisect_onnx.sources.input_sizes import (
+    Budget,
+    array_bytes,
+    check_npz_size,
+    input_budget,
+    npy_header,
+)
+from bisect_onnx.sources.output_paths import check_outputs
 
 if TYPE_CHECKING:
     import torch
@@ -77,12 +85,16 @@ def _call_factory(spec: str, location: str, factory_name: str) -> torch.nn.Modul
                          "not a factory; name a function or class that returns an nn.Module")
     try:
         model = factory()
+    except SystemExit as error:  # it would end the run with its status, and no verdict
+        raise ModelError(f"{spec}() called sys.exit({error.code!r}); a factory must return "
+                         "the model, not exit") from error
     except Exception as error:
         raise ModelError(f"{spec}() raised {type(error).__name__}: {one_line(error)}") \
             from error
     if not isinstance(model, torch.nn.Module):
-        raise InputError(f"{spec}() returned a {type(model).__name__}, not a torch.nn.Module; "
-                         "the factory must build and return the model")
+        raise InputError(f"{spec}() returned {reprlib.repr(model)} (of type "
+                         f"{type(model).__name__}), not a torch.nn.Module; the factory must "
+                         "build and return the model")
     return model
 
 
@@ -93,6 +105,9 @@ def _import_location(location: str):  # noqa: ANN202 - returns a module
         if not path.is_file():
             what = "is a folder" if path.is_dir() else "does not exist"
             raise InputError(f"model file {location} {what}; MODEL is {MODEL_FORMS}")
+        if path.stat().st_size == 0:
+            raise InputError(f"model file {location} is empty (0 bytes); MODEL is "
+                             f"{MODEL_FORMS}, the file defining the factory")
         # Sibling imports in the user's file should work as when they run it directly.
         folder = str(path.resolve().parent)
         if folder not in sys.path:
@@ -109,6 +124,10 @@ def _import_location(location: str):  # noqa: ANN202 - returns a module
         writes_bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True
         try:
             spec.loader.exec_module(module)
+        except SystemExit as error:  # a script's top level: it would end the run
+            sys.modules.pop(name, None)
+            raise ModelError(f"importing {location} called sys.exit({error.code!r}); put "
+                             "the script's part under if __name__ == '__main__'") from error
         except Exception as error:
             sys.modules.pop(name, None)
             raise ModelError(f"importing {location} raised {type(error).__name__}: "
@@ -128,18 +147,26 @@ def _import_location(location: str):  # noqa: ANN202 - returns a module
                          f"{one_line(error)}") from error
 
 
-def load_input_files(paths: Sequence[Path]) -> list[np.ndarray] | dict[str, np.ndarray]:
-    """Read ``.npy`` files (positional inputs) or one ``.npz`` (named inputs)."""
+def load_input_files(paths: Sequence[Path], *, max_memory: int | str | None = None,
+                     ) -> list[np.ndarray] | dict[str, np.ndarray]:
+    """Read ``.npy`` files (positional inputs) or one ``.npz`` (named inputs).
+
+    Each file's size once loaded is checked against ``max_memory`` (by default most
+    of the memory available) before it is read.
+    """
     if not paths:
         raise UsageError("no inputs: pass --input FILE.npy once per forward argument, "
                          "or one --input FILE.npz")
+    budget = input_budget(max_memory)
     arrays: list[np.ndarray] = []
     for path in map(Path, paths):
         kind = _sniff(path)
         if kind == "npy":
-            arrays.append(_load_npy(path))
+            arrays.append(_load_npy(path, budget))
             continue
-        loaded = _load_npz(path) if kind == "npz" else load_pt_inputs(path)
+        if kind == "pt":  # torch.save stores tensors uncompressed: the file bounds them
+            budget.check(path.stat().st_size, f"input {path}", "pass smaller inputs")
+        loaded = _load_npz(path, budget) if kind == "npz" else load_pt_inputs(path)
         if isinstance(loaded, list) and len(loaded) == 1:
             arrays.extend(loaded)  # a .pt of one tensor stands for one input, like a .npy
         elif len(paths) > 1:
@@ -163,12 +190,15 @@ def _sniff(path: Path) -> str:
                          "inputs; pass it as MODEL, and the inputs with --input")
     if head.startswith(ZIP_MAGIC):
         return "npz"
+    if head.startswith(EMPTY_ZIP_MAGIC):
+        raise InputError(f"input {path} is an .npz archive holding no arrays; save the "
+                         "inputs into it with numpy.savez(path, x=...)")
     raise InputError(f"input {path} is neither .npy, .npz nor torch.save data; save arrays "
                      "with numpy.save or numpy.savez, or tensors with torch.save")
 
 
-def _load_npy(path: Path) -> np.ndarray:
-    _check_npy_size(path)
+def _load_npy(path: Path, budget: Budget) -> np.ndarray:
+    _check_npy_size(path, budget)
     try:
         return np.load(path, allow_pickle=False)
     except ValueError as error:
@@ -181,18 +211,15 @@ def _load_npy(path: Path) -> np.ndarray:
                          "save it again with numpy.save") from error
 
 
-def _check_npy_size(path: Path) -> None:
-    """Refuse a ``.npy`` whose header promises more data than the file holds.
+def _check_npy_size(path: Path, budget: Budget) -> None:
+    """Refuse a ``.npy`` whose header promises more data than the file holds, or the budget.
 
     numpy would first try to allocate the promised size (a MemoryError for a
     corrupt header) before noticing the file is short.
     """
     try:
         with path.open("rb") as handle:
-            version = np.lib.format.read_magic(handle)
-            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                           else np.lib.format.read_array_header_2_0)
-            shape, _, dtype = read_header(handle)
+            shape, dtype = npy_header(handle)
             offset = handle.tell()
     except ValueError as error:
         if "allow_pickle" in str(error) or "object" in str(error):
@@ -204,14 +231,16 @@ def _check_npy_size(path: Path) -> None:
                          "save it again with numpy.save") from error
     if dtype.hasobject:
         return
-    needed = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    needed = array_bytes(shape, dtype)
     available = path.stat().st_size - offset
     if needed > available:
         raise InputError(f"input {path} is truncated: its header describes {needed} bytes of "
                          f"data but the file holds {available}; save it again with numpy.save")
+    budget.check(needed, f"input {path} ({dtype} {list(shape)})", "pass smaller inputs")
 
 
-def _load_npz(path: Path) -> dict[str, np.ndarray]:
+def _load_npz(path: Path, budget: Budget) -> dict[str, np.ndarray]:
+    check_npz_size(path, budget)  # a member can inflate a thousandfold
     arrays: dict[str, np.ndarray] = {}
     try:
         with np.load(path, allow_pickle=False) as archive:
@@ -228,6 +257,9 @@ def _load_npz(path: Path) -> dict[str, np.ndarray]:
     except (OSError, EOFError, MemoryError, zipfile.BadZipFile, zlib.error) as error:
         raise InputError(f"input {path} is truncated or corrupt ({type(error).__name__}: "
                          f"{error}); save it again with numpy.savez") from error
+    if not arrays:
+        raise InputError(f"input {path} is an .npz archive holding no arrays; save the "
+                         "inputs into it with numpy.savez(path, x=...)")
     return arrays
 
 
@@ -351,16 +383,8 @@ def check_against_onnx(inputs: Sequence[np.ndarray], specs: Sequence[InputSpec])
 def check_writable(path: Path, option: str, *, creates_folder: bool = False) -> None:
     """Refuse an output path that cannot be written, before the slow steps.
 
-    ``creates_folder``: the writer makes a missing parent folder itself.
+    ``creates_folder``: the writer makes a missing parent folder itself. The whole
+    check, against the run's inputs too, is :func:`~bisect_onnx.sources.output_paths.
+    check_outputs`.
     """
-    path = Path(path)
-    if path.is_dir():
-        raise InputError(f"{option} {path} is a folder; name a file inside it")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not creates_folder and not parent.exists():
-        raise InputError(f"{option} {path}: folder {parent} does not exist; create it, or "
-                         "choose a path in an existing folder")
-    if parent.exists() and not parent.is_dir():
-        raise InputError(f"{option} {path}: {parent} is not a folder; choose another path")
-    if parent.exists() and not os.access(parent, os.W_OK):
-        raise InputError(f"{option} {path}: cannot write in {parent}; choose a writable path")
+    check_outputs({option: path}, makes_parents={option} if creates_folder else ())

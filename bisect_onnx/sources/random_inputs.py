@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from bisect_onnx.errors import InputError, UsageError
+from bisect_onnx.sources.input_sizes import Budget, array_bytes, input_budget
 
 if TYPE_CHECKING:
     import onnx
@@ -45,13 +46,15 @@ def synthesize_inputs(
     dims: Mapping[str, int] | None = None,
     sample: int = 0,
     int_high: Mapping[str, int] | None = None,
+    budget: Budget | None = None,
 ) -> list[np.ndarray]:
     """One random array per graph input, in the graph's order.
 
     Floats are standard normal, booleans fair coin flips, integers uniform in
     ``[0, high)`` with ``high`` from ``int_high[name]`` or a default by name
     (2 for masks and ``token_type_ids``, else ``DEFAULT_INT_HIGH``). Free
-    dimensions take their value from ``dims[dim_param]``.
+    dimensions take their value from ``dims[dim_param]``. The arrays' size is checked
+    against ``budget`` (by default most of the memory available) before any is made.
     """
     dims = dict(dims or {})
     int_high = dict(int_high or {})
@@ -69,6 +72,7 @@ def synthesize_inputs(
     unset = list(dict.fromkeys(name for _, _, name in _free_dims(specs)
                                if name and name not in dims))
     shapes = [_concrete_shape(spec, dims, unset) for spec in specs]
+    _check_size(specs, shapes, dims, budget or input_budget())
     # One generator per (seed, sample): sample k is reproducible on its own.
     rng = np.random.default_rng([seed, sample])
     return [_random_array(rng, spec, shape, int_high) for spec, shape in zip(specs, shapes,
@@ -116,6 +120,26 @@ def _concrete_shape(spec: InputSpec, dims: Mapping[str, int],
             raise InputError(f"input {spec.name!r} axis {axis} is the free dimension {dim!r}; "
                              f"set it with --dim {dim}=VALUE{also}")
     return tuple(shape)
+
+
+def _check_size(specs: Sequence[InputSpec], shapes: Sequence[tuple[int, ...]],
+                dims: Mapping[str, int], budget: Budget) -> None:
+    """Refuse inputs that would not fit, from their shapes alone.
+
+    Floats are drawn as float64 and then cast, so the largest draw counts as well.
+    """
+    sizes = [array_bytes(shape, spec.dtype) for spec, shape in zip(specs, shapes, strict=True)]
+    drawing = [array_bytes(shape, np.float64) if np.dtype(spec.dtype).kind in "fcb" else 0
+               for spec, shape in zip(specs, shapes, strict=True)]
+    if not sizes:
+        return
+    largest = max(range(len(sizes)), key=sizes.__getitem__)
+    spec, shape = specs[largest], shapes[largest]
+    given = " ".join(f"--dim {name}={value}" for name, value in dims.items())
+    budget.check(sum(sizes) + max(drawing),
+                 f"random inputs of these shapes ({spec.name!r} is {np.dtype(spec.dtype)} "
+                 f"{list(shape)}{', from ' + given if given else ''})",
+                 "choose smaller --dim values, or pass --input with real data")
 
 
 def _random_array(rng: np.random.Generator, spec: InputSpec, shape: tuple[int, ...],
