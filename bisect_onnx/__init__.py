@@ -9,6 +9,7 @@ from __future__ import annotations
 from bisect_onnx import events
 from bisect_onnx.errors import (
     BisectOnnxError,
+    BisectOnnxWarning,
     InputError,
     ModelError,
     ParityError,
@@ -44,5 +45,6 @@ __all__ = [
     "UsageError",
     "InputError",
     "ModelError",
+    "BisectOnnxWarning",
     "__version__",
 ]

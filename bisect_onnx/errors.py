@@ -8,14 +8,19 @@ Anything else that escapes is a bug in bisect-onnx and keeps its traceback.
 from __future__ import annotations
 
 import re
+import sys
+import warnings
+from collections.abc import Iterable
 
 __all__ = [
     "BisectOnnxError",
+    "BisectOnnxWarning",
     "UsageError",
     "InputError",
     "ModelError",
     "ParityError",
     "one_line",
+    "issue_warnings",
 ]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -58,6 +63,46 @@ class ParityError(AssertionError):
     def __init__(self, message: str, report: object) -> None:
         super().__init__(message)
         self.report = report
+
+
+class BisectOnnxWarning(UserWarning):
+    """A caution about a report (a model left in training mode, say), as a Python warning.
+
+    Every warning of a report (``Report.warnings``) is also issued through
+    :mod:`warnings` with this category, so notebooks and pytest show it where the
+    user called bisect-onnx, and ``warnings.filterwarnings(..., category=...)`` selects
+    it; ``code`` is the report warning's stable code (``None`` where it has none).
+    """
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def issue_warnings(texts: Iterable[str]) -> None:
+    """Issue each report warning as a :class:`BisectOnnxWarning`, at the caller's line.
+
+    Not under the command line, which prints a report's warnings itself.
+    """
+    level = _outside_the_package()
+    if level is None:
+        return
+    for text in texts:
+        warnings.warn(BisectOnnxWarning(str(text), getattr(text, "code", None)),
+                      stacklevel=level + 1)
+
+
+def _outside_the_package() -> int | None:
+    """How many frames above the caller the user's call is; ``None`` under the CLI.
+
+    The user's call is the innermost frame that is not bisect-onnx's.
+    """
+    frame, level = sys._getframe(2), 1
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("bisect_onnx"):
+        if frame.f_globals["__name__"].startswith("bisect_onnx.cli"):
+            return None
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def one_line(error: BaseException) -> str:

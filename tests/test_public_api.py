@@ -16,7 +16,8 @@ def test_public_names_are_exactly_these():
         "bisect", "bisect_onnx_models", "ExportOptions", "RandomInputs", "RuntimeOptions",
         "DEFAULT_RTOL", "DEFAULT_ATOL",
         "Report", "Record", "Coverage", "assert_parity", "ParityError", "events",
-        "BisectOnnxError", "UsageError", "InputError", "ModelError", "__version__",
+        "BisectOnnxError", "UsageError", "InputError", "ModelError", "BisectOnnxWarning",
+        "__version__",
     ])
     for name in bisect_onnx.__all__:
         assert hasattr(bisect_onnx, name), name

@@ -293,5 +293,11 @@ class Report:
 
         return format_table(self, show=show)
 
+    def _repr_html_(self) -> str:
+        """The report in a notebook: verdict, culprit and the rows around it."""
+        from bisect_onnx.report.notebook import notebook_html
+
+        return notebook_html(self)
+
     def __str__(self) -> str:
         return f"{self.table()}\n\n{self.summary()}"

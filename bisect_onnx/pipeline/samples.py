@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from bisect_onnx.errors import InputError
+from bisect_onnx.errors import InputError, issue_warnings
 from bisect_onnx.judge.records import Report
 from bisect_onnx.pipeline.options import RandomInputs
 from bisect_onnx.report.repro import attach_repro
@@ -36,7 +36,9 @@ def compare_samples(samples: Iterable[Sample], run_sample: RunSample, *,
         report, write_repro = run_sample(arrays, description)
         attach_repro(report, repro_dir, sample=number if numbered else None, write=write_repro)
         reports.append(report)
-    return worst_report(reports)
+    worst = worst_report(reports)
+    issue_warnings(worst.warnings)  # notebooks and pytest show them where bisect was called
+    return worst
 
 
 def random_samples(inputs: Sequence[InputSpec], model: Any,
