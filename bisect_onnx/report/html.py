@@ -11,10 +11,9 @@ and the culprit (:mod:`~bisect_onnx.report.html_culprit`) have modules of their 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bisect_onnx.errors import InputError
-from bisect_onnx.judge.records import Report
-from bisect_onnx.report.formatting import format_module
 from bisect_onnx.report.html_chart import chart_section
 from bisect_onnx.report.html_culprit import culprit_section
 from bisect_onnx.report.html_markup import (
@@ -23,6 +22,7 @@ from bisect_onnx.report.html_markup import (
     element,
     escaped,
     mapping,
+    module_label,
     page,
 )
 from bisect_onnx.report.html_tables import (
@@ -31,6 +31,9 @@ from bisect_onnx.report.html_tables import (
     outputs_section,
 )
 from bisect_onnx.sources.output_paths import check_report_path
+
+if TYPE_CHECKING:  # types only: records import the report formats to show themselves
+    from bisect_onnx.judge.records import Report
 
 __all__ = ["render_html", "write_html"]
 
@@ -47,8 +50,9 @@ def render_html(report: Report) -> str:
         not_compared_section(report),
     ])
     title = "bisect-onnx: " + report.summary().partition(":")[0]
-    if report.first_divergence is not None:
-        title += " at " + format_module(report.first_divergence)
+    where = report.culprit or report.first_divergence
+    if where is not None:
+        title += " at " + module_label(where)
     return page(title, element("main", body))
 
 

@@ -35,7 +35,7 @@ code, td { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace
 .cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(300px, 1fr)); gap: 12px;
          align-items: start; margin-top: 16px; }
 .card { background: #fff; border: 1px solid var(--line); border-radius: 6px; padding: 4px 12px 10px;
-        overflow-wrap: anywhere; }
+        overflow-wrap: break-word; min-width: 0; }
 .card dl { margin: 0; }
 dl { display: grid; grid-template-columns: max-content 1fr; gap: 2px 12px; }
 dt { color: var(--muted); }
@@ -74,8 +74,14 @@ table.sortable th { cursor: pointer; user-select: none; }
 table.sortable th:hover { background: #eaeef2; }
 th[aria-sort="ascending"]::after { content: " ▲"; }
 th[aria-sort="descending"]::after { content: " ▼"; }
-td { overflow-wrap: anywhere; }
+/* Figures, op types, shapes and statuses never wrap ("2.48e+01", "ReduceSum"); names wrap
+   after their separators (<wbr>), and a table wider than the page scrolls on its own. */
+td.fig { white-space: nowrap; }
+td.name { overflow-wrap: break-word; }
+.scroll { overflow-x: auto; }
+tr.gap td { color: var(--muted); font-style: italic; text-align: center; }
 tr.first-divergence td { background: var(--mark); font-weight: 600; }
+tr.culprit td { background: #ffe0e0; font-weight: 600; }
 tr:target td { outline: 2px solid #0969da; outline-offset: -2px; }
 .status-pass { color: var(--pass); }
 td[class^="status-"]:not(.status-pass) { color: var(--fail); font-weight: 600; }

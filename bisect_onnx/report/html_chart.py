@@ -1,7 +1,8 @@
 """The HTML report's chart: each comparison's max abs error along the graph, log scale.
 
 An inline SVG with the atol line, one dot per comparison (linked to its table row) and
-a mark at the first divergence, and a legend for what the dots cannot show.
+a mark at the culprit (the node that introduces the error; else the first divergence,
+or at parity the first hidden divergence), and a legend for what the dots cannot show.
 """
 
 from __future__ import annotations
@@ -9,12 +10,21 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from bisect_onnx.judge.records import Record, Report
-from bisect_onnx.report.formatting import format_module, format_number
-from bisect_onnx.report.html_markup import TOLERANCE_RULE, element, escaped, section
+from bisect_onnx.report.formatting import format_number
+from bisect_onnx.report.html_markup import (
+    TOLERANCE_RULE,
+    element,
+    escaped,
+    module_label,
+    section,
+)
 
-__all__ = ["chart_section"]
+if TYPE_CHECKING:  # types only: records import the report formats to show themselves
+    from bisect_onnx.judge.records import Record, Report
+
+__all__ = ["chart_section", "marked_record"]
 
 # Chart geometry in SVG user units; the SVG scales to the page width.
 _WIDTH = 960
@@ -31,8 +41,6 @@ _MAX_INDEX_LABELS = 12
 
 
 @dataclass(frozen=True)
-
-
 class _Scale:
     """Maps comparison indices and errors (log scale) to SVG coordinates."""
 
@@ -98,7 +106,7 @@ def _chart(report: Report, scale: _Scale) -> str:
         _x_axis(scale),
         _tolerance_band(scale, report.atol),
         _trace(scale, records),
-        _first_divergence_mark(scale, report),
+        _culprit_mark(scale, report),
         "".join(_point(scale, record) for record in records),
     ]
     return element("svg", "".join(layers), viewBox=f"0 0 {_WIDTH} {_HEIGHT}", role="img",
@@ -188,26 +196,41 @@ def _point_title(record: Record) -> str:
         figure = f"{format_number(error)} (no finite figure; drawn at the top)"
     else:
         figure = format_number(error)
-    return (f"#{record.index} {format_module(record)}\n"
+    return (f"#{record.index} {module_label(record)}\n"
             f"ONNX node {record.onnx_node or record.onnx_value} ({record.onnx_op or '?'})\n"
             f"max abs {figure}, {record.status}")
 
 
-def _first_divergence_mark(scale: _Scale, report: Report) -> str:
-    """A dashed guide, a ring and a label at the first divergence, when it is on the chart."""
-    first = report.first_divergence
-    if first is None or not any(record is first for record in report.comparisons):
+def marked_record(report: Report) -> tuple[str, Record] | None:
+    """What the chart marks, and what to call it; ``None`` when there is nothing to mark.
+
+    The culprit, else the first divergence, else (at parity) the first hidden
+    divergence, whichever is on the chart first.
+    """
+    candidates = [("culprit", report.culprit), ("first divergence", report.first_divergence),
+                  ("hidden divergence", next(iter(report.hidden_divergences), None))]
+    for what, record in candidates:
+        if record is not None and any(row is record for row in report.comparisons):
+            return what, record
+    return None
+
+
+def _culprit_mark(scale: _Scale, report: Report) -> str:
+    """A dashed guide, a ring and a label at the marked record, when there is one."""
+    marked = marked_record(report)
+    if marked is None:
         return ""
-    x = scale.x(first.index)
-    y = scale.y(first.max_abs_error)
+    what, record = marked
+    x = scale.x(record.index)
+    y = scale.y(record.max_abs_error)
     guide = element("line", x1=_fmt(x), x2=_fmt(x), y1=_TOP - 12, y2=_HEIGHT - _BOTTOM,
                     class_="culprit-guide")
     ring = element("circle", cx=_fmt(x), cy=_fmt(y), r=9, class_="culprit-ring")
     on_right = x > _WIDTH / 2
-    label = element("text", escaped(f"first divergence: {format_module(first)}"),
+    label = element("text", escaped(f"{what}: {module_label(record)}"),
                     x=_fmt(x - 6 if on_right else x + 6), y=_TOP - 14, class_="culprit-label",
                     text_anchor="end" if on_right else "start")
-    return element("g", guide + ring + label, id="chart-first-divergence")
+    return element("g", guide + ring + label, id="chart-culprit")
 
 
 def _chart_legend(report: Report, scale: _Scale) -> str:
@@ -225,8 +248,7 @@ def _chart_legend(report: Report, scale: _Scale) -> str:
         notes.append(escaped("hollow dots at the top have no finite error (shape or dtype "
                              "mismatch, NaN or Inf)"))
     notes.append(escaped("hover a dot for its figures, click it for its row"))
-    first = report.first_divergence
-    if first is not None and not any(record is first for record in report.comparisons):
+    if report.first_divergence is not None and marked_record(report) is None:
         notes.append(escaped("the first divergence is a final output, not an aligned "
                              "intermediate value, so it is not on this chart"))
     return element("p", " · ".join(notes), class_="legend")

@@ -8,14 +8,25 @@ and outputs with where each value came from.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bisect_onnx.graph.provenance import SourceLocation
-from bisect_onnx.judge.records import Record, Report
 from bisect_onnx.report.formatting import format_number, format_shape, format_source
-from bisect_onnx.report.html_markup import definitions, element, escaped, section, table
+from bisect_onnx.report.html_markup import (
+    ROOT_MODULE,
+    breakable,
+    definitions,
+    element,
+    escaped,
+    module_label,
+    section,
+    table,
+)
 
-__all__ = ["culprit_section"]
+if TYPE_CHECKING:  # types only: records import the report formats to show themselves
+    from bisect_onnx.judge.records import Record, Report
+
+__all__ = ["culprit_section", "source_facts"]
 
 _VALUE_SOURCES = {
     "reference": "compared against PyTorch",
@@ -55,18 +66,41 @@ def _no_culprit_reason(report: Report) -> str:
 def _culprit_facts(culprit: Mapping[str, Any], first: Record | None,
                    attribution: Mapping[str, Any] | None) -> list[tuple[str, str]]:
     """Node, op, torch side and source of the culprit, as label and HTML pairs."""
-    source = culprit.get("source")
-    location = format_source(SourceLocation(source["file"], source["line"])) if source else "-"
     op = f"{culprit.get('op_type')} ({culprit.get('domain')})"
+    module = culprit.get("torch_module")
+    if first is not None and first.onnx_node == culprit.get("node"):
+        module = module_label(first)
+    elif module == "":
+        module = ROOT_MODULE
     return [
-        ("ONNX node", element("code", escaped(culprit.get("node")))),
+        ("ONNX node", element("code", breakable(culprit.get("node")))),
         ("op type", escaped(op)),
-        ("torch module", element("code", escaped(culprit.get("torch_module") or "-"))),
+        ("torch module", element("code", breakable(module or "-"))),
         ("torch op", element("code", escaped(culprit.get("torch_op") or "-"))),
-        ("source", element("code", escaped(location))),
+        *source_facts(_source(culprit, first)),
         ("introduced here", escaped(_introduced(first))),
         ("classification", escaped(_classification(first, attribution))),
     ]
+
+
+def _source(culprit: Mapping[str, Any], first: Record | None) -> SourceLocation | None:
+    """The culprit's source line: the record's (it keeps the call site), else the node's."""
+    if first is not None and first.onnx_node == culprit.get("node") and first.source:
+        return first.source
+    source = culprit.get("source")
+    return SourceLocation(source["file"], source["line"]) if source else None
+
+
+def source_facts(source: SourceLocation | None) -> list[tuple[str, str]]:
+    """The model's line and, where it is elsewhere, the user's call site, as HTML pairs.
+
+    The call site differs for a model defined in an installed package (``transformers``).
+    """
+    facts = [("source", element("code", breakable(format_source(source)) if source else "-"))]
+    if source is not None and source.call_site is not None:
+        facts.append(("called from", element("code", breakable(format_source(
+            source.call_site)))))
+    return facts
 
 
 def _introduced(first: Record | None) -> str:

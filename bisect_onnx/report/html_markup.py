@@ -7,22 +7,47 @@ Every string that comes from a report goes through :func:`escaped` (or an attrib
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from bisect_onnx.report.formatting import format_module
 from bisect_onnx.report.html_assets import SCRIPT, STYLE
 
-__all__ = ["TOLERANCE_RULE", "definitions", "element", "escaped", "mapping", "page", "section",
-           "table"]
+if TYPE_CHECKING:  # types only: records import the report formats to show themselves
+    from bisect_onnx.judge.records import Record
+
+__all__ = ["TOLERANCE_RULE", "ROOT_MODULE", "breakable", "definitions", "element", "escaped",
+           "mapping", "module_label", "page", "section", "table"]
+
+#: How the root module (``""`` in the records and the JSON report) is named on the page,
+#: as the terminal table names it.
+ROOT_MODULE = "(model)"
+# Where a long name may wrap: after the separators of module paths and node names.
+# (Not after "_": "node_linear_7" reads badly as "node_linear_" and "7".)
+_SEPARATORS = re.compile(r"([./])")
 
 #: The comparison rule in words, for the figures card and the chart legend.
 TOLERANCE_RULE = "|onnx − torch| > atol + rtol · |torch|"
-_VOID_ELEMENTS = frozenset({"input", "meta"})
+_VOID_ELEMENTS = frozenset({"input", "meta", "wbr"})
 
 
 def escaped(value: object) -> str:
     """Any value as escaped HTML text."""
     return html.escape(str(value), quote=True)
+
+
+def breakable(value: object) -> str:
+    """A long name (module path, node name) as escaped HTML, wrapping after separators.
+
+    It breaks only after ``.`` or ``/``, never inside a word or a number.
+    """
+    return _SEPARATORS.sub(r"\1<wbr>", escaped(value))
+
+
+def module_label(record: Record) -> str:
+    """The record's module as the page names it: ``(model)`` for the root module."""
+    return format_module(record) or ROOT_MODULE
 
 
 def element(tag: str, content: str = "", **attributes: object) -> str:

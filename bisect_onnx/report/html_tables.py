@@ -1,7 +1,9 @@
 """The HTML report's record tables: comparisons, final outputs, and what was not compared.
 
 The record tables sort by any column (the page's script reads each cell's ``data-sort``)
-and the comparison table filters by text; the first divergence's row is highlighted.
+and the comparison table filters by text; the first divergence's and the culprit's rows
+are highlighted. Figures, op types, shapes and statuses never wrap (``2.48e+01`` and
+``ReduceSum`` stay whole); module paths and node names wrap after their separators.
 """
 
 from __future__ import annotations
@@ -9,24 +11,24 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from bisect_onnx.graph.provenance import short_op
-from bisect_onnx.judge.records import Record, Report
 from bisect_onnx.report.formatting import (
-    format_module,
     format_number,
     format_record_shape,
     format_rounded_up,
 )
-from bisect_onnx.report.html_markup import element, escaped, section
+from bisect_onnx.report.html_markup import breakable, element, escaped, module_label, section
 from bisect_onnx.report.text import group_not_compared
 
-__all__ = ["comparisons_section", "not_compared_section", "outputs_section"]
+if TYPE_CHECKING:  # types only: records import the report formats to show themselves
+    from bisect_onnx.judge.records import Record, Report
+
+__all__ = ["comparisons_section", "not_compared_section", "outputs_section", "records_table"]
 
 
 @dataclass(frozen=True)
-
-
 class _Column:
     """One column of the record tables: its header, cell text and sort key."""
 
@@ -36,6 +38,8 @@ class _Column:
     numeric: bool = False
     status: bool = False
     """Whether the cell is coloured by the record's status."""
+    name: bool = False
+    """A long name that may wrap after its separators; other cells never wrap."""
 
 
 def _torch_op(record: Record) -> str:
@@ -64,10 +68,10 @@ def _sort_number(value: float | None) -> str:
 
 _COLUMNS = (
     _Column("#", lambda r: str(r.index), lambda r: str(r.index), numeric=True),
-    _Column("torch op", _torch_op, _torch_op),
-    _Column("torch module", format_module, format_module),
+    _Column("torch op", _torch_op, _torch_op, name=True),
+    _Column("torch module", module_label, module_label, name=True),
     _Column("ONNX node", lambda r: r.onnx_node or r.onnx_value,
-            lambda r: r.onnx_node or r.onnx_value),
+            lambda r: r.onnx_node or r.onnx_value, name=True),
     _Column("op", lambda r: r.onnx_op or "", lambda r: r.onnx_op or ""),
     _Column("shape", format_record_shape, format_record_shape),
     _Column("max abs", lambda r: format_number(r.max_abs_error),
@@ -82,27 +86,57 @@ _COLUMNS = (
 )
 
 
-def _records_table(records: Sequence[Record], first: Record | None, *, table_id: str,
-                   row_prefix: str) -> str:
-    """Records as a sortable table; the first divergence's row is highlighted."""
+def records_table(records: Sequence[Record], report: Report, *, table_id: str,
+                  row_prefix: str, hidden_hint: str | None = None,
+                  last_index: int | None = None) -> str:
+    """Records as a sortable table; the first divergence's and the culprit's rows marked.
+
+    With ``hidden_hint``, where the records skip indices (a window of a long table, up
+    to ``last_index``), a row says how many are hidden and, in the hint, how to see them.
+    """
     head = "".join(element("th", escaped(column.title), data_type="number" if column.numeric
                            else "text", title="click to sort") for column in _COLUMNS)
-    rows = "".join(_record_row(record, marked=record is first, row_id=f"{row_prefix}{record.index}")
-                   for record in records)
-    return element("table", element("thead", element("tr", head)) + element("tbody", rows),
-                   id=table_id, class_="records sortable")
+    rows = []
+    previous = -1
+    for record in records:
+        if hidden_hint is not None and record.index != previous + 1:
+            rows.append(_gap_row(record.index - previous - 1, hidden_hint))
+        rows.append(_record_row(record, report, row_id=f"{row_prefix}{record.index}"))
+        previous = record.index
+    if hidden_hint is not None and last_index is not None and previous < last_index:
+        rows.append(_gap_row(last_index - previous, hidden_hint))
+    table = element("table", element("thead", element("tr", head))
+                    + element("tbody", "".join(rows)), id=table_id, class_="records sortable")
+    return element("div", table, class_="scroll")
 
 
-def _record_row(record: Record, *, marked: bool, row_id: str) -> str:
+def _gap_row(count: int, hint: str) -> str:
+    """A row standing for ``count`` hidden rows."""
+    return element("tr", element("td", escaped(f"… {count} rows hidden; {hint}"),
+                                 colspan=len(_COLUMNS)), class_="gap")
+
+
+def _record_row(record: Record, report: Report, *, row_id: str) -> str:
     """One record's row."""
     cells = "".join(
-        element("td", escaped(column.cell(record)), data_sort=column.sort_key(record),
-                class_=f"status-{record.status}" if column.status else None)
+        element("td", breakable(column.cell(record)) if column.name
+                else escaped(column.cell(record)), data_sort=column.sort_key(record),
+                class_=_cell_class(column, record))
         for column in _COLUMNS
     )
-    classes = ["fail" if record.failed else "pass"] + (["first-divergence"] if marked else [])
-    return element("tr", cells, id=row_id, class_=" ".join(classes),
-                   title="first divergence" if marked else None)
+    first = record is report.first_divergence
+    culprit = report.culprit is not None and record is report.culprit
+    classes = (["fail" if record.failed else "pass"] + (["first-divergence"] if first else [])
+               + (["culprit"] if culprit else []))
+    title = " and ".join(["first divergence"] * first + ["culprit"] * culprit) or None
+    return element("tr", cells, id=row_id, class_=" ".join(classes), title=title)
+
+
+def _cell_class(column: _Column, record: Record) -> str:
+    """A name cell wraps; the others never do; status cells are coloured."""
+    if column.name:
+        return "name"
+    return "fig" + (f" status-{record.status}" if column.status else "")
 
 
 def comparisons_section(report: Report) -> str:
@@ -110,8 +144,7 @@ def comparisons_section(report: Report) -> str:
     if not report.comparisons:
         content = element("p", "No intermediate value could be aligned.", class_="muted")
         return section("comparisons", content, id_="comparisons-section")
-    table = _records_table(report.comparisons, report.first_divergence, table_id="comparisons",
-                           row_prefix="row-")
+    table = records_table(report.comparisons, report, table_id="comparisons", row_prefix="row-")
     return section("comparisons (topological order)",
                    _filter_controls(len(report.comparisons)) + table, id_="comparisons-section")
 
@@ -128,8 +161,8 @@ def _filter_controls(count: int) -> str:
 
 def outputs_section(report: Report) -> str:
     """The final outputs, which decide the verdict."""
-    table = _records_table(report.final_outputs, report.first_divergence, table_id="outputs",
-                           row_prefix="output-")
+    table = records_table(report.final_outputs, report, table_id="outputs",
+                          row_prefix="output-")
     return section("final outputs", table, id_="outputs-section")
 
 

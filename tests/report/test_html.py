@@ -45,7 +45,7 @@ def test_diverged_report_shows_verdict_culprit_node_and_module(diverged):
     assert "culprit: node_avg_pool2d" in culprit
     assert "AveragePool" in culprit and "<code>pool</code>" in culprit
     assert "kernel_shape" in culprit and "[1,4,8,8]" in culprit
-    assert "fixtures/models.py:" in culprit
+    assert "fixtures/<wbr>models.<wbr>py:" in culprit
     assert "classification" in culprit and "graph semantics" in culprit
     assert "introduced here" in culprit and "yes: fed PyTorch" in culprit
 
@@ -55,16 +55,17 @@ def test_one_table_row_per_comparison_and_output(diverged):
     rows = re.findall(r'<tr id="row-(\d+)"', page)
     assert rows == [str(record.index) for record in diverged.comparisons]
     assert len(re.findall(r'<tr id="output-\d+"', page)) == len(diverged.final_outputs)
-    marked = re.findall(r'<tr id="row-(\d+)" class="fail first-divergence"', page)
+    marked = re.findall(r'<tr id="row-(\d+)" class="fail first-divergence[ "]', page)
     assert marked == [str(diverged.first_divergence.index)]
 
 
-def test_chart_has_a_point_per_comparison_and_marks_the_first_divergence(diverged):
+def test_chart_has_a_point_per_comparison_and_marks_the_culprit(diverged):
     page = render_html(diverged)
     chart = page[page.index("<svg"):page.index("</svg>")]
     assert chart.count('class="point ') == len(diverged.comparisons)
-    assert 'id="chart-first-divergence"' in chart
-    assert "first divergence: pool" in chart
+    assert 'id="chart-culprit"' in chart
+    assert diverged.culprit is diverged.first_divergence
+    assert "culprit: pool" in chart
     assert "atol = 1e-05" in chart
     first = diverged.first_divergence.index
     assert f"<title>#{first} pool\nONNX node node_avg_pool2d (AveragePool)" in chart
@@ -82,7 +83,7 @@ def test_parity_report_has_no_culprit(parity):
     page = render_html(parity)
     assert "PARITY" in page
     assert "no culprit" in page
-    assert 'id="chart-first-divergence"' not in page
+    assert 'id="chart-culprit"' not in page
     assert len(re.findall(r'<tr id="row-\d+"', page)) == len(parity.comparisons)
 
 
@@ -120,3 +121,42 @@ def test_write_html_writes_the_page_and_reports_an_unwritable_path(diverged, tmp
     with pytest.raises(InputError, match="cannot write the HTML report") as error:
         write_html(diverged, tmp_path / "missing" / "report.html")
     assert "\n" not in str(error.value)
+
+
+def _hand_made(rows: list[Record], **fields) -> Report:
+    return Report(verdict=fields.pop("verdict", "diverged"), rtol=1e-3, atol=1e-5,
+                  environment={}, reference={}, candidate={},
+                  first_divergence=fields.pop("first_divergence", None),
+                  final_outputs=[record(0, 1.0, "fail")], comparisons=rows,
+                  hidden_divergences=fields.pop("hidden_divergences", []),
+                  coverage=Coverage(3, 3, 3, 3), **fields)
+
+
+def test_a_culprit_in_the_root_module_is_named_as_the_table_names_it():
+    rows = [record(0, 1e-9), dataclasses.replace(record(1, 0.5, "fail"), torch_module="")]
+    page = render_html(_hand_made(rows, first_divergence=rows[1], culprit=rows[1]))
+    title = page[page.index("<title>"):page.index("</title>")]
+    assert title.endswith(" at (model)")
+    assert "culprit: (model)" in page  # the chart's label
+    assert "<td data-sort=\"(model)\" class=\"name\">(model)</td>" in page
+
+
+def test_a_hidden_divergence_gets_the_mark_on_the_chart():
+    rows = [record(0, 1e-9), record(1, 0.5, "fail"), record(2, 1e-9)]
+    page = render_html(_hand_made(rows, verdict="parity", hidden_divergences=[rows[1]]))
+    chart = page[page.index("<svg"):page.index("</svg>")]
+    assert 'id="chart-culprit"' in chart and "hidden divergence: m1" in chart
+    culprit_too = render_html(_hand_made(rows, verdict="parity", hidden_divergences=[rows[1]],
+                                         culprit=rows[1]))
+    assert "culprit: m1" in culprit_too
+
+
+def test_figures_and_op_names_never_wrap_and_long_names_wrap_at_separators():
+    rows = [dataclasses.replace(record(0, 24.8, "fail"), onnx_op="ReduceSum",
+                                torch_module="encoder.layer.1.attention.self.query")]
+    page = render_html(_hand_made(rows, first_divergence=rows[0]))
+    assert '<td data-sort="ReduceSum" class="fig">ReduceSum</td>' in page
+    assert 'class="fig">2.48e+01</td>' in page
+    assert "encoder.<wbr>layer.<wbr>1.<wbr>attention" in page
+    assert "td.fig { white-space: nowrap; }" in page
+    assert "overflow-wrap: anywhere" not in page  # it broke "2.48e+0 / 1" and "Reduce / Sum"
