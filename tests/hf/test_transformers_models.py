@@ -1,0 +1,156 @@
+"""Hugging Face models end to end: parity when clean, a planted weight named at its node.
+
+Tiny configs (hidden size 32, two layers), randomly initialised: nothing is downloaded.
+Each architecture is exported once per exporter for this module. Skipped where
+``transformers`` is not installed (the ``hf`` extra).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+pytest.importorskip("transformers")
+
+import bisect_onnx  # noqa: E402
+from bisect_onnx.graph.provenance import read_torch_metadata  # noqa: E402
+from tests.hf.architectures import ARCHITECTURES, T5_ENCODER  # noqa: E402
+
+CASES = [(name, exporter) for name, arch in ARCHITECTURES.items() for exporter in arch.exporters]
+WRAPPER_FILE = "tests/hf/architectures.py"
+
+
+@dataclass
+class Exported:
+    model: object
+    inputs: np.ndarray
+    path: Path
+    report: bisect_onnx.Report
+    python_warnings: list[warnings.WarningMessage]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """``exported(name, exporter)``: the model, its export and the clean run's report."""
+    cache: dict[tuple[str, str], Exported] = {}
+
+    def get(name: str, exporter: str) -> Exported:
+        if (name, exporter) not in cache:
+            import torch
+
+            torch.manual_seed(0)
+            arch = ARCHITECTURES[name]
+            model = arch.build().eval()
+            inputs = arch.make_input(np.random.default_rng(0))
+            path = tmp_path_factory.mktemp(f"{name}-{exporter}") / "model.onnx"
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                report = bisect_onnx.bisect(
+                    model, inputs,
+                    export=bisect_onnx.ExportOptions(exporter=exporter, save_to=path))
+            ours = [w for w in caught if issubclass(w.category, bisect_onnx.BisectOnnxWarning)]
+            cache[name, exporter] = Exported(model, inputs, path, report, ours)
+        return cache[name, exporter]
+
+    return get
+
+
+@pytest.mark.parametrize(("name", "exporter"), CASES)
+def test_a_clean_export_is_at_parity_with_no_warning(exported, name, exporter):
+    run = exported(name, exporter)
+    assert run.report.verdict == "parity", run.report.summary()
+    if [getattr(warning, "code", None) for warning in run.report.warnings] == [
+            "capture-differs"]:
+        # Another layout's rounding (about 1e-6 on x86, under a tenth of atol) is
+        # warned about as if it could hide a divergence: a false alarm on clean models.
+        pytest.xfail("the capture-differs warning fires below the tolerance")
+    assert run.report.warnings == []
+    assert run.python_warnings == []
+    assert run.report.comparisons
+
+
+@pytest.mark.parametrize("name", [name for name, exporter in CASES if exporter == "dynamo"])
+def test_dynamo_records_point_at_the_modeling_file_and_the_wrappers_call(exported, name):
+    run = exported(name, "dynamo")
+    sources = [record.source for record in run.report.comparisons if record.source]
+    modeling = [source for source in sources if _installed(source.file)]
+    # Not one record is left pointing at the user's wrapper in place of the model's line.
+    assert len(modeling) == len(sources) > 0
+    assert all("/transformers/" in source.file for source in modeling)
+    assert any(source.file.endswith(ARCHITECTURES[name].modeling_file) for source in modeling)
+    assert all(source.call_site is not None and source.call_site.file.endswith(WRAPPER_FILE)
+               for source in modeling)
+
+
+def _installed(path: str) -> bool:
+    return "site-packages" in path or "dist-packages" in path
+
+
+def _plant(source: Path, target: Path) -> onnx.NodeProto:
+    """Perturb the weight of a weighted node (MatMul, Gemm, Conv) in the model's middle."""
+    model = onnx.load(str(source))
+    weights = {init.name: index for index, init in enumerate(model.graph.initializer)}
+    weighted = [node for node in model.graph.node if node.op_type in ("MatMul", "Gemm", "Conv")
+                and any(name in weights for name in node.input)]
+    node = weighted[len(weighted) // 2]
+    index = next(weights[name] for name in node.input if name in weights)
+    init = model.graph.initializer[index]
+    array = numpy_helper.to_array(init)
+    # Scaled and shifted: a LayerNorm's zero-mean output cancels a shift alone.
+    planted = (array * 1.5 + 0.05 * np.sign(array)).astype(array.dtype)
+    model.graph.initializer[index].CopyFrom(numpy_helper.from_array(planted, init.name))
+    onnx.save(model, str(target))
+    return node
+
+
+@pytest.mark.parametrize(("name", "exporter"), CASES)
+def test_a_planted_weight_is_named_at_its_node(exported, name, exporter, tmp_path):
+    run = exported(name, exporter)
+    node = _plant(run.path, tmp_path / "planted.onnx")
+    report = bisect_onnx.bisect(run.model, run.inputs, onnx_model=tmp_path / "planted.onnx")
+    assert report.verdict == "diverged"
+    culprit = report.culprit
+    assert culprit is not None, report.summary()
+    if exporter == "torchscript":  # module level: the planted node's module, named by scope
+        assert culprit.onnx_node.rpartition("/")[0] == node.name.rpartition("/")[0]
+        return
+    assert culprit.onnx_node == node.name
+    meta = read_torch_metadata({prop.key: prop.value for prop in node.metadata_props})
+    assert culprit.torch_module == meta.scopes[-1]
+    source = culprit.source
+    assert source.file.endswith(ARCHITECTURES[name].modeling_file)
+    line = Path(source.file).read_text(encoding="utf-8").splitlines()[source.line - 1]
+    assert culprit.torch_module.rsplit(".", 1)[-1] in line  # self.dense(...), self.o_proj(...)
+    assert source.call_site.file.endswith(WRAPPER_FILE)
+
+
+def test_a_torchscript_export_failure_suggests_the_dynamo_exporter():
+    import torch
+
+    torch.manual_seed(0)
+    llama = ARCHITECTURES["llama"]
+    with pytest.raises(bisect_onnx.ModelError, match="--exporter dynamo") as caught:
+        bisect_onnx.bisect(llama.build().eval(), llama.make_input(np.random.default_rng(0)),
+                           export=bisect_onnx.ExportOptions(exporter="torchscript"))
+    assert "enable_gqa" in str(caught.value)
+
+
+def test_t5_under_the_dynamo_exporter_is_pointed_at_the_torchscript_exporter():
+    import torch
+
+    torch.manual_seed(0)
+    model = T5_ENCODER.build().eval()
+    inputs = T5_ENCODER.make_input(np.random.default_rng(0))
+    try:
+        bisect_onnx.assert_parity(model, inputs)
+    except bisect_onnx.ModelError as error:
+        message = str(error)
+    else:
+        pytest.skip("this torch's dynamo exporter exports T5 (pytorch/pytorch #136543 fixed)")
+    assert "step 2 of 3" in message and "--exporter torchscript" in message
