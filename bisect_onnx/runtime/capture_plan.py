@@ -25,16 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bisect_onnx.runtime.sessions import create_session
+from bisect_onnx.runtime.sessions import PROMOTE_CHOICES, create_session
 
-__all__ = ["PROMOTE_CHOICES", "CapturePlan", "plan_capture", "NCHWC_TRANSFORMER", "graph_nodes",
-           "op_counts", "session_and_graph"]
+# PROMOTE_CHOICES lives in sessions (check_runtime needs it, and sessions may not
+# import this module); it is named here too for the CLI's choices.
+__all__ = ["PROMOTE_CHOICES", "CapturePlan", "plan_capture", "NCHWC_TRANSFORMER", "NCHWC_DOMAIN",
+           "graph_nodes", "op_counts", "session_and_graph"]
 
 logger = logging.getLogger(__name__)
 
-#: ``fused``: only values that survive ORT's optimizations (the default); ``all``:
-#: every node output, which changes what ORT fuses.
-PROMOTE_CHOICES = ("fused", "all")
 NCHWC_TRANSFORMER = "NchwcTransformer"
 #: The domain of the nodes that transformer writes (Conv, ReorderInput, ...).
 NCHWC_DOMAIN = "com.microsoft.nchwc"

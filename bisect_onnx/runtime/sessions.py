@@ -11,20 +11,22 @@ from typing import Any
 from bisect_onnx.errors import ModelError, UsageError, one_line
 from bisect_onnx.events import SESSION_CREATED, SESSION_STARTED, emit
 
-__all__ = ["CPU_PROVIDER", "DEFAULT_OPT_LEVEL", "OPT_LEVELS", "create_session", "check_provider",
-           "check_runtime"]
+__all__ = ["CPU_PROVIDER", "DEFAULT_OPT_LEVEL", "OPT_LEVELS", "PROMOTE_CHOICES", "create_session",
+           "check_provider", "check_runtime"]
 
 CPU_PROVIDER = "CPUExecutionProvider"
 # ONNX Runtime's own default level; the candidate runs as production would.
 DEFAULT_OPT_LEVEL = "all"
 OPT_LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
               "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
+#: ``fused``: promote only values that survive ORT's optimizations (the default);
+#: ``all``: every node output, which changes what ORT fuses
+#: (:mod:`bisect_onnx.runtime.capture_plan`).
+PROMOTE_CHOICES = ("fused", "all")
 
 
 def check_runtime(provider: str, opt_level: str, promote: str) -> None:
     """One-line errors for runtime settings that cannot work, before anything runs."""
-    from bisect_onnx.runtime.capture_plan import PROMOTE_CHOICES
-
     if opt_level not in OPT_LEVELS:
         raise UsageError(f"unknown optimization level {opt_level!r}; choose one of "
                          f"{', '.join(OPT_LEVELS)}")
