@@ -18,20 +18,20 @@ from __future__ import annotations
 
 import fnmatch
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bisect_onnx.errors import InputError
-from bisect_onnx.judge.compare import DEFAULT_ATOL, DEFAULT_RTOL
+from bisect_onnx.judge.compare import DEFAULT_ATOL, DEFAULT_RTOL, check_tolerances
 
 if TYPE_CHECKING:
     import onnx
 
 __all__ = ["Tolerance", "ToleranceRule", "PRECISION_DEFAULTS", "QUANTIZED", "QUANT_STEPS",
            "precision_of", "default_tolerance", "quantized_tolerance", "read_tolerance_file",
-           "rule_for"]
+           "rule_for", "tolerance_rules"]
 
 QUANTIZED = "int8 (QDQ)"
 
@@ -118,6 +118,22 @@ class ToleranceRule:
 def rule_for(rules: Sequence[ToleranceRule], *names: str) -> ToleranceRule | None:
     """The first rule matching any of ``names``; ``None`` when none does."""
     return next((rule for rule in rules if rule.matches(names)), None)
+
+
+def tolerance_rules(tolerances: str | Path | Mapping[str, tuple[float, float]] | None,
+                    ) -> list[ToleranceRule]:
+    """Per-value rules from a tolerance file, a ``{pattern: (rtol, atol)}`` mapping, or none."""
+    if tolerances is None:
+        return []
+    if not isinstance(tolerances, Mapping):
+        return read_tolerance_file(tolerances)
+    rules = []
+    for pattern, pair in tolerances.items():
+        rtol, atol = pair
+        check_tolerances(rtol, atol)
+        rules.append(ToleranceRule(str(pattern), Tolerance(float(rtol), float(atol)),
+                                   f"tolerances[{pattern!r}]"))
+    return rules
 
 
 def read_tolerance_file(path: str | Path) -> list[ToleranceRule]:

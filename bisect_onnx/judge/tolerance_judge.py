@@ -1,0 +1,80 @@
+"""The PyTorch form's tolerance, made once: a base tolerance and the user's per-value rules.
+
+Every row, final output, probe and local check of one run is judged through the same
+object, so a rule from ``--tolerances`` applies everywhere its value appears and a
+rule that matched nothing can be named afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from bisect_onnx.align.modules import Pair
+from bisect_onnx.judge.compare import ArrayComparison, check_tolerances, compare_arrays
+from bisect_onnx.judge.records import Record, make_record
+from bisect_onnx.judge.tolerances import Tolerance, ToleranceRule, rule_for
+from bisect_onnx.judge.vocabulary import ReportWarning
+
+__all__ = ["ToleranceJudge", "UNUSED_RULE"]
+
+UNUSED_RULE = ReportWarning("unused-tolerance-rule",
+                            "tolerance rule {where} ({pattern}) matched no compared value")
+
+
+@dataclass
+class ToleranceJudge:
+    """Judges a value by the first rule matching one of its names, else by ``base``.
+
+    A value's names are its ONNX value name and, where known, the PyTorch op (FX node)
+    or module call it stands for.
+    """
+
+    base: Tolerance
+    rules: Sequence[ToleranceRule] = ()
+    used: list[ToleranceRule] = field(default_factory=list)
+
+    @classmethod
+    def from_floats(cls, rtol: float, atol: float,
+                    rules: Sequence[ToleranceRule] = ()) -> ToleranceJudge:
+        """A judge for ``rtol`` and ``atol``, checked once here for every caller."""
+        check_tolerances(rtol, atol)
+        return cls(Tolerance(float(rtol), float(atol)), list(rules))
+
+    def tolerance(self, *names: str | None) -> Tolerance:
+        """The tolerance of the value known by ``names``."""
+        rule = rule_for(self.rules, *(name for name in names if name))
+        if rule is None:
+            return self.base
+        if rule not in self.used:
+            self.used.append(rule)
+        return rule.tolerance
+
+    def compare(self, reference: np.ndarray, candidate: np.ndarray,
+                *names: str | None) -> ArrayComparison:
+        """Compare one value at its own tolerance."""
+        tolerance = self.tolerance(*names)
+        return compare_arrays(reference, candidate, rtol=tolerance.rtol, atol=tolerance.atol)
+
+    def record(self, index: int, pair: Pair, *names: str | None,
+               final: bool = False) -> Record:
+        """The pair's row; its own rtol and atol are said where a rule set them."""
+        names = (pair.candidate.name, *names)
+        tolerance = self.tolerance(*names)
+        record = make_record(index, pair, compare_arrays(
+            pair.reference.array, pair.candidate.array, rtol=tolerance.rtol,
+            atol=tolerance.atol), final=final)
+        return self.mark(record, tolerance)
+
+    def mark(self, record: Record, tolerance: Tolerance) -> Record:
+        """``record`` with the tolerance it was judged by, where that is not the base."""
+        if tolerance == self.base:
+            return record
+        return replace(record, rtol=tolerance.rtol, atol=tolerance.atol)
+
+    def unused_warnings(self) -> list[ReportWarning]:
+        """One warning per rule that matched no value: a typo in a pattern, most often."""
+        return [UNUSED_RULE.format(where=rule.where, pattern=rule.pattern)
+                for rule in self.rules if rule not in self.used]
