@@ -11,6 +11,10 @@ gives, so alignment works unchanged.
 How many times each module is called comes from the un-inlined graphs (one
 ``prim::CallMethod`` per call); a reused module's nodes are split into that many
 equal runs, accepted only when the runs are alike, as in :mod:`bisect_onnx.align.modules`.
+
+The instrumented graph and its run (:func:`instrument_values`, :func:`run_instrumented`)
+serve the op level too (:mod:`bisect_onnx.pytorch.script_ops`), which keeps every ATen
+value rather than each module call's last.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ from bisect_onnx.runtime.sides import Capture, CapturedValue
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["ScriptModuleSide"]
+__all__ = ["ScriptModuleSide", "TopLevel", "instrument_values", "run_instrumented",
+           "call_numbers", "module_paths_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,24 +63,12 @@ class ScriptModuleSide:
         return {"kind": "torchscript", "model": self.label, "class": self.model.original_name,
                 "module_calls": len(self._calls)}
 
-    def _defaults(self, given: int) -> list[Any]:
-        return _defaults_after(self.model, given)
-
     def run(self, inputs: Sequence[np.ndarray], *, keywords: Sequence[str] = ()) -> Capture:
         """Run the instrumented graph once; copy each module call's output."""
-        import torch
-
         if keywords:
             raise InputError("a TorchScript model takes its inputs in order: give every "
                              "input up to the last one you need, positionally")
-        function = torch._C._create_function_from_graph("bisect_onnx_capture", self.graph)
-        try:
-            with torch.no_grad():
-                results = function(self.model._c, *[to_tensor(array) for array in inputs],
-                                   *self._defaults(len(inputs)))
-        except Exception as error:
-            raise ModelError(f"the TorchScript model raised {type(error).__name__} on inputs "
-                             f"{describe_arrays(inputs)}: {one_line(error)}") from error
+        results = run_instrumented(self.model, self.graph, inputs)
         final, captured = results[0], results[1:]
         values: dict[str, CapturedValue] = {}
         for call in sorted(self._calls, key=lambda call: call.hook_order):
@@ -89,6 +82,20 @@ class ScriptModuleSide:
                                           call=call.call, module_class=call.module_class),
                 )
         return Capture(values=values, outputs=final_outputs(final, self.model.original_name))
+
+
+def run_instrumented(model: Any, graph: Any, inputs: Sequence[np.ndarray]) -> Any:
+    """Run a graph made by :func:`instrument_values` on ``inputs``: its one tuple."""
+    import torch
+
+    function = torch._C._create_function_from_graph("bisect_onnx_capture", graph)
+    try:
+        with torch.no_grad():
+            return function(model._c, *[to_tensor(array) for array in inputs],
+                            *_defaults_after(model, len(inputs)))
+    except Exception as error:
+        raise ModelError(f"the TorchScript model raised {type(error).__name__} on inputs "
+                         f"{describe_arrays(inputs)}: {one_line(error)}") from error
 
 
 def _defaults_after(model: Any, given: int) -> list[Any]:
@@ -108,6 +115,19 @@ def _instrument(
     Returns the graph (returning its output, then every tensor an ATen node makes),
     the module calls the graph shows, and how often each module is called.
     """
+    graph, found = instrument_values(model)
+    calls_per_module = Counter(_called_paths(model, ""))
+    calls = [call for (path, module_class), positions in found.members.items()
+             for call in _calls_of(found, path, module_class, positions,
+                                   calls_per_module.get(path, 0))]
+    return graph, calls, calls_per_module
+
+
+def instrument_values(model: Any) -> tuple[Any, TopLevel]:
+    """The inlined graph, made to return its output then every tensor an ATen node makes.
+
+    Returns the graph and what its top-level nodes make (:class:`TopLevel`).
+    """
     import torch
 
     graph = model.inlined_graph
@@ -115,18 +135,32 @@ def _instrument(
     # before the run returns them: make them functional where that is safe.
     torch._C._jit_pass_remove_mutation(graph)
     paths = [path for path, _ in model.named_modules() if path]
-    calls_per_module = Counter(_called_paths(model, ""))
     top_level = list(graph.nodes())  # nodes inside If/Loop blocks are not promotable
-    found = _find_values(_TopLevel(top_level, paths, _users(graph, top_level)))
-    calls = [call for (path, module_class), positions in found.members.items()
-             for call in _calls_of(found, path, module_class, positions,
-                                   calls_per_module.get(path, 0))]
+    found = _find_values(TopLevel(top_level, paths, _users(graph, top_level)))
     _return_everything(graph, found.values)
-    return graph, calls, calls_per_module
+    return graph, found
+
+
+def call_numbers(model: Any, found: TopLevel) -> dict[int, dict[str, int]]:
+    """Node position -> {module path: which call of it the node ran in}.
+
+    The calls of a reused module split its nodes as :class:`ScriptModuleSide` does;
+    a module whose nodes do not split evenly is left out (its nodes count as call 0).
+    """
+    calls_per_module = Counter(_called_paths(model, ""))
+    numbers: dict[int, dict[str, int]] = defaultdict(dict)
+    for (path, _), positions in found.members.items():
+        runs = split_into_calls(positions, calls_per_module.get(path, 0),
+                                origin=lambda position: position,
+                                kind=lambda position: found.nodes[position].kind())
+        for call, run in enumerate(runs or []):
+            for position in run:
+                numbers[position][path] = call
+    return numbers
 
 
 @dataclass
-class _TopLevel:
+class TopLevel:
     """The inlined graph's top-level nodes; what ATen nodes make, and which modules ran them."""
 
     nodes: Sequence[Any]
@@ -144,7 +178,7 @@ class _TopLevel:
     """(module path, class) -> positions of the nodes that ran inside it."""
 
 
-def _find_values(found: _TopLevel) -> _TopLevel:
+def _find_values(found: TopLevel) -> TopLevel:
     """Fill in the tensors each ATen node makes and the module calls it ran in."""
     for position, node in enumerate(found.nodes):
         tensors = [out for out in node.outputs() if out.type().kind() == "TensorType"]
@@ -153,12 +187,12 @@ def _find_values(found: _TopLevel) -> _TopLevel:
         found.outputs_of[position] = [(out.debugName(), len(found.values) + i)
                                       for i, out in enumerate(tensors)]
         found.values.extend(tensors)
-        for path, module_class in _resolve(node.getModuleHierarchy(), found.paths):
+        for path, module_class in module_paths_of(node, found.paths):
             found.members[(path, module_class)].append(position)
     return found
 
 
-def _calls_of(found: _TopLevel, path: str, module_class: str, positions: list[int],
+def _calls_of(found: TopLevel, path: str, module_class: str, positions: list[int],
               called: int) -> list[PlannedCall]:
     """The ``called`` calls of one module, from the nodes that ran in it, if they split evenly."""
     top_level = found.nodes
@@ -262,7 +296,12 @@ def _called_paths(module: Any, prefix: str, method: str = "forward") -> list[str
 
 
 def _module_paths(node: Any, paths: Sequence[str]) -> set[str]:
-    return {path for path, _ in _resolve(node.getModuleHierarchy(), paths)}
+    return {path for path, _ in module_paths_of(node, paths)}
+
+
+def module_paths_of(node: Any, paths: Sequence[str]) -> list[tuple[str, str]]:
+    """(module path, class) of each module instance ``node`` ran in, outermost first."""
+    return _resolve(node.getModuleHierarchy(), paths)
 
 
 def _resolve(hierarchy: str, paths: Sequence[str]) -> list[tuple[str, str]]:

@@ -1,0 +1,180 @@
+"""Inside a multi-node op of a TorchScript export: which of its nodes goes wrong first.
+
+The TorchScript exporter turns ``aten::linear`` into MatMul then Add, ``aten::gelu``
+into Div, Erf, Add, Mul, Mul, and ``scaled_dot_product_attention`` into a dozen nodes
+around a Softmax; op-level alignment pairs the op's value with the last of them. To
+name the node that went wrong, the traced op is called alone (its weights as
+parameters, its activations as inputs holding PyTorch's values), exported with the
+same exporter and opset, and run with every value promoted. Its nodes are paired with
+the candidate's by data flow (:func:`bisect_onnx.search.decomposition.pair_by_structure`),
+and the first candidate value that differs from its fresh counterpart, computed from
+values that agreed, names the node.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bisect_onnx.errors import BisectOnnxError, one_line
+from bisect_onnx.judge.compare import compare_arrays
+from bisect_onnx.judge.records import Report
+from bisect_onnx.pytorch.script_ops import ScriptOp, ScriptOpCapture
+from bisect_onnx.runtime.onnx_side import NodeInfo
+
+if TYPE_CHECKING:
+    import onnx
+
+__all__ = ["look_inside_script_op", "references_by_onnx_value"]
+
+logger = logging.getLogger(__name__)
+
+
+def references_by_onnx_value(segments: Mapping[str, Sequence[NodeInfo]],
+                             ops: ScriptOpCapture) -> dict[str, Any]:
+    """PyTorch's op values by the ONNX value each op ends in, fused-away ones included."""
+    return {segment[-1].outputs[0]: ops.values[name] for name, segment in segments.items()
+            if segment and segment[-1].outputs and name in ops.values}
+
+
+def look_inside_script_op(report: Report, segments: Mapping[str, Sequence[NodeInfo]],
+                          ops: ScriptOpCapture, model: onnx.ModelProto,
+                          candidate_values: Mapping[str, np.ndarray], *,
+                          opset: int | None) -> NodeInfo | None:
+    """The node inside the culprit's op where its error starts, if one can be named.
+
+    Writes ``report.inside_op``: what was done, and what was found.
+    """
+    record = report.culprit or report.first_divergence
+    if record is None or record.fx_node is None:
+        return None
+    segment = [node for node in segments.get(record.fx_node, ()) if node.op_type != "Constant"]
+    op = next((op for op in ops.ops if op.name == record.fx_node), None)
+    if len(segment) < 2 or op is None:
+        return None
+    node, value, how = _localize(op, ops, [model.graph.node[item.index] for item in segment],
+                                 candidate_values, rtol=report.rtol, atol=report.atol,
+                                 opset=opset)
+    logger.info("inside %s: %s", op.name, how)
+    report.inside_op = {"fx_node": op.name, "nodes": [item.name for item in segment],
+                        "node": node, "value": value, "how": how}
+    found = next((item for item in segment if value is not None and value in item.outputs),
+                 None)
+    return found if node is not None else None
+
+
+def _localize(op: ScriptOp, ops: ScriptOpCapture, segment: Sequence[onnx.NodeProto],
+              candidate_values: Mapping[str, np.ndarray], *, rtol: float, atol: float,
+              opset: int | None) -> tuple[str | None, str | None, str]:
+    """(node, value, how): the first node of ``segment`` to differ from ``op`` alone."""
+    from bisect_onnx.search.decomposition import pair_by_structure
+
+    try:
+        fresh_nodes, fresh_values = _translate_alone(op, ops, opset)
+    except BisectOnnxError as error:
+        return None, None, f"could not export {op.kind} alone: {one_line(error)}"
+    except Exception as error:  # a refinement of a report must never break the report
+        logger.debug("exporting %s alone failed", op.name, exc_info=True)
+        return None, None, (f"could not export {op.kind} alone: {type(error).__name__}: "
+                            f"{one_line(error)}")
+    pairs = pair_by_structure(segment, fresh_nodes)
+    producers = {value: node for node in segment for value in node.output if value}
+    unknown: set[str] = set()
+    for node in segment:
+        fresh = pairs.get(node.name or id(node))
+        for position, value in enumerate(node.output):
+            theirs = fresh.output[position] if fresh is not None else None
+            if theirs not in fresh_values or value not in candidate_values:
+                unknown.add(value)
+                continue
+            comparison = compare_arrays(fresh_values[theirs], candidate_values[value],
+                                        rtol=rtol, atol=atol)
+            if comparison.passed:
+                continue
+            before = _unknown_reads(node, producers, unknown)
+            if before:
+                return None, None, (f"{value} is the first value of {op.name}'s nodes to "
+                                    f"differ from {op.kind} exported alone, but "
+                                    f"{', '.join(before)} before it could not be compared")
+            return node.name, value, (f"{node.op_type} node {node.name} is the first of "
+                                      f"{op.name}'s nodes to differ from {op.kind} exported "
+                                      f"alone (off by up to {comparison.max_abs_error:.3g})")
+    return None, None, f"every compared value of {op.name}'s nodes agrees with {op.kind} alone"
+
+
+def _unknown_reads(node: onnx.NodeProto, producers: Mapping[str, onnx.NodeProto],
+                   unknown: set[str]) -> list[str]:
+    """Values of the segment ``node`` reads, directly or through others, never compared."""
+    found, seen, stack = [], set(), list(node.input)
+    while stack:
+        value = stack.pop()
+        if value in seen or value not in producers or value not in unknown:
+            continue
+        seen.add(value)
+        found.append(value)
+        stack.extend(producers[value].input)
+    return sorted(found)
+
+
+def _translate_alone(op: ScriptOp, ops: ScriptOpCapture,
+                     opset: int | None) -> tuple[list[onnx.NodeProto], dict[str, np.ndarray]]:
+    """Export ``op`` alone with the TorchScript exporter; its nodes and every value."""
+    from bisect_onnx.pytorch.exporting import export_model
+    from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
+
+    if op.arguments is None:
+        raise BisectOnnxError(f"an argument of {op.name} is computed in the graph, not a "
+                              "value, weight or literal")
+    module = _single_op_class()(op.kind.split("::", 1)[-1])
+    inputs: list[np.ndarray] = []
+    for index, argument in enumerate(op.arguments):
+        if argument.source == "value":
+            held = ops.values.get(argument.value)
+            inputs.append(held.array if held is not None else ops.graph_inputs[argument.value])
+            module.layout.append((argument.keyword, "input", len(inputs) - 1))
+        elif argument.source == "weight":
+            module.register_buffer(f"weight_{index}", argument.value)
+            module.layout.append((argument.keyword, "weight", f"weight_{index}"))
+        else:
+            module.layout.append((argument.keyword, "constant", argument.value))
+    with tempfile.TemporaryDirectory(prefix="bisect-onnx-op-") as folder:
+        exported = export_model(module.eval(), inputs, Path(folder), exporter="torchscript",
+                                opset=opset)
+        side = OnnxRuntimeSide(exported.path, promote="all")
+        capture = side.run(inputs)
+    nodes = [node for node in side.model.graph.node if node.op_type != "Constant"]
+    return nodes, {name: value.array for name, value in capture.values.items()}
+
+
+@functools.cache
+def _single_op_class() -> type:
+    """The module class, made on first use so that importing this module skips torch."""
+    import torch
+
+    class _SingleScriptOp(torch.nn.Module):
+        """Calls one ATen op on its inputs, weights (buffers) and literals, in order."""
+
+        def __init__(self, op_name: str) -> None:
+            super().__init__()
+            self.op_name = op_name
+            self.layout: list[tuple[str | None, str, Any]] = []
+            """(keyword or ``None``, ``input``/``weight``/``constant``, which) per argument."""
+
+        def forward(self, *inputs: torch.Tensor) -> Any:
+            positional, keywords = [], {}
+            for keyword, source, item in self.layout:
+                value = (inputs[item] if source == "input" else getattr(self, item)
+                         if source == "weight" else item)
+                if keyword is None:
+                    positional.append(value)
+                else:
+                    keywords[keyword] = value
+            return getattr(torch.ops.aten, self.op_name)(*positional, **keywords)
+
+    return _SingleScriptOp

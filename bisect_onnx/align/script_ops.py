@@ -1,0 +1,335 @@
+"""Pair every traced ATen value with the TorchScript exporter's ONNX value of it (op level).
+
+The TorchScript exporter names nodes after the module scope they ran in
+(``/fc1/MatMul``, ``/Div`` for ``F.gelu`` in the model's own ``forward``) and records
+no op names. Within one scope, though, it translates the traced ops in order, and each
+op's value is held by the last node of its translation: ``aten::linear`` ends in an
+``Add`` (or is one ``Gemm``), ``aten::gelu`` in its second ``Mul``,
+``scaled_dot_product_attention`` in the ``MatMul`` after the ``Softmax``. So each op,
+in graph order, is paired with the next node of its scope that has such an op type,
+the op's shape and dtype, and reads (directly or not) the values the op's inputs were
+paired with. Ops the table below does not know, and nodes no guard accepts, are left
+unaligned with a reason rather than guessed.
+
+The exporter folds a BatchNorm into the Conv before it (the Conv node computes the
+BatchNorm's value): the BatchNorm is paired with that node and the convolution listed
+as fused into it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bisect_onnx.align.modules import Pair, Unaligned
+from bisect_onnx.align.ops import RUNTIME_FUSED, OpAlignment
+from bisect_onnx.graph.scopes import read_scopes
+from bisect_onnx.pytorch.script_ops import ScriptOp, ScriptOpCapture
+from bisect_onnx.runtime.onnx_side import NodeInfo
+from bisect_onnx.runtime.sides import CapturedValue
+
+__all__ = ["align_script_ops"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _End:
+    """The ONNX node an op's translation ends in."""
+
+    types: frozenset[str]
+    then: frozenset[str] = frozenset()
+    """A node of these types right after it, reading it and otherwise only constants,
+    ends the translation instead (the bias ``Add`` after a ``MatMul``)."""
+    reads: str | None = None
+    """The node must read the output of a node of this type (SDPA's last MatMul reads
+    the Softmax)."""
+
+
+def _ends(types: str, then: str = "", reads: str | None = None) -> _End:
+    return _End(frozenset(types.split()), frozenset(then.split()), reads)
+
+
+_ELEMENTWISE = {name: _ends(op) for name, op in (
+    ("add", "Add"), ("sub", "Sub"), ("mul", "Mul"), ("div", "Div"), ("neg", "Neg"),
+    ("exp", "Exp"), ("log", "Log"), ("sqrt", "Sqrt"), ("rsqrt", "Reciprocal"), ("pow", "Pow"),
+    ("erf", "Erf"), ("abs", "Abs"), ("relu", "Relu"), ("sigmoid", "Sigmoid"), ("tanh", "Tanh"),
+    ("leaky_relu", "LeakyRelu"), ("elu", "Elu"), ("hardtanh", "Clip"), ("clamp", "Clip"),
+    ("softmax", "Softmax"), ("log_softmax", "LogSoftmax"), ("where", "Where"),
+)}
+
+#: ATen op (without ``aten::``) -> the node its value is held by.
+_END_OF = {
+    **_ELEMENTWISE,
+    "linear": _ends("MatMul Gemm", then="Add"),
+    "matmul": _ends("MatMul"), "bmm": _ends("MatMul"), "mm": _ends("MatMul Gemm"),
+    "addmm": _ends("Gemm"),
+    "_convolution": _ends("Conv"), "conv1d": _ends("Conv"), "conv2d": _ends("Conv"),
+    "conv3d": _ends("Conv"),
+    "batch_norm": _ends("BatchNormalization"), "layer_norm": _ends("LayerNormalization"),
+    "gelu": _ends("Mul", then="Mul"), "silu": _ends("Mul"),
+    "scaled_dot_product_attention": _ends("MatMul", reads="Softmax"),
+    "view": _ends("Reshape"), "reshape": _ends("Reshape"), "unflatten": _ends("Reshape"),
+    "flatten": _ends("Flatten Reshape"), "transpose": _ends("Transpose"),
+    "permute": _ends("Transpose"), "t": _ends("Transpose"), "unsqueeze": _ends("Unsqueeze"),
+    "squeeze": _ends("Squeeze"), "select": _ends("Gather"), "embedding": _ends("Gather"),
+    "cat": _ends("Concat"), "max_pool2d": _ends("MaxPool"), "avg_pool2d": _ends("AveragePool"),
+    "adaptive_avg_pool2d": _ends("GlobalAveragePool AveragePool"),
+    "upsample_bilinear2d": _ends("Resize"), "upsample_nearest2d": _ends("Resize"),
+    "mean": _ends("ReduceMean"), "sum": _ends("ReduceSum"),
+}
+
+#: Ops that hand their input back in an eval-mode export: no node of their own.
+_PASS_THROUGH = frozenset({"dropout", "feature_dropout", "contiguous", "clone", "alias"})
+
+
+def align_script_ops(capture: ScriptOpCapture, nodes: Sequence[NodeInfo],
+                     candidate_values: Mapping[str, CapturedValue],
+                     model: Any = None) -> OpAlignment:
+    """Pair each traced op with the exporter's node of it; explain every value left over.
+
+    ``model`` (the ONNX model) gives the shapes of values the capture left out.
+    """
+    pairing = _ScopePairing(capture, nodes, candidate_values, _shapes(model, candidate_values))
+    pairing.model = model
+    for op in capture.ops:
+        pairing.place(op)
+    return pairing.finish()
+
+
+class _ScopePairing:
+    """Ops placed on nodes so far, scope by scope, in graph order."""
+
+    def __init__(self, capture: ScriptOpCapture, nodes: Sequence[NodeInfo],
+                 candidate_values: Mapping[str, CapturedValue],
+                 shapes: Mapping[str, tuple[tuple[Any, ...], Any]]) -> None:
+        self.capture, self.nodes, self.candidate_values = capture, nodes, candidate_values
+        self.shapes = shapes
+        self.model: Any = None  # the ONNX model, for node attributes
+        self.producers = {output: node for node in nodes for output in node.outputs}
+        self.in_scope: dict[str, list[NodeInfo]] = {}
+        for node, scope in zip(nodes, read_scopes(nodes, capture.module_paths), strict=True):
+            if scope is not None and node.op_type != "Constant":
+                self.in_scope.setdefault(scope.modules[-1] if scope.modules else "", []).append(
+                    node)
+        self.by_name = {op.name: op for op in capture.ops}
+        self.cursor: dict[str, int] = {}
+        self.onnx_of: dict[str, str] = {}  # op (or graph input) -> ONNX value holding it
+        self.ends: dict[str, NodeInfo] = {}
+        self.alignment = OpAlignment()
+
+    def place(self, op: ScriptOp) -> None:
+        """Find the node holding ``op``'s value, or say why there is none."""
+        short = op.kind.split("::", 1)[-1]
+        sources = [self.onnx_of[name] for name in self.capture.inputs_of.get(op.name, ())
+                   if name in self.onnx_of]
+        if short in _PASS_THROUGH and sources:
+            self.onnx_of[op.name] = sources[0]
+            self._unaligned(op, "removed", f"returns its input unchanged (eval mode), so the "
+                                           f"exporter made no node for it; compared at "
+                                           f"{sources[0]}")
+            return
+        end = _END_OF.get(short)
+        if end is None:
+            self._unaligned(op, "unmatched", f"the alignment knows no ONNX op that {op.kind} "
+                                             "ends in, so it was not paired (not guessed)")
+            return
+        found = self._find(op, end, sources)
+        if found is None and self._fold_batch_norm(op):
+            return
+        if found is None:
+            scope = op.module or "the model's own forward"
+            self._unaligned(op, "folded", f"no {'/'.join(sorted(end.types))} node of "
+                                          f"{scope} after the previous op holds a value of its "
+                                          "shape and dtype computed from its inputs (folded "
+                                          "into a constant or fused?)")
+            return
+        self.ends[op.name] = found
+        self.onnx_of[op.name] = found.outputs[0]
+        self.alignment.segments[op.name] = self._segment(found, op.module, sources)
+
+    def _find(self, op: ScriptOp, end: _End, sources: Sequence[str]) -> NodeInfo | None:
+        scope = self.in_scope.get(op.module, [])
+        wanted = self.capture.values[op.name].array
+        for position in range(self.cursor.get(op.module, 0), len(scope)):
+            node = scope[position]
+            if not (node.op_type in end.types and node.outputs
+                    and self._alike(node.outputs[0], wanted)
+                    and (end.reads is None or self._reads_type(node, end.reads))
+                    and self._same_permutation(op, node, wanted.ndim)
+                    and self._descends(node, sources)):
+                continue
+            while (position + 1 < len(scope) and scope[position + 1].op_type in end.then
+                   and self._extends(scope[position + 1], node, wanted)):
+                position += 1
+                node = scope[position]
+            self.cursor[op.module] = position + 1
+            return node
+        return None
+
+    def _same_permutation(self, op: ScriptOp, node: NodeInfo, rank: int) -> bool:
+        """For a Transpose, whether its ``perm`` is the op's own.
+
+        The exporter merges consecutive transposes (``k.transpose(1, 2)`` then
+        ``.transpose(-2, -1)`` become one node); with a square shape, the merged node
+        would pass for either op by shape alone.
+        """
+        if node.op_type != "Transpose" or self.model is None:
+            return True
+        wanted = _permutation(op, rank)
+        perm = next((list(attribute.ints) for attribute
+                     in self.model.graph.node[node.index].attribute if attribute.name == "perm"),
+                    list(reversed(range(rank))))
+        return wanted is not None and perm == wanted
+
+    def _alike(self, value: str, wanted: np.ndarray) -> bool:
+        known = self.shapes.get(value)
+        if known is None:
+            return False
+        shape, dtype = known
+        return (dtype == wanted.dtype and len(shape) == wanted.ndim
+                and all(dim is None or dim == size for dim, size in zip(shape, wanted.shape,
+                                                                       strict=True)))
+
+    def _reads_type(self, node: NodeInfo, op_type: str) -> bool:
+        return any(getattr(self.producers.get(read), "op_type", None) == op_type
+                   for read in node.inputs)
+
+    def _extends(self, following: NodeInfo, node: NodeInfo, wanted: np.ndarray) -> bool:
+        """Whether ``following`` reads ``node``'s value and, besides it, constants only."""
+        others = [read for read in following.inputs if read not in node.outputs]
+        constant = all(read not in self.producers or self.producers[read].op_type == "Constant"
+                       for read in others)
+        return (len(others) < len(following.inputs) and constant and bool(following.outputs)
+                and self._alike(following.outputs[0], wanted))
+
+    def _descends(self, node: NodeInfo, sources: Sequence[str]) -> bool:
+        """Whether every source value is read by ``node``, directly or not."""
+        missing = set(sources)
+        seen: set[str] = set()
+        stack = list(node.inputs)
+        while stack and missing:
+            value = stack.pop()
+            if value in seen:
+                continue
+            seen.add(value)
+            missing.discard(value)
+            producer = self.producers.get(value)
+            if producer is not None and value not in sources:
+                stack.extend(producer.inputs)
+        return not missing
+
+    def _segment(self, end: NodeInfo, scope: str, sources: Sequence[str]) -> list[NodeInfo]:
+        """The nodes of ``scope`` between the op's input values and its end, in graph order."""
+        members = {id(node) for node in self.in_scope.get(scope, [])}
+        taken = {id(node) for segment in self.alignment.segments.values() for node in segment}
+        found: dict[int, NodeInfo] = {}
+        stack = [end]
+        while stack:
+            node = stack.pop()
+            if node.index in found or id(node) not in members or id(node) in taken:
+                continue
+            found[node.index] = node
+            stack.extend(self.producers[read] for read in node.inputs
+                         if read in self.producers and read not in sources)
+        return [found[index] for index in sorted(found)]
+
+    def _unaligned(self, op: ScriptOp, kind: str, reason: str) -> None:
+        self.alignment.torch_only.append(Unaligned(op.name, reason, kind))
+
+    def _fold_batch_norm(self, op: ScriptOp) -> bool:
+        """A BatchNorm with no node of its own is the Conv's node it was folded into."""
+        sources = self.capture.inputs_of.get(op.name, ())
+        conv = self.ends.get(sources[0]) if sources else None
+        if op.kind != "aten::batch_norm" or conv is None or conv.op_type != "Conv":
+            return False
+        del self.ends[sources[0]]
+        self.ends[op.name] = conv
+        self.onnx_of[op.name] = conv.outputs[0]
+        self.alignment.segments[op.name] = self.alignment.segments.pop(sources[0])
+        self.alignment.fused_into[sources[0]] = conv.name
+        self.alignment.torch_only.append(Unaligned(sources[0], (
+            f"the exporter folded the BatchNorm after it into ONNX node {conv.name}, whose "
+            f"output is compared with the BatchNorm ({op.name})"), "fused"))
+        return True
+
+    def finish(self) -> OpAlignment:
+        """Pairs where the end's value was captured; every other value explained."""
+        alignment, paired = self.alignment, set()
+        for name, node in self.ends.items():
+            value = node.outputs[0]
+            captured = self.candidate_values.get(value)
+            if captured is None:
+                self._unaligned(self.by_name[name], "runtime-fused",
+                                RUNTIME_FUSED)
+                continue
+            alignment.pairs.append(Pair(self.capture.values[name], captured))
+            paired.add(value)
+            alignment.fx_named_values += captured.array.dtype.kind in "fc"
+            alignment.fx_named_compared += captured.array.dtype.kind in "fc"
+        segment_of = {node.index: name for name, segment in alignment.segments.items()
+                      for node in segment}
+        for value in self.candidate_values:
+            if value in paired:
+                continue
+            producer = self.producers.get(value)
+            owner = segment_of.get(producer.index) if producer is not None else None
+            if owner is not None:
+                reason = (f"an intermediate of {self.capture.op_names[owner]} ({owner}); "
+                          f"compared at its output {self.onnx_of[owner]}")
+                alignment.onnx_only.append(Unaligned(value, reason, "intermediate"))
+            else:
+                alignment.onnx_only.append(Unaligned(value, (
+                    "no traced op was paired with the node that computes it"), "unmatched"))
+        alignment.pairs.sort(key=lambda pair: pair.candidate.provenance.position)
+        logger.info("paired %d of %d traced ops with ONNX values", len(alignment.pairs),
+                    len(self.capture.ops))
+        return alignment
+
+
+def _permutation(op: ScriptOp, rank: int) -> list[int] | None:
+    """The axes order ``aten::transpose``, ``permute`` or ``t`` makes; ``None`` if unknown."""
+    literals = [argument.value for argument in op.arguments or ()
+                if argument.source == "constant"]
+    order = list(range(rank))
+    if op.kind == "aten::t":
+        return order[::-1]
+    if op.kind == "aten::transpose" and len(literals) == 2:
+        first, second = (axis % rank for axis in literals)
+        order[first], order[second] = order[second], order[first]
+        return order
+    if op.kind == "aten::permute" and literals and isinstance(literals[0], list):
+        return [axis % rank for axis in literals[0]]
+    return None
+
+
+def _shapes(model: Any, candidate_values: Mapping[str, CapturedValue],
+            ) -> dict[str, tuple[tuple[Any, ...], Any]]:
+    """Value -> (shape, numpy dtype): captured values as they are, the rest inferred.
+
+    A dimension shape inference leaves symbolic is ``None`` (it matches any size).
+    """
+    shapes: dict[str, tuple[tuple[Any, ...], Any]] = {}
+    if model is not None:
+        import onnx
+
+        try:
+            inferred = onnx.shape_inference.infer_shapes(model)
+        except Exception as error:  # a refinement: captured shapes still serve
+            logger.info("no shape inference on the ONNX model: %s", error)
+        else:
+            for info in inferred.graph.value_info:
+                tensor = info.type.tensor_type
+                if not tensor.HasField("shape") or not tensor.elem_type:
+                    continue
+                dims = tuple(dim.dim_value if dim.HasField("dim_value") else None
+                             for dim in tensor.shape.dim)
+                dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)
+                shapes[info.name] = (dims, np.dtype(dtype))
+    for name, value in candidate_values.items():
+        shapes[name] = (value.array.shape, value.array.dtype)
+    return shapes

@@ -1,0 +1,226 @@
+"""The op-level reference for a TorchScript export: every ATen value of the traced graph.
+
+The TorchScript exporter translates the graph ``torch.jit.trace`` records. Its ONNX
+nodes carry the module scope in their names (``/fc1/MatMul``) but not the op they
+were made from, so op-level alignment (:mod:`bisect_onnx.align.script_ops`) pairs
+them by scope, op and order. This module gives it the other side: the traced graph
+run once with every ATen value returned (the instrumentation
+:mod:`bisect_onnx.pytorch.script_side` uses for module calls), each value with its
+ATen kind, the module it ran in, the source line that made it, and how to call its op
+alone (for looking inside a multi-node op, :mod:`bisect_onnx.align.script_inside`).
+
+Shape arithmetic that tracing records as tensors (``size * heads``) is left out: the
+exporter folds it into constants, and no one debugs it.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bisect_onnx.errors import ModelError, one_line
+from bisect_onnx.graph.provenance import Provenance, user_source
+from bisect_onnx.pytorch.calls import call_name
+from bisect_onnx.pytorch.module_side import describe_arrays, to_numpy, to_tensor
+from bisect_onnx.pytorch.op_values import OpCapture
+from bisect_onnx.pytorch.script_side import (
+    TopLevel,
+    call_numbers,
+    instrument_values,
+    module_paths_of,
+    run_instrumented,
+)
+from bisect_onnx.runtime.sides import CapturedValue
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["ScriptOp", "ScriptOpCapture", "Argument", "capture_script_ops", "trace_script",
+           "branches"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Argument:
+    """One argument of a traced op: another op's value, a weight, or a literal."""
+
+    source: str
+    """``value`` (``value`` names an op or a graph input), ``weight`` (a tensor of the
+    model) or ``constant`` (a literal: a number, a list of them, ``None``)."""
+    value: Any
+    keyword: str | None = None
+    """The parameter's name where the op takes it by keyword only (SDPA's ``scale``)."""
+
+
+@dataclass(frozen=True)
+class ScriptOp:
+    """One ATen op of the traced graph whose value is data (computed from the inputs)."""
+
+    name: str
+    """``linear``, ``linear_1``, ...: named like the dynamo exporter's FX nodes."""
+    kind: str
+    """The ATen op, ``aten::linear``."""
+    module: str
+    """The innermost module it ran in; ``""`` for an op in the model's own ``forward``."""
+    arguments: tuple[Argument, ...] | None
+    """How to call it alone; ``None`` where an argument is none of the three kinds."""
+
+
+@dataclass
+class ScriptOpCapture(OpCapture):
+    """Every data value of a traced graph on one input, by op name, with the ops."""
+
+    ops: list[ScriptOp] = field(default_factory=list)
+    """The data ops, in graph order (the values' keys are their names)."""
+    module_paths: tuple[str, ...] = ()
+    """Every submodule path of the model (scopes in ONNX node names resolve to them)."""
+
+
+def trace_script(module: torch.nn.Module, arrays: Sequence[np.ndarray]) -> Any:
+    """``torch.jit.trace`` the module on ``arrays``, as the TorchScript exporter does."""
+    import torch
+
+    try:
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")  # TracerWarnings: the exporter traced the same
+            return torch.jit.trace(module, tuple(to_tensor(array) for array in arrays),
+                                   check_trace=False)
+    except Exception as error:
+        raise ModelError(f"torch.jit.trace failed on inputs {describe_arrays(arrays)}: "
+                         f"{type(error).__name__}: {one_line(error)}") from error
+
+
+def branches(model: Any) -> bool:
+    """Whether ``model``'s graph runs ATen ops inside control flow (a scripted ``if``).
+
+    Those ops are not promotable, and the graph is not the one a trace (and so the
+    exporter) would record: op-level pairing would compare a fraction of the model.
+    """
+    return any(inner.kind().startswith("aten::")
+               for node in model.inlined_graph.nodes() for block in node.blocks()
+               for inner in block.nodes())
+
+
+def capture_script_ops(model: Any, arrays: Sequence[np.ndarray]) -> ScriptOpCapture:
+    """Run a traced or scripted ``model`` on ``arrays``; every data op's value, in order."""
+    graph, found = instrument_values(model)
+    results = run_instrumented(model, graph, arrays)
+    captured = results[1:]
+    inputs = list(graph.inputs())[1:]  # the first is the module itself
+    names = {value.debugName(): f"input_{index}" for index, value in enumerate(inputs)}
+    capture = ScriptOpCapture(values={}, module_paths=tuple(found.paths), graph_inputs={
+        f"input_{index}": np.asarray(array) for index, array in enumerate(arrays)})
+    data = set(names)
+    calls = call_numbers(model, found)
+    counts: dict[str, int] = {}
+    for position, node in enumerate(found.nodes):
+        reads = [value.debugName() for value in node.inputs()]
+        if node.kind() in _NOT_DATA or not any(read in data for read in reads):
+            continue
+        data.update(value.debugName() for value in node.outputs())
+        made = found.outputs_of.get(position, [])
+        if len(made) != 1 or len(list(node.outputs())) != 1:
+            continue  # a tuple-valued op: not one value to compare
+        kind = node.kind()
+        short = kind.split("::", 1)[-1]
+        name = short if short not in counts else f"{short}_{counts[short]}"
+        counts[short] = counts.get(short, 0) + 1
+        debug_name, index = made[0]
+        names[debug_name] = name
+        op = ScriptOp(name, kind, _innermost(node, found),
+                      _arguments(node, names, model))
+        capture.ops.append(op)
+        capture.op_names[name] = f"aten.{short}"
+        capture.inputs_of[name] = tuple(names[read] for read in reads if read in names)
+        for source in capture.inputs_of[name]:
+            capture.users_of[source] = (*capture.users_of.get(source, ()), name)
+        capture.values[name] = CapturedValue(name, to_numpy(captured[index]), _provenance(
+            node, op, found, calls.get(position, {}), len(capture.values)))
+    logger.info("recorded %d op values of the traced graph", len(capture.values))
+    return capture
+
+
+# Ops whose outputs are shapes, not data, though tracing records them as tensors.
+_NOT_DATA = frozenset({"aten::size", "aten::numel", "aten::dim", "aten::Int",
+                       "aten::ScalarImplicit", "aten::len", "prim::NumToTensor",
+                       "aten::detach", "prim::shape"})
+
+
+def _innermost(node: Any, found: TopLevel) -> str:
+    modules = module_paths_of(node, found.paths)
+    return modules[-1][0] if modules else ""
+
+
+def _provenance(node: Any, op: ScriptOp, found: TopLevel, calls: dict[str, int],
+                position: int) -> Provenance:
+    modules = module_paths_of(node, found.paths)
+    path, module_class = modules[-1] if modules else ("", None)
+    return Provenance(
+        position=position, module=path, call=calls.get(path, 0), module_class=module_class,
+        torch_op=f"aten.{op.kind.split('::', 1)[-1]}", source=_source_line(node),
+        fx_node=op.name,
+        scopes=tuple(call_name(inner, calls.get(inner, 0)) for inner, _ in modules))
+
+
+def _source_line(node: Any) -> Any:
+    """The model's line, from the traced node's stack read as a Python traceback.
+
+    The stack is ``file(line): function`` lines, innermost first.
+    """
+    frames = []
+    for line in node.sourceRange().splitlines():
+        file, _, rest = line.rpartition("(")
+        number = rest.split(")", 1)[0]
+        if file and number.isdigit():
+            frames.append(f'File "{file}", line {number}')
+    return user_source("\n".join(reversed(frames)))
+
+
+def _arguments(node: Any, names: dict[str, str], model: Any) -> tuple[Argument, ...] | None:
+    import torch
+
+    try:
+        schema = torch._C.parse_schema(node.schema()).arguments
+    except RuntimeError:  # no schema: the op cannot be called alone by name
+        return None
+    arguments = []
+    for value, parameter in zip(node.inputs(), schema, strict=False):
+        argument = _argument(value, names, model)
+        if argument is None:
+            return None
+        keyword = parameter.name if parameter.kwarg_only else None
+        arguments.append(replace(argument, keyword=keyword))
+    return tuple(arguments)
+
+
+def _argument(value: Any, names: dict[str, str], model: Any) -> Argument | None:
+    """What one input of a traced op is, or ``None`` if it is none of the kinds."""
+    if value.debugName() in names:
+        return Argument("value", names[value.debugName()])
+    producer = value.node()
+    if producer.kind() == "prim::Constant":
+        return Argument("constant", value.toIValue())
+    if producer.kind() == "prim::ListConstruct":
+        items = [_argument(item, names, model) for item in producer.inputs()]
+        if all(item is not None and item.source == "constant" for item in items):
+            return Argument("constant", [item.value for item in items])
+        return None
+    if producer.kind() == "prim::GetAttr":
+        chain = []
+        while producer.kind() == "prim::GetAttr":
+            chain.append(producer.s("name"))
+            producer = producer.inputsAt(0).node()
+        target = model
+        for attribute in reversed(chain):
+            target = getattr(target, attribute, None)
+        import torch
+
+        if isinstance(target, torch.Tensor):
+            return Argument("weight", target.detach().clone())
+    return None
