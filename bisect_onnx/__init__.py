@@ -21,6 +21,7 @@ from bisect_onnx.pipeline.onnx_vs_onnx import bisect_onnx_models
 from bisect_onnx.pipeline.options import ExportOptions, RandomInputs, RuntimeOptions
 from bisect_onnx.pipeline.parity import assert_parity
 from bisect_onnx.pipeline.pytorch_vs_onnx import bisect
+from bisect_onnx.sources.input_samples import Samples
 from bisect_onnx.version import __version__
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "ExportOptions",
     "RandomInputs",
     "RuntimeOptions",
+    "Samples",
     "DEFAULT_RTOL",
     "DEFAULT_ATOL",
     # Parity tests

@@ -16,8 +16,8 @@ from typing import Any
 
 from bisect_onnx.align.modules import Pair
 from bisect_onnx.align.ops import OpAlignment, align_ops
-from bisect_onnx.judge.compare import compare_arrays
-from bisect_onnx.judge.records import Record, Report, make_record
+from bisect_onnx.judge.records import Record, Report
+from bisect_onnx.judge.tolerance_judge import ToleranceJudge
 from bisect_onnx.pytorch.op_values import OpCapture
 from bisect_onnx.runtime.onnx_side import NodeInfo
 from bisect_onnx.runtime.sides import CapturedValue
@@ -32,12 +32,11 @@ logger = logging.getLogger(__name__)
 GRANULARITIES = ("op", "module")
 
 
-def op_records(alignment: OpAlignment, *, rtol: float, atol: float) -> list[Record]:
-    """One record per op pair, in ONNX graph order."""
+def op_records(alignment: OpAlignment, *, judge: ToleranceJudge) -> list[Record]:
+    """One record per op pair, in ONNX graph order, each at its own tolerance."""
     records = []
     for index, pair in enumerate(alignment.pairs):
-        record = make_record(index, pair, compare_arrays(
-            pair.reference.array, pair.candidate.array, rtol=rtol, atol=atol))
+        record = judge.record(index, pair, pair.reference.provenance.fx_node)
         if pair.candidate.name in alignment.matches:
             confidence, how = alignment.matches[pair.candidate.name]
             record = replace(record, match_confidence=round(confidence, 3), matched_by=how)

@@ -91,6 +91,3 @@ def add_against_options(parser: argparse.ArgumentParser) -> None:
     against.add_argument("--against-reference-evaluator", action="store_true",
                          help="run the reference in ONNX's reference evaluator (onnx.reference: "
                          "standard ops only) and the candidate in ONNX Runtime")
-    against.add_argument("--tolerances", type=Path, metavar="FILE",
-                         help="per-value tolerances: lines of 'PATTERN RTOL ATOL' (fnmatch "
-                         "patterns on value names; the first match wins)")

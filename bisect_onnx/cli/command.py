@@ -60,7 +60,8 @@ def _run(args: argparse.Namespace) -> int:
     from bisect_onnx.cli.against import against_requested, bisect_from_args
     from bisect_onnx.judge.compare import check_tolerances
     from bisect_onnx.pipeline.options import RandomInputs
-    from bisect_onnx.sources.loading import load_input_files, load_model
+    from bisect_onnx.sources.input_samples import load_input_samples
+    from bisect_onnx.sources.loading import load_model
     from bisect_onnx.sources.random_inputs import parse_dim_options
 
     against = against_requested(args)
@@ -68,10 +69,6 @@ def _run(args: argparse.Namespace) -> int:
         args.rtol = DEFAULT_RTOL if args.rtol is None else args.rtol
         args.atol = DEFAULT_ATOL if args.atol is None else args.atol
         check_tolerances(args.rtol, args.atol)  # before the slow steps
-        if args.tolerances is not None:
-            raise UsageError("--tolerances applies when two ONNX models are compared "
-                             "(--against FILE, --against-opt-level, ...); use --rtol and "
-                             "--atol with a PyTorch MODEL")
     _check_files(args, against=against)  # before anything runs or is written
     if against:  # two ONNX models, MODEL the reference: their own driver
         return print_report(args, bisect_from_args(args))
@@ -83,7 +80,7 @@ def _run(args: argparse.Namespace) -> int:
                          "--onnx")
     random_inputs = RandomInputs(seed=args.seed, dims=parse_dim_options(args.dim),
                                  samples=args.samples)
-    inputs = (load_input_files(args.input, max_memory=args.max_memory) if args.input
+    inputs = (load_input_samples(args.input, max_memory=args.max_memory) if args.input
               else None)
     model = load_model(args.model, trust_pickle=args.trust_pickle)
     progress = (bisect_onnx.events.listening(show_progress)
@@ -144,6 +141,7 @@ def _bisect(args: argparse.Namespace, model: object, inputs: object,
         all_culprits=args.all_culprits,
         runtime=RuntimeOptions(provider=args.provider, opt_level=args.opt_level,
                                promote=args.promote, max_memory=args.max_memory),
+        tolerances=args.tolerances,
     )
 
 

@@ -53,8 +53,10 @@ def _add_model_and_inputs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-i", "--input", action="append", default=[], metavar="FILE",
                         type=Path, help=".npy (or .pt holding a tensor) per forward argument, "
                         "in order (repeat), or one .npz (or .pt holding a tuple or dict) "
-                        "keyed by parameter or ONNX input names; without it, random inputs "
-                        "are drawn from the ONNX graph's input specification")
+                        "keyed by parameter or ONNX input names; several .npz/.pt files, or a "
+                        "folder of them, are several samples (the worst is reported); "
+                        "without it, random inputs are drawn from the ONNX graph's input "
+                        "specification")
     parser.add_argument("--seed", type=int, default=0, help="seed of random inputs")
     parser.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
                         help="value of a named free dimension, for random inputs (repeat)")
@@ -88,6 +90,10 @@ def _add_runtime_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--atol", type=float, default=None,
                         help=f"absolute tolerance (default {DEFAULT_ATOL:g}; with --against*, "
                         "by the models' precision)")
+    parser.add_argument("--tolerances", type=Path, metavar="FILE",
+                        help="per-value tolerances: lines of 'PATTERN RTOL ATOL' (fnmatch "
+                        "patterns on ONNX value names, and on op and module names with a "
+                        "PyTorch MODEL; the first match wins)")
     parser.add_argument("--provider", default=CPU_PROVIDER, metavar="NAME",
                         help=f"ONNX Runtime execution provider (default {CPU_PROVIDER})")
     parser.add_argument("--opt-level", choices=tuple(OPT_LEVELS), default=DEFAULT_OPT_LEVEL,

@@ -7,8 +7,9 @@ rule that matched nothing can be named afterwards.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,6 +18,9 @@ from bisect_onnx.judge.compare import ArrayComparison, check_tolerances, compare
 from bisect_onnx.judge.records import Record, make_record
 from bisect_onnx.judge.tolerances import Tolerance, ToleranceRule, rule_for
 from bisect_onnx.judge.vocabulary import ReportWarning
+
+if TYPE_CHECKING:
+    from bisect_onnx.judge.records import Report
 
 __all__ = ["ToleranceJudge", "UNUSED_RULE"]
 
@@ -73,6 +77,30 @@ class ToleranceJudge:
         if tolerance == self.base:
             return record
         return replace(record, rtol=tolerance.rtol, atol=tolerance.atol)
+
+    def probe_comparer(self) -> Callable[[Any, np.ndarray], ArrayComparison]:
+        """How a probed checkpoint is judged: at its own tolerance, as its row is."""
+        def compare(checkpoint: Any, array: np.ndarray) -> ArrayComparison:
+            return self.compare(checkpoint.reference.array, array, checkpoint.name,
+                                checkpoint.reference.name)
+
+        return compare
+
+    def local_comparer(self, report: Report, references: Mapping[str, np.ndarray],
+                       ) -> Callable[[str, np.ndarray], ArrayComparison] | None:
+        """A value rerun on the reference's inputs judged at its row's tolerance.
+
+        ``None`` without rules: the local checks' own default is the base tolerance.
+        """
+        if not self.rules:
+            return None
+        names = {record.onnx_value: (record.fx_node, record.torch_module)
+                 for record in report.comparisons}
+
+        def compare(name: str, local: np.ndarray) -> ArrayComparison:
+            return self.compare(references[name], local, name, *names.get(name, ()))
+
+        return compare
 
     def unused_warnings(self) -> list[ReportWarning]:
         """One warning per rule that matched no value: a typo in a pattern, most often."""

@@ -21,6 +21,7 @@ from bisect_onnx.align.onnx_pairs import (
 from bisect_onnx.graph.provenance import Provenance
 from bisect_onnx.judge.compare import ArrayComparison
 from bisect_onnx.judge.records import Coverage, Record, Report
+from bisect_onnx.judge.tolerance_judge import UNUSED_RULE
 from bisect_onnx.judge.tolerances import (
     Tolerance,
     ToleranceRule,
@@ -48,8 +49,6 @@ STRUCTURAL = ReportWarning(
     "offline or renamed): its values were matched by structure, each with a confidence "
     "(matched_by, match_confidence); check the match of the first divergence")
 
-UNUSED_RULE = ReportWarning("unused-tolerance-rule",
-                            "tolerance rule {where} ({pattern}) matched no compared value")
 
 
 @dataclass

@@ -27,7 +27,7 @@ from bisect_onnx.errors import InputError, UsageError
 from bisect_onnx.events import BISECTION_STARTED, CAPTURE_STARTED, emit
 from bisect_onnx.judge.compare import check_tolerances
 from bisect_onnx.judge.records import Report
-from bisect_onnx.judge.tolerances import Tolerance, ToleranceRule, read_tolerance_file
+from bisect_onnx.judge.tolerances import ToleranceRule, tolerance_rules
 from bisect_onnx.pipeline.environment import environment
 from bisect_onnx.pipeline.onnx_comparison import (
     SampleValues,
@@ -54,6 +54,7 @@ from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
 from bisect_onnx.runtime.reference_side import ReferenceEvaluatorSide, reference_side
 from bisect_onnx.search.blame import attribute_divergence
 from bisect_onnx.sources.file_kinds import check_onnx_file
+from bisect_onnx.sources.input_samples import Samples
 from bisect_onnx.sources.input_sizes import check_sample_count
 from bisect_onnx.sources.loading import arrange_inputs, check_against_onnx
 from bisect_onnx.sources.output_paths import check_run_files
@@ -133,7 +134,7 @@ def bisect_onnx_models(
                                                             "candidate": candidate},
                     tolerances=tolerances, folders={"repro_dir"})
     check_sample_count((random_inputs or RandomInputs()).samples)
-    rules = _rules(tolerances)
+    rules = tolerance_rules(tolerances)
     reference_runtime = reference_runtime or RuntimeOptions()
     candidate_runtime = candidate_runtime or RuntimeOptions(
         provider=reference_runtime.provider, opt_level=reference_runtime.opt_level)
@@ -159,7 +160,7 @@ def bisect_onnx_models(
             all_culprits=all_culprits)
         return compare_samples(_reference_inputs(models.reference, inputs, random_inputs),
                                models.run_sample, repro_dir=repro_dir,
-                               numbered=inputs is None)
+                               numbered=inputs is None or isinstance(inputs, Samples))
 
 
 @dataclass
@@ -265,20 +266,6 @@ def _write_repro(folder: Path, report: Report, candidate: OnnxRuntimeSide,
         reference_label="the reference model")
 
 
-def _rules(tolerances: Any) -> list[ToleranceRule]:
-    if tolerances is None:
-        return []
-    if isinstance(tolerances, Mapping):
-        rules = []
-        for pattern, pair in tolerances.items():
-            rtol, atol = pair
-            check_tolerances(rtol, atol)
-            rules.append(ToleranceRule(str(pattern), Tolerance(float(rtol), float(atol)),
-                                       f"tolerances[{pattern!r}]"))
-        return rules
-    return read_tolerance_file(tolerances)
-
-
 def _model_path(model: Any, folder: Path, label: str) -> tuple[Path, str]:
     """A path ONNX Runtime can read, and how the report names the model."""
     if isinstance(model, (str, Path)):
@@ -309,10 +296,12 @@ def _reference_inputs(reference: Any, inputs: Any, random_inputs: RandomInputs,
     if inputs is None:
         yield from random_samples(reference.inputs, reference.model, random_inputs)
         return
-    arrays = arrange_inputs(as_arrays(inputs),
-                            forward_names=[spec.name for spec in reference.inputs])
-    check_against_onnx(arrays, reference.inputs)
-    yield arrays, "given"
+    sets = inputs.described() if isinstance(inputs, Samples) else [(inputs, "given")]
+    for one, description in sets:
+        arrays = arrange_inputs(as_arrays(one),
+                                forward_names=[spec.name for spec in reference.inputs])
+        check_against_onnx(arrays, reference.inputs)
+        yield arrays, description
 
 
 def _candidate_inputs(arrays: Sequence[np.ndarray], reference: Any,

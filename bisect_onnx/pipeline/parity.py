@@ -16,8 +16,9 @@ from typing import Any
 
 from bisect_onnx.errors import ParityError
 from bisect_onnx.events import BISECTION_STARTED, CAPTURE_STARTED, PARITY_CHECKED, emit
-from bisect_onnx.judge.compare import DEFAULT_ATOL, DEFAULT_RTOL, check_tolerances
+from bisect_onnx.judge.compare import DEFAULT_ATOL, DEFAULT_RTOL
 from bisect_onnx.judge.records import Report
+from bisect_onnx.judge.tolerance_judge import ToleranceJudge
 from bisect_onnx.pipeline.options import ExportOptions, RandomInputs, RuntimeOptions
 from bisect_onnx.pipeline.prepare import arrange_for, prepare_candidate, resolve_export
 from bisect_onnx.pipeline.pytorch_vs_onnx import Settings, run_prepared
@@ -62,7 +63,7 @@ def assert_parity(
         ParityError: A final output is out of tolerance; ``.report`` holds the bisection.
     """
     __tracebackhide__ = True  # pytest shows the caller's line, not ours
-    check_tolerances(rtol, atol)
+    judge = ToleranceJudge.from_floats(rtol, atol)
     check_run_files({"artifacts_dir": artifacts_dir,
                      "export.save_to": export and export.save_to},
                     model=model, onnx_models={"onnx_model": onnx_model},
@@ -80,7 +81,7 @@ def assert_parity(
         capture = prepared.capture or reference.side.run(arrays, keywords=prepared.keywords)
         warnings: list[str] = []
         records = compare_final_outputs(capture.outputs, prepared.candidate.run_outputs(arrays),
-                                        rtol=rtol, atol=atol, warnings=warnings)
+                                        judge=judge, warnings=warnings)
         agree = not any(record.failed for record in records) and all(
             is_vacuity(warning) for warning in warnings)
         emit(PARITY_CHECKED, f"{label}: {'parity' if agree else 'diverged'}")
@@ -93,9 +94,9 @@ def assert_parity(
         # The bisection reuses this export (which recorded which call of a reused
         # module each node ran in) and PyTorch's run on these inputs.
         emit(BISECTION_STARTED, name or "")
-        settings = Settings(reference, prepared, export, Path(workdir), rtol=rtol, atol=atol,
+        settings = Settings(reference, prepared, export, Path(workdir), judge=judge,
                             budget=RuntimeOptions().budget())
-        report = run_prepared(settings, given, RandomInputs(),
+        report = run_prepared(settings, [(given, "given")], RandomInputs(),
                               repro_dir=folder / f"{stem}.repro" if folder is not None
                               else None)
     if folder is not None:

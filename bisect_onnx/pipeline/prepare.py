@@ -56,6 +56,8 @@ class PreparedCandidate:
     keywords: list[str]
     capture: Capture | None = None
     """The reference's capture on the given inputs, when the export already ran it."""
+    capture_inputs: list[np.ndarray] | None = None
+    """The inputs ``capture`` was run on (the first input set)."""
     program: Any = None
     """The ExportedProgram whose FX node names are the ONNX value names (op level)."""
 
@@ -64,6 +66,14 @@ class PreparedCandidate:
     template: Any = None
     """For an ONNX file of unknown origin: an export made here (an ``onnx.ModelProto``)
     whose values are named after ``program``'s ops, matched to the file by structure."""
+
+
+    def ran_on(self, arrays: Sequence[np.ndarray]) -> bool:
+        """Whether ``capture`` is PyTorch's run on exactly these inputs."""
+        known = self.capture_inputs
+        return known is not None and len(known) == len(arrays) and all(
+            a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True)
+            for a, b in zip(known, arrays, strict=True))
 
     @property
     def wants_program(self) -> bool:
@@ -120,7 +130,10 @@ def prepare_candidate(reference: Reference, given: Any, onnx_model: Any,
                                                      runtime or RuntimeOptions())
     return PreparedCandidate(candidate, "exported here", export.exporter or "dynamo",
                              exported.call_index, keywords,
-                             capture if given is not None else None, exported.program)
+                             capture if given is not None else None,
+                             program=exported.program,
+                             capture_inputs=(arrange_for(reference, None, given)
+                                             if given is not None else None))
 
 
 def resolve_export(reference: Reference, onnx_model: Any,

@@ -16,6 +16,7 @@ import numpy as np
 from bisect_onnx.judge.compare import ArrayComparison
 from bisect_onnx.judge.records import Record, Report
 from bisect_onnx.judge.vocabulary import ReportWarning
+from bisect_onnx.pipeline.torch_comparison import NOTHING_ALIGNED
 from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 from bisect_onnx.search import modes
@@ -37,6 +38,12 @@ CAPTURE_FELL_BACK = ReportWarning(
     "only {survivors} of {values} candidate values survive ONNX Runtime's optimized graph "
     "(float16 nodes run through inserted Casts, QDQ pairs fused into QLinear kernels): "
     "every value was promoted instead, which changes what ONNX Runtime fuses")
+
+MEMORY_PARITY = ReportWarning(
+    "memory-parity",
+    "over the memory budget, only production's final outputs were computed; they agree, "
+    "and values are probed only to locate a divergence (hidden divergences under agreeing "
+    "outputs were not looked for)")
 
 #: Below this share of values surviving ONNX Runtime's optimized graph, fusion-preserving
 #: capture says little (float16 nodes run through Casts ONNX Runtime inserts on CPU, QDQ
@@ -164,3 +171,13 @@ def capture_warning(candidate: OnnxRuntimeSide, capture: dict, *,
         ", more than the tolerance" if share > 1 else f", {share:.0%} of the tolerance")
     return CAPTURE_DIFFERS_WARNING.format(difference=candidate.production_difference,
                                           mode=capture.get("mode"), share=used)
+
+
+def nothing_fetched(report: Report, memory_reason: str) -> None:
+    """Over the budget with nothing probed: say so, not that nothing aligned."""
+    report.search = {"mode": "final outputs only", "reason": memory_reason}
+    report.warnings = [warning for warning in report.warnings
+                       if getattr(warning, "code", None) != NOTHING_ALIGNED.code]
+    report.unaligned, report.onnx_unaligned = [], []  # nothing was fetched
+    if not report.diverged:
+        report.warnings.append(MEMORY_PARITY)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,9 +25,11 @@ from bisect_onnx.align.op_level import (
 )
 from bisect_onnx.errors import UsageError
 from bisect_onnx.events import BISECTION_STARTED, CAPTURE_STARTED, emit
-from bisect_onnx.judge.compare import DEFAULT_ATOL, DEFAULT_RTOL, check_tolerances
+from bisect_onnx.judge.compare import DEFAULT_ATOL, DEFAULT_RTOL
 from bisect_onnx.judge.records import Report
-from bisect_onnx.judge.vocabulary import Granularity, ReportWarning
+from bisect_onnx.judge.tolerance_judge import ToleranceJudge
+from bisect_onnx.judge.tolerances import tolerance_rules
+from bisect_onnx.judge.vocabulary import Granularity
 from bisect_onnx.pipeline.environment import environment
 from bisect_onnx.pipeline.options import ExportOptions, RandomInputs, RuntimeOptions
 from bisect_onnx.pipeline.prepare import (
@@ -39,16 +41,16 @@ from bisect_onnx.pipeline.prepare import (
 from bisect_onnx.pipeline.production import (
     CandidateRun,
     capture_warning,
+    nothing_fetched,
     probe_production,
     run_candidate,
     wants_probes,
 )
-from bisect_onnx.pipeline.repro import write_sample_repro
-from bisect_onnx.pipeline.samples import as_arrays, compare_samples, random_samples
+from bisect_onnx.pipeline.repro import write_torch_repro
+from bisect_onnx.pipeline.samples import compare_samples, given_input_sets, random_samples
 from bisect_onnx.pipeline.torch_comparison import (
     FOREIGN_FILE,
     NO_OP_LEVEL,
-    NOTHING_ALIGNED,
     compare_final_outputs,
     compare_sample,
     subgraph_warnings,
@@ -77,13 +79,6 @@ __all__ = ["bisect", "run_prepared", "Settings"]
 
 logger = logging.getLogger(__name__)
 
-MEMORY_PARITY = ReportWarning(
-    "memory-parity",
-    "over the memory budget, only production's final outputs were computed; they agree, "
-    "and values are probed only to locate a divergence (hidden divergences under agreeing "
-    "outputs were not looked for)")
-
-
 @exit_is_a_model_error
 def bisect(
     model: Any,
@@ -100,6 +95,7 @@ def bisect(
     granularity: str | None = None,
     all_culprits: bool = False,
     runtime: RuntimeOptions | None = None,
+    tolerances: str | Path | Mapping[str, tuple[float, float]] | None = None,
 ) -> Report:
     """Compare a PyTorch model with its ONNX export in ONNX Runtime, layer by layer.
 
@@ -108,8 +104,10 @@ def bisect(
             ``ExportedProgram``, a ``torch.onnx.ONNXProgram`` (its own ONNX model is
             the one tested), a TorchScript module, or a path to a saved one.
         inputs: One array or tensor, a sequence in ``forward``'s order, or a mapping
-            from ``forward``'s parameter names (or the ONNX input names) to arrays.
-            ``None`` draws random inputs from the ONNX graph (see ``random_inputs``).
+            from ``forward``'s parameter names (or the ONNX input names) to arrays;
+            :class:`~bisect_onnx.Samples` of several such sets to try each (the report
+            is the worst one's). ``None`` draws random inputs from the ONNX graph (see
+            ``random_inputs``).
         onnx_model: An existing export to compare against: a path, an
             ``onnx.ModelProto`` or a ``torch.onnx.ONNXProgram``. Without it the
             model is exported here (see ``export``).
@@ -131,12 +129,15 @@ def bisect(
         runtime: Provider, optimization level and promotion for ONNX Runtime.
         all_culprits: Check every failing value on PyTorch's inputs and list each one
             that introduces error (``report.culprits``), not only the first.
+        tolerances: Per-value tolerances: a file of ``PATTERN RTOL ATOL`` lines, or a
+            mapping ``{pattern: (rtol, atol)}``; the first pattern matching a value's ONNX
+            name, op (FX node) or module call wins, the others get ``rtol``/``atol``.
 
     Returns:
         The :class:`~bisect_onnx.judge.records.Report`; ``report.verdict`` is ``parity``
         or ``diverged``, ``report.first_divergence`` the first failing record.
     """
-    check_tolerances(rtol, atol)
+    judge = ToleranceJudge.from_floats(rtol, atol, tolerance_rules(tolerances))
     runtime = runtime or RuntimeOptions()
     runtime.check()  # before any export
     if granularity is not None and granularity not in GRANULARITIES:
@@ -151,11 +152,12 @@ def bisect(
     export = resolve_export(reference, onnx_model, export)
     random_inputs = random_inputs or RandomInputs()
     random_inputs.check_unused(inputs)
-    given = as_arrays(inputs) if inputs is not None else None
+    given = given_input_sets(inputs)
     with tempfile.TemporaryDirectory(prefix="bisect-onnx-") as workdir:
-        prepared = prepare_candidate(reference, given, onnx_model, export, Path(workdir),
-                                     runtime)
-        settings = Settings(reference, prepared, export, Path(workdir), rtol=rtol, atol=atol,
+        # The export is made on the first input set (and PyTorch's run on it kept).
+        prepared = prepare_candidate(reference, given[0][0] if given else None, onnx_model,
+                                     export, Path(workdir), runtime)
+        settings = Settings(reference, prepared, export, Path(workdir), judge=judge,
                             granularity=granularity, all_culprits=all_culprits,
                             budget=runtime.budget())  # what is left once the model is loaded
         return run_prepared(settings, given, random_inputs, repro_dir=repro_dir)
@@ -170,24 +172,40 @@ class Settings:
     export: ExportOptions
     workdir: Path
     """The run's temporary folder (a template export for a foreign file goes there)."""
-    rtol: float = DEFAULT_RTOL
-    atol: float = DEFAULT_ATOL
+    judge: ToleranceJudge = field(
+        default_factory=lambda: ToleranceJudge.from_floats(DEFAULT_RTOL, DEFAULT_ATOL))
+    """Every value's tolerance: the base, and the user's per-value rules."""
     granularity: str | None = None
     all_culprits: bool = False
     budget: int | None = None
     """Memory the captured values of both sides may take; ``None``: unknown."""
 
+    @property
+    def rtol(self) -> float:
+        """The base relative tolerance (a value without a rule of its own)."""
+        return self.judge.base.rtol
 
-def run_prepared(settings: Settings, given: Any, random_inputs: RandomInputs, *,
-                 repro_dir: str | Path | None) -> Report:
-    """Compare every sample against the prepared candidate; the worst sample's report."""
+    @property
+    def atol(self) -> float:
+        """The base absolute tolerance."""
+        return self.judge.base.atol
+
+
+def run_prepared(settings: Settings, given: list[tuple[Any, str]] | None,
+                 random_inputs: RandomInputs, *, repro_dir: str | Path | None) -> Report:
+    """Compare every sample against the prepared candidate; the worst sample's report.
+
+    ``given``: the user's input sets with how each is described (see
+    :func:`~bisect_onnx.pipeline.samples.given_input_sets`); ``None`` draws ``random_inputs``.
+    """
     candidate = settings.prepared.candidate
     if given is not None:
-        samples = [(arrange_for(settings.reference, candidate, given), "given")]
+        samples = [(arrange_for(settings.reference, candidate, inputs), description)
+                   for inputs, description in given]
     else:
         samples = random_samples(candidate.inputs, candidate.model, random_inputs)
     return compare_samples(samples, partial(_run_sample, settings), repro_dir=repro_dir,
-                           numbered=given is None)
+                           numbered=given is None or len(given) > 1)
 
 
 def _run_sample(settings: Settings, arrays: list[np.ndarray], description: str):
@@ -202,8 +220,7 @@ def _run_sample(settings: Settings, arrays: list[np.ndarray], description: str):
     warnings = list(settings.reference.warnings)
     # The verdict is production's, whatever the capture session computed.
     final_outputs = compare_final_outputs(torch_capture.outputs, run.production,
-                                          rtol=settings.rtol, atol=settings.atol,
-                                          warnings=warnings)
+                                          judge=settings.judge, warnings=warnings)
     diverged = any(record.failed for record in final_outputs)
     ops = _op_values(settings, arrays, diverged=diverged, memory_reason=memory_reason)
     bisection = None
@@ -225,24 +242,28 @@ def _run_sample(settings: Settings, arrays: list[np.ndarray], description: str):
         report.search = bisection.describe(memory_reason)
         report.warnings.extend(bisection.warnings())
     elif memory_reason:
-        _nothing_fetched(report, memory_reason)
+        nothing_fetched(report, memory_reason)
     elif wants_probes(report, run):
         references = references_by_value(pairs, ops)
         bisection = probe_production(report, run, arrays,
-                                     checkpoints_for(candidate, references))
+                                     checkpoints_for(candidate, references),
+                                     compare=settings.judge.probe_comparer())
     report.warnings.extend(subgraph_warnings(candidate.model))
     values = _attribute(settings, report, arrays, torch_capture, onnx_capture, pairs,
                         bisection, ops, segments)
     _describe(settings, report, run, description, torch_capture, onnx_capture)
-    return report, partial(_write_repro, report=report, settings=settings,
-                           values=values, torch_capture=torch_capture,
-                           onnx_capture=onnx_capture, arrays=arrays)
+    return report, partial(write_torch_repro, report=report, candidate=candidate,
+                           reference_values=values.reference,
+                           candidate_values=values.candidate, torch_capture=torch_capture,
+                           onnx_capture=onnx_capture,
+                           graph_inputs=_graph_inputs(candidate, arrays))
 
 
 def _torch_capture(settings: Settings, arrays: Sequence[np.ndarray]) -> Capture:
-    """PyTorch's values: the export's run on the given inputs, or a run now."""
-    if settings.prepared.capture is not None:
-        return settings.prepared.capture
+    """PyTorch's values: the export's run on these inputs, or a run now."""
+    prepared = settings.prepared
+    if prepared.capture is not None and prepared.ran_on(arrays):
+        return prepared.capture
     emit(CAPTURE_STARTED, "pytorch")
     return settings.reference.side.run(arrays, keywords=settings.prepared.keywords)
 
@@ -282,23 +303,12 @@ def _compare(settings: Settings, torch_capture: Capture, onnx_capture: Capture,
         warnings.append(NO_OP_LEVEL)
     report, pairs, segments = compare_sample(
         torch_capture, onnx_capture, candidate, prepared.call_index, op_alignment,
-        len(ops.values) if ops else 0, final_outputs, rtol=settings.rtol, atol=settings.atol,
-        warnings=warnings,
+        len(ops.values) if ops else 0, final_outputs, judge=settings.judge, warnings=warnings,
         granularity=Granularity.OP if ops is not None and settings.granularity != Granularity.MODULE
         else Granularity.MODULE)
     if prepared.template is not None:
         report.warnings.append(FOREIGN_FILE)
     return report, pairs, segments
-
-
-def _nothing_fetched(report: Report, memory_reason: str) -> None:
-    """Over the budget with nothing probed: say so, not that nothing aligned."""
-    report.search = {"mode": "final outputs only", "reason": memory_reason}
-    report.warnings = [warning for warning in report.warnings
-                       if getattr(warning, "code", None) != NOTHING_ALIGNED.code]
-    report.unaligned, report.onnx_unaligned = [], []  # nothing was fetched
-    if not report.diverged:
-        report.warnings.append(MEMORY_PARITY)
 
 
 @dataclass
@@ -327,7 +337,8 @@ def _attribute(settings: Settings, report: Report, arrays: Sequence[np.ndarray],
     local_values = attribute_divergence(
         report, candidate, values.reference, values.candidate,
         _graph_inputs(candidate, arrays), program=prepared.program, ops=ops,
-        modules=(torch_capture, prepared.call_index), everything=settings.all_culprits)
+        modules=(torch_capture, prepared.call_index), everything=settings.all_culprits,
+        compare=settings.judge.local_comparer(report, values.reference))
     if (report.coverage.granularity == Granularity.OP and report.first_divergence is not None
             and prepared.template is None):
         # The culprit's own nodes on exact inputs hold the values a fused capture
@@ -359,31 +370,3 @@ def _describe(settings: Settings, report: Report, run: CandidateRun, description
 
 def _graph_inputs(candidate: Any, arrays: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
     return {spec.name: array for spec, array in zip(candidate.inputs, arrays, strict=True)}
-
-
-def _write_repro(folder: Path, *, report: Report, settings: Settings, values: _SampleValues,
-                 torch_capture: Capture, onnx_capture: Capture,
-                 arrays: Sequence[np.ndarray]) -> dict[str, Any]:
-    """Write the first divergence's minimal repro, PyTorch's values as the expected."""
-    candidate = settings.prepared.candidate
-    reference_values = dict(values.reference)
-    reference_values.update({cand.name: ref.array for ref, cand in
-                             zip(torch_capture.outputs, onnx_capture.outputs, strict=False)})
-    return write_sample_repro(
-        folder, report=report, candidate=candidate,
-        failing_value=_repro_value(report, onnx_capture), reference_values=reference_values,
-        candidate_values=values.candidate, graph_inputs=_graph_inputs(candidate, arrays),
-        rtol=report.rtol, atol=report.atol, reference_label="PyTorch")
-
-
-def _repro_value(report: Report, onnx_capture: Capture) -> str:
-    """The value the repro recomputes: the culprit's, or its fused kernel's output.
-
-    A repro must show what the production session computes, and a value ONNX Runtime
-    fused away is not computed there.
-    """
-    culprit = report.culprit or report.first_divergence
-    if culprit.onnx_value in onnx_capture.values:
-        return culprit.onnx_value
-    kernel = (report.attribution or {}).get("inside_kernel") or {}
-    return kernel.get("kernel_output") or report.first_divergence.onnx_value

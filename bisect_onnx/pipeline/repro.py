@@ -11,8 +11,9 @@ import numpy as np
 from bisect_onnx.judge.records import Report
 from bisect_onnx.report.repro import write_repro
 from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
+from bisect_onnx.runtime.sides import Capture
 
-__all__ = ["write_sample_repro"]
+__all__ = ["write_sample_repro", "write_torch_repro"]
 
 
 def write_sample_repro(folder: Path, *, report: Report, candidate: OnnxRuntimeSide,
@@ -36,3 +37,32 @@ def write_sample_repro(folder: Path, *, report: Report, candidate: OnnxRuntimeSi
     )
     return {"folder": str(repro.folder), "nodes": repro.nodes, "inputs": repro.inputs,
             "reproduces": repro.reproduces}
+
+
+def write_torch_repro(folder: Path, *, report: Report, candidate: OnnxRuntimeSide,
+                      reference_values: Mapping[str, np.ndarray],
+                      candidate_values: Mapping[str, np.ndarray], torch_capture: Capture,
+                      onnx_capture: Capture,
+                      graph_inputs: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """The PyTorch form's repro: PyTorch's values as the expected, outputs included."""
+    expected = dict(reference_values)
+    expected.update({cand.name: ref.array for ref, cand in
+                     zip(torch_capture.outputs, onnx_capture.outputs, strict=False)})
+    return write_sample_repro(
+        folder, report=report, candidate=candidate,
+        failing_value=_repro_value(report, onnx_capture), reference_values=expected,
+        candidate_values=candidate_values, graph_inputs=graph_inputs,
+        rtol=report.rtol, atol=report.atol, reference_label="PyTorch")
+
+
+def _repro_value(report: Report, onnx_capture: Capture) -> str:
+    """The value the repro recomputes: the culprit's, or its fused kernel's output.
+
+    A repro must show what the production session computes, and a value ONNX Runtime
+    fused away is not computed there.
+    """
+    culprit = report.culprit or report.first_divergence
+    if culprit.onnx_value in onnx_capture.values:
+        return culprit.onnx_value
+    kernel = (report.attribution or {}).get("inside_kernel") or {}
+    return kernel.get("kernel_output") or report.first_divergence.onnx_value

@@ -14,9 +14,11 @@ from bisect_onnx.judge.records import Report
 from bisect_onnx.pipeline.options import RandomInputs
 from bisect_onnx.report.repro import attach_repro
 from bisect_onnx.runtime.onnx_side import InputSpec
+from bisect_onnx.sources.input_samples import Samples
 from bisect_onnx.sources.random_inputs import synthesize_inputs, vocabulary_limits
 
-__all__ = ["Sample", "as_arrays", "random_samples", "compare_samples", "worst_report"]
+__all__ = ["Sample", "as_arrays", "given_input_sets", "random_samples", "compare_samples",
+           "worst_report"]
 
 Sample = tuple[list[np.ndarray], str]
 """One sample's arrays in the graph's input order, and how the report describes them."""
@@ -41,6 +43,15 @@ def compare_samples(samples: Iterable[Sample], run_sample: RunSample, *,
     return worst
 
 
+def given_input_sets(inputs: Any) -> list[tuple[Any, str]] | None:
+    """The user's inputs as input sets, each with how the report describes it."""
+    if inputs is None:
+        return None
+    if isinstance(inputs, Samples):
+        return [(as_arrays(one), description) for one, description in inputs.described()]
+    return [(as_arrays(inputs), "given")]
+
+
 def random_samples(inputs: Sequence[InputSpec], model: Any,
                    random: RandomInputs) -> Iterator[Sample]:
     """Inputs drawn from the graph's input specification, one per sample."""
@@ -61,7 +72,9 @@ def worst_report(reports: Sequence[Report]) -> Report:
     worst = max(reports, key=severity)
     if len(reports) > 1:
         diverged = sum(report.diverged for report in reports)
-        summary = (f"worst of {len(reports)} random samples ({diverged} diverged): "
+        kind = ("random samples" if str(worst.reference.get("inputs", "")).startswith("random")
+                else "input sets")
+        summary = (f"worst of {len(reports)} {kind} ({diverged} diverged): "
                    f"{worst.reference['inputs']}")
         worst.note = f"{worst.note} {summary}" if worst.note else summary
     return worst

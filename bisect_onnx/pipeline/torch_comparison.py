@@ -19,6 +19,7 @@ from bisect_onnx.graph.scopes import count_attributed, detect_exporter
 from bisect_onnx.graph.walk import subgraphs
 from bisect_onnx.judge.compare import compare_arrays
 from bisect_onnx.judge.records import Coverage, Record, Report, make_record
+from bisect_onnx.judge.tolerance_judge import ToleranceJudge
 from bisect_onnx.judge.verdict import decide
 from bisect_onnx.judge.vocabulary import ReportWarning
 from bisect_onnx.runtime.onnx_side import NodeInfo, OnnxRuntimeSide
@@ -68,8 +69,7 @@ def compare_sample(
     torch_ops: int,
     final_outputs: list[Record],
     *,
-    rtol: float,
-    atol: float,
+    judge: ToleranceJudge,
     warnings: list[str],
     granularity: str,
 ) -> tuple[Report, list[Pair], dict[str, list[NodeInfo]]]:
@@ -82,7 +82,7 @@ def compare_sample(
                               call_index=call_index)
     pairs = sorted(alignment.pairs, key=lambda pair: (
         pair.candidate.provenance.position, pair.reference.provenance.position))
-    op_rows = op_records(op_alignment, rtol=rtol, atol=atol) if op_alignment else []
+    op_rows = op_records(op_alignment, judge=judge) if op_alignment else []
     unaligned, onnx_unaligned = alignment.unaligned, []
     if granularity == "op" and op_alignment is not None:
         # Module rows are not shown: their comparisons (the costly part) are skipped.
@@ -95,10 +95,11 @@ def compare_sample(
         comparisons = []
         for index, pair in enumerate(pairs):
             key = (id(pair.reference.array), pair.candidate.name)
+            tolerance = judge.tolerance(pair.candidate.name, pair.reference.name)
             if key not in compared:
                 compared[key] = compare_arrays(pair.reference.array, pair.candidate.array,
-                                               rtol=rtol, atol=atol)
-            comparisons.append(make_record(index, pair, compared[key]))
+                                               rtol=tolerance.rtol, atol=tolerance.atol)
+            comparisons.append(judge.mark(make_record(index, pair, compared[key]), tolerance))
         if op_alignment is not None:
             comparisons = aggregate_ops(comparisons, op_rows, op_alignment.pairs)
             onnx_unaligned = op_alignment.onnx_only
@@ -112,10 +113,11 @@ def compare_sample(
         )
     elif not pairs and alignment.module_calls:
         warnings.append(NOTHING_ALIGNED)
+    warnings.extend(judge.unused_warnings())
     report = Report.decided(
         decision,
-        rtol=rtol,
-        atol=atol,
+        rtol=judge.base.rtol,
+        atol=judge.base.atol,
         final_outputs=final_outputs,
         comparisons=comparisons,
         coverage=_coverage(alignment, op_alignment, pairs, onnx_capture, candidate,
@@ -158,8 +160,7 @@ def compare_final_outputs(
     torch_outputs: Sequence[CapturedValue],
     onnx_outputs: Sequence[CapturedValue],
     *,
-    rtol: float,
-    atol: float,
+    judge: ToleranceJudge,
     warnings: list[str],
 ) -> list[Record]:
     """The final outputs, always compared, aligned or not (pairs by position)."""
@@ -169,12 +170,10 @@ def compare_final_outputs(
             f"{len(onnx_outputs)}: only the first {min(len(torch_outputs), len(onnx_outputs))} "
             "were compared"
         )
-    records = [
-        make_record(index, Pair(ref, cand),
-                    compare_arrays(ref.array, cand.array, rtol=rtol, atol=atol), final=True)
-        for index, (ref, cand) in enumerate(zip(torch_outputs, onnx_outputs, strict=False))
-    ]
-    warnings.extend(vacuity_warnings(torch_outputs, records, atol=atol))
+    records = [judge.record(index, Pair(ref, cand), final=True)
+               for index, (ref, cand) in enumerate(zip(torch_outputs, onnx_outputs,
+                                                       strict=False))]
+    warnings.extend(vacuity_warnings(torch_outputs, records, atol=judge.base.atol))
     return records
 
 
