@@ -208,7 +208,8 @@ class _Models:
         report.environment = environment(candidate, exporter="unknown",
                                          reference=_reference_runtime(reference))
         report.capture = candidate.describe_capture()
-        warning = capture_warning(candidate, report.capture)
+        warning = capture_warning(candidate, report.capture,
+                                  share=run.tolerance_used(report.rtol, report.atol))
         if warning:
             report.warnings.append(warning)
         candidate_values = {name: value.array for name, value in run.capture.values.items()}

@@ -226,7 +226,8 @@ def _run_sample(settings: Settings, arrays: list[np.ndarray], description: str):
     bisection = None
     if memory_reason and diverged:
         bisection = bisect_production(run.runner, candidate, references_by_value([], ops),
-                                      rtol=settings.rtol, atol=settings.atol)
+                                      rtol=settings.rtol, atol=settings.atol,
+                                      memory_budget=settings.budget)
         if bisection is None:
             warnings.append(MEMORY_NO_OPS)
     onnx_capture = bisection.capture if bisection is not None else run.capture
@@ -357,7 +358,8 @@ def _describe(settings: Settings, report: Report, run: CandidateRun, description
     report.candidate = {**candidate.describe(), "model": prepared.source}
     report.environment = environment(candidate, exporter=prepared.exporter)
     report.capture = candidate.describe_capture()
-    warning = capture_warning(candidate, report.capture)
+    warning = capture_warning(candidate, report.capture,
+                              share=run.tolerance_used(report.rtol, report.atol))
     if warning:
         report.warnings.append(warning)
     report.culprit_node = culprit_context(report.culprit or report.first_divergence,
