@@ -23,7 +23,7 @@ from bisect_onnx.runtime.onnx_side import NodeInfo
 from bisect_onnx.runtime.sides import CapturedValue
 
 __all__ = ["GRANULARITIES", "op_records", "align_op_values", "aggregate_ops",
-           "look_inside_first_divergence"]
+           "look_inside_first_divergence", "narrow_to_node"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,17 @@ def align_op_values(
     rtol: float,
     atol: float,
 ) -> OpAlignment:
-    """By name and metadata; through ``template`` (an export made here) for a foreign file."""
+    """By name and metadata; through ``template`` (an export made here) for a foreign file.
+
+    A TorchScript trace's values (``ScriptOpCapture``) are paired by scope, op and order;
+    ``foreign`` (the ONNX model) gives the shapes of values the capture left out.
+    """
+    from bisect_onnx.pytorch.script_ops import ScriptOpCapture
+
+    if isinstance(ops, ScriptOpCapture):
+        from bisect_onnx.align.script_ops import align_script_ops
+
+        return align_script_ops(ops, nodes, candidate_values, foreign)
     if template is None:
         return align_ops(ops, nodes, candidate_values)
     from bisect_onnx.align.foreign import align_foreign
@@ -103,8 +113,18 @@ def look_inside_first_divergence(
     (:mod:`bisect_onnx.search.decomposition`). The first divergence then names that node;
     ``report.inside_op`` says what was done either way.
     """
+    from bisect_onnx.pytorch.script_ops import ScriptOpCapture
     from bisect_onnx.search.decomposition import localize_in_segment
 
+    if isinstance(ops, ScriptOpCapture):  # a TorchScript trace: no FX program
+        from bisect_onnx.align.script_inside import look_inside_script_op
+
+        record = report.culprit or report.first_divergence
+        found = look_inside_script_op(report, segments, ops, model, candidate_values,
+                                      opset=opset)
+        if found is not None:
+            narrow_to_node(report, record, found)
+        return
     record = report.culprit or report.first_divergence
     if record is None or record.fx_node is None:
         return
@@ -128,10 +148,15 @@ def look_inside_first_divergence(
     found = next((node for node in segment
                   if finding.value is not None and finding.value in node.outputs), None)
     if finding.node is not None and found is not None:
-        narrowed = replace(record, onnx_node=found.name, onnx_op=found.op_type)
-        if report.culprit is record:
-            report.culprit = narrowed
-        if report.first_divergence is record:
-            report.first_divergence = narrowed
-        report.comparisons = [narrowed if item is record else item
-                              for item in report.comparisons]
+        narrow_to_node(report, record, found)
+
+
+def narrow_to_node(report: Report, record: Record, node: NodeInfo) -> None:
+    """Name ``node`` (found inside ``record``'s op) as the culprit and first divergence."""
+    narrowed = replace(record, onnx_node=node.name, onnx_op=node.op_type)
+    if report.culprit is record:
+        report.culprit = narrowed
+    if report.first_divergence is record:
+        report.first_divergence = narrowed
+    report.comparisons = [narrowed if item is record else item
+                          for item in report.comparisons]

@@ -67,6 +67,9 @@ class PreparedCandidate:
     """For an ONNX file of unknown origin: an export made here (an ``onnx.ModelProto``)
     whose values are named after ``program``'s ops, matched to the file by structure."""
 
+    script: Any = None
+    """For a TorchScript export: the traced (or scripted) model whose ATen ops the
+    exporter translated, for op-level alignment by scope, op and order."""
 
     def ran_on(self, arrays: Sequence[np.ndarray]) -> bool:
         """Whether ``capture`` is PyTorch's run on exactly these inputs."""
@@ -77,9 +80,9 @@ class PreparedCandidate:
 
     @property
     def wants_program(self) -> bool:
-        """A dynamo or unknown file given without a program: one may be made here."""
-        return (self.program is None and self.exporter in ("dynamo", "unknown")
-                and not self._looked)
+        """A file given without a program (or TorchScript graph): one may be made here."""
+        return (self.program is None and self.script is None and not self._looked
+                and self.exporter in ("dynamo", "unknown", "torchscript"))
 
     def find_program(self, reference: Reference, arrays: Sequence[np.ndarray],
                      folder: Path) -> None:
@@ -97,6 +100,21 @@ class PreparedCandidate:
                 self.call_index = call_index_from_program(program)
         elif self.exporter == "unknown" and reference.kind in (MODULE, EXPORTED_PROGRAM):
             self._export_template(reference, arrays, folder / "template")
+        elif self.exporter == "torchscript" and not self.keywords:
+            self._trace_script(reference, arrays)
+
+    def _trace_script(self, reference: Reference, arrays: Sequence[np.ndarray]) -> None:
+        """The graph the TorchScript exporter translated: a trace, or the scripted model."""
+        from bisect_onnx.pytorch.script_ops import branches, trace_script
+
+        if reference.kind == SCRIPT_MODULE and not branches(reference.exportable):
+            self.script = reference.exportable
+        elif reference.kind == MODULE:
+            logger.info("tracing the model with torch.jit.trace for op-level alignment")
+            try:
+                self.script = trace_script(reference.exportable, arrays)
+            except BisectOnnxError as error:  # module level still compares the file
+                logger.info("no op level for the TorchScript file: %s", error)
 
     def _export_template(self, reference: Reference, arrays: Sequence[np.ndarray],
                          folder: Path) -> None:

@@ -23,6 +23,7 @@ from bisect_onnx.align.op_level import (
     align_op_values,
     look_inside_first_divergence,
 )
+from bisect_onnx.align.script_inside import references_by_onnx_value
 from bisect_onnx.errors import UsageError
 from bisect_onnx.events import BISECTION_STARTED, CAPTURE_STARTED, emit
 from bisect_onnx.judge.compare import DEFAULT_ATOL, DEFAULT_RTOL
@@ -57,6 +58,7 @@ from bisect_onnx.pipeline.torch_comparison import (
 )
 from bisect_onnx.pytorch.op_values import OpCapture, capture_ops
 from bisect_onnx.pytorch.reference import Reference, exit_is_a_model_error, reference_for
+from bisect_onnx.pytorch.script_ops import ScriptOpCapture, capture_script_ops
 from bisect_onnx.report.context import culprit_context
 from bisect_onnx.runtime.sides import Capture
 from bisect_onnx.search.blame import attribute_divergence
@@ -121,11 +123,13 @@ def bisect(
         repro_dir: On divergence, write there a standalone repro of the first
             divergence (``<dir>/sample-<k>`` for each diverging random sample).
         model_label: How the model is named in the report.
-        granularity: ``op`` (a row per ATen op, where the dynamo exporter's
-            ExportedProgram names the ONNX values) or ``module`` (a row per module
+        granularity: ``op`` (a row per ATen op: the dynamo exporter's ExportedProgram
+            names the ONNX values; a TorchScript file's are paired with a trace of the
+            model by module scope, op and order) or ``module`` (a row per module
             call). ``None``: op where the program is at hand (an export made here,
-            an ONNXProgram, a .pt2); for a dynamo file exported elsewhere the model is
-            traced again for it only when the outputs diverge (it takes seconds).
+            an ONNXProgram, a .pt2); for a file exported elsewhere the model is traced
+            again for it only when the outputs diverge or an intermediate does (it
+            takes seconds).
         runtime: Provider, optimization level and promotion for ONNX Runtime.
         all_culprits: Check every failing value on PyTorch's inputs and list each one
             that introduces error (``report.culprits``), not only the first.
@@ -282,6 +286,9 @@ def _op_values(settings: Settings, arrays: Sequence[np.ndarray], *, diverged: bo
     if prepared.wants_program and (granularity == "op" or diverged and (
             granularity is None or memory_reason)):
         prepared.find_program(settings.reference, arrays, settings.workdir)
+    if prepared.script is not None and (diverged or not memory_reason):
+        emit(CAPTURE_STARTED, "pytorch ops")  # a TorchScript file: the traced graph's ops
+        return capture_script_ops(prepared.script, arrays)
     if prepared.program is None or not (diverged or not memory_reason):
         return None
     emit(CAPTURE_STARTED, "pytorch ops")
@@ -335,10 +342,13 @@ def _attribute(settings: Settings, report: Report, arrays: Sequence[np.ndarray],
                                  in bisection.capture.values.items()})
     if not (report.diverged or report.hidden_divergences):  # hidden ones have culprits too
         return values
+    script = isinstance(ops, ScriptOpCapture)  # op names are not ONNX value names there
     local_values = attribute_divergence(
         report, candidate, values.reference, values.candidate,
-        _graph_inputs(candidate, arrays), program=prepared.program, ops=ops,
-        modules=(torch_capture, prepared.call_index), everything=settings.all_culprits,
+        _graph_inputs(candidate, arrays), program=prepared.program,
+        ops=None if script else ops, modules=(torch_capture, prepared.call_index),
+        everything=settings.all_culprits,
+        kernel_references=references_by_onnx_value(segments, ops) if script else None,
         compare=settings.judge.local_comparer(report, values.reference))
     if (report.coverage.granularity == Granularity.OP and report.first_divergence is not None
             and prepared.template is None):

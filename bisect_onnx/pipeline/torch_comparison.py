@@ -43,8 +43,10 @@ NOTHING_ALIGNED = ReportWarning(
 
 NO_OP_LEVEL = ReportWarning(
     "no-op-level",
-    "op granularity needs the ExportedProgram the dynamo exporter translated (an export "
-    "made here, an ONNXProgram, or a .pt2 exported here); compared at module level"
+    "op granularity needs the graph the exporter translated: the dynamo exporter's "
+    "ExportedProgram (an export made here, an ONNXProgram, a .pt2), or for a TorchScript "
+    "file a trace of the nn.Module (or a scripted model without control flow, inputs "
+    "passed by position); compared at module level"
 )
 
 

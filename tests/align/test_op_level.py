@@ -156,7 +156,9 @@ def test_a_program_of_another_model_does_not_name_the_values(fixture_case):
 def test_op_granularity_where_it_cannot_be_had_says_so(fixture_case):
     model, inputs, _ = fixture_case("tiny_mlp")
     torchscript = repo_path(FIXTURES["tiny_mlp"].torchscript_onnx_file)
-    report = bisect_onnx.bisect(model, inputs, onnx_model=torchscript, granularity="op")
+    # An ExportedProgram is no TorchScript graph, and no FX program of this file.
+    program = torch.export.export(model, tuple(torch.from_numpy(a) for a in inputs.values()))
+    report = bisect_onnx.bisect(program, inputs, onnx_model=torchscript, granularity="op")
     assert report.coverage.granularity == "module"
     assert NO_OP_LEVEL in report.warnings
     with pytest.raises(bisect_onnx.UsageError, match="granularity"):
