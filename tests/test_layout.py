@@ -3,10 +3,10 @@
 Four rules keep the code base one a newcomer can read: no module over
 :data:`MAX_MODULE_LINES` lines; no function over :data:`MAX_FUNCTION_LINES` lines (not
 counting its docstring, which documents rather than does) unless its docstring says why
-(it contains "one step" or "Long because"); no module imports another's private (``_underscore``) name; and no import cycle among the package's
-modules, counting imports inside functions but not those under ``if TYPE_CHECKING:``.
-Each check also runs on a planted violation, so that a check that can no longer fail
-is noticed.
+(it contains "one step" or "Long because"); no module imports another's private
+(``_underscore``) name; and no import cycle among the package's modules, counting
+imports inside functions but not those under ``if TYPE_CHECKING:``. Each check also
+runs on a planted violation, so that a check that can no longer fail is noticed.
 """
 
 from __future__ import annotations
