@@ -78,7 +78,9 @@ def _localize(op: ScriptOp, ops: ScriptOpCapture, segment: Sequence[onnx.NodePro
     try:
         fresh_nodes, fresh_values = _translate_alone(op, ops, opset)
     except BisectOnnxError as error:
-        return None, None, f"could not export {op.kind} alone: {one_line(error)}"
+        # The export's advice (another exporter, --onnx) is for the user's model, not here.
+        return None, None, (f"could not export {op.kind} alone: "
+                            f"{one_line(error).split('; ', 1)[0]}")
     except Exception as error:  # a refinement of a report must never break the report
         logger.debug("exporting %s alone failed", op.name, exc_info=True)
         return None, None, (f"could not export {op.kind} alone: {type(error).__name__}: "

@@ -88,9 +88,7 @@ class Record:
     def to_dict(self) -> dict[str, Any]:
         """The record as the JSON schema lays it out."""
         data = asdict(self)
-        data["source"] = (
-            {"file": self.source.file, "line": self.source.line} if self.source else None
-        )
+        data["source"] = self.source.to_dict() if self.source else None
         return data
 
 

@@ -64,8 +64,7 @@ def culprit_context(
         "outputs": [describe(name) for name in node.output if name],
         "torch_module": record.torch_module,
         "torch_op": record.torch_op,
-        "source": {"file": record.source.file, "line": record.source.line}
-        if record.source else None,
+        "source": record.source.to_dict() if record.source else None,
     }
 
 

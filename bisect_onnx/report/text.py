@@ -18,7 +18,8 @@ from bisect_onnx.report.verdict import describe_origin, fed_description
 if TYPE_CHECKING:  # types only: records import this module to format themselves
     from bisect_onnx.judge.records import Record, Report
 
-__all__ = ["format_table", "SHOW_CHOICES", "coverage_line", "group_not_compared"]
+__all__ = ["format_table", "SHOW_CHOICES", "coverage_line", "group_not_compared",
+           "rows_to_show"]
 
 SHOW_CHOICES = ("window", "all")
 # Tables longer than this are cut to a window around the first divergence: a
@@ -54,7 +55,7 @@ _KIND_TITLES = {
 def format_table(report: Report, *, show: str = "window") -> str:
     """The comparisons in topological order, then the final outputs."""
     rows = report.comparisons
-    keep = _rows_to_show(report, show)
+    keep = rows_to_show(report, show)
     first = report.first_divergence
     headers = _headers(report)
     body: list[list[str]] = []
@@ -164,8 +165,10 @@ def coverage_line(report: Report) -> str:
                 f"compared; {_percent(coverage.attributed_nodes, coverage.onnx_nodes)} of "
                 f"{coverage.onnx_nodes} candidate nodes compared at an output")
     if coverage.granularity == "op" or coverage.torch_ops:
+        in_kernels = sum(item.kind == "runtime-fused" for item in report.unaligned)
         parts.append(f"{coverage.compared_ops} of {coverage.torch_ops} torch ops compared "
-                     f"({coverage.fused_ops} fused)")
+                     f"({coverage.fused_ops} fused by the exporter, {in_kernels} inside "
+                     "ONNX Runtime's kernels)")
         parts.append(f"{_percent(coverage.fx_named_compared, coverage.fx_named_values)} of "
                      f"{coverage.fx_named_values} floating-point ONNX values named after an "
                      "op compared")
@@ -177,7 +180,8 @@ def _percent(part: int, whole: int) -> str:
     return f"{100.0 * part / whole:.1f}%" if whole else "-"
 
 
-def _rows_to_show(report: Report, show: str) -> set[int]:
+def rows_to_show(report: Report, show: str) -> set[int]:
+    """The indices of the rows a table shows: all, or a window around the divergence."""
     rows = report.comparisons
     if show == "all" or len(rows) <= _WINDOW_THRESHOLD:
         return {record.index for record in rows}
@@ -201,7 +205,7 @@ def _row(record: Record, *, marked: bool, headers: Sequence[str] = _HEADERS) -> 
               if record.fx_node else "")
         row += [op, module or "(model)"]
     else:
-        row.append(module)
+        row.append(module or "(model)")  # the model's own forward, as op rows say it
     row += [record.onnx_node or record.onnx_value, record.onnx_op or "", shape,
             format_number(record.max_abs_error), format_number(record.max_rel_error)]
     if _AGGREGATE_HEADER in headers:

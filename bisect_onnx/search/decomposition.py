@@ -97,7 +97,8 @@ def localize_in_segment(
     try:
         fresh_nodes, fresh_values = translate_alone(fx_node, program, reference_values, opset)
     except (_CannotIsolate, UnsupportedArgument, BisectOnnxError) as error:
-        reason = one_line(error)
+        # The export's advice (another exporter, --onnx) is for the user's model, not here.
+        reason = one_line(error).split("; ", 1)[0]
         logger.info("cannot look inside %s: %s", fx_node.name, reason)
         return SegmentFinding(None, None, how=f"could not export {fx_node.target} alone: "
                                               f"{reason}", compared=0)

@@ -46,10 +46,11 @@ CAPTURE_DIFFERS = ("the capture session does not compute the production session'
 NO_VALUE_FAILS = ("the final outputs diverge but no captured value does: the values "
                   "production fused away were probed too")
 #: The share of the tolerance under which a capture's final outputs count as
-#: production's: then every error figure the capture shows is production's to
-#: within a hundredth of the tolerance, and only an element that close to its
-#: threshold could be judged otherwise.
-FAITHFUL_SHARE = 0.01
+#: production's: every output element the capture shows is production's to within a
+#: tenth of the tolerance, so a divergence production computes shows in the capture at
+#: nine tenths of its size or more. Another layout's rounding on x86 (NCHWc off) uses
+#: 1-3% on clean CNNs (Hugging Face ResNet, ViT); a planted edit uses many times 100%.
+FAITHFUL_SHARE = 0.1
 MEMORY_NO_OPS = (
     "over the memory budget, values are probed by name, which needs the dynamo "
     "exporter's program (op granularity): only the final outputs were compared; raise "

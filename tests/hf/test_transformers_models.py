@@ -65,11 +65,8 @@ def exported(tmp_path_factory):
 def test_a_clean_export_is_at_parity_with_no_warning(exported, name, exporter):
     run = exported(name, exporter)
     assert run.report.verdict == "parity", run.report.summary()
-    if [getattr(warning, "code", None) for warning in run.report.warnings] == [
-            "capture-differs"]:
-        # Another layout's rounding (about 1e-6 on x86, under a tenth of atol) is
-        # warned about as if it could hide a divergence: a false alarm on clean models.
-        pytest.xfail("the capture-differs warning fires below the tolerance")
+    # Another layout's rounding (about 1e-6 on x86, under a tenth of atol) must not be
+    # warned about as if it could hide a divergence: that was a false alarm on clean models.
     assert run.report.warnings == []
     assert run.python_warnings == []
     assert run.report.comparisons
