@@ -81,6 +81,7 @@ __all__ = ["bisect", "run_prepared", "Settings"]
 
 logger = logging.getLogger(__name__)
 
+
 @exit_is_a_model_error
 def bisect(
     model: Any,
