@@ -20,6 +20,7 @@ from bisect_onnx.graph.walk import subgraphs
 from bisect_onnx.judge.compare import compare_arrays
 from bisect_onnx.judge.records import Coverage, Record, Report, make_record
 from bisect_onnx.judge.tolerance_judge import ToleranceJudge
+from bisect_onnx.judge.tolerances import Tolerance
 from bisect_onnx.judge.verdict import decide
 from bisect_onnx.judge.vocabulary import ReportWarning
 from bisect_onnx.runtime.onnx_side import NodeInfo, OnnxRuntimeSide
@@ -77,8 +78,7 @@ def compare_sample(
 ) -> tuple[Report, list[Pair], dict[str, list[NodeInfo]]]:
     """Align, compare and decide one sample: its report, its pairs, the ops' segments.
 
-    Long because it is one step: every row is built and decided together, and the
-    module rows are skipped at op granularity (their comparisons are the costly part).
+    At op granularity the module rows are skipped: their comparisons are the costly part.
     """
     alignment = align_modules(torch_capture, candidate.nodes, onnx_capture.values,
                               call_index=call_index)
@@ -91,17 +91,7 @@ def compare_sample(
         comparisons, pairs, unaligned = op_rows, op_alignment.pairs, op_alignment.torch_only
         onnx_unaligned = op_alignment.onnx_only
     else:
-        # Nested module calls often hold the same value (a block's output is its last
-        # ReLU's): the same array against the same ONNX value is compared once.
-        compared: dict[tuple[int, str], Any] = {}
-        comparisons = []
-        for index, pair in enumerate(pairs):
-            key = (id(pair.reference.array), pair.candidate.name)
-            tolerance = judge.tolerance(pair.candidate.name, pair.reference.name)
-            if key not in compared:
-                compared[key] = compare_arrays(pair.reference.array, pair.candidate.array,
-                                               rtol=tolerance.rtol, atol=tolerance.atol)
-            comparisons.append(judge.mark(make_record(index, pair, compared[key]), tolerance))
+        comparisons = _module_rows(pairs, judge)
         if op_alignment is not None:
             comparisons = aggregate_ops(comparisons, op_rows, op_alignment.pairs)
             onnx_unaligned = op_alignment.onnx_only
@@ -130,6 +120,24 @@ def compare_sample(
         warnings=warnings,
     )
     return report, pairs, op_alignment.segments if op_alignment else {}
+
+
+def _module_rows(pairs: Sequence[Pair], judge: ToleranceJudge) -> list[Record]:
+    """One record per module call, each at its own tolerance.
+
+    Nested module calls often hold the same value (a block's output is its last ReLU's):
+    the same array against the same ONNX value is compared once.
+    """
+    compared: dict[tuple[int, str, Tolerance], Any] = {}
+    rows = []
+    for index, pair in enumerate(pairs):
+        tolerance = judge.tolerance(pair.candidate.name, pair.reference.name)
+        key = (id(pair.reference.array), pair.candidate.name, tolerance)
+        if key not in compared:
+            compared[key] = compare_arrays(pair.reference.array, pair.candidate.array,
+                                           rtol=tolerance.rtol, atol=tolerance.atol)
+        rows.append(judge.mark(make_record(index, pair, compared[key]), tolerance))
+    return rows
 
 
 def _coverage(alignment: Alignment, op_alignment: OpAlignment | None, pairs: Sequence[Pair],

@@ -219,7 +219,7 @@ def test_json_follows_schema_2(fixture_case):
     assert all(record["introduced_here"] is None for record in data["comparisons"]
                if record["status"] == "pass")
     assert data["first_divergence"]["torch_module"] == "pool"
-    assert set(data["first_divergence"]["source"]) == {"file", "line"}
+    assert set(data["first_divergence"]["source"]) == {"file", "line", "call_site"}
 
 
 def test_divergence_masked_before_the_output_is_hidden_not_a_verdict(fixture_case, tmp_path):
