@@ -55,7 +55,7 @@ from bisect_onnx.runtime.reference_side import ReferenceEvaluatorSide, reference
 from bisect_onnx.search.blame import attribute_divergence
 from bisect_onnx.sources.file_kinds import check_onnx_file
 from bisect_onnx.sources.input_samples import Samples
-from bisect_onnx.sources.input_sizes import check_sample_count
+from bisect_onnx.sources.input_sizes import check_sample_count, input_budget
 from bisect_onnx.sources.loading import arrange_inputs, check_against_onnx
 from bisect_onnx.sources.output_paths import check_run_files
 
@@ -295,7 +295,8 @@ def _reference_inputs(reference: Any, inputs: Any, random_inputs: RandomInputs,
                       ) -> Iterator[tuple[list[np.ndarray], str]]:
     """The reference graph's inputs: given (arranged by name), or samples drawn from it."""
     if inputs is None:
-        yield from random_samples(reference.inputs, reference.model, random_inputs)
+        yield from random_samples(reference.inputs, reference.model, random_inputs,
+                                  budget=input_budget())
         return
     sets = inputs.described() if isinstance(inputs, Samples) else [(inputs, "given")]
     for one, description in sets:

@@ -69,7 +69,7 @@ from bisect_onnx.search.modes import (
     references_by_value,
 )
 from bisect_onnx.search.probes import ProbeBisection, checkpoints_for
-from bisect_onnx.sources.input_sizes import check_sample_count
+from bisect_onnx.sources.input_sizes import Budget, check_sample_count, input_budget
 from bisect_onnx.sources.loading import check_against_onnx
 from bisect_onnx.sources.output_paths import check_run_files
 
@@ -164,7 +164,8 @@ def bisect(
                                      export, Path(workdir), runtime)
         settings = Settings(reference, prepared, export, Path(workdir), judge=judge,
                             granularity=granularity, all_culprits=all_culprits,
-                            budget=runtime.budget())  # what is left once the model is loaded
+                            budget=runtime.budget(),  # what is left once the model is loaded
+                            input_budget=input_budget(runtime.max_memory))
         return run_prepared(settings, given, random_inputs, repro_dir=repro_dir)
 
 
@@ -184,6 +185,8 @@ class Settings:
     all_culprits: bool = False
     budget: int | None = None
     """Memory the captured values of both sides may take; ``None``: unknown."""
+    input_budget: Budget | None = None
+    """What one sample's inputs may take (``--max-memory``, else most of the memory)."""
 
     @property
     def rtol(self) -> float:
@@ -208,7 +211,8 @@ def run_prepared(settings: Settings, given: list[tuple[Any, str]] | None,
         samples = [(arrange_for(settings.reference, candidate, inputs), description)
                    for inputs, description in given]
     else:
-        samples = random_samples(candidate.inputs, candidate.model, random_inputs)
+        samples = random_samples(candidate.inputs, candidate.model, random_inputs,
+                                 budget=settings.input_budget)
     return compare_samples(samples, partial(_run_sample, settings), repro_dir=repro_dir,
                            numbered=given is None or len(given) > 1)
 

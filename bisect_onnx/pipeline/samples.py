@@ -15,6 +15,7 @@ from bisect_onnx.pipeline.options import RandomInputs
 from bisect_onnx.report.repro import attach_repro
 from bisect_onnx.runtime.onnx_side import InputSpec
 from bisect_onnx.sources.input_samples import Samples
+from bisect_onnx.sources.input_sizes import Budget
 from bisect_onnx.sources.random_inputs import synthesize_inputs, vocabulary_limits
 
 __all__ = ["Sample", "as_arrays", "given_input_sets", "random_samples", "compare_samples",
@@ -52,13 +53,16 @@ def given_input_sets(inputs: Any) -> list[tuple[Any, str]] | None:
     return [(as_arrays(inputs), "given")]
 
 
-def random_samples(inputs: Sequence[InputSpec], model: Any,
-                   random: RandomInputs) -> Iterator[Sample]:
-    """Inputs drawn from the graph's input specification, one per sample."""
+def random_samples(inputs: Sequence[InputSpec], model: Any, random: RandomInputs, *,
+                   budget: Budget | None = None) -> Iterator[Sample]:
+    """Inputs drawn from the graph's input specification, one per sample.
+
+    Each sample's size (from ``--dim``) is checked against ``budget`` before it is made.
+    """
     limits = vocabulary_limits(model)
     for sample in range(random.samples):
         arrays = synthesize_inputs(inputs, seed=random.seed, dims=random.dims, sample=sample,
-                                   int_high=limits)
+                                   int_high=limits, budget=budget)
         yield arrays, f"random (seed {random.seed}, sample {sample + 1} of {random.samples})"
 
 

@@ -118,3 +118,10 @@ def test_the_cli_reads_a_tolerance_file_for_a_pytorch_model(tmp_path, monkeypatc
     status = main([fixture.factory, "--input", fixture.input_file, "--onnx", fixture.onnx_file,
                    "-q"])
     assert status == 1
+
+
+def test_random_inputs_over_max_memory_are_refused_before_they_are_made(fixture_case):
+    model, _, exported = fixture_case("tiny_mlp")  # 2 x 16 float32: 128 bytes a sample
+    with pytest.raises(bisect_onnx.BisectOnnxError, match=r"--max-memory"):
+        bisect_onnx.bisect(model, onnx_model=exported,
+                           runtime=bisect_onnx.RuntimeOptions(max_memory=64))
