@@ -85,7 +85,7 @@ class Unaligned:
     kind: str = "module"
     """What sort of value it is, for grouping: ``module`` (a module output), or at op
     level ``fused``, ``runtime-fused``, ``removed``, ``folded``, ``layout``,
-    ``intermediate``, ``foreign``,
+    ``intermediate``, ``foreign``, ``not-probed`` (over the memory budget),
     and for a file of unknown origin ``unmatched`` and ``ambiguous``."""
 
 

@@ -36,7 +36,8 @@ def op_records(alignment: OpAlignment, *, judge: ToleranceJudge) -> list[Record]
     """One record per op pair, in ONNX graph order, each at its own tolerance."""
     records = []
     for index, pair in enumerate(alignment.pairs):
-        record = judge.record(index, pair, pair.reference.provenance.fx_node)
+        provenance = pair.reference.provenance  # the op, and the module call around it
+        record = judge.record(index, pair, provenance.fx_node, provenance.module)
         if pair.candidate.name in alignment.matches:
             confidence, how = alignment.matches[pair.candidate.name]
             record = replace(record, match_confidence=round(confidence, 3), matched_by=how)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from bisect_onnx.errors import UsageError
 from bisect_onnx.sources.file_kinds import looks_like_onnx, read_head
-from bisect_onnx.sources.loading import load_input_files
+from bisect_onnx.sources.input_samples import load_input_samples
 from bisect_onnx.sources.random_inputs import parse_dim_options
 
 if TYPE_CHECKING:
@@ -36,7 +36,8 @@ def bisect_from_args(args: argparse.Namespace) -> Report:
     given = [option for name, option in _TORCH_ONLY_OPTIONS.items()
              if getattr(args, name, None) not in (None, False)]
     if given:
-        raise UsageError(f"{', '.join(given)} apply to a PyTorch MODEL; drop them when "
+        verb = "applies" if len(given) == 1 else "apply"
+        raise UsageError(f"{', '.join(given)} {verb} to a PyTorch MODEL; drop them when "
                          "comparing two ONNX models")
     model = Path(args.model)
     head = b"" if _names_a_factory(args.model) and not model.exists() else read_head(
@@ -46,7 +47,7 @@ def bisect_from_args(args: argparse.Namespace) -> Report:
                          f"--against-reference-evaluator compare two ONNX models, and MODEL "
                          f"{args.model} is not an ONNX file; pass the reference .onnx as MODEL "
                          "(a PyTorch MODEL is compared with --onnx FILE)")
-    inputs = load_input_files(args.input) if args.input else None
+    inputs = load_input_samples(args.input) if args.input else None
     return bisect_onnx.bisect_onnx_models(
         model,
         args.against,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -171,6 +171,18 @@ def capture_warning(candidate: OnnxRuntimeSide, capture: dict, *,
         ", more than the tolerance" if share > 1 else f", {share:.0%} of the tolerance")
     return CAPTURE_DIFFERS_WARNING.format(difference=candidate.production_difference,
                                           mode=capture.get("mode"), share=used)
+
+
+def not_probed(report: Report) -> None:
+    """Over the budget, values the probes did not fetch are not fused away: say so.
+
+    Alignment sees only the probed values, and takes every other one for a value ONNX
+    Runtime fused into a kernel; production does compute them.
+    """
+    report.unaligned = [
+        replace(item, kind="not-probed", reason="not probed: over the memory budget, values "
+                "are fetched only to locate the divergence")
+        if item.kind == "runtime-fused" else item for item in report.unaligned]
 
 
 def nothing_fetched(report: Report, memory_reason: str) -> None:

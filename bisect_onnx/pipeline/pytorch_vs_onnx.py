@@ -42,6 +42,7 @@ from bisect_onnx.pipeline.prepare import (
 from bisect_onnx.pipeline.production import (
     CandidateRun,
     capture_warning,
+    not_probed,
     nothing_fetched,
     probe_production,
     run_candidate,
@@ -251,6 +252,7 @@ def _run_sample(settings: Settings, arrays: list[np.ndarray], description: str):
     if bisection is not None:
         report.search = bisection.describe(memory_reason)
         report.warnings.extend(bisection.warnings())
+        not_probed(report)
     elif memory_reason:
         nothing_fetched(report, memory_reason)
     elif wants_probes(report, run):

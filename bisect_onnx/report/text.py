@@ -41,6 +41,8 @@ _KIND_TITLES = {
     "module": "module outputs",
     "fused": "ops fused into another op's ONNX node by the exporter's optimizer",
     "runtime-fused": "ops inside a kernel ONNX Runtime fused (no value in production)",
+    "not-probed": "ops not probed (over the memory budget, values are fetched only to "
+                  "locate the divergence)",
     "removed": "ops that returned their input unchanged (removed; compared at the input)",
     "folded": "ops with no ONNX node (folded into constants or removed)",
     "layout": "ops whose ONNX values changed layout or type",

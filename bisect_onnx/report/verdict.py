@@ -147,6 +147,8 @@ def _culprit_sentence(report: Report, culprit: Record) -> str:
     attribution = report.attribution or {}
     kind = attribution.get("classification") or {}
     verdict = f"{kind['kind']}: {kind['file_with']}" if kind else "not classified"
+    if kind and kind["file_with"].startswith("unknown: "):  # the kind says it already
+        verdict = f"{kind['kind']}: {kind['file_with'].removeprefix('unknown: ')}"
     kernel = attribution.get("inside_kernel") or {}
     inside = ""
     if kernel and kernel.get("kernel_output") != culprit.onnx_value:

@@ -330,9 +330,20 @@ def test_float16_fallback_takes_its_verdict_from_the_production_session(made):
     assert report.search == {"mode": "full capture"}  # parity: nothing to search
 
 
-def test_planted_float16_error_is_found_by_probing_production(made):
+def test_planted_float16_error_is_found_from_a_faithful_capture(made):
+    # The promote-all fallback rounds otherwise than production, by well under a tenth of
+    # the float16 tolerance: its values stand, and nothing is probed.
+    report = bisect_onnx.bisect_onnx_models(RESNET, made["fp16_planted"], made["x"])
+    assert report.search["mode"] == "full capture"
+    assert report.first_divergence.onnx_node == PLANTED_NODE
+    assert report.culprit.onnx_node == PLANTED_NODE
+
+
+def test_planted_float16_error_is_found_by_probing_production(made, monkeypatch):
     from bisect_onnx.search import modes as search_modes
 
+    # Trusting the capture only when bitwise production's makes the same run probe.
+    monkeypatch.setattr(search_modes, "FAITHFUL_SHARE", 0.0)
     report = bisect_onnx.bisect_onnx_models(RESNET, made["fp16_planted"], made["x"])
     search = report.search
     assert (search["mode"], search["reason"]) == ("bisection", search_modes.CAPTURE_DIFFERS)
@@ -539,7 +550,7 @@ def test_cli_repro_dir_and_samples_with_a_candidate(made, tmp_path, capsys):
     (["{resnet}", "--against", "{fp16}", "--tolerances", "{bad_rules}"],
      r"rules\.txt:1: expected"),
     (["{resnet}", "--against", "{fp16}", "--exporter", "dynamo"],
-     "--exporter apply to a PyTorch MODEL"),
+     "--exporter applies to a PyTorch MODEL"),
     (["{resnet}"], "is an ONNX model; pass it with --onnx"),
     (["{resnet}", "--against-provider", "NoSuchProvider"], "NoSuchProvider"),
     (["{resnet}", "--against-opt-level", "all"], "same model run the same way"),

@@ -125,3 +125,36 @@ def test_random_inputs_over_max_memory_are_refused_before_they_are_made(fixture_
     with pytest.raises(bisect_onnx.BisectOnnxError, match=r"--max-memory"):
         bisect_onnx.bisect(model, onnx_model=exported,
                            runtime=bisect_onnx.RuntimeOptions(max_memory=64))
+
+
+def test_a_rule_on_a_module_name_applies_to_the_op_rows_inside_it(fixture_case):
+    model, inputs, exported = fixture_case("avgpool_divisor")
+    report = bisect_onnx.bisect(model, inputs, onnx_model=exported,
+                                tolerances={"pool": LOOSE})
+    assert report.coverage.granularity == "op"
+    pool = next(row for row in report.comparisons if row.torch_module == "pool")
+    assert pool.status == "pass" and (pool.rtol, pool.atol) == LOOSE
+    assert not any(getattr(w, "code", None) == "unused-tolerance-rule"
+                   for w in report.warnings)
+
+
+def test_the_onnx_form_cli_takes_a_folder_of_input_sets(fixture_case, tmp_path, monkeypatch):
+    _, inputs, exported = fixture_case("tiny_mlp")
+    folder = tmp_path / "sets"
+    folder.mkdir()
+    for seed in range(2):
+        np.savez(folder / f"set{seed}.npz", **_other_input(inputs, seed))
+    report_path = tmp_path / "report.json"
+    status = main([str(exported), "--against-reference-evaluator", "--input", str(folder),
+                   "-q", "--json", str(report_path)])
+    assert status == 0
+    assert "worst of 2 input sets" in json.loads(report_path.read_text())["note"]
+
+
+def test_values_over_the_budget_are_said_to_be_unprobed_not_fused(fixture_case):
+    model, inputs, exported = fixture_case("avgpool_divisor")
+    report = bisect_onnx.bisect(model, inputs, onnx_model=exported,
+                                runtime=bisect_onnx.RuntimeOptions(max_memory=1))
+    assert report.search["mode"] == "bisection"
+    kinds = {item.kind for item in report.unaligned}
+    assert "runtime-fused" not in kinds
