@@ -273,7 +273,11 @@ def _called_paths(module: Any, prefix: str, method: str = "forward") -> list[str
     ``forward2``), so every ``forward*`` method call counts as a call.
     """
     found = []
-    for node in getattr(module, method).graph.nodes():
+    graph = getattr(getattr(module, method), "graph", None)
+    if graph is None and method == "forward":
+        # A traced submodule's forward is a Python wrapper; its graph is the module's own.
+        graph = module.graph
+    for node in graph.nodes():
         if node.kind() != "prim::CallMethod" or not node.s("name").startswith("forward"):
             continue
         chain, value = [], node.inputsAt(0)

@@ -143,3 +143,14 @@ def test_batchnorm_folded_into_its_conv_is_compared_as_the_batchnorm(fixture_cas
     assert by_node["/layer1/conv1/Conv"].torch_op == "aten.batch_norm"
     fused = [item for item in report.unaligned if item.kind == "fused"]
     assert fused and all("/Conv" in item.reason for item in fused)
+
+
+def test_each_call_of_a_reused_module_is_named_apart(fixture_case):
+    # resnet_like's blocks call one ReLU twice: the second call is relu@1, as dynamo's are.
+    model, inputs, _ = fixture_case("resnet_like")
+    report = bisect_onnx.bisect(model, inputs,
+                                onnx_model=repo_path(FIXTURES["resnet_like"].torchscript_onnx_file),
+                                granularity="op")
+    modules = [row.torch_module for row in report.comparisons
+               if row.torch_module and row.torch_module.startswith("layer1.relu")]
+    assert modules == ["layer1.relu", "layer1.relu@1"]
