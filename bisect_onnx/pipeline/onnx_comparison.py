@@ -7,7 +7,7 @@ and the local checks need to judge a candidate value as its row was judged.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -77,6 +77,18 @@ class Paired:
     nodes: dict[str, NodeInfo]
     reference: onnx.ModelProto
     """The reference graph (what it holds decides how a value pairs)."""
+    _uncaptured: list[ValuePair] | None = field(default=None, init=False, repr=False)
+
+    def uncaptured(self, reference_capture: Capture) -> list[ValuePair]:
+        """Pairs for the candidate values the capture lacks (fused away), made once.
+
+        Probes, kernel culprits and their rows all need them; only a divergence does.
+        """
+        if self._uncaptured is None:
+            self._uncaptured = pair_uncaptured(self.reference, {
+                name: reference_capture.values[name].array for name in self.unpaired_fused},
+                self.groups)
+        return self._uncaptured
 
 
 
@@ -168,9 +180,7 @@ def probe_checkpoints(paired: Paired, candidate: OnnxRuntimeSide,
     judge = paired.judge
     by_value: dict[str, ValuePair] = {}
     checkpoints = []
-    uncaptured = pair_uncaptured(paired.reference, {
-        name: reference_capture.values[name].array for name in paired.unpaired_fused},
-        paired.groups)
+    uncaptured = paired.uncaptured(reference_capture)
     for pair in [*paired.pairs, *uncaptured]:
         node = producers.get(pair.candidate)
         reference = reference_capture.values[pair.reference]
@@ -250,9 +260,7 @@ def kernel_references(paired: Paired, reference_capture: Capture) -> dict[str, C
     MatMul's output, but the reference model computes it, so the node that went wrong
     inside the kernel can be named. Floats only, not quantized integers.
     """
-    uncaptured = pair_uncaptured(paired.reference, {
-        name: reference_capture.values[name].array for name in paired.unpaired_fused},
-        paired.groups)
+    uncaptured = paired.uncaptured(reference_capture)
     found: dict[str, CapturedValue] = {}
     for pair in uncaptured:
         reference = reference_capture.values.get(pair.reference)
@@ -275,9 +283,7 @@ def show_kernel_culprit(report: Report, paired: Paired, reference_capture: Captu
     culprit, name = report.culprit, kernel.get("value")
     if culprit is None or name is None or culprit.onnx_value != name or name not in local_values:
         return
-    uncaptured = pair_uncaptured(paired.reference, {
-        value: reference_capture.values[value].array for value in paired.unpaired_fused},
-        paired.groups)
+    uncaptured = paired.uncaptured(reference_capture)
     pair = next((pair for pair in uncaptured if pair.candidate == name), None)
     if pair is None or pair.reference not in reference_capture.values:
         return

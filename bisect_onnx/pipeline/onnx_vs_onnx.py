@@ -48,7 +48,12 @@ from bisect_onnx.pipeline.production import (
     wants_probes,
 )
 from bisect_onnx.pipeline.repro import write_sample_repro
-from bisect_onnx.pipeline.samples import as_arrays, compare_samples, random_samples
+from bisect_onnx.pipeline.samples import (
+    as_arrays,
+    compare_samples,
+    random_samples,
+    samples_kind,
+)
 from bisect_onnx.report.context import culprit_context
 from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
 from bisect_onnx.runtime.reference_side import ReferenceEvaluatorSide, reference_side
@@ -160,7 +165,7 @@ def bisect_onnx_models(
             all_culprits=all_culprits)
         return compare_samples(_reference_inputs(models.reference, inputs, random_inputs),
                                models.run_sample, repro_dir=repro_dir,
-                               numbered=inputs is None or isinstance(inputs, Samples))
+                               kind=samples_kind(inputs))
 
 
 @dataclass

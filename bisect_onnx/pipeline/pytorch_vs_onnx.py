@@ -49,7 +49,13 @@ from bisect_onnx.pipeline.production import (
     wants_probes,
 )
 from bisect_onnx.pipeline.repro import write_torch_repro
-from bisect_onnx.pipeline.samples import compare_samples, given_input_sets, random_samples
+from bisect_onnx.pipeline.samples import (
+    RANDOM_SAMPLES,
+    compare_samples,
+    given_input_sets,
+    random_samples,
+    samples_kind,
+)
 from bisect_onnx.pipeline.torch_comparison import (
     FOREIGN_FILE,
     NO_OP_LEVEL,
@@ -167,7 +173,8 @@ def bisect(
                             granularity=granularity, all_culprits=all_culprits,
                             budget=runtime.budget(),  # what is left once the model is loaded
                             input_budget=input_budget(runtime.max_memory))
-        return run_prepared(settings, given, random_inputs, repro_dir=repro_dir)
+        return run_prepared(settings, given, random_inputs, repro_dir=repro_dir,
+                            kind=samples_kind(inputs))
 
 
 @dataclass
@@ -201,11 +208,13 @@ class Settings:
 
 
 def run_prepared(settings: Settings, given: list[tuple[Any, str]] | None,
-                 random_inputs: RandomInputs, *, repro_dir: str | Path | None) -> Report:
+                 random_inputs: RandomInputs, *, repro_dir: str | Path | None,
+                 kind: str | None = None) -> Report:
     """Compare every sample against the prepared candidate; the worst sample's report.
 
     ``given``: the user's input sets with how each is described (see
     :func:`~bisect_onnx.pipeline.samples.given_input_sets`); ``None`` draws ``random_inputs``.
+    ``kind``: what the given sets are (:func:`~bisect_onnx.pipeline.samples.samples_kind`).
     """
     candidate = settings.prepared.candidate
     if given is not None:
@@ -215,7 +224,7 @@ def run_prepared(settings: Settings, given: list[tuple[Any, str]] | None,
         samples = random_samples(candidate.inputs, candidate.model, random_inputs,
                                  budget=settings.input_budget)
     return compare_samples(samples, partial(_run_sample, settings), repro_dir=repro_dir,
-                           numbered=given is None or len(given) > 1)
+                           kind=RANDOM_SAMPLES if given is None else kind)
 
 
 def _run_sample(settings: Settings, arrays: list[np.ndarray], description: str):

@@ -28,18 +28,30 @@ RunSample = Callable[[list[np.ndarray], str], tuple[Report, Callable[..., dict[s
 """One sample's comparison: its report, and how to write its repro into a folder."""
 
 
+RANDOM_SAMPLES = "random samples"
+INPUT_SETS = "input sets"
+
+
+def samples_kind(inputs: Any) -> str | None:
+    """What the run's samples are: random draws, the user's input sets, or one given set."""
+    if inputs is None:
+        return RANDOM_SAMPLES
+    return INPUT_SETS if isinstance(inputs, Samples) else None
+
+
 def compare_samples(samples: Iterable[Sample], run_sample: RunSample, *,
-                    repro_dir: str | Path | None, numbered: bool) -> Report:
+                    repro_dir: str | Path | None, kind: str | None) -> Report:
     """Compare every sample; attach each diverging one's repro; the worst one's report.
 
-    ``numbered``: the samples are random draws, each repro in its own ``sample-<k>``.
+    ``kind``: :data:`RANDOM_SAMPLES` or :data:`INPUT_SETS`, each repro then in its own
+    ``sample-<k>``; ``None`` for one given set of inputs.
     """
     reports = []
     for number, (arrays, description) in enumerate(samples, start=1):
         report, write_repro = run_sample(arrays, description)
-        attach_repro(report, repro_dir, sample=number if numbered else None, write=write_repro)
+        attach_repro(report, repro_dir, sample=number if kind else None, write=write_repro)
         reports.append(report)
-    worst = worst_report(reports)
+    worst = worst_report(reports, kind or INPUT_SETS)
     issue_warnings(worst.warnings)  # notebooks and pytest show them where bisect was called
     return worst
 
@@ -66,7 +78,7 @@ def random_samples(inputs: Sequence[InputSpec], model: Any, random: RandomInputs
         yield arrays, f"random (seed {random.seed}, sample {sample + 1} of {random.samples})"
 
 
-def worst_report(reports: Sequence[Report]) -> Report:
+def worst_report(reports: Sequence[Report], kind: str) -> Report:
     """The report of the worst sample: a divergence first, then the largest output error."""
     def severity(report: Report) -> tuple[bool, float]:
         needed = [record.min_passing_atol for record in report.final_outputs if record.failed]
@@ -76,8 +88,6 @@ def worst_report(reports: Sequence[Report]) -> Report:
     worst = max(reports, key=severity)
     if len(reports) > 1:
         diverged = sum(report.diverged for report in reports)
-        kind = ("random samples" if str(worst.reference.get("inputs", "")).startswith("random")
-                else "input sets")
         summary = (f"worst of {len(reports)} {kind} ({diverged} diverged): "
                    f"{worst.reference['inputs']}")
         worst.note = f"{worst.note} {summary}" if worst.note else summary
