@@ -24,6 +24,7 @@ from bisect_onnx.pipeline.prepare import arrange_for, prepare_candidate, resolve
 from bisect_onnx.pipeline.pytorch_vs_onnx import Settings, run_prepared
 from bisect_onnx.pipeline.samples import as_arrays
 from bisect_onnx.pipeline.torch_comparison import compare_final_outputs, is_vacuity
+from bisect_onnx.pytorch.parking import parking_for
 from bisect_onnx.pytorch.reference import exit_is_a_model_error, reference_for
 from bisect_onnx.report.json import write_json
 from bisect_onnx.sources.loading import check_against_onnx
@@ -72,13 +73,15 @@ def assert_parity(
     export = resolve_export(reference, onnx_model, export)
     label = name or reference.side.describe().get("class", "model")
     given = as_arrays(inputs)
-    with tempfile.TemporaryDirectory(prefix="bisect-onnx-parity-") as workdir:
+    with (tempfile.TemporaryDirectory(prefix="bisect-onnx-parity-") as workdir,
+          parking_for(reference.exportable, Path(workdir)) as parking):
         prepared = prepare_candidate(reference, given, onnx_model, export, Path(workdir))
         arrays = arrange_for(reference, prepared.candidate, given)
         check_against_onnx(arrays, prepared.candidate.inputs)
         if prepared.capture is None:
             emit(CAPTURE_STARTED, "pytorch")
         capture = prepared.capture or reference.side.run(arrays, keywords=prepared.keywords)
+        parking.park()  # PyTorch's values are recorded: one copy of the weights
         warnings: list[str] = []
         records = compare_final_outputs(capture.outputs, prepared.candidate.run_outputs(arrays),
                                         judge=judge, warnings=warnings)
@@ -95,7 +98,7 @@ def assert_parity(
         # module each node ran in) and PyTorch's run on these inputs.
         emit(BISECTION_STARTED, name or "")
         settings = Settings(reference, prepared, export, Path(workdir), judge=judge,
-                            budget=RuntimeOptions().budget())
+                            budget=RuntimeOptions().budget(), parking=parking)
         report = run_prepared(settings, [(given, "given")], RandomInputs(),
                               repro_dir=folder / f"{stem}.repro" if folder is not None
                               else None)

@@ -31,7 +31,7 @@ from bisect_onnx.judge.records import Report
 from bisect_onnx.judge.tolerance_judge import ToleranceJudge
 from bisect_onnx.judge.tolerances import tolerance_rules
 from bisect_onnx.judge.vocabulary import Granularity
-from bisect_onnx.pipeline.environment import environment
+from bisect_onnx.pipeline.description import describe_run
 from bisect_onnx.pipeline.options import ExportOptions, RandomInputs, RuntimeOptions
 from bisect_onnx.pipeline.prepare import (
     PreparedCandidate,
@@ -40,8 +40,6 @@ from bisect_onnx.pipeline.prepare import (
     resolve_export,
 )
 from bisect_onnx.pipeline.production import (
-    CandidateRun,
-    capture_warning,
     not_probed,
     nothing_fetched,
     probe_production,
@@ -64,9 +62,9 @@ from bisect_onnx.pipeline.torch_comparison import (
     subgraph_warnings,
 )
 from bisect_onnx.pytorch.op_values import OpCapture, capture_ops
+from bisect_onnx.pytorch.parking import WeightParking, parking_for
 from bisect_onnx.pytorch.reference import Reference, exit_is_a_model_error, reference_for
 from bisect_onnx.pytorch.script_ops import ScriptOpCapture, capture_script_ops
-from bisect_onnx.report.context import culprit_context
 from bisect_onnx.runtime.sides import Capture
 from bisect_onnx.search.blame import attribute_divergence
 from bisect_onnx.search.modes import (
@@ -165,14 +163,15 @@ def bisect(
     random_inputs = random_inputs or RandomInputs()
     random_inputs.check_unused(inputs)
     given = given_input_sets(inputs)
-    with tempfile.TemporaryDirectory(prefix="bisect-onnx-") as workdir:
+    with (tempfile.TemporaryDirectory(prefix="bisect-onnx-") as workdir,
+          parking_for(reference.exportable, Path(workdir)) as parking):
         # The export is made on the first input set (and PyTorch's run on it kept).
         prepared = prepare_candidate(reference, given[0][0] if given else None, onnx_model,
                                      export, Path(workdir), runtime)
         settings = Settings(reference, prepared, export, Path(workdir), judge=judge,
                             granularity=granularity, all_culprits=all_culprits,
                             budget=runtime.budget(),  # what is left once the model is loaded
-                            input_budget=input_budget(runtime.max_memory))
+                            input_budget=input_budget(runtime.max_memory), parking=parking)
         return run_prepared(settings, given, random_inputs, repro_dir=repro_dir,
                             kind=samples_kind(inputs))
 
@@ -195,6 +194,8 @@ class Settings:
     """Memory the captured values of both sides may take; ``None``: unknown."""
     input_budget: Budget | None = None
     """What one sample's inputs may take (``--max-memory``, else most of the memory)."""
+    parking: WeightParking = field(default_factory=lambda: WeightParking(None, Path()))
+    """Where a large model's weights wait while ONNX Runtime holds its copy."""
 
     @property
     def rtol(self) -> float:
@@ -234,6 +235,7 @@ def _run_sample(settings: Settings, arrays: list[np.ndarray], description: str):
     # Known from shapes alone, before either side holds a value.
     memory_reason = over_budget(candidate, arrays, settings.budget)
     torch_capture = _torch_capture(settings, arrays)
+    settings.parking.park()  # PyTorch's values are recorded: one copy of the weights
     emit(CAPTURE_STARTED, "onnxruntime")
     run = run_candidate(candidate, arrays, memory_reason=memory_reason)
     warnings = list(settings.reference.warnings)
@@ -272,7 +274,8 @@ def _run_sample(settings: Settings, arrays: list[np.ndarray], description: str):
     report.warnings.extend(subgraph_warnings(candidate.model))
     values = _attribute(settings, report, arrays, torch_capture, onnx_capture, pairs,
                         bisection, ops, segments)
-    _describe(settings, report, run, description, torch_capture, onnx_capture)
+    describe_run(report, settings.prepared, settings.export, settings.reference.side, run,
+                 description, torch_capture, onnx_capture)
     return report, partial(write_torch_repro, report=report, candidate=candidate,
                            reference_values=values.reference,
                            candidate_values=values.candidate, torch_capture=torch_capture,
@@ -285,6 +288,7 @@ def _torch_capture(settings: Settings, arrays: Sequence[np.ndarray]) -> Capture:
     prepared = settings.prepared
     if prepared.capture is not None and prepared.ran_on(arrays):
         return prepared.capture
+    settings.parking.restore()  # an earlier sample's ONNX Runtime side is gone
     emit(CAPTURE_STARTED, "pytorch")
     return settings.reference.side.run(arrays, keywords=settings.prepared.keywords)
 
@@ -374,26 +378,6 @@ def _attribute(settings: Settings, report: Report, arrays: Sequence[np.ndarray],
             report, segments, ops, prepared.program, candidate.model,
             {**values.candidate, **local_values}, opset=candidate.opset)
     return values
-
-
-def _describe(settings: Settings, report: Report, run: CandidateRun, description: str,
-              torch_capture: Capture, onnx_capture: Capture) -> None:
-    """What was compared, how, and where: the report's descriptive fields."""
-    prepared, candidate = settings.prepared, settings.prepared.candidate
-    report.reference = {**settings.reference.side.describe(), "inputs": description}
-    report.candidate = {**candidate.describe(), "model": prepared.source}
-    report.environment = environment(candidate, exporter=prepared.exporter)
-    report.capture = candidate.describe_capture()
-    warning = capture_warning(candidate, report.capture,
-                              share=run.tolerance_used(report.rtol, report.atol))
-    if warning:
-        report.warnings.append(warning)
-    report.culprit_node = culprit_context(report.culprit or report.first_divergence,
-                                     candidate, torch_capture, onnx_capture, report.comparisons)
-    export = settings.export
-    if export.opset is not None and candidate.opset != export.opset:
-        report.warnings.append(f"asked for opset {export.opset}, but the {export.exporter} "
-                               f"exporter produced opset {candidate.opset}")
 
 
 def _graph_inputs(candidate: Any, arrays: Sequence[np.ndarray]) -> dict[str, np.ndarray]:

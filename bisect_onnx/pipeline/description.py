@@ -1,0 +1,38 @@
+"""The report's descriptive fields for a PyTorch-form run: what was compared, how, where."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from bisect_onnx.pipeline.environment import environment
+from bisect_onnx.pipeline.production import capture_warning
+from bisect_onnx.report.context import culprit_context
+
+if TYPE_CHECKING:
+    from bisect_onnx.judge.records import Report
+    from bisect_onnx.pipeline.options import ExportOptions
+    from bisect_onnx.pipeline.prepare import PreparedCandidate
+    from bisect_onnx.pipeline.production import CandidateRun
+    from bisect_onnx.runtime.sides import Capture, Side
+
+__all__ = ["describe_run"]
+
+
+def describe_run(report: Report, prepared: PreparedCandidate, export: ExportOptions,
+                 reference_side: Side, run: CandidateRun, description: str,
+                 torch_capture: Capture, onnx_capture: Capture) -> None:
+    """What was compared, how, and where: the report's descriptive fields."""
+    candidate = prepared.candidate
+    report.reference = {**reference_side.describe(), "inputs": description}
+    report.candidate = {**candidate.describe(), "model": prepared.source}
+    report.environment = environment(candidate, exporter=prepared.exporter)
+    report.capture = candidate.describe_capture()
+    warning = capture_warning(candidate, report.capture,
+                              share=run.tolerance_used(report.rtol, report.atol))
+    if warning:
+        report.warnings.append(warning)
+    report.culprit_node = culprit_context(report.culprit or report.first_divergence, candidate,
+                                          torch_capture, onnx_capture, report.comparisons)
+    if export.opset is not None and candidate.opset != export.opset:
+        report.warnings.append(f"asked for opset {export.opset}, but the {export.exporter} "
+                               f"exporter produced opset {candidate.opset}")

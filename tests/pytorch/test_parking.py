@@ -1,0 +1,151 @@
+"""Weights parked on disk while ONNX Runtime holds its copy, and given back whole."""
+
+from __future__ import annotations
+
+import logging
+import mmap
+from collections import namedtuple
+
+import pytest
+import torch
+from torch import nn
+
+import bisect_onnx
+from bisect_onnx.pytorch import parking
+from bisect_onnx.pytorch.parking import WeightParking, parking_for
+
+
+class Tied(nn.Module):
+    """A tied weight, a buffer, an int buffer, a view of a parameter and a BatchNorm."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = nn.Embedding(50, 16)
+        self.head = nn.Linear(16, 50, bias=False)
+        self.head.weight = self.embed.weight  # one Parameter under two names
+        self.norm = nn.BatchNorm1d(16)
+        self.register_buffer("steps", torch.arange(7))
+        self.register_buffer("scale", torch.ones(3, 4, dtype=torch.float16))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        hidden = self.norm(self.embed(ids).transpose(1, 2)).transpose(1, 2)
+        return self.head(hidden) + self.steps.sum() + self.scale.sum()
+
+
+def _map_range(parked: WeightParking) -> tuple[int, int]:
+    slot = parked._slots[0]  # noqa: SLF001 - the map's address, from its first view
+    start = slot.tensor.untyped_storage().data_ptr() - slot.offset
+    return start, start + len(parked._map)  # noqa: SLF001
+
+
+def _inside(tensor: torch.Tensor, bounds: tuple[int, int]) -> bool:
+    return bounds[0] <= tensor.untyped_storage().data_ptr() < bounds[1]
+
+
+def test_parked_tensors_point_into_the_file_and_compute_the_same(tmp_path):
+    model = Tied().eval()
+    ids = torch.randint(0, 50, (2, 5))
+    with torch.no_grad():
+        expected = model(ids)
+    own = {name: tensor.untyped_storage().data_ptr() for name, tensor in model.state_dict().items()}
+    parked = WeightParking(model, tmp_path, min_bytes=0)
+    parked.park()
+    assert parked.parked and (tmp_path / "parked-weights.bin").exists()
+    bounds = _map_range(parked)
+    for name, tensor in model.state_dict().items():
+        assert _inside(tensor, bounds), name
+        assert tensor.untyped_storage().data_ptr() != own[name]
+        assert tensor.untyped_storage().data_ptr() % mmap.PAGESIZE == 0
+    assert model.head.weight is model.embed.weight  # still tied
+    with torch.no_grad():
+        assert torch.equal(model(ids), expected)  # the same bytes, the same numbers
+
+
+def test_restore_gives_each_tensor_its_own_memory_and_bytes(tmp_path):
+    model = Tied().train()
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    objects = {name: id(tensor) for name, tensor in model.named_parameters()}
+    with parking_for(model, tmp_path) as parked:
+        parked.min_bytes = 0
+        parked.park()
+        bounds = _map_range(parked)
+        model(torch.randint(0, 50, (2, 5)))  # training: BatchNorm writes its running stats
+        running = model.norm.running_mean.clone()
+    assert not parked.parked and not (tmp_path / "parked-weights.bin").exists()
+    assert {name: id(tensor) for name, tensor in model.named_parameters()} == objects
+    assert model.embed.weight.requires_grad
+    for name, tensor in model.state_dict().items():
+        assert not _inside(tensor, bounds), name
+        if name.startswith("norm.running") or name == "norm.num_batches_tracked":
+            continue
+        assert torch.equal(tensor, before[name]), name
+    # What PyTorch wrote while parked is what comes back.
+    assert torch.equal(model.norm.running_mean, running)
+    assert not torch.equal(running, before["norm.running_mean"])
+
+
+def test_views_and_small_models_stay_where_they_are(tmp_path):
+    model = nn.Linear(8, 8)
+    model.register_buffer("row", model.weight.data[0])  # a view into the weight's storage
+    parked = WeightParking(model, tmp_path, min_bytes=0)
+    parked.park()
+    bounds = _map_range(parked)
+    assert _inside(model.bias, bounds)
+    # Parking one of two tensors over one storage would free nothing and split them.
+    assert not _inside(model.weight, bounds) and not _inside(model.row, bounds)
+    assert model.row.untyped_storage().data_ptr() == model.weight.untyped_storage().data_ptr()
+    small = WeightParking(nn.Linear(8, 8), tmp_path)  # far below PARK_MIN_BYTES
+    small.park()
+    assert not small.parked
+
+
+def test_no_parking_without_the_disk_for_it(tmp_path, monkeypatch, caplog):
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(parking.shutil, "disk_usage", lambda _: usage(10, 10, 0))
+    parked = WeightParking(Tied(), tmp_path, min_bytes=0)
+    with caplog.at_level(logging.INFO, logger="bisect_onnx.pytorch.parking"):
+        parked.park()
+    assert not parked.parked
+    assert "not parked" in caplog.text
+
+
+def _summary(report) -> tuple:
+    rows = [(r.onnx_value, r.status, r.max_abs_error, r.local_max_abs_error, r.classification)
+            for r in [*report.comparisons, *report.op_comparisons]]
+    culprit = report.culprit and (report.culprit.onnx_node, report.culprit.introduced_here)
+    return report.verdict, culprit, rows, [(r.onnx_value, r.max_abs_error)
+                                           for r in report.final_outputs]
+
+
+@pytest.mark.parametrize("name", ["avgpool_divisor", "resnet_like"])
+def test_a_parked_run_reports_what_an_unparked_one_does(name, fixture_case, monkeypatch, caplog):
+    model, inputs, onnx_path = fixture_case(name)
+    state = {key: value.clone() for key, value in model.state_dict().items()}
+    plain = bisect_onnx.bisect(model, inputs, onnx_model=onnx_path)
+    monkeypatch.setattr(parking, "PARK_MIN_BYTES", 0)
+    with caplog.at_level(logging.INFO, logger="bisect_onnx.pytorch.parking"):
+        parked = bisect_onnx.bisect(model, inputs, onnx_model=onnx_path)
+    assert "parked" in caplog.text
+    assert _summary(parked) == _summary(plain)
+    for key, value in model.state_dict().items():  # the caller's model, as it was
+        assert torch.equal(value, state[key]), key
+
+
+
+def test_each_sample_runs_pytorch_on_its_own_memory(fixture_case, monkeypatch, caplog):
+    model, inputs, onnx_path = fixture_case("avgpool_divisor")
+    doubled = {key: value * 2 for key, value in inputs.items()}
+    samples = bisect_onnx.Samples([inputs, doubled])
+    plain = bisect_onnx.bisect(model, samples, onnx_model=onnx_path)
+    monkeypatch.setattr(parking, "PARK_MIN_BYTES", 0)
+    restored = []
+    original = WeightParking.restore
+    monkeypatch.setattr(WeightParking, "restore", lambda self: (
+        restored.append(self.parked), original(self))[1])
+    with caplog.at_level(logging.INFO, logger="bisect_onnx.pytorch.parking"):
+        parked = bisect_onnx.bisect(model, samples, onnx_model=onnx_path)
+    parks = [r for r in caplog.records if r.getMessage().startswith("parked ")]
+    assert len(parks) == 2  # once for each sample's ONNX Runtime side
+    assert restored[:2] == [False, True]  # before sample 1 nothing; before sample 2 the park
+    assert _summary(parked) == _summary(plain)
