@@ -131,7 +131,7 @@ def measure(name: str, size: str) -> dict:
     coverage = clean.coverage
     # The culprit when one was found; else the first divergence; on a parity verdict
     # (the edit did not reach the outputs at any scale) the first hidden divergence.
-    first = planted.first_culprit or planted.first_divergence or next(
+    first = planted.culprit or planted.first_divergence or next(
         iter(planted.hidden_divergences), None)
     return {
         "name": name, "verdict": clean.verdict, "coverage": coverage,
