@@ -21,6 +21,7 @@ import contextlib
 import logging
 import mmap
 import shutil
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,13 +83,14 @@ class WeightParking:
             logger.info("weights (%s) not parked: %s of disk free in %s", format_size(total),
                         format_size(free), self.folder)
             return
+        started = time.perf_counter()
         path = self.folder / "parked-weights.bin"
         self._slots = _write(tensors, path)
         with open(path, "r+b") as file:
             self._map = mmap.mmap(file.fileno(), total)
         _point_at(self._slots, self._map)
-        logger.info("parked %s of weights in %s while ONNX Runtime holds its copy",
-                    format_size(total), path)
+        logger.info("parked %s of weights in %s while ONNX Runtime holds its copy (%.1f s)",
+                    format_size(total), path, time.perf_counter() - started)
 
     def restore(self) -> None:
         """Give every parked tensor its own memory again, with the file's bytes."""
@@ -96,6 +98,7 @@ class WeightParking:
             return
         import torch
 
+        started = time.perf_counter()
         path = self.folder / "parked-weights.bin"
         with open(path, "rb") as file:
             for slot in self._slots:
@@ -107,6 +110,8 @@ class WeightParking:
                 slot.tensor.data = own
         self._slots, self._map = [], None  # the map closes with its last view
         path.unlink(missing_ok=True)
+        logger.info("weights read back into the model's own memory (%.1f s)",
+                    time.perf_counter() - started)
 
 
 def _parkable(model: Any) -> list[Any]:
