@@ -60,6 +60,7 @@ def _run(args: argparse.Namespace) -> int:
     from bisect_onnx.cli.against import against_requested, bisect_from_args
     from bisect_onnx.judge.compare import check_tolerances
     from bisect_onnx.pipeline.options import RandomInputs
+    from bisect_onnx.pytorch.parking import models_released_at_end
     from bisect_onnx.sources.input_samples import load_input_samples
     from bisect_onnx.sources.loading import load_model
     from bisect_onnx.sources.random_inputs import parse_dim_options
@@ -85,7 +86,8 @@ def _run(args: argparse.Namespace) -> int:
     model = load_model(args.model, trust_pickle=args.trust_pickle)
     progress = (bisect_onnx.events.listening(show_progress)
                 if sys.stderr.isatty() and not args.quiet else contextlib.nullcontext())
-    with progress:
+    # The model is this command's own: its parked weights need not be read back.
+    with progress, models_released_at_end():
         report = _bisect(args, model, inputs, random_inputs)
     return print_report(args, report)
 

@@ -18,6 +18,7 @@ caller's model is as it was (the same tensor objects, the same bytes).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import mmap
 import shutil
@@ -29,7 +30,7 @@ from typing import Any
 
 from bisect_onnx.runtime.memory import format_size
 
-__all__ = ["PARK_MIN_BYTES", "WeightParking", "parking_for"]
+__all__ = ["PARK_MIN_BYTES", "WeightParking", "models_released_at_end", "parking_for"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +41,9 @@ PARK_MIN_BYTES = 1 << 30
 _ALIGN = mmap.PAGESIZE
 # Disk the file may not take: what the capture and the system still need.
 _DISK_MARGIN = 1 << 30
+# Set while the caller is done with its model once the run ends (the CLI).
+_RELEASE_AT_END: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "bisect_onnx_release_parked_weights", default=False)
 
 
 @dataclass
@@ -113,6 +117,18 @@ class WeightParking:
         logger.info("weights read back into the model's own memory (%.1f s)",
                     time.perf_counter() - started)
 
+    def release(self) -> None:
+        """Let the parked weights go: each parked tensor is left empty, so that a use of
+        the model after this fails at once rather than computing on nothing."""
+        if not self.parked:
+            return
+        import torch
+
+        for slot in self._slots:
+            slot.tensor.data = torch.empty(0, dtype=slot.tensor.dtype)
+        self._slots, self._map = [], None
+        (self.folder / "parked-weights.bin").unlink(missing_ok=True)
+
 
 def _parkable(model: Any) -> list[Any]:
     """The model's CPU tensors that own their storage alone, each once."""
@@ -184,4 +200,18 @@ def parking_for(model: Any, folder: Path) -> Iterator[WeightParking]:
     try:
         yield parking
     finally:
-        parking.restore()
+        if _RELEASE_AT_END.get():
+            parking.release()  # reading 12 GB back for a process about to end is waste
+        else:
+            parking.restore()
+
+
+@contextlib.contextmanager
+def models_released_at_end() -> Iterator[None]:
+    """For a caller that is done with its model when the run ends (the CLI, which built
+    it): weights parked during the run are released, not read back into the model."""
+    token = _RELEASE_AT_END.set(True)
+    try:
+        yield
+    finally:
+        _RELEASE_AT_END.reset(token)
