@@ -21,9 +21,11 @@ import contextlib
 import contextvars
 import logging
 import mmap
+import os
 import shutil
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +43,9 @@ PARK_MIN_BYTES = 1 << 30
 _ALIGN = mmap.PAGESIZE
 # Disk the file may not take: what the capture and the system still need.
 _DISK_MARGIN = 1 << 30
+# Reads in flight when the weights come back, and how much each one reads.
+_READERS = 4
+_READ_CHUNK = 64 << 20
 # Set while the caller is done with its model once the run ends (the CLI).
 _RELEASE_AT_END: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "bisect_onnx_release_parked_weights", default=False)
@@ -104,22 +109,24 @@ class WeightParking:
 
         started = time.perf_counter()
         path = self.folder / "parked-weights.bin"
-        with open(path, "rb") as file:
-            for slot in self._slots:
-                own = torch.empty(slot.tensor.shape, dtype=slot.tensor.dtype)
-                # Read, not copied from the map: the map's pages never join this
-                # process's resident memory.
-                file.seek(slot.offset)
-                file.readinto(_bytes_of(own))
-                slot.tensor.data = own
+        owns = [torch.empty(slot.tensor.shape, dtype=slot.tensor.dtype) for slot in self._slots]
+        # Read, not copied from the map, so that the map's pages never join this
+        # process's resident memory; in parallel, since a virtual disk reads many
+        # requests at once about 8 times faster than one after another.
+        _read_into(path, [(slot.offset, _bytes_of(own))
+                          for slot, own in zip(self._slots, owns, strict=True)])
+        for slot, own in zip(self._slots, owns, strict=True):
+            slot.tensor.data = own
         self._slots, self._map = [], None  # the map closes with its last view
         path.unlink(missing_ok=True)
         logger.info("weights read back into the model's own memory (%.1f s)",
                     time.perf_counter() - started)
 
     def release(self) -> None:
-        """Let the parked weights go: each parked tensor is left empty, so that a use of
-        the model after this fails at once rather than computing on nothing."""
+        """Let the parked weights go, leaving each parked tensor empty.
+
+        A use of the model after this fails at once rather than computing on nothing.
+        """
         if not self.parked:
             return
         import torch
@@ -183,6 +190,23 @@ def _write(tensors: list[Any], path: Path) -> list[_Slot]:
     return slots
 
 
+def _read_into(path: Path, targets: list[tuple[int, memoryview]]) -> None:
+    """Fill each target with the file's bytes at its offset, several reads at a time."""
+    chunks = [(offset + start, view[start:start + _READ_CHUNK])
+              for offset, view in targets for start in range(0, len(view), _READ_CHUNK)]
+    with open(path, "rb") as file:
+        if not hasattr(os, "preadv"):  # Windows: one read after another
+            for offset, view in chunks:
+                file.seek(offset)
+                file.readinto(view)
+            return
+        with ThreadPoolExecutor(_READERS) as readers:
+            done = readers.map(lambda chunk: os.preadv(file.fileno(), [chunk[1]], chunk[0]),
+                               chunks)
+            if sum(done) != sum(len(view) for _, view in chunks):
+                raise OSError(f"{path} is shorter than the weights parked in it")
+
+
 def _point_at(slots: list[_Slot], mapped: mmap.mmap) -> None:
     """Swap each tensor's memory for its bytes in the map; its own memory is freed."""
     import torch
@@ -208,8 +232,10 @@ def parking_for(model: Any, folder: Path) -> Iterator[WeightParking]:
 
 @contextlib.contextmanager
 def models_released_at_end() -> Iterator[None]:
-    """For a caller that is done with its model when the run ends (the CLI, which built
-    it): weights parked during the run are released, not read back into the model."""
+    """Runs whose weights, once parked, are released at the end, not read back.
+
+    For a caller that is done with its model when the run ends: the CLI, which built it.
+    """
     token = _RELEASE_AT_END.set(True)
     try:
         yield

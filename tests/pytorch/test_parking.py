@@ -168,3 +168,17 @@ def test_a_caller_done_with_its_model_gets_it_released(fixture_case, monkeypatch
     other = build_model(FIXTURES["avgpool_divisor"])
     bisect_onnx.bisect(other, inputs, onnx_model=onnx_path)
     assert all(tensor.numel() > 0 for tensor in other.state_dict().values())
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_weights_read_back_in_chunks_are_the_same_bytes(tmp_path, monkeypatch, parallel):
+    model = Tied()
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    monkeypatch.setattr(parking, "_READ_CHUNK", 1000)  # tensors span many reads, unaligned
+    if not parallel:  # where os.preadv does not exist (Windows)
+        monkeypatch.delattr(parking.os, "preadv")
+    parked = WeightParking(model, tmp_path, min_bytes=0)
+    parked.park()
+    parked.restore()
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, before[name]), name
