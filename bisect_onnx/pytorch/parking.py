@@ -109,6 +109,10 @@ class WeightParking:
 
         started = time.perf_counter()
         path = self.folder / "parked-weights.bin"
+        if hasattr(mmap, "MADV_DONTNEED"):
+            # Pages PyTorch read through the map since (an op trace) leave this process's
+            # resident memory; the file keeps them, so the copy below does not count twice.
+            self._map.madvise(mmap.MADV_DONTNEED)
         owns = [torch.empty(slot.tensor.shape, dtype=slot.tensor.dtype) for slot in self._slots]
         # Read, not copied from the map, so that the map's pages never join this
         # process's resident memory; in parallel, since a virtual disk reads many
