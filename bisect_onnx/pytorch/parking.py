@@ -94,9 +94,15 @@ class WeightParking:
             return
         started = time.perf_counter()
         path = self.folder / "parked-weights.bin"
-        self._slots = _write(tensors, path)
-        with open(path, "r+b") as file:
-            self._map = mmap.mmap(file.fileno(), total)
+        try:
+            slots = _write(tensors, path)
+            with open(path, "r+b") as file:
+                self._map = mmap.mmap(file.fileno(), total)
+        except OSError as error:  # the disk filled up meanwhile, say: the model is untouched
+            logger.info("weights not parked: %s", error)
+            path.unlink(missing_ok=True)
+            return
+        self._slots = slots
         _point_at(self._slots, self._map)
         logger.info("parked %s of weights in %s while ONNX Runtime holds its copy (%.1f s)",
                     format_size(total), path, time.perf_counter() - started)

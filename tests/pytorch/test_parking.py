@@ -182,3 +182,21 @@ def test_weights_read_back_in_chunks_are_the_same_bytes(tmp_path, monkeypatch, p
     parked.restore()
     for name, tensor in model.state_dict().items():
         assert torch.equal(tensor, before[name]), name
+
+
+def test_a_failed_write_leaves_the_model_as_it_was(tmp_path, monkeypatch, caplog):
+    model = Tied()
+    own = {name: tensor.untyped_storage().data_ptr() for name, tensor in model.state_dict().items()}
+
+    def full_disk(tensors, path):
+        path.write_bytes(b"partial")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(parking, "_write", full_disk)
+    parked = WeightParking(model, tmp_path, min_bytes=0)
+    with caplog.at_level(logging.INFO, logger="bisect_onnx.pytorch.parking"):
+        parked.park()
+    assert not parked.parked and "No space left" in caplog.text
+    assert not list(tmp_path.iterdir())
+    assert own == {name: tensor.untyped_storage().data_ptr()
+                   for name, tensor in model.state_dict().items()}
