@@ -41,7 +41,7 @@ from bisect_onnx.pytorch.calls import input_of, split_into_calls
 from bisect_onnx.runtime.onnx_side import NodeInfo
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 
-__all__ = ["Pair", "Unaligned", "Alignment", "CallIndex", "align_modules"]
+__all__ = ["Pair", "Unaligned", "Alignment", "CallIndex", "align_modules", "nodes_of_calls"]
 
 #: ``call_index[fx_node][module_path]`` = which call of the module the FX node ran in.
 CallIndex = Mapping[str, Mapping[str, int]]
@@ -155,6 +155,19 @@ def align_modules(
             _align_several_outputs(group, values, candidate_values, consumers, alignment)
     _align_inputs(entering, own_groups, candidate_values, alignment)
     return alignment
+
+
+def nodes_of_calls(reference: Capture, nodes: Sequence[NodeInfo], *,
+                   call_index: CallIndex | None = None) -> dict[CallKey, list[NodeInfo]]:
+    """Each recorded module call's ONNX nodes, grouped as :func:`align_modules` groups them.
+
+    Calls whose nodes cannot be told from another call's (see there) are left out.
+    """
+    calls = {(value.provenance.module or "", value.provenance.call)
+             for value in reference.values.values() if not input_of(value.name)}
+    scopes = read_scopes(nodes, {module for module, _ in calls}, call_index)
+    groups, _ = _group_nodes_by_call(nodes, scopes, Counter(module for module, _ in calls))
+    return dict(groups)
 
 
 def _align_inputs(

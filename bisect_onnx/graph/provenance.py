@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["SourceLocation", "Provenance", "TorchMetadata", "read_torch_metadata", "short_op"]
+__all__ = ["SourceLocation", "Provenance", "TorchMetadata", "read_torch_metadata", "short_op",
+           "in_installed_package"]
 
 NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 CLASS_HIERARCHY_KEY = "pkg.torch.onnx.class_hierarchy"
@@ -149,6 +150,11 @@ def _is_machinery(path: str) -> bool:
 
 def _is_installed(path: str) -> bool:
     return any(marker in path for marker in _INSTALLED_MARKERS)
+
+
+def in_installed_package(location: SourceLocation) -> bool:
+    """Whether a source line is in an installed package (``transformers``), not user code."""
+    return _is_installed(location.file)
 
 
 def _literal_list(text: str) -> list[str]:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["EXPORTERS", "ExportResult", "export_model", "call_index_from_program",
-           "as_translated", "trace_program", "export_failure"]
+           "as_translated", "trace_program", "export_failure", "quiet_exporter"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def export_model(
     emit(EXPORT_STARTED, exporter)
     program = None
     try:
-        with _quiet_exporter():
+        with quiet_exporter():
             if exporter == "dynamo":
                 program = torch.onnx.export(model, args, dynamo=True, opset_version=opset,
                                             verbose=False, **options)
@@ -126,7 +126,7 @@ def _check_options(export: Any, options: Mapping[str, Any]) -> None:
 def _save(program: Any, path: Path) -> None:
     """Write the dynamo exporter's ONNXProgram into our folder: the export's last step."""
     try:
-        with _quiet_exporter():
+        with quiet_exporter():
             program.save(str(path))
     except OSError as error:
         raise ModelError(f"the dynamo exporter's ONNX model could not be written to the "
@@ -230,7 +230,7 @@ def trace_program(model: Any, inputs: Sequence[np.ndarray], keywords: Sequence[s
 
     positional, kwargs = split_keywords([to_tensor(array) for array in inputs], keywords)
     try:
-        with _quiet_exporter():
+        with quiet_exporter():
             program = torch.export.export(model, tuple(positional), kwargs or None, strict=False)
     except Exception:
         logger.debug("torch.export could not trace the model", exc_info=True)
@@ -249,7 +249,7 @@ def as_translated(program: Any) -> Any:
     try:
         from torch.onnx._internal.exporter import _core, _registration
 
-        with _quiet_exporter():
+        with quiet_exporter():
             return _core._prepare_exported_program_for_export(
                 program, registry=_registration.ONNXRegistry.from_torchlib())
     except Exception:  # a torch without that step, or a program it cannot decompose
@@ -258,7 +258,7 @@ def as_translated(program: Any) -> Any:
 
 
 @contextlib.contextmanager
-def _quiet_exporter() -> Iterator[None]:
+def quiet_exporter() -> Iterator[None]:
     """Keep the exporter's chatter (optional-package notices, deprecations) out of our output."""
     # The exporter and its optimizer log (and print tracebacks of) problems they
     # recover from; a failure that matters reaches us as an exception.

@@ -1,0 +1,207 @@
+"""One module call traced alone: its ops' values under the whole model's FX names.
+
+For a dynamo file exported elsewhere, op-level values need the program the exporter
+translated. Tracing the whole model again takes seconds; where the divergence is
+known to lie inside one module call, that call alone is enough: its arguments are
+recorded in one more PyTorch forward (stopped as the call starts), the module is
+exported alone on them and decomposed as the exporter does, and its ops are run and
+renamed to the whole model's names (:mod:`bisect_onnx.pytorch.call_names`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from bisect_onnx.errors import BisectOnnxError
+from bisect_onnx.pytorch.call_names import (
+    InputsUnnamed,
+    MadeFrom,
+    NamesRefused,
+    map_call_names,
+    unnamed_inputs,
+)
+from bisect_onnx.pytorch.calls import call_name, call_of_stack_key
+from bisect_onnx.pytorch.exporting import as_translated, quiet_exporter
+from bisect_onnx.pytorch.module_side import buffers_restored, split_keywords, to_tensor
+from bisect_onnx.pytorch.op_values import OpCapture, capture_ops
+from bisect_onnx.pytorch.program_side import module_stack
+
+__all__ = ["CallOpCapture", "CallArguments", "InputsUnnamed", "record_call", "trace_call"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class CallOpCapture(OpCapture):
+    """The ops of one module call, by the whole model's FX names (a partial op capture)."""
+
+    call: str = ""
+    """The call traced alone (``layer3.4``, ``blocks.0.act@1``)."""
+    program: Any = None
+    """That call's program, decomposed as the exporter does, its ops and user inputs
+    renamed to the whole model's names (weights keep the call's own)."""
+    nodes: list[Any] = field(default_factory=list)
+    """The ONNX nodes of the call: what its op values are aligned with."""
+
+
+@dataclass
+class CallArguments:
+    """What one module call was given, and the calls around and inside it so far."""
+
+    args: tuple
+    kwargs: dict
+    scopes: tuple[str, ...]
+    """Call names of the modules around the call and of the call itself, outermost first."""
+    inner_calls: dict[str, int] = field(default_factory=dict)
+    """Path inside the call's module -> calls of that submodule before this call began."""
+
+
+class _Recorded(Exception):
+    """Raised by the pre-hook once the wanted call's arguments are held: stop the forward."""
+
+
+def record_call(model: Any, inputs: Sequence[np.ndarray], keywords: Sequence[str],
+                path: str, call: int) -> CallArguments | None:
+    """The arguments of call ``call`` of submodule ``path``, from a forward stopped there."""
+    import torch
+
+    target = model.get_submodule(path)
+    ancestors = {model.get_submodule(".".join(path.split(".")[:depth])): ".".join(
+        path.split(".")[:depth]) for depth in range(1, path.count(".") + 1)}
+    inner = {module: name for name, module in target.named_modules() if name}
+    counts: dict[Any, int] = {}
+    held: list[CallArguments] = []
+
+    def count(module: Any, args: Any, kwargs: Any) -> None:
+        counts[module] = counts.get(module, 0) + 1
+        if module is target and counts[module] == call + 1:
+            scopes = tuple(call_name(ancestors[each], counts.get(each, 1) - 1)
+                           for each in ancestors) + (call_name(path, call),)
+            held.append(CallArguments(
+                _detached(args), _detached(kwargs), scopes,
+                {name: counts.get(module, 0) for module, name in inner.items()}))
+            raise _Recorded
+
+    handles = [module.register_forward_pre_hook(count, with_kwargs=True)
+               for module in {*ancestors, target, *inner}]
+    positional, kwargs = split_keywords([to_tensor(array) for array in inputs], keywords)
+    try:
+        with buffers_restored(model), torch.no_grad():  # training-mode BatchNorm statistics
+            model(*positional, **kwargs)
+    except _Recorded:
+        pass
+    finally:
+        for handle in handles:
+            handle.remove()
+    return held[0] if held else None
+
+
+def _detached(value: Any) -> Any:
+    import torch
+    from torch.utils._pytree import tree_map
+
+    return tree_map(lambda item: item.detach().clone() if isinstance(item, torch.Tensor)
+                    else item, value)
+
+
+def trace_call(model: Any, path: str, arguments: CallArguments, known: Mapping[str, MadeFrom],
+               elsewhere: Collection[str], entering: Mapping[str, np.ndarray]) -> CallOpCapture:
+    """Export the call alone, map its ops onto ``known`` names, and capture their values.
+
+    ``entering``: PyTorch's values of what the call's ONNX nodes read from outside it, by
+    ONNX name; an input no op of the file names is the one of them holding its very value.
+
+    Raises :class:`BisectOnnxError` with the reason where it cannot be done exactly,
+    :class:`InputsUnnamed` where only what enters the call cannot be named.
+    """
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    flat = tree_flatten((arguments.args, arguments.kwargs))[0]
+    if not all(isinstance(item, torch.Tensor) for item in flat):
+        raise BisectOnnxError("the call takes arguments other than tensors")
+    try:
+        with quiet_exporter():
+            traced = torch.export.export(model.get_submodule(path), arguments.args,
+                                         arguments.kwargs or None, strict=False)
+    except Exception as error:
+        raise BisectOnnxError(f"torch.export cannot trace it alone: {type(error).__name__}"
+                              ) from error
+    program = as_translated(traced)
+    if program is None:
+        raise BisectOnnxError("the exporter's decompositions did not run on it")
+    try:
+        names = map_call_names(program, path, known, elsewhere)
+    except NamesRefused as error:
+        raise BisectOnnxError(str(error)) from error
+    arrays = [item.detach().numpy() for item in flat]
+    _name_entering(program, names, arrays, entering)
+    ops = capture_ops(program, arrays)
+    return _renamed(ops, program, names, arguments, path)
+
+
+def _name_entering(program: Any, names: Any, arrays: Sequence[np.ndarray],
+                   entering: Mapping[str, np.ndarray]) -> None:
+    """Name each input only folded ops read by the one entering value equal to it."""
+    given = dict(zip(program.graph_signature.user_inputs, arrays, strict=True))
+    claimed = set(names.inputs.values())
+    for name in unnamed_inputs(program, names):
+        array = given[name]
+        equal = [value for value, held in entering.items() if value not in claimed
+                 and held.shape == array.shape and held.dtype == array.dtype
+                 and np.array_equal(held, array, equal_nan=True)]
+        if len(equal) != 1:
+            raise InputsUnnamed(f"no op of the file says which value its input {name} is, "
+                                f"and {len(equal)} values entering it hold its value")
+        names.inputs[name] = equal[0]
+        claimed.add(equal[0])
+
+
+def _renamed(ops: OpCapture, program: Any, names: Any, arguments: CallArguments,
+             path: str) -> CallOpCapture:
+    """The capture and the program under the whole model's names and module calls."""
+    # The runnable module's placeholders may be renamed (``input`` -> ``input_1``).
+    users = list(program.graph_signature.user_inputs)
+    if len(users) != len(ops.graph_inputs) or not set(ops.values) <= set(names.ops):
+        raise BisectOnnxError("the call's runnable module names its values otherwise")
+    rename = {**names.ops, **{own: names.inputs.get(user, user)
+                              for own, user in zip(ops.graph_inputs, users, strict=True)}}
+
+    def whole(name: str) -> str:
+        return rename.get(name, name)
+
+    stacks = {node.name: module_stack(node) for node in program.graph.nodes}
+    values = {}
+    for name, value in ops.values.items():
+        scopes = arguments.scopes + tuple(_inner_scope(key, entry, path, arguments)
+                                          for key, entry in stacks.get(name, {}).items()
+                                          if entry[0])
+        module, _, call = scopes[-1].partition("@")
+        values[whole(name)] = replace(value, name=whole(name), provenance=replace(
+            value.provenance, fx_node=whole(name), module=module, call=int(call or 0),
+            scopes=scopes))
+    in_program = {**names.ops, **names.inputs}
+    for node in program.graph.nodes:
+        if node.op in ("call_function", "placeholder") and node.name in in_program:
+            node.name = in_program[node.name]
+    return CallOpCapture(
+        values=values,
+        inputs_of={whole(key): tuple(map(whole, value)) for key, value in ops.inputs_of.items()},
+        users_of={whole(key): tuple(map(whole, value)) for key, value in ops.users_of.items()},
+        graph_inputs={whole(key): value for key, value in ops.graph_inputs.items()},
+        op_names={whole(key): value for key, value in ops.op_names.items()},
+        getitems={whole(key): (whole(source), index)
+                  for key, (source, index) in ops.getitems.items()},
+        call=arguments.scopes[-1], program=program)
+
+
+def _inner_scope(key: str, entry: tuple, path: str, arguments: CallArguments) -> str:
+    """A module call inside the traced call, named as the whole model names it."""
+    inner = entry[0]
+    return call_name(f"{path}.{inner}", arguments.inner_calls.get(inner, 0)
+                     + call_of_stack_key(key))
