@@ -149,6 +149,9 @@ class Coverage:
     """Op level: floating-point ONNX values that stand for an op's value (named after it
     or mapped to it through metadata); decomposition intermediates are not among them."""
     fx_named_compared: int = 0
+    op_scope: str | None = None
+    """Op level for one module call only (``layer3.4``, traced alone for a file exported
+    elsewhere): the ops counted are that call's, the other rows module calls."""
 
 
 @dataclass

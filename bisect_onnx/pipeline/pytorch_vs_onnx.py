@@ -31,7 +31,9 @@ from bisect_onnx.judge.records import Report
 from bisect_onnx.judge.tolerance_judge import ToleranceJudge
 from bisect_onnx.judge.tolerances import tolerance_rules
 from bisect_onnx.judge.vocabulary import Granularity
+from bisect_onnx.pipeline.call_ops import alignment_inputs, op_scope
 from bisect_onnx.pipeline.description import describe_run
+from bisect_onnx.pipeline.op_sources import later_op_values, op_values
 from bisect_onnx.pipeline.options import ExportOptions, RandomInputs, RuntimeOptions
 from bisect_onnx.pipeline.prepare import (
     PreparedCandidate,
@@ -61,10 +63,10 @@ from bisect_onnx.pipeline.torch_comparison import (
     compare_sample,
     subgraph_warnings,
 )
-from bisect_onnx.pytorch.op_values import OpCapture, capture_ops
+from bisect_onnx.pytorch.op_values import OpCapture
 from bisect_onnx.pytorch.parking import WeightParking, parking_for
 from bisect_onnx.pytorch.reference import Reference, exit_is_a_model_error, reference_for
-from bisect_onnx.pytorch.script_ops import ScriptOpCapture, capture_script_ops
+from bisect_onnx.pytorch.script_ops import ScriptOpCapture
 from bisect_onnx.runtime.sides import Capture
 from bisect_onnx.search.blame import attribute_divergence
 from bisect_onnx.search.modes import (
@@ -243,7 +245,7 @@ def _run_sample(settings: Settings, arrays: list[np.ndarray], description: str):
     final_outputs = compare_final_outputs(torch_capture.outputs, run.production,
                                           judge=settings.judge, warnings=warnings)
     diverged = any(record.failed for record in final_outputs)
-    ops = _op_values(settings, arrays, diverged=diverged, memory_reason=memory_reason)
+    ops = op_values(settings, arrays, diverged=diverged, memory_reason=memory_reason)
     bisection = None
     if memory_reason and diverged:
         bisection = bisect_production(run.runner, candidate, references_by_value([], ops),
@@ -254,9 +256,14 @@ def _run_sample(settings: Settings, arrays: list[np.ndarray], description: str):
     onnx_capture = bisection.capture if bisection is not None else run.capture
     report, pairs, segments = _compare(settings, torch_capture, onnx_capture, arrays, ops,
                                        final_outputs, list(warnings))
-    if ops is None and not memory_reason and report.hidden_divergences:
-        # A hidden divergence has a culprit too: trace for op precision, as a divergence does.
-        ops = _op_values(settings, arrays, diverged=True, memory_reason=None)
+    if ops is None and not memory_reason and (diverged or report.hidden_divergences):
+        # A hidden divergence has a culprit too: op precision, as for a divergence.
+        ops = later_op_values(settings, arrays, report, (torch_capture, onnx_capture), pairs,
+                              run,
+                              attribute=partial(_attribute, settings, arrays=arrays,
+                                                torch_capture=torch_capture,
+                                                onnx_capture=onnx_capture, pairs=pairs,
+                                                bisection=None, ops=None, segments=segments))
         if ops is not None:
             report, pairs, segments = _compare(settings, torch_capture, onnx_capture, arrays,
                                                ops, final_outputs, list(warnings))
@@ -293,28 +300,6 @@ def _torch_capture(settings: Settings, arrays: Sequence[np.ndarray]) -> Capture:
     return settings.reference.side.run(arrays, keywords=settings.prepared.keywords)
 
 
-def _op_values(settings: Settings, arrays: Sequence[np.ndarray], *, diverged: bool,
-               memory_reason: str | None) -> OpCapture | None:
-    """Every ATen op's value, where the program the exporter translated is at hand.
-
-    Tracing the model again (for a file exported elsewhere) takes seconds: by default
-    only when the outputs diverge, where op precision pays for it. Over the budget,
-    values are probed by their op names only on a divergence, and at parity nothing
-    is probed, so no op values are needed.
-    """
-    prepared, granularity = settings.prepared, settings.granularity
-    if prepared.wants_program and (granularity == "op" or diverged and (
-            granularity is None or memory_reason)):
-        prepared.find_program(settings.reference, arrays, settings.workdir)
-    if prepared.script is not None and (diverged or not memory_reason):
-        emit(CAPTURE_STARTED, "pytorch ops")  # a TorchScript file: the traced graph's ops
-        return capture_script_ops(prepared.script, arrays)
-    if prepared.program is None or not (diverged or not memory_reason):
-        return None
-    emit(CAPTURE_STARTED, "pytorch ops")
-    return capture_ops(prepared.program, arrays)
-
-
 def _compare(settings: Settings, torch_capture: Capture, onnx_capture: Capture,
              arrays: Sequence[np.ndarray], ops: OpCapture | None, final_outputs: list,
              warnings: list[str]):
@@ -323,7 +308,8 @@ def _compare(settings: Settings, torch_capture: Capture, onnx_capture: Capture,
     op_alignment = None
     if ops is not None:
         op_alignment = align_op_values(
-            ops, candidate.nodes, onnx_capture.values, template=prepared.template,
+            ops, *alignment_inputs(ops, candidate.nodes, onnx_capture.values),
+            template=prepared.template,
             foreign=candidate.model, foreign_dir=candidate.path.resolve().parent,
             graph_inputs=_graph_inputs(candidate, arrays), rtol=settings.rtol,
             atol=settings.atol)
@@ -333,7 +319,7 @@ def _compare(settings: Settings, torch_capture: Capture, onnx_capture: Capture,
         torch_capture, onnx_capture, candidate, prepared.call_index, op_alignment,
         len(ops.values) if ops else 0, final_outputs, judge=settings.judge, warnings=warnings,
         granularity=Granularity.OP if ops is not None and settings.granularity != Granularity.MODULE
-        else Granularity.MODULE)
+        else Granularity.MODULE, op_scope=op_scope(ops, onnx_capture.values))
     if prepared.template is not None:
         report.warnings.append(FOREIGN_FILE)
     return report, pairs, segments
@@ -353,6 +339,7 @@ def _attribute(settings: Settings, report: Report, arrays: Sequence[np.ndarray],
                segments: Any) -> _SampleValues:
     """Check failing values on PyTorch's inputs: which node introduced the error."""
     prepared, candidate = settings.prepared, settings.prepared.candidate
+    program = getattr(ops, "program", None) or prepared.program  # one call's, or the model's
     values = _SampleValues(
         reference={pair.candidate.name: pair.reference.array for pair in pairs},
         candidate={name: value.array for name, value in onnx_capture.values.items()})
@@ -365,7 +352,7 @@ def _attribute(settings: Settings, report: Report, arrays: Sequence[np.ndarray],
     script = isinstance(ops, ScriptOpCapture)  # op names are not ONNX value names there
     local_values = attribute_divergence(
         report, candidate, values.reference, values.candidate,
-        _graph_inputs(candidate, arrays), program=prepared.program,
+        _graph_inputs(candidate, arrays), program=program,
         ops=None if script else ops, modules=(torch_capture, prepared.call_index),
         everything=settings.all_culprits,
         kernel_references=references_by_onnx_value(segments, ops) if script else None,
@@ -375,7 +362,7 @@ def _attribute(settings: Settings, report: Report, arrays: Sequence[np.ndarray],
         # The culprit's own nodes on exact inputs hold the values a fused capture
         # leaves out; the captured ones serve otherwise.
         look_inside_first_divergence(
-            report, segments, ops, prepared.program, candidate.model,
+            report, segments, ops, program, candidate.model,
             {**values.candidate, **local_values}, opset=candidate.opset)
     return values
 

@@ -7,7 +7,7 @@ add to it).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -26,8 +26,8 @@ from bisect_onnx.judge.vocabulary import ReportWarning
 from bisect_onnx.runtime.onnx_side import NodeInfo, OnnxRuntimeSide
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 
-__all__ = ["compare_sample", "compare_final_outputs", "subgraph_warnings", "FOREIGN_FILE",
-           "NOTHING_ALIGNED", "NO_OP_LEVEL", "vacuity_warnings", "is_vacuity"]
+__all__ = ["OpScope", "compare_sample", "compare_final_outputs", "subgraph_warnings",
+           "FOREIGN_FILE", "NOTHING_ALIGNED", "NO_OP_LEVEL", "vacuity_warnings", "is_vacuity"]
 
 FOREIGN_FILE = ReportWarning(
     "foreign-file",
@@ -49,6 +49,19 @@ NO_OP_LEVEL = ReportWarning(
     "file a trace of the nn.Module (or a scripted model without control flow, inputs "
     "passed by position); compared at module level"
 )
+
+
+@dataclass(frozen=True)
+class OpScope:
+    """Op values for one module call only: its rows are ops, the rest module calls."""
+
+    call: str
+    """The call whose ops were traced (``layer3.4``)."""
+    values: frozenset[str]
+    """The ONNX values its nodes compute: their module rows give way to op rows."""
+    boundary: list[Pair] = field(default_factory=list)
+    """What enters the call, PyTorch's value against the ONNX value (exact inputs for
+    the local checks of its first ops; no rows of their own)."""
 
 
 def subgraph_warnings(model: Any) -> list[str]:
@@ -75,10 +88,13 @@ def compare_sample(
     judge: ToleranceJudge,
     warnings: list[str],
     granularity: str,
+    op_scope: OpScope | None = None,
 ) -> tuple[Report, list[Pair], dict[str, list[NodeInfo]]]:
     """Align, compare and decide one sample: its report, its pairs, the ops' segments.
 
     At op granularity the module rows are skipped: their comparisons are the costly part.
+    With ``op_scope`` (op values of one call only) the rows are that call's ops and the
+    other module calls.
     """
     alignment = align_modules(torch_capture, candidate.nodes, onnx_capture.values,
                               call_index=call_index)
@@ -86,7 +102,11 @@ def compare_sample(
         pair.candidate.provenance.position, pair.reference.provenance.position))
     op_rows = op_records(op_alignment, judge=judge) if op_alignment else []
     unaligned, onnx_unaligned = alignment.unaligned, []
-    if granularity == "op" and op_alignment is not None:
+    if granularity == "op" and op_alignment is not None and op_scope is not None:
+        comparisons, pairs, unaligned = _scoped_rows(pairs, op_rows, op_alignment, op_scope,
+                                                     alignment.unaligned, judge)
+        onnx_unaligned = op_alignment.onnx_only
+    elif granularity == "op" and op_alignment is not None:
         # Module rows are not shown: their comparisons (the costly part) are skipped.
         comparisons, pairs, unaligned = op_rows, op_alignment.pairs, op_alignment.torch_only
         onnx_unaligned = op_alignment.onnx_only
@@ -112,14 +132,38 @@ def compare_sample(
         atol=judge.base.atol,
         final_outputs=final_outputs,
         comparisons=comparisons,
-        coverage=_coverage(alignment, op_alignment, pairs, onnx_capture, candidate,
-                           granularity, torch_ops),
+        coverage=replace(_coverage(alignment, op_alignment, pairs, onnx_capture, candidate,
+                                   granularity, torch_ops),
+                         op_scope=op_scope.call if op_scope and op_alignment else None),
         unaligned=unaligned,
         onnx_unaligned=onnx_unaligned,
         op_comparisons=op_rows if granularity == "module" else [],
         warnings=warnings,
     )
     return report, pairs, op_alignment.segments if op_alignment else {}
+
+
+def _scoped_rows(pairs: Sequence[Pair], op_rows: Sequence[Record], op_alignment: OpAlignment,
+                 scope: OpScope, unaligned: Sequence[Any], judge: ToleranceJudge):
+    """Op rows inside the call, module rows outside it, in graph order (renumbered).
+
+    A module row whose value the call computes (an enclosing call ending with it) gives
+    way to the op row of that value; the rows' pairs, and what enters the call, are the
+    pairs returned.
+    """
+    outside = [pair for pair in pairs if pair.candidate.name not in scope.values]
+    module_rows = aggregate_ops(_module_rows(outside, judge), op_rows, op_alignment.pairs)
+    rows = sorted([(pair.candidate.provenance.position, 1, pair, row)
+                   for pair, row in zip(outside, module_rows, strict=True)]
+                  + [(pair.candidate.provenance.position, 0, pair, row)
+                     for pair, row in zip(op_alignment.pairs, op_rows, strict=True)],
+                  key=lambda item: item[:2])
+    path = scope.call.partition("@")[0]
+    kept = [item for item in unaligned if not (item.name == scope.call
+                                                or item.name.startswith(path + "."))]
+    return ([replace(row, index=index) for index, (_, _, _, row) in enumerate(rows)],
+            [pair for _, _, pair, _ in rows] + list(scope.boundary),
+            [*kept, *op_alignment.torch_only])
 
 
 def _module_rows(pairs: Sequence[Pair], judge: ToleranceJudge) -> list[Record]:

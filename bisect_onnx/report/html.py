@@ -30,6 +30,7 @@ from bisect_onnx.report.html_tables import (
     not_compared_section,
     outputs_section,
 )
+from bisect_onnx.report.verdict import ops_scope
 from bisect_onnx.sources.output_paths import check_report_path
 
 if TYPE_CHECKING:  # types only: records import the report formats to show themselves
@@ -114,7 +115,8 @@ def _coverage(report: Report) -> str:
         ("nodes attributed", _of(coverage.attributed_nodes, coverage.onnx_nodes)),
     ]
     if coverage.torch_ops:
-        rows += [("torch ops compared", _of(coverage.compared_ops, coverage.torch_ops)),
+        rows += [("torch ops compared", _of(coverage.compared_ops, coverage.torch_ops)
+                  + escaped(ops_scope(coverage))),
                  ("ops fused", escaped(coverage.fused_ops)),
                  ("op-named float values compared",
                   _of(coverage.fx_named_compared, coverage.fx_named_values))]

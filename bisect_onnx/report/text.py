@@ -13,7 +13,7 @@ from bisect_onnx.report.formatting import (
     format_number,
     format_record_shape,
 )
-from bisect_onnx.report.verdict import describe_origin, fed_description
+from bisect_onnx.report.verdict import describe_origin, fed_description, ops_scope
 
 if TYPE_CHECKING:  # types only: records import this module to format themselves
     from bisect_onnx.judge.records import Record, Report
@@ -168,9 +168,9 @@ def coverage_line(report: Report) -> str:
                 f"{coverage.onnx_nodes} candidate nodes compared at an output")
     if coverage.granularity == "op" or coverage.torch_ops:
         in_kernels = sum(item.kind == "runtime-fused" for item in report.unaligned)
-        parts.append(f"{coverage.compared_ops} of {coverage.torch_ops} torch ops compared "
-                     f"({coverage.fused_ops} fused by the exporter, {in_kernels} inside "
-                     "ONNX Runtime's kernels)")
+        parts.append(f"{coverage.compared_ops} of {coverage.torch_ops} torch ops"
+                     f"{ops_scope(coverage)} compared ({coverage.fused_ops} fused by the "
+                     f"exporter, {in_kernels} inside ONNX Runtime's kernels)")
         parts.append(f"{_percent(coverage.fx_named_compared, coverage.fx_named_values)} of "
                      f"{coverage.fx_named_values} floating-point ONNX values named after an "
                      "op compared")

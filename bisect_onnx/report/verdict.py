@@ -14,9 +14,9 @@ from bisect_onnx.report.formatting import (
 )
 
 if TYPE_CHECKING:  # types only: records import this module to format themselves
-    from bisect_onnx.judge.records import Record, Report
+    from bisect_onnx.judge.records import Coverage, Record, Report
 
-__all__ = ["verdict_line", "describe_origin", "fed_description"]
+__all__ = ["verdict_line", "describe_origin", "fed_description", "ops_scope"]
 
 
 def verdict_line(report: Report) -> str:
@@ -24,7 +24,10 @@ def verdict_line(report: Report) -> str:
     coverage = report.coverage
     compared = f"{coverage.aligned_modules} of {coverage.torch_modules} module calls compared"
     if coverage.granularity == "op":
-        compared = f"{coverage.compared_ops} of {coverage.torch_ops} torch ops compared"
+        compared = (f"{coverage.compared_ops} of {coverage.torch_ops} torch ops"
+                    f"{ops_scope(coverage)} compared")
+        if coverage.op_scope:
+            compared += f", {coverage.aligned_modules} of {coverage.torch_modules} module calls"
     if coverage.granularity == "value":
         compared = f"{coverage.aligned_values} of {coverage.onnx_values} reference values compared"
     tolerance = f"rtol={report.rtol:g}, atol={report.atol:g}"
@@ -133,6 +136,12 @@ def describe_origin(record: Record) -> str:
     origin = f"torch module {record.torch_module}" if record.torch_module is not None else (
         "a final output")
     return origin + (f" [{record.torch_op}]" if record.torch_op else "") + source
+
+
+def ops_scope(coverage: Coverage) -> str:
+    """`` of layer3.4 (...)`` where only one module call's ops were traced, else nothing."""
+    return (f" of {coverage.op_scope} (the call traced alone; other rows are module calls)"
+            if coverage.op_scope else "")
 
 
 def fed_description(report: Report) -> str:

@@ -200,7 +200,7 @@ def test_json_follows_schema_2(fixture_case):
     assert set(data["coverage"]) == {"onnx_values", "aligned_values", "torch_modules",
                                      "aligned_modules", "onnx_nodes", "attributed_nodes",
                                      "granularity", "torch_ops", "compared_ops", "fused_ops",
-                                     "fx_named_values", "fx_named_compared",
+                                     "fx_named_values", "fx_named_compared", "op_scope",
                                      "inferred_nodes"}
     assert data["coverage"]["attributed_nodes"] == data["coverage"]["onnx_nodes"] == 5
     record_keys = {"index", "onnx_node", "onnx_op", "onnx_value", "torch_module", "torch_op",

@@ -1,0 +1,73 @@
+"""Where a sample's op values come from.
+
+The program at hand, a TorchScript trace, the whole model traced again, or only the
+module call that holds a divergence. Tracing a model again (a file exported elsewhere)
+takes seconds, so it is done only where op precision pays for it: on a divergence (a
+hidden one has a culprit too), or when op granularity is asked for. At default
+granularity a dynamo file's divergence first gets its culprit at module level, and only
+that culprit's module call is traced (:mod:`bisect_onnx.pipeline.call_ops`); the whole
+model is traced where that call cannot be traced alone exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from bisect_onnx.events import CAPTURE_STARTED, emit
+from bisect_onnx.judge.records import Report
+from bisect_onnx.pipeline.call_ops import culprit_call_ops, traces_one_call
+from bisect_onnx.pipeline.production import wants_probes
+from bisect_onnx.pytorch.op_values import OpCapture, capture_ops
+from bisect_onnx.pytorch.script_ops import capture_script_ops
+from bisect_onnx.runtime.sides import Capture
+
+__all__ = ["op_values", "later_op_values"]
+
+
+def op_values(settings: Any, arrays: Sequence[np.ndarray], *, diverged: bool,
+              memory_reason: str | None, later: bool = True) -> OpCapture | None:
+    """Every ATen op's value, where the program the exporter translated is at hand.
+
+    Over the budget, values are probed by their op names only on a divergence, and at
+    parity nothing is probed, so no op values are needed. ``later``: nothing yet where
+    :func:`later_op_values` may trace the culprit's module call alone once module level
+    has found it.
+    """
+    prepared, granularity = settings.prepared, settings.granularity
+    if prepared.wants_program and (granularity == "op" or diverged and (
+            granularity is None or memory_reason)):
+        if later and not memory_reason and traces_one_call(settings):
+            return None
+        prepared.find_program(settings.reference, arrays, settings.workdir)
+    if prepared.script is not None and (diverged or not memory_reason):
+        emit(CAPTURE_STARTED, "pytorch ops")  # a TorchScript file: the traced graph's ops
+        return capture_script_ops(prepared.script, arrays)
+    if prepared.program is None or not (diverged or not memory_reason):
+        return None
+    emit(CAPTURE_STARTED, "pytorch ops")
+    return capture_ops(prepared.program, arrays)
+
+
+def later_op_values(settings: Any, arrays: Sequence[np.ndarray], report: Report,
+                    captures: tuple[Capture, Capture], pairs: Sequence[Any], run: Any, *,
+                    attribute: Callable[[Report], Any]) -> OpCapture | None:
+    """Op values for a divergence ``report`` found without them.
+
+    Its module call's, else the whole model's (``None`` where there are none).
+    ``attribute`` finds a report's culprit (module level here). Where production must
+    be probed for the first divergence, the module-level one may not be it: the whole
+    model is traced, as before.
+    """
+    if traces_one_call(settings) and not wants_probes(report, run):
+        module_level = replace(report)  # its culprit says which call to trace
+        attribute(module_level)
+        ops = culprit_call_ops(settings.prepared, settings.reference, arrays, module_level,
+                               captures, {pair.candidate.name: pair.reference.array
+                                          for pair in pairs})
+        if ops is not None:
+            return ops
+    return op_values(settings, arrays, diverged=True, memory_reason=None, later=False)

@@ -1,0 +1,110 @@
+"""A divergence in a dynamo file exported elsewhere traces only the culprit's module call.
+
+The verdict must be the one the whole model's trace gives (culprit node, classification,
+the node inside a multi-node op), with the rest of the model compared per module call,
+and the coverage must say that only that call's ops were compared. Where the call's ops
+cannot be named exactly as the file names them, the whole model is traced as before.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import onnx
+import pytest
+
+import bisect_onnx
+from bisect_onnx.events import CAPTURE_STARTED
+from bisect_onnx.report.verdict import verdict_line
+from tests.planting import node_of_module, plant, scale_initializer_input
+
+WHOLE_TRACE = "tracing the model with torch.export"
+
+# (fixture, module whose node is planted, its op, the call traced alone): a Linear in an
+# attention branch (the MatMul named inside the op), and a Conv folded into the BatchNorm
+# of a downsampling block (only folded Convs read the block's input).
+PLANTS = [("tiny_transformer", "blocks.0.attn.v", "MatMul", "blocks.0.attn.v"),
+          ("resnet_like", "layer2.bn1", "Conv", "layer2")]
+
+
+def _planted(fixture_case, tmp_path, name, module, op, *, metadata=None):
+    model, inputs, exported = fixture_case(name)
+    node = node_of_module(onnx.load(str(exported)), module, op)
+    target = tmp_path / "planted.onnx"
+
+    def edit(proto):
+        edited = scale_initializer_input(node.name, 1, 1.05)(proto)
+        if metadata is not None:
+            metadata(proto)
+        return edited
+
+    plant(exported, target, edit)
+    return model, inputs, target
+
+
+def _bisect(model, inputs, path, caplog, **options):
+    """The report, which op captures ran, and whether the whole model was traced."""
+    seen = []
+    with caplog.at_level(logging.INFO, logger="bisect_onnx"), \
+            bisect_onnx.events.listening(seen.append):
+        report = bisect_onnx.bisect(model, inputs, onnx_model=path, **options)
+    captures = [event.detail for event in seen if event.kind == CAPTURE_STARTED
+                and event.detail.startswith("pytorch ops")]
+    whole = any(WHOLE_TRACE in record.getMessage() for record in caplog.records)
+    caplog.clear()
+    return report, captures, whole
+
+
+@pytest.mark.parametrize(("name", "module", "op", "call"), PLANTS,
+                         ids=["attention-linear", "folded-conv"])
+def test_only_the_culprits_call_is_traced_and_the_verdict_is_the_whole_traces(
+        fixture_case, tmp_path, caplog, name, module, op, call):
+    model, inputs, planted = _planted(fixture_case, tmp_path, name, module, op)
+    one_call, captures, whole = _bisect(model, inputs, planted, caplog)
+    assert captures == [f"pytorch ops of {call}"] and not whole
+    everything, captures, whole = _bisect(model, inputs, planted, caplog, granularity="op")
+    assert captures == ["pytorch ops"] and whole  # op granularity asked: the whole trace
+
+    assert one_call.verdict == everything.verdict == "diverged"
+    for field in ("onnx_node", "onnx_value", "fx_node", "torch_module", "classification"):
+        assert getattr(one_call.culprit, field) == getattr(everything.culprit, field), field
+    assert one_call.culprit.classification == "graph semantics"
+    assert (one_call.inside_op or {}).get("node") == (everything.inside_op or {}).get("node")
+    # What was compared is said as it is: that call's ops, the rest per module call.
+    assert one_call.coverage.op_scope == call and everything.coverage.op_scope is None
+    assert 0 < one_call.coverage.torch_ops < everything.coverage.torch_ops
+    assert f"torch ops of {call} (the call traced alone" in verdict_line(one_call)
+    ops = [record for record in one_call.comparisons if record.fx_node is not None]
+    modules = [record for record in one_call.comparisons if record.fx_node is None]
+    assert ops and modules
+    assert all(record.torch_module.partition("@")[0].startswith(call) for record in ops)
+    assert [record.index for record in one_call.comparisons] == list(
+        range(len(one_call.comparisons)))
+
+
+def _misread_input(module: str):
+    """Say in the file that the planted call's ops read a value no op computes."""
+
+    def edit(proto):
+        for node in proto.graph.node:
+            props = {prop.key: prop for prop in node.metadata_props}
+            scopes = props.get("pkg.torch.onnx.name_scopes")
+            text = props.get("pkg.torch.onnx.fx_node")
+            if scopes is not None and text is not None and f"'{module}'" in scopes.value:
+                head, _, args = text.value.partition("args = (%")
+                text.value = head + "args = (%clone_999" + args[args.index(","):]
+
+    return edit
+
+
+def test_a_call_whose_ops_the_file_names_otherwise_falls_back_to_the_whole_trace(
+        fixture_case, tmp_path, caplog):
+    module = "blocks.0.attn.v"
+    model, inputs, planted = _planted(fixture_case, tmp_path, "tiny_transformer", module,
+                                      "MatMul", metadata=_misread_input(module))
+    report, captures, whole = _bisect(model, inputs, planted, caplog)
+    assert whole and captures[-1] == "pytorch ops"  # the call was refused: the whole trace
+    assert report.coverage.op_scope is None
+    assert report.culprit.torch_module == module
+    assert report.culprit.onnx_op == "MatMul"
+    assert report.culprit.classification == "graph semantics"
