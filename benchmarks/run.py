@@ -391,12 +391,18 @@ def trials(group: Group, folder: Path, prepared: dict) -> list[tuple[str, list[R
         name, plant = group.name, prepared
         parity, parity_report = _cli(group, folder, "model.onnx", "parity")
         diverged, diverged_report = _cli(group, folder, "planted.onnx", "diverged")
+        # Module level only: no op values, so nothing is traced (and no classification).
+        modules, modules_report = _cli(group, folder, "planted.onnx", "diverged-modules")
         edit = f"{plant['planted_node']} ({plant['edit']}) × {plant['factor']}"
+        floor: list[Rep] = []  # one floor process a rep, for both diverged rows
         return [("model.onnx", [Row(f"{name}, parity, CLI", parity, [], group, prepared,
                                     report=parity_report)]),
-                ("planted.onnx", [Row(f"{name}, diverged: {edit}, CLI", diverged, [],
-                                      group, prepared, planted=plant["planted_node"],
-                                      report=diverged_report)])]
+                ("planted.onnx", [
+                    Row(f"{name}, diverged: {edit}, CLI", diverged, floor, group, prepared,
+                        planted=plant["planted_node"], report=diverged_report),
+                    Row(f"{name}, diverged, CLI `--granularity module`",
+                        [*modules, "--granularity", "module"], floor, group, prepared,
+                        planted=plant["planted_node"], report=modules_report)])]
     name = (f"{group.name}: {prepared['parameters'] / 1e9:.2f}B parameters, "
             f"{group.layers} layers")
     command, report = _cli(group, folder, "model.onnx", "parity")
