@@ -62,7 +62,13 @@ def later_op_values(settings: Any, arrays: Sequence[np.ndarray], report: Report,
     be probed for the first divergence, the module-level one may not be it: the whole
     model is traced, as before.
     """
-    if traces_one_call(settings) and not wants_probes(report, run):
+    probes = wants_probes(report, run)
+    if not probes:
+        # PyTorch runs again, and ONNX Runtime's whole-model sessions are gone: parked
+        # weights are read back at once (in parallel), not page by page as the trace
+        # touches them. Where production is still to be probed they stay parked.
+        settings.parking.restore()
+    if traces_one_call(settings) and not probes:
         module_level = replace(report)  # its culprit says which call to trace
         attribute(module_level)
         ops = culprit_call_ops(settings.prepared, settings.reference, arrays, module_level,

@@ -200,3 +200,25 @@ def test_a_failed_write_leaves_the_model_as_it_was(tmp_path, monkeypatch, caplog
     assert not list(tmp_path.iterdir())
     assert own == {name: tensor.untyped_storage().data_ptr()
                    for name, tensor in model.state_dict().items()}
+
+
+def test_weights_come_back_before_pytorch_traces_a_divergence(fixture_case, tmp_path,
+                                                             monkeypatch, caplog):
+    import onnx
+
+    from tests.planting import node_of_module, plant, scale_initializer_input
+
+    model, inputs, exported = fixture_case("tiny_transformer")
+    node = node_of_module(onnx.load(str(exported)), "blocks.0.attn.v", "MatMul")
+    planted = tmp_path / "planted.onnx"
+    plant(exported, planted, scale_initializer_input(node.name, 1, 1.05))
+    monkeypatch.setattr(parking, "PARK_MIN_BYTES", 0)
+    with caplog.at_level(logging.INFO, logger="bisect_onnx"):
+        report = bisect_onnx.bisect(model, inputs, onnx_model=planted)
+    assert report.culprit.onnx_node == node.name
+    messages = [record.getMessage() for record in caplog.records]
+    parked = next(i for i, m in enumerate(messages) if m.startswith("parked "))
+    back = next(i for i, m in enumerate(messages) if m.startswith("weights read back"))
+    traced = next(i for i, m in enumerate(messages) if m.startswith("tracing "))
+    # Read back at once, after ONNX Runtime's run and before PyTorch runs again.
+    assert parked < back < traced
