@@ -157,10 +157,13 @@ def _call_key(name: str) -> tuple[str, int]:
 
 def _nodes_in_question(report: Report, nodes: Sequence[NodeInfo]) -> set[int]:
     """The culprit's segment (else the first divergence's node)."""
-    attribution = report.attribution or {}
-    record = report.culprit or report.first_divergence
+    record = (report.culprit or report.first_divergence
+              or next(iter(report.hidden_divergences), None))  # at parity, a hidden one
     if record is None:
         return set()
+    # The segment the attribution checked is the culprit's; without a culprit it may
+    # span calls (a hidden divergence's drift), and the first failing node says where.
+    attribution = (report.attribution or {}) if report.culprit is not None else {}
     by_name = {node.name or f"{node.op_type}_{node.index}": node for node in nodes}
     producers = {output: node for node in nodes for output in node.outputs}
     chosen = [by_name[name] for name in (attribution.get("nodes") or ()) if name in by_name]

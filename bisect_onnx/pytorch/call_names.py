@@ -64,6 +64,10 @@ def made_from(node_text: str, op: str | None) -> MadeFrom | None:
     return MadeFrom(op=op, reads=tuple(dict.fromkeys(names)) if node_text else None)
 
 
+#: The mark of an op the file gives no name (an FX name never ends so).
+UNNAMED = "__not_in_the_file"
+
+
 def split_name(name: str) -> tuple[str, int]:
     """``("conv2d", 39)`` for ``conv2d_39``; ``("conv2d", 0)`` for ``conv2d``."""
     match = _NUMBERED.fullmatch(name)
@@ -92,12 +96,12 @@ def map_call_names(program: Any, path: str, known: Mapping[str, MadeFrom],
     offsets = _anchor_offsets(by_base, known)
     names = CallNames()
     _follow_reads(program, path, ops, offsets, known, names)
-    missing = sorted(set(by_base) - set(offsets))
-    if missing:
-        raise NamesRefused(f"no op of the file says where the call's {missing[0]} ops are")
     for node in ops:
         base, index = split_name(node.name)
-        names.ops[node.name] = _numbered(base, index + offsets[base])
+        # An op kind the file never names in the call (torch.ones for a mask, folded
+        # into a constant) has no value to compare: it gets a name no FX node has.
+        names.ops[node.name] = (_numbered(base, index + offsets[base]) if base in offsets
+                                else f"{node.name}{UNNAMED}")
     _check_exact(program, path, ops, names, known, elsewhere)
     return names
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from bisect_onnx.pytorch.call_names import MadeFrom, NamesRefused, map_call_names
+from bisect_onnx.pytorch.call_names import UNNAMED, MadeFrom, NamesRefused, map_call_names
 from bisect_onnx.pytorch.exporting import as_translated
 from bisect_onnx.pytorch.program_side import module_stack, op_name
 
@@ -86,3 +86,17 @@ def test_a_name_the_file_gives_outside_the_call_is_refused(programs):
     _, alone, inside, known, elsewhere = programs
     with pytest.raises(NamesRefused, match="outside the call"):
         map_call_names(alone, "second", known, {*elsewhere, inside[-1].name})
+
+
+def test_an_op_kind_the_file_never_names_gets_no_file_name(programs):
+    # As torch.ones for a causal mask, folded into a constant: no node, nothing reads it
+    # by name. The other ops keep their exact names; that one gets a name no FX node has.
+    whole, alone, inside, known, elsewhere = programs
+    folded = {name: origin for name, origin in known.items() if not name.startswith("relu")}
+    names = map_call_names(alone, "second", folded, elsewhere)
+    exact = map_call_names(alone, "second", known, elsewhere)
+    for own, name in names.ops.items():
+        if own.startswith("relu"):
+            assert name.endswith(UNNAMED) and name not in {n.name for n in whole.graph.nodes}
+        else:
+            assert name == exact.ops[own]
