@@ -62,11 +62,13 @@ def later_op_values(settings: Any, arrays: Sequence[np.ndarray], report: Report,
     be probed for the first divergence, the module-level one may not be it: the whole
     model is traced, as before.
     """
-    probes = wants_probes(report, run)
-    if not probes:
+    probes, prepared = wants_probes(report, run), settings.prepared
+    if not probes and (prepared.wants_program or prepared.script is not None
+                       or prepared.program is not None):
         # PyTorch runs again, and ONNX Runtime's whole-model sessions are gone: parked
         # weights are read back at once (in parallel), not page by page as the trace
-        # touches them. Where production is still to be probed they stay parked.
+        # touches them. Where production is still to be probed they stay parked, and
+        # where there is nothing to trace they are not read.
         settings.parking.restore()
     if traces_one_call(settings) and not probes:
         module_level = replace(report)  # its culprit says which call to trace
