@@ -31,12 +31,14 @@ from bisect_onnx.pytorch.call_program import (
     record_call,
     trace_call,
 )
-from bisect_onnx.pytorch.calls import call_name
+from bisect_onnx.pytorch.calls import call_name, split_call_name
 from bisect_onnx.pytorch.reference import MODULE, Reference
 from bisect_onnx.runtime.onnx_side import NodeInfo
 from bisect_onnx.runtime.sides import Capture, CapturedValue
+from bisect_onnx.search.classify import Kind
 
-__all__ = ["traces_one_call", "culprit_call_ops", "alignment_inputs", "op_scope"]
+__all__ = ["traces_one_call", "exact_at_module_level", "culprit_call_ops", "alignment_inputs",
+           "op_scope"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +55,27 @@ def traces_one_call(settings: Any) -> bool:
     return (settings.granularity is None and not settings.all_culprits
             and prepared.wants_program and prepared.exporter == "dynamo"
             and settings.reference.kind == MODULE)
+
+
+def exact_at_module_level(report: Report, nodes: Sequence[NodeInfo]) -> bool:
+    """Whether op level would name nothing finer than module level's classified culprit.
+
+    The culprit's node reads nothing its checked segment computes: every value before
+    it was PyTorch's, fed. Op level cannot split one ONNX node (a Conv the exporter
+    folded a BatchNorm into has no values of its own inside), so the call traced for op
+    level would name the same node, and the module call's float64 rerun
+    (:mod:`bisect_onnx.pipeline.module_float64`) has already classified it.
+    """
+    culprit = report.culprit
+    if culprit is None or culprit.classification in (None, Kind.UNCLASSIFIED):
+        return False
+    by_name = {node.name: node for node in nodes if node.name}
+    segment = [by_name.get(name) for name in (report.attribution or {}).get("nodes") or ()]
+    node = by_name.get(culprit.onnx_node or "")
+    if node is None or None in segment or node not in segment:
+        return False
+    computed = {output for each in segment for output in each.outputs}
+    return not computed & set(node.inputs)
 
 
 def culprit_call_ops(prepared: Any, reference: Reference, arrays: Sequence[np.ndarray],
@@ -107,7 +130,7 @@ def _call_ops(prepared: Any, reference: Reference, arrays: Sequence[np.ndarray],
     arguments = record_call(reference.exportable, arrays, prepared.keywords, path, call)
     if arguments is None:
         raise BisectOnnxError(f"module call {name} did not run")
-    outer = _call_key(arguments.scopes[-2]) if len(arguments.scopes) > 1 else None
+    outer = split_call_name(arguments.scopes[-2]) if len(arguments.scopes) > 1 else None
     inside = {node.index for node in group}
     made_inside = {output for node in group for output in node.outputs}
     entering = {value: references[value] for node in group for value in node.inputs
@@ -148,11 +171,6 @@ def _sources_from_file(ops: CallOpCapture, group: Sequence[NodeInfo]) -> None:
                 and site is not None and in_installed_package(source)):
             source = replace(source, call_site=site)
         ops.values[name] = replace(value, provenance=replace(value.provenance, source=source))
-
-
-def _call_key(name: str) -> tuple[str, int]:
-    path, _, call = name.partition("@")
-    return path, int(call or 0)
 
 
 def _nodes_in_question(report: Report, nodes: Sequence[NodeInfo]) -> set[int]:

@@ -19,7 +19,11 @@ import numpy as np
 
 from bisect_onnx.events import CAPTURE_STARTED, emit
 from bisect_onnx.judge.records import Report
-from bisect_onnx.pipeline.call_ops import culprit_call_ops, traces_one_call
+from bisect_onnx.pipeline.call_ops import (
+    culprit_call_ops,
+    exact_at_module_level,
+    traces_one_call,
+)
 from bisect_onnx.pipeline.production import wants_probes
 from bisect_onnx.pytorch.op_values import OpCapture, capture_ops
 from bisect_onnx.pytorch.script_ops import capture_script_ops
@@ -73,6 +77,8 @@ def later_op_values(settings: Any, arrays: Sequence[np.ndarray], report: Report,
     if traces_one_call(settings) and not probes:
         module_level = replace(report)  # its culprit says which call to trace
         attribute(module_level)
+        if exact_at_module_level(module_level, settings.prepared.candidate.nodes):
+            return None
         ops = culprit_call_ops(settings.prepared, settings.reference, arrays, module_level,
                                captures, {pair.candidate.name: pair.reference.array
                                           for pair in pairs})

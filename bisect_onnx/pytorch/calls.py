@@ -12,8 +12,8 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-__all__ = ["call_name", "call_of_stack_key", "split_into_calls", "PlannedCall", "input_name",
-           "input_of"]
+__all__ = ["call_name", "split_call_name", "call_of_stack_key", "split_into_calls",
+           "PlannedCall", "input_name", "input_of"]
 
 Item = TypeVar("Item")
 
@@ -27,6 +27,12 @@ def call_of_stack_key(key: str) -> int:
 def call_name(path: str, call: int) -> str:
     """``relu`` for the first call of ``relu``, ``relu@2`` for the third."""
     return path if call == 0 else f"{path}@{call}"
+
+
+def split_call_name(name: str) -> tuple[str, int]:
+    """``("relu", 2)`` for ``relu@2``, ``("relu", 0)`` for ``relu``: :func:`call_name` undone."""
+    path, at, call = name.rpartition("@")
+    return (path, int(call)) if at and call.isdigit() else (name, 0)
 
 
 def input_name(call: str, index: int, count: int) -> str:

@@ -47,6 +47,7 @@ def attribute_divergence(
     everything: bool = False,
     compare: Callable[[str, np.ndarray], ArrayComparison] | None = None,
     kernel_references: Mapping[str, CapturedValue] | None = None,
+    torch_float64: Callable[[LocalCheck], np.ndarray | None] | None = None,
 ) -> dict[str, np.ndarray]:
     """Find which failing values were introduced where they fail, and classify them.
 
@@ -60,6 +61,8 @@ def attribute_divergence(
     ``kernel_references`` are the reference's values of the values ONNX Runtime fused
     away (ONNX against ONNX: the reference model computes them), by the candidate's
     names, to name the node that went wrong inside a fused kernel as ``ops`` do.
+    ``torch_float64`` gives PyTorch's float64 value of a checked segment where no
+    program does (module level: its enclosing module call rerun).
     """
     failing = [record for record in report.comparisons if record.failed]
     if (report.search or {}).get("first_failing") and report.first_divergence in failing:
@@ -71,7 +74,8 @@ def attribute_divergence(
                      **ops.graph_inputs} if ops else {})
     checker = _LocalChecker(report, candidate, failing, reference_values, candidate_values,
                             graph_inputs, program=program, torch_values=torch_values,
-                            everything=everything, compare=compare)
+                            everything=everything, compare=compare,
+                            torch_float64=torch_float64)
     attribution = CulpritSearch([record.onnx_value for record in failing], checker).run(
         everything=everything)
     _write_back(report, attribution, checker.checks, checker.kinds, everything=everything)
@@ -98,8 +102,10 @@ class _LocalChecker:
                  candidate_values: Mapping[str, np.ndarray],
                  graph_inputs: Mapping[str, np.ndarray], *, program: Any,
                  torch_values: Mapping[str, np.ndarray], everything: bool,
-                 compare: Callable[[str, np.ndarray], ArrayComparison] | None) -> None:
+                 compare: Callable[[str, np.ndarray], ArrayComparison] | None,
+                 torch_float64: Callable[[LocalCheck], np.ndarray | None] | None) -> None:
         self.report, self.candidate, self.program = report, candidate, program
+        self.torch_float64 = torch_float64
         self.reference_values, self.candidate_values = reference_values, candidate_values
         self.graph_inputs, self.torch_values = graph_inputs, torch_values
         self.everything, self.compare = everything, compare
@@ -132,7 +138,7 @@ class _LocalChecker:
         if fails and (self.everything or not self.found):
             self.kinds[name] = _classify(self.checks[name], self.by_value[name], self.candidate,
                                          self.reference_values, self.program, self.torch_values,
-                                         self.fx_names, self.report)
+                                         self.fx_names, self.report, self.torch_float64)
         noise = fails and name in self.kinds and self.kinds[name].kind == Kind.FLOAT_PRECISION
         if fails and not noise:
             self.found.append(name)
@@ -161,13 +167,15 @@ def _name_inside_kernels(report: Report, first: str, checks: Mapping[str, LocalC
 def _classify(check: LocalCheck, record: Record, candidate: Any,
               reference_values: Mapping[str, np.ndarray], program: Any,
               torch_values: Mapping[str, np.ndarray], fx_names: Mapping[str, str],
-              report: Report) -> Any:
+              report: Report, torch_float64: Callable[[LocalCheck], Any] | None) -> Any:
     """Which side is wrong: the culprit rerun in float64 on both sides."""
     from bisect_onnx.search.classify import classify
 
     try:
         torch64, onnx64 = _float64_reruns(check, record, candidate, program, torch_values,
                                           fx_names)
+        if torch64 is None and torch_float64 is not None and onnx64 is not None:
+            torch64 = torch_float64(check)
     except BisectOnnxError as error:  # a refinement must not cost the report
         logger.info("no float64 rerun of %s: %s", check.value, error)
         torch64 = onnx64 = None

@@ -170,7 +170,7 @@ def test_cli_granularity_option(tmp_path, capsys):
     args = [fixture.factory, "--input", str(repo_path(fixture.input_file)), "--onnx",
             str(repo_path(fixture.onnx_file)), "-q"]
     assert main([*args, "--granularity", "module", "--json", str(tmp_path / "m.json")]) == 1
-    assert main([*args, "--json", str(tmp_path / "o.json")]) == 1
+    assert main([*args, "--granularity", "op", "--json", str(tmp_path / "o.json")]) == 1
     module = json.loads((tmp_path / "m.json").read_text())
     op = json.loads((tmp_path / "o.json").read_text())
     assert module["coverage"]["granularity"] == "module"

@@ -1,0 +1,92 @@
+"""PyTorch's float64 side of a module-level segment, for classifying its culprit.
+
+Module level pairs ONNX values with what module calls returned or were given; a
+segment checked on PyTorch's inputs is fed those values. Each of them pins the float64
+rerun of a module call enclosing the segment (:mod:`bisect_onnx.pytorch.span_float64`),
+so that PyTorch's side computes from the very inputs the ONNX side was fed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from bisect_onnx.errors import BisectOnnxError
+from bisect_onnx.pytorch.calls import call_name, input_of
+from bisect_onnx.pytorch.reference import MODULE, Reference
+from bisect_onnx.pytorch.span_float64 import Pin, span_in_float64
+from bisect_onnx.runtime.sides import CapturedValue
+
+__all__ = ["ModuleFloat64", "module_float64"]
+
+logger = logging.getLogger(__name__)
+
+
+def module_float64(reference: Reference, arrays: Sequence[np.ndarray],
+                   keywords: Sequence[str], graph_inputs: Mapping[str, np.ndarray]
+                   ) -> ModuleFloat64 | None:
+    """A rerun for this sample's module-level segments; ``None`` unless an ``nn.Module``."""
+    if reference.kind != MODULE:
+        return None
+    return ModuleFloat64(reference.exportable, arrays, keywords, graph_inputs)
+
+
+class ModuleFloat64:
+    """Called with a local check, gives PyTorch's float64 value of its segment, or ``None``.
+
+    Each value is rerun once per sample: module-level attribution may run twice (once
+    to choose what to trace, once for the report).
+    """
+
+    def __init__(self, model: Any, arrays: Sequence[np.ndarray], keywords: Sequence[str],
+                 graph_inputs: Mapping[str, np.ndarray]) -> None:
+        self.model, self.arrays, self.keywords = model, arrays, keywords
+        self.graph_inputs = graph_inputs
+        self.by_value: dict[str, CapturedValue] = {}
+        self.done: dict[str, np.ndarray | None] = {}
+
+    def pair_with(self, pairs: Sequence[Any]) -> ModuleFloat64:
+        """Know which module value each ONNX value stands for (the sample's pairs)."""
+        self.by_value = {pair.candidate.name: pair.reference for pair in pairs}
+        return self
+
+    def __call__(self, check: Any) -> np.ndarray | None:
+        """PyTorch's float64 value of ``check``'s segment (``None``: why is logged)."""
+        if check.value not in self.done:
+            try:
+                self.done[check.value] = self._rerun(check)
+            except BisectOnnxError as error:
+                logger.info("no float64 rerun of %s in PyTorch: %s", check.value, error)
+                self.done[check.value] = None
+        return self.done[check.value]
+
+    def _rerun(self, check: Any) -> np.ndarray:
+        output = self.by_value.get(check.value)
+        if output is None:
+            raise BisectOnnxError("no module call's value is paired with it")
+        pin = self._pin(output)
+        if pin.given:
+            raise BisectOnnxError(f"it is what {call_name(pin.path, pin.call)} is given")
+        pins = [self._pin(self.by_value[name], array) if name not in self.graph_inputs
+                else Pin("", 0, np.asarray(array)) for name, array in check.feeds.items()
+                if name in self.by_value or name in self.graph_inputs]
+        if len(pins) != len(check.feeds):
+            raise BisectOnnxError("an input of its segment is no module call's value")
+        return span_in_float64(self.model, self.arrays, self.keywords,
+                               output=(pin.path, pin.call), pins=pins,
+                               reference=np.asarray(output.array))
+
+    @staticmethod
+    def _pin(value: CapturedValue, array: Any = None) -> Pin:
+        """The call behind a module-level value: what it returned, or its one argument."""
+        path, call = value.provenance.module or "", value.provenance.call
+        given = input_of(value.name)
+        array = np.asarray(value.array if array is None else array)
+        if given is not None and value.name == f"{call_name(path, call)} (input)":
+            return Pin(path, call, array, given=True)
+        if given is None and value.name == call_name(path, call) and path:
+            return Pin(path, call, array)
+        raise BisectOnnxError(f"{value.name} is not one tensor a call returns or is given")
