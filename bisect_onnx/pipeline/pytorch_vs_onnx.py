@@ -33,6 +33,8 @@ from bisect_onnx.judge.tolerances import tolerance_rules
 from bisect_onnx.judge.vocabulary import Granularity
 from bisect_onnx.pipeline.call_ops import alignment_inputs, op_scope
 from bisect_onnx.pipeline.description import describe_run
+from bisect_onnx.pipeline.inside_op import look_inside_module_culprit
+from bisect_onnx.pipeline.module_float64 import ModuleFloat64, module_float64
 from bisect_onnx.pipeline.op_sources import later_op_values, op_values
 from bisect_onnx.pipeline.options import ExportOptions, RandomInputs, RuntimeOptions
 from bisect_onnx.pipeline.prepare import (
@@ -246,6 +248,8 @@ def _run_sample(settings: Settings, arrays: list[np.ndarray], description: str):
                                           judge=settings.judge, warnings=warnings)
     diverged = any(record.failed for record in final_outputs)
     ops = op_values(settings, arrays, diverged=diverged, memory_reason=memory_reason)
+    float64 = module_float64(settings.reference, arrays, settings.prepared.keywords,
+                             _graph_inputs(candidate, arrays))
     bisection = None
     if memory_reason and diverged:
         bisection = bisect_production(run.runner, candidate, references_by_value([], ops),
@@ -263,7 +267,8 @@ def _run_sample(settings: Settings, arrays: list[np.ndarray], description: str):
                               attribute=partial(_attribute, settings, arrays=arrays,
                                                 torch_capture=torch_capture,
                                                 onnx_capture=onnx_capture, pairs=pairs,
-                                                bisection=None, ops=None, segments=segments))
+                                                bisection=None, ops=None, segments=segments,
+                                                float64=float64))
         if ops is not None:
             report, pairs, segments = _compare(settings, torch_capture, onnx_capture, arrays,
                                                ops, final_outputs, list(warnings))
@@ -280,7 +285,7 @@ def _run_sample(settings: Settings, arrays: list[np.ndarray], description: str):
                                      compare=settings.judge.probe_comparer())
     report.warnings.extend(subgraph_warnings(candidate.model))
     values = _attribute(settings, report, arrays, torch_capture, onnx_capture, pairs,
-                        bisection, ops, segments)
+                        bisection, ops, segments, float64)
     describe_run(report, settings.prepared, settings.export, settings.reference.side, run,
                  description, torch_capture, onnx_capture)
     return report, partial(write_torch_repro, report=report, candidate=candidate,
@@ -336,8 +341,12 @@ class _SampleValues:
 def _attribute(settings: Settings, report: Report, arrays: Sequence[np.ndarray],
                torch_capture: Capture, onnx_capture: Capture, pairs: Sequence,
                bisection: ProbeBisection | None, ops: OpCapture | None,
-               segments: Any) -> _SampleValues:
-    """Check failing values on PyTorch's inputs: which node introduced the error."""
+               segments: Any, float64: ModuleFloat64 | None) -> _SampleValues:
+    """Check failing values on PyTorch's inputs: which node introduced the error.
+
+    ``float64`` reruns a module-level culprit's segment in PyTorch, where no program
+    gives its float64 value.
+    """
     prepared, candidate = settings.prepared, settings.prepared.candidate
     program = getattr(ops, "program", None) or prepared.program  # one call's, or the model's
     values = _SampleValues(
@@ -356,8 +365,13 @@ def _attribute(settings: Settings, report: Report, arrays: Sequence[np.ndarray],
         ops=None if script else ops, modules=(torch_capture, prepared.call_index),
         everything=settings.all_culprits,
         kernel_references=references_by_onnx_value(segments, ops) if script else None,
-        compare=settings.judge.local_comparer(report, values.reference))
-    if (report.coverage.granularity == Granularity.OP and report.first_divergence is not None
+        compare=settings.judge.local_comparer(report, values.reference),
+        torch_float64=float64.pair_with(pairs) if float64 is not None and ops is None else None)
+    if float64 is not None and ops is None:  # module level: inside the culprit's op
+        look_inside_module_culprit(report, candidate, settings.reference.exportable,
+                                   {**values.reference, **_graph_inputs(candidate, arrays)},
+                                   {**values.candidate, **local_values})
+    elif (report.coverage.granularity == Granularity.OP and report.first_divergence is not None
             and prepared.template is None):
         # The culprit's own nodes on exact inputs hold the values a fused capture
         # leaves out; the captured ones serve otherwise.

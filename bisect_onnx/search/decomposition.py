@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     import torch
     from torch.export import ExportedProgram
 
-__all__ = ["SegmentFinding", "localize_in_segment", "pair_by_structure",
+__all__ = ["SegmentFinding", "localize_in_segment", "compare_segment", "pair_by_structure",
            "translate_alone"]
 
 logger = logging.getLogger(__name__)
@@ -107,12 +107,12 @@ def localize_in_segment(
         return SegmentFinding(None, None, how=f"could not export {fx_node.target} alone: "
                                               f"{type(error).__name__}: {one_line(error)}",
                               compared=0)
-    return _compare_segment(fx_node, compute, fresh_nodes, fresh_values, reference_values,
+    return compare_segment(fx_node, compute, fresh_nodes, fresh_values, reference_values,
                             candidate_values, rtol=rtol, atol=atol)
 
 
-def _compare_segment(
-    fx_node: torch.fx.Node,
+def compare_segment(
+    fx_node: Any,
     compute: Sequence[onnx.NodeProto],
     fresh_nodes: Sequence[onnx.NodeProto],
     fresh_values: Mapping[str, np.ndarray],
@@ -124,6 +124,7 @@ def _compare_segment(
 ) -> SegmentFinding:
     """Pair the candidate's nodes with the fresh ones by structure; the first disagreement.
 
+    ``fx_node``: the op (anything with its FX ``name`` and ``target``).
     Long because it is one step: each paired value is compared in the candidate's
     graph order, and the first failing one is named only when every value it was
     computed from inside the segment was compared and agreed.

@@ -15,16 +15,16 @@ import pytest
 
 import bisect_onnx
 from bisect_onnx.events import CAPTURE_STARTED
+from bisect_onnx.pipeline import inside_op
 from bisect_onnx.report.verdict import verdict_line
+from bisect_onnx.search.translation_eval import CannotEvaluate
 from tests.planting import node_of_module, plant, scale_initializer_input
 
 WHOLE_TRACE = "tracing the model with torch.export"
 
 # (fixture, module whose node is planted, its op, the call traced alone): a Linear in an
-# attention branch (the MatMul named inside the op), and a Conv folded into the BatchNorm
-# of a downsampling block (only folded Convs read the block's input).
-PLANTS = [("tiny_transformer", "blocks.0.attn.v", "MatMul", "blocks.0.attn.v"),
-          ("resnet_like", "layer2.bn1", "Conv", "layer2")]
+# attention branch (the MatMul named inside the op).
+PLANTS = [("tiny_transformer", "blocks.0.attn.v", "MatMul", "blocks.0.attn.v")]
 
 
 def _planted(fixture_case, tmp_path, name, module, op, *, metadata=None):
@@ -55,12 +55,18 @@ def _bisect(model, inputs, path, caplog, **options):
     return report, captures, whole
 
 
-@pytest.mark.parametrize(("name", "module", "op", "call"), PLANTS,
-                         ids=["attention-linear", "folded-conv"])
+def _cannot_evaluate(call, arrays):
+    raise CannotEvaluate("refused for the test")
+
+
+@pytest.mark.parametrize(("name", "module", "op", "call"), PLANTS, ids=["attention-linear"])
 def test_only_the_culprits_call_is_traced_and_the_verdict_is_the_whole_traces(
-        fixture_case, tmp_path, caplog, name, module, op, call):
+        fixture_case, tmp_path, caplog, monkeypatch, name, module, op, call):
+    """Where the op's translation cannot be evaluated on its own, its call is traced."""
     model, inputs, planted = _planted(fixture_case, tmp_path, name, module, op)
-    one_call, captures, whole = _bisect(model, inputs, planted, caplog)
+    with monkeypatch.context() as patched:
+        patched.setattr(inside_op, "evaluate_translation", _cannot_evaluate)
+        one_call, captures, whole = _bisect(model, inputs, planted, caplog)
     assert captures == [f"pytorch ops of {call}"] and not whole
     everything, captures, whole = _bisect(model, inputs, planted, caplog, granularity="op")
     assert captures == ["pytorch ops"] and whole  # op granularity asked: the whole trace
@@ -80,6 +86,44 @@ def test_only_the_culprits_call_is_traced_and_the_verdict_is_the_whole_traces(
     assert all(record.torch_module.partition("@")[0].startswith(call) for record in ops)
     assert [record.index for record in one_call.comparisons] == list(
         range(len(one_call.comparisons)))
+
+
+def test_a_node_inside_a_linear_is_named_and_classified_without_any_trace(
+        fixture_case, tmp_path, caplog):
+    """The Linear's MatMul: its translation evaluated alone names it, as the whole trace does."""
+    model, inputs, planted = _planted(fixture_case, tmp_path, "tiny_transformer",
+                                      "blocks.0.attn.v", "MatMul")
+    module_level, captures, whole = _bisect(model, inputs, planted, caplog)
+    assert captures == [] and not whole
+    everything, _, _ = _bisect(model, inputs, planted, caplog, granularity="op")
+    for field in ("onnx_node", "onnx_value", "onnx_op", "torch_module", "classification"):
+        assert getattr(module_level.culprit, field) == getattr(everything.culprit, field), field
+    assert module_level.culprit.onnx_op == "MatMul"
+    assert module_level.culprit.classification == "graph semantics"
+    assert module_level.inside_op["node"] == everything.inside_op["node"]
+    assert module_level.coverage.granularity == "module"
+
+
+def test_a_culprit_reading_only_pytorchs_values_is_classified_without_any_trace(
+        fixture_case, tmp_path, caplog):
+    """A Conv folded into the BatchNorm of a downsampling block: one ONNX node, nothing inside.
+
+    Op level could name no finer node, so nothing is traced: the module call around the
+    segment is rerun in float64 for the classification, which must be the whole trace's.
+    """
+    model, inputs, planted = _planted(fixture_case, tmp_path, "resnet_like", "layer2.bn1",
+                                      "Conv")
+    module_level, captures, whole = _bisect(model, inputs, planted, caplog)
+    assert captures == [] and not whole
+    everything, captures, whole = _bisect(model, inputs, planted, caplog, granularity="op")
+    assert captures == ["pytorch ops"] and whole
+
+    assert module_level.verdict == everything.verdict == "diverged"
+    for field in ("onnx_node", "onnx_value", "torch_module", "classification"):
+        assert getattr(module_level.culprit, field) == getattr(everything.culprit, field), field
+    assert module_level.culprit.classification == "graph semantics"
+    assert module_level.coverage.granularity == "module"
+    assert module_level.coverage.op_scope is None
 
 
 def _misread_input(module: str):

@@ -1,0 +1,102 @@
+"""Inside a module-level culprit made from one multi-node op, without tracing the model.
+
+A file exported elsewhere is compared at module level first. Where the culprit's
+segment is the nodes of one ATen op (``aten.linear``: MatMul then Add, and only the
+Add carries a module's value), the exporter's translation of that op is evaluated on
+PyTorch's values (:mod:`bisect_onnx.search.translation_eval`: the file's metadata
+names the op and what it read) and compared node by node with what the file's nodes
+computed from PyTorch's inputs. The node where they part is named, as op level does
+after tracing the module call, at a fraction of the cost.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from bisect_onnx.align.op_level import narrow_to_node
+from bisect_onnx.judge.records import Report
+from bisect_onnx.search.decomposition import compare_segment
+from bisect_onnx.search.translation_eval import (
+    CannotEvaluate,
+    evaluate_translation,
+    parse_op_call,
+)
+
+__all__ = ["look_inside_module_culprit"]
+
+logger = logging.getLogger(__name__)
+
+_FX_NODE_KEY = "pkg.torch.onnx.fx_node"
+_WEIGHT_PREFIXES = {"p_": "named_parameters", "b_": "named_buffers"}
+
+
+class _Op(NamedTuple):
+    """The op, as :func:`~bisect_onnx.search.decomposition.compare_segment` names it."""
+
+    name: str
+    target: str
+
+
+def look_inside_module_culprit(report: Report, candidate: Any, model: Any,
+                               references: Mapping[str, np.ndarray],
+                               candidate_values: Mapping[str, np.ndarray]) -> None:
+    """Narrow ``report``'s culprit to the node inside its op that goes wrong first.
+
+    ``references``: PyTorch's values by ONNX name; ``candidate_values``: what the
+    file's nodes computed (from PyTorch's inputs, for the culprit's segment).
+    ``report.inside_op`` says what was done; where nothing can be said, nothing is
+    written, and the caller may trace the module call instead.
+    """
+    record = report.culprit
+    if record is None or report.inside_op is not None:
+        return
+    by_name = {node.name: node for node in candidate.nodes if node.name}
+    segment = [by_name.get(name) for name in (report.attribution or {}).get("nodes") or ()]
+    compute = [node for node in segment if node is None or node.op_type != "Constant"]
+    if len(compute) < 2 or None in compute:
+        return
+    made_from = {node.torch.fx_node if node.torch else None for node in compute}
+    if len(made_from) != 1 or None in made_from:
+        return  # several ops (or unknown ones): only their module call, traced, tells
+    fx_name = made_from.pop()
+    protos = [candidate.model.graph.node[node.index] for node in compute]
+    text = next((prop.value for prop in protos[-1].metadata_props if prop.key == _FX_NODE_KEY),
+                "")
+    try:
+        call = parse_op_call(text)
+        arrays = {name: _value_of(name, model, references) for name in call.references()}
+        fresh_nodes, fresh_values = evaluate_translation(call, arrays)
+    except CannotEvaluate as error:
+        logger.info("cannot look inside %s without a trace: %s", fx_name, error)
+        return
+    finding = compare_segment(_Op(fx_name, call.target), protos, fresh_nodes, fresh_values,
+                              references, candidate_values,
+                              rtol=report.rtol, atol=report.atol)
+    logger.info("inside %s: %s", fx_name, finding.how)
+    if finding.node is None:
+        return
+    report.inside_op = {"fx_node": fx_name, "nodes": [node.name for node in compute],
+                        "node": finding.node, "value": finding.value, "how": finding.how,
+                        "compared": finding.compared}
+    found = next((node for node in compute if finding.value in node.outputs), None)
+    if found is not None:
+        narrow_to_node(report, record, found)
+
+
+def _value_of(name: str, model: Any, references: Mapping[str, np.ndarray]) -> np.ndarray:
+    """PyTorch's value of what the op read: a weight by its FX placeholder, else by ONNX name."""
+    if name in references:
+        return np.asarray(references[name])
+    for prefix, listing in _WEIGHT_PREFIXES.items():
+        if name.startswith(prefix):
+            # torch.export names a weight's placeholder after its path, dots as underscores.
+            matches = [tensor for path, tensor in getattr(model, listing)()
+                       if re.sub(r"\W", "_", path) == name[len(prefix):]]
+            if len(matches) == 1:
+                return matches[0].detach().numpy()
+    raise CannotEvaluate(f"no PyTorch value of {name}")
