@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -27,7 +28,7 @@ from bisect_onnx.search.translation_eval import (
     parse_op_call,
 )
 
-__all__ = ["look_inside_module_culprit"]
+__all__ = ["look_inside_module_culprit", "name_the_ops"]
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +87,25 @@ def look_inside_module_culprit(report: Report, candidate: Any, model: Any,
     found = next((node for node in compute if finding.value in node.outputs), None)
     if found is not None:
         narrow_to_node(report, record, found)
+
+
+def name_the_ops(report: Report, candidate: Any) -> None:
+    """Give the culprit and the first divergence their op where their value is its output.
+
+    A module-level value the file names after the FX node that computes it (``linear_4``,
+    a Linear's output) is that op's value too: the verdict names the op, as op level does.
+    """
+    producers = {output: node for node in candidate.nodes for output in node.outputs}
+    for record in {id(item): item for item in (report.culprit, report.first_divergence)
+                   if item is not None and item.fx_node is None}.values():
+        node = producers.get(record.onnx_value)
+        if node is not None and node.torch and node.torch.fx_node == record.onnx_value:
+            named = replace(record, fx_node=record.onnx_value)
+            report.culprit = named if report.culprit is record else report.culprit
+            if report.first_divergence is record:
+                report.first_divergence = named
+            report.comparisons = [named if item is record else item
+                                  for item in report.comparisons]
 
 
 def _value_of(name: str, model: Any, references: Mapping[str, np.ndarray]) -> np.ndarray:

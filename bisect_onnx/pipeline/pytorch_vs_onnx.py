@@ -33,7 +33,7 @@ from bisect_onnx.judge.tolerances import tolerance_rules
 from bisect_onnx.judge.vocabulary import Granularity
 from bisect_onnx.pipeline.call_ops import alignment_inputs, op_scope
 from bisect_onnx.pipeline.description import describe_run
-from bisect_onnx.pipeline.inside_op import look_inside_module_culprit
+from bisect_onnx.pipeline.inside_op import look_inside_module_culprit, name_the_ops
 from bisect_onnx.pipeline.module_float64 import ModuleFloat64, module_float64
 from bisect_onnx.pipeline.op_sources import later_op_values, op_values
 from bisect_onnx.pipeline.options import ExportOptions, RandomInputs, RuntimeOptions
@@ -371,6 +371,7 @@ def _attribute(settings: Settings, report: Report, arrays: Sequence[np.ndarray],
         look_inside_module_culprit(report, candidate, settings.reference.exportable,
                                    {**values.reference, **_graph_inputs(candidate, arrays)},
                                    {**values.candidate, **local_values})
+        name_the_ops(report, candidate)
     elif (report.coverage.granularity == Granularity.OP and report.first_divergence is not None
             and prepared.template is None):
         # The culprit's own nodes on exact inputs hold the values a fused capture
