@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -29,7 +29,7 @@ from bisect_onnx.pytorch.op_values import OpCapture, capture_ops
 from bisect_onnx.pytorch.script_ops import capture_script_ops
 from bisect_onnx.runtime.sides import Capture
 
-__all__ = ["op_values", "later_op_values"]
+__all__ = ["op_values", "later_op_values", "LaterOps"]
 
 
 def op_values(settings: Any, arrays: Sequence[np.ndarray], *, diverged: bool,
@@ -56,15 +56,24 @@ def op_values(settings: Any, arrays: Sequence[np.ndarray], *, diverged: bool,
     return capture_ops(prepared.program, arrays)
 
 
+class LaterOps(NamedTuple):
+    """What :func:`later_op_values` found: op values, or a module-level report that is exact."""
+
+    ops: OpCapture | None = None
+    attributed: tuple[Report, Any] | None = None
+    """The report attributed at module level, and what ``attribute`` returned for it,
+    where op level could name nothing finer: it is the sample's report, as it is."""
+
+
 def later_op_values(settings: Any, arrays: Sequence[np.ndarray], report: Report,
                     captures: tuple[Capture, Capture], pairs: Sequence[Any], run: Any, *,
-                    attribute: Callable[[Report], Any]) -> OpCapture | None:
+                    attribute: Callable[[Report], Any]) -> LaterOps:
     """Op values for a divergence ``report`` found without them.
 
-    Its module call's, else the whole model's (``None`` where there are none).
-    ``attribute`` finds a report's culprit (module level here). Where production must
-    be probed for the first divergence, the module-level one may not be it: the whole
-    model is traced, as before.
+    Its module call's, else the whole model's (none where there are none), or nothing
+    where the module-level attribution is already exact. ``attribute`` finds a report's
+    culprit (module level here). Where production must be probed for the first
+    divergence, the module-level one may not be it: the whole model is traced, as before.
     """
     probes, prepared = wants_probes(report, run), settings.prepared
     if not probes and (prepared.wants_program or prepared.script is not None
@@ -76,12 +85,12 @@ def later_op_values(settings: Any, arrays: Sequence[np.ndarray], report: Report,
         settings.parking.restore()
     if traces_one_call(settings) and not probes:
         module_level = replace(report)  # its culprit says which call to trace
-        attribute(module_level)
+        attributed = attribute(module_level)
         if exact_at_module_level(module_level, settings.prepared.candidate.nodes):
-            return None
+            return LaterOps(attributed=(module_level, attributed))
         ops = culprit_call_ops(settings.prepared, settings.reference, arrays, module_level,
                                captures, {pair.candidate.name: pair.reference.array
                                           for pair in pairs})
         if ops is not None:
-            return ops
-    return op_values(settings, arrays, diverged=True, memory_reason=None, later=False)
+            return LaterOps(ops)
+    return LaterOps(op_values(settings, arrays, diverged=True, memory_reason=None, later=False))

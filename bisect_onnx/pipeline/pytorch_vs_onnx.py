@@ -260,32 +260,25 @@ def _run_sample(settings: Settings, arrays: list[np.ndarray], description: str):
     onnx_capture = bisection.capture if bisection is not None else run.capture
     report, pairs, segments = _compare(settings, torch_capture, onnx_capture, arrays, ops,
                                        final_outputs, list(warnings))
+    attributed = None  # a module-level attribution that is the report, as it is
     if ops is None and not memory_reason and (diverged or report.hidden_divergences):
         # A hidden divergence has a culprit too: op precision, as for a divergence.
-        ops = later_op_values(settings, arrays, report, (torch_capture, onnx_capture), pairs,
-                              run,
-                              attribute=partial(_attribute, settings, arrays=arrays,
-                                                torch_capture=torch_capture,
-                                                onnx_capture=onnx_capture, pairs=pairs,
-                                                bisection=None, ops=None, segments=segments,
-                                                float64=float64))
+        ops, attributed = later_op_values(
+            settings, arrays, report, (torch_capture, onnx_capture), pairs, run,
+            attribute=partial(_attribute, settings, arrays=arrays, torch_capture=torch_capture,
+                              onnx_capture=onnx_capture, pairs=pairs, bisection=None,
+                              ops=None, segments=segments, float64=float64))
+        if attributed is not None:
+            report = attributed[0]
         if ops is not None:
             report, pairs, segments = _compare(settings, torch_capture, onnx_capture, arrays,
                                                ops, final_outputs, list(warnings))
-    if bisection is not None:
-        report.search = bisection.describe(memory_reason)
-        report.warnings.extend(bisection.warnings())
-        not_probed(report)
-    elif memory_reason:
-        nothing_fetched(report, memory_reason)
-    elif wants_probes(report, run):
-        references = references_by_value(pairs, ops)
-        bisection = probe_production(report, run, arrays,
-                                     checkpoints_for(candidate, references),
-                                     compare=settings.judge.probe_comparer())
+    bisection = _search_production(settings, report, run, arrays, bisection, memory_reason,
+                                   references_by_value(pairs, ops))
     report.warnings.extend(subgraph_warnings(candidate.model))
-    values = _attribute(settings, report, arrays, torch_capture, onnx_capture, pairs,
-                        bisection, ops, segments, float64)
+    values = attributed[1] if attributed is not None and bisection is None else _attribute(
+        settings, report, arrays, torch_capture, onnx_capture, pairs, bisection, ops, segments,
+        float64)
     describe_run(report, settings.prepared, settings.export, settings.reference.side, run,
                  description, torch_capture, onnx_capture)
     return report, partial(write_torch_repro, report=report, candidate=candidate,
@@ -293,6 +286,23 @@ def _run_sample(settings: Settings, arrays: list[np.ndarray], description: str):
                            candidate_values=values.candidate, torch_capture=torch_capture,
                            onnx_capture=onnx_capture,
                            graph_inputs=_graph_inputs(candidate, arrays))
+
+
+def _search_production(settings: Settings, report: Report, run: Any, arrays: Sequence[np.ndarray],
+                       bisection: ProbeBisection | None, memory_reason: str | None,
+                       references: Any) -> ProbeBisection | None:
+    """Say how production was searched; probe it where the capture may not show it."""
+    if bisection is not None:
+        report.search = bisection.describe(memory_reason)
+        report.warnings.extend(bisection.warnings())
+        not_probed(report)
+    elif memory_reason:
+        nothing_fetched(report, memory_reason)
+    elif wants_probes(report, run):
+        bisection = probe_production(report, run, arrays,
+                                     checkpoints_for(settings.prepared.candidate, references),
+                                     compare=settings.judge.probe_comparer())
+    return bisection
 
 
 def _torch_capture(settings: Settings, arrays: Sequence[np.ndarray]) -> Capture:
