@@ -73,6 +73,9 @@ def span_in_float64(model: Any, inputs: Sequence[np.ndarray], keywords: Sequence
         raise BisectOnnxError("no module call around it is given, or computes, every "
                               "input of the segment")
     result = _rerun(model.get_submodule(path), path, arguments, plan, output, max_bytes)
+    if result.shape != np.shape(reference):
+        raise BisectOnnxError(f"rerun in float64, {call_name(*output)} is shaped "
+                              f"{list(result.shape)}, not {list(np.shape(reference))}")
     if np.any(np.isnan(result) & ~np.isnan(reference)):
         raise BisectOnnxError(f"rerun in float64, {call_name(*output)} reads a value of "
                               f"{call_name(path, call)} the segment does not")
@@ -108,9 +111,13 @@ def _plan(path: str, arguments: CallArguments, pins: Sequence[Pin]) -> _Plan | N
 def _holds(item: Any, array: np.ndarray) -> bool:
     import torch
 
-    return (isinstance(item, torch.Tensor) and tuple(item.shape) == array.shape
-            and item.numpy().dtype == array.dtype
-            and np.array_equal(item.numpy(), array, equal_nan=True))
+    if not isinstance(item, torch.Tensor) or tuple(item.shape) != array.shape:
+        return False
+    try:
+        held = item.numpy()
+    except (TypeError, RuntimeError):  # a dtype numpy lacks (bfloat16): no pin holds it
+        return False
+    return held.dtype == array.dtype and np.array_equal(held, array, equal_nan=True)
 
 
 def _rerun(module: Any, path: str, arguments: CallArguments, plan: _Plan,
@@ -122,8 +129,8 @@ def _rerun(module: Any, path: str, arguments: CallArguments, plan: _Plan,
     weights = {**dict(module.named_parameters()), **dict(module.named_buffers())}
     size = sum(item.numel() * 8 for item in weights.values() if item.is_floating_point())
     if size > max_bytes:
-        raise BisectOnnxError(f"{call_name(*split_call_name(arguments.scopes[-1]))}'s "
-                              f"weights in float64 would take {size / 2**30:.1f} GiB")
+        raise BisectOnnxError(f"{arguments.scopes[-1]}'s weights in float64 would take "
+                              f"{size / 2**30:.1f} GiB")
     promoted = {name: _promoted(item) for name, item in weights.items()}
     flat, spec = tree_flatten((arguments.args, arguments.kwargs))
     fed = [torch.from_numpy(plan.arguments[index]).double() if index in plan.arguments
@@ -135,12 +142,15 @@ def _rerun(module: Any, path: str, arguments: CallArguments, plan: _Plan,
     try:
         with buffers_restored(module), torch.no_grad():
             returned = torch.func.functional_call(module, promoted, tuple(args), kwargs)
+    except Exception as error:  # the model's own code, in a dtype it was not written for
+        raise BisectOnnxError(f"{arguments.scopes[-1]} does not run in float64: "
+                              f"{type(error).__name__}") from error
     finally:
         hooks.remove()
     missing = [call_name(pin.path, pin.call) for pin in plan.hooked if pin not in hooks.fed]
     if missing:
         raise BisectOnnxError(f"module call {missing[0]} did not run inside "
-                              f"{call_name(path, split_call_name(arguments.scopes[-1])[1])}")
+                              f"{arguments.scopes[-1]}")
     result = returned if output[0] == path else hooks.result
     if not isinstance(result, torch.Tensor):
         raise BisectOnnxError(f"module call {call_name(*output)} does not return one tensor")

@@ -100,3 +100,36 @@ def test_weights_too_large_in_float64_are_refused(net):
         span_in_float64(model, [x], [], output=("block.conv2", 0),
                         pins=[Pin("block.relu", 0, values["block.relu"][0])],
                         reference=values["block.conv2"][0], max_bytes=16)
+
+
+class FloatConstant(torch.nn.Module):
+    """A forward that makes a float32 tensor of its own: it does not run in float64."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = torch.nn.Identity()
+
+    def forward(self, x):
+        return self.inner(x) @ torch.ones(8, 8)
+
+
+class Wrapper(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Linear(8, 8)
+        self.mixed = FloatConstant()
+
+    def forward(self, x):
+        return self.mixed(self.stem(x))
+
+
+def test_a_call_that_does_not_run_in_float64_is_refused_not_raised():
+    torch.manual_seed(0)
+    model = Wrapper().eval()
+    x = np.ones((2, 8), dtype=np.float32)
+    with torch.no_grad():
+        stem = model.stem(torch.from_numpy(x))
+        out = model.mixed(stem).numpy()
+    with pytest.raises(BisectOnnxError, match="does not run in float64"):
+        span_in_float64(model, [x], [], output=("mixed", 0),
+                        pins=[Pin("stem", 0, stem.numpy())], reference=out)
