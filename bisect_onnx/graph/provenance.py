@@ -14,12 +14,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 __all__ = ["SourceLocation", "Provenance", "TorchMetadata", "read_torch_metadata", "short_op",
-           "in_installed_package"]
+           "in_installed_package", "fx_node_text"]
 
 NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 CLASS_HIERARCHY_KEY = "pkg.torch.onnx.class_hierarchy"
 STACK_TRACE_KEY = "pkg.torch.onnx.stack_trace"
 REWRITE_RULE_KEY = "pkg.onnxscript.rewriter.rule_name"
+FX_NODE_KEY = "pkg.torch.onnx.fx_node"
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
 # Frames of the machinery between the model and the exporter (torch itself, the
@@ -150,6 +151,15 @@ def _is_machinery(path: str) -> bool:
 
 def _is_installed(path: str) -> bool:
     return any(marker in path for marker in _INSTALLED_MARKERS)
+
+
+def fx_node_text(node: Any) -> str:
+    """The exporter's text of the FX node an ONNX node was made from; ``""`` without one.
+
+    ``%linear_5 : [num_users=1] = call_function[target=torch.ops.aten.linear.default](args
+    = (%x, %p_fc_weight, %p_fc_bias), kwargs = {})``: the op and what it read.
+    """
+    return next((prop.value for prop in node.metadata_props if prop.key == FX_NODE_KEY), "")
 
 
 def in_installed_package(location: SourceLocation) -> bool:

@@ -21,7 +21,7 @@ import numpy as np
 from bisect_onnx.align.modules import Pair, nodes_of_calls
 from bisect_onnx.errors import BisectOnnxError
 from bisect_onnx.events import CAPTURE_STARTED, emit
-from bisect_onnx.graph.provenance import Provenance, in_installed_package
+from bisect_onnx.graph.provenance import Provenance, fx_node_text, in_installed_package
 from bisect_onnx.judge.records import Report
 from bisect_onnx.pipeline.torch_comparison import OpScope
 from bisect_onnx.pytorch.call_names import MadeFrom, made_from
@@ -41,9 +41,6 @@ __all__ = ["traces_one_call", "exact_at_module_level", "culprit_call_ops", "alig
            "op_scope"]
 
 logger = logging.getLogger(__name__)
-
-_FX_NODE_KEY = "pkg.torch.onnx.fx_node"
-
 
 def traces_one_call(settings: Any) -> bool:
     """Whether a divergence may trace only the culprit's module call.
@@ -197,9 +194,7 @@ def _made_from(model: Any, group: Sequence[NodeInfo]) -> dict[str, MadeFrom]:
         meta = node.torch
         if meta is None or not meta.fx_node or meta.fx_node in known:
             continue
-        text = next((prop.value for prop in model.graph.node[node.index].metadata_props
-                     if prop.key == _FX_NODE_KEY), "")
-        origin = made_from(text, meta.torch_op)
+        origin = made_from(fx_node_text(model.graph.node[node.index]), meta.torch_op)
         if origin is not None:
             known[meta.fx_node] = origin
     return known

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from bisect_onnx.align.op_level import narrow_to_node
+from bisect_onnx.graph.provenance import fx_node_text
 from bisect_onnx.judge.records import Report
 from bisect_onnx.search.decomposition import compare_segment
 from bisect_onnx.search.translation_eval import (
@@ -32,7 +33,6 @@ __all__ = ["look_inside_module_culprit", "name_the_ops"]
 
 logger = logging.getLogger(__name__)
 
-_FX_NODE_KEY = "pkg.torch.onnx.fx_node"
 _WEIGHT_PREFIXES = {"p_": "named_parameters", "b_": "named_buffers"}
 
 
@@ -66,10 +66,8 @@ def look_inside_module_culprit(report: Report, candidate: Any, model: Any,
         return  # several ops (or unknown ones): only their module call, traced, tells
     fx_name = made_from.pop()
     protos = [candidate.model.graph.node[node.index] for node in compute]
-    text = next((prop.value for prop in protos[-1].metadata_props if prop.key == _FX_NODE_KEY),
-                "")
     try:
-        call = parse_op_call(text)
+        call = parse_op_call(fx_node_text(protos[-1]))
         arrays = {name: _value_of(name, model, references) for name in call.references()}
         fresh_nodes, fresh_values = evaluate_translation(call, arrays)
     except CannotEvaluate as error:

@@ -26,32 +26,32 @@ logger = logging.getLogger(__name__)
 
 
 def module_float64(reference: Reference, arrays: Sequence[np.ndarray],
-                   keywords: Sequence[str], graph_inputs: Mapping[str, np.ndarray]
-                   ) -> ModuleFloat64 | None:
-    """A rerun for this sample's module-level segments; ``None`` unless an ``nn.Module``."""
+                   keywords: Sequence[str], graph_inputs: Mapping[str, np.ndarray],
+                   pairs: Sequence[Any]) -> ModuleFloat64 | None:
+    """A rerun for this sample's module-level segments; ``None`` unless an ``nn.Module``.
+
+    ``pairs``: the sample's module-level pairs, which say what module value each ONNX
+    value stands for.
+    """
     if reference.kind != MODULE:
         return None
-    return ModuleFloat64(reference.exportable, arrays, keywords, graph_inputs)
+    return ModuleFloat64(reference.exportable, arrays, keywords, graph_inputs,
+                         {pair.candidate.name: pair.reference for pair in pairs})
 
 
 class ModuleFloat64:
     """Called with a local check, gives PyTorch's float64 value of its segment, or ``None``.
 
-    Each value is rerun once per sample: module-level attribution may run twice (once
-    to choose what to trace, once for the report).
+    Each value is rerun once per sample: module-level attribution may run again after a
+    trace was tried and refused.
     """
 
     def __init__(self, model: Any, arrays: Sequence[np.ndarray], keywords: Sequence[str],
-                 graph_inputs: Mapping[str, np.ndarray]) -> None:
+                 graph_inputs: Mapping[str, np.ndarray],
+                 by_value: Mapping[str, CapturedValue]) -> None:
         self.model, self.arrays, self.keywords = model, arrays, keywords
-        self.graph_inputs = graph_inputs
-        self.by_value: dict[str, CapturedValue] = {}
+        self.graph_inputs, self.by_value = graph_inputs, by_value
         self.done: dict[str, np.ndarray | None] = {}
-
-    def pair_with(self, pairs: Sequence[Any]) -> ModuleFloat64:
-        """Know which module value each ONNX value stands for (the sample's pairs)."""
-        self.by_value = {pair.candidate.name: pair.reference for pair in pairs}
-        return self
 
     def __call__(self, check: Any) -> np.ndarray | None:
         """PyTorch's float64 value of ``check``'s segment (``None``: why is logged)."""

@@ -248,8 +248,6 @@ def _run_sample(settings: Settings, arrays: list[np.ndarray], description: str):
                                           judge=settings.judge, warnings=warnings)
     diverged = any(record.failed for record in final_outputs)
     ops = op_values(settings, arrays, diverged=diverged, memory_reason=memory_reason)
-    float64 = module_float64(settings.reference, arrays, settings.prepared.keywords,
-                             _graph_inputs(candidate, arrays))
     bisection = None
     if memory_reason and diverged:
         bisection = bisect_production(run.runner, candidate, references_by_value([], ops),
@@ -260,6 +258,8 @@ def _run_sample(settings: Settings, arrays: list[np.ndarray], description: str):
     onnx_capture = bisection.capture if bisection is not None else run.capture
     report, pairs, segments = _compare(settings, torch_capture, onnx_capture, arrays, ops,
                                        final_outputs, list(warnings))
+    float64 = module_float64(settings.reference, arrays, settings.prepared.keywords,
+                             _graph_inputs(candidate, arrays), pairs)
     attributed = None  # a module-level attribution that is the report, as it is
     if ops is None and not memory_reason and (diverged or report.hidden_divergences):
         # A hidden divergence has a culprit too: op precision, as for a divergence.
@@ -369,6 +369,7 @@ def _attribute(settings: Settings, report: Report, arrays: Sequence[np.ndarray],
     if not (report.diverged or report.hidden_divergences):  # hidden ones have culprits too
         return values
     script = isinstance(ops, ScriptOpCapture)  # op names are not ONNX value names there
+    module_level = float64 is not None and ops is None  # PyTorch's side is its module calls
     local_values = attribute_divergence(
         report, candidate, values.reference, values.candidate,
         _graph_inputs(candidate, arrays), program=program,
@@ -376,8 +377,8 @@ def _attribute(settings: Settings, report: Report, arrays: Sequence[np.ndarray],
         everything=settings.all_culprits,
         kernel_references=references_by_onnx_value(segments, ops) if script else None,
         compare=settings.judge.local_comparer(report, values.reference),
-        torch_float64=float64.pair_with(pairs) if float64 is not None and ops is None else None)
-    if float64 is not None and ops is None:  # module level: inside the culprit's op
+        torch_float64=float64 if module_level else None)
+    if module_level:  # no op values: look inside the culprit's op without them
         look_inside_module_culprit(report, candidate, settings.reference.exportable,
                                    {**values.reference, **_graph_inputs(candidate, arrays)},
                                    {**values.candidate, **local_values})

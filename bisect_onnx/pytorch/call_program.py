@@ -59,6 +59,9 @@ class CallArguments:
     """Call names of the modules around the call and of the call itself, outermost first."""
     inner_calls: dict[str, int] = field(default_factory=dict)
     """Path inside the call's module -> calls of that submodule before this call began."""
+    around: tuple[CallArguments, ...] = ()
+    """The calls enclosing it, innermost first, each as it started (``record_call``'s
+    ``around``)."""
 
 
 class _Recorded(Exception):
@@ -66,29 +69,47 @@ class _Recorded(Exception):
 
 
 def record_call(model: Any, inputs: Sequence[np.ndarray], keywords: Sequence[str],
-                path: str, call: int) -> CallArguments | None:
-    """The arguments of call ``call`` of submodule ``path``, from a forward stopped there."""
+                path: str, call: int, *, around: bool = False) -> CallArguments | None:
+    """The arguments of call ``call`` of submodule ``path``, from a forward stopped there.
+
+    ``around``: the calls enclosing it are recorded too, as they start, in the same
+    forward (:attr:`CallArguments.around`).
+    """
     import torch
 
     target = model.get_submodule(path)
-    ancestors = {model.get_submodule(".".join(path.split(".")[:depth])): ".".join(
-        path.split(".")[:depth]) for depth in range(1, path.count(".") + 1)}
-    inner = {module: name for name, module in target.named_modules() if name}
+    parts = path.split(".")
+    ancestors = {model.get_submodule(".".join(parts[:depth])): ".".join(parts[:depth])
+                 for depth in range(1, len(parts))}
+    # Every module whose calls are counted, by path: the target's inside, or with
+    # ``around`` the outermost enclosing module's, so that each enclosing call knows
+    # how often its submodules ran before it began.
+    counted = (model.get_submodule(parts[0]) if around and ancestors else target, parts[0]
+               if around and ancestors else path)
+    paths = {module: f"{counted[1]}.{name}" if name else counted[1]
+             for name, module in counted[0].named_modules()}
     counts: dict[Any, int] = {}
+    started: dict[Any, CallArguments] = {}
     held: list[CallArguments] = []
 
     def count(module: Any, args: Any, kwargs: Any) -> None:
         counts[module] = counts.get(module, 0) + 1
+        if around and module in ancestors:
+            started[module] = CallArguments(_detached(args), _detached(kwargs), (),
+                                            _calls_inside(ancestors[module], paths, counts))
         if module is target and counts[module] == call + 1:
             scopes = tuple(call_name(ancestors[each], counts.get(each, 1) - 1)
                            for each in ancestors) + (call_name(path, call),)
             held.append(CallArguments(
                 _detached(args), _detached(kwargs), scopes,
-                {name: counts.get(module, 0) for module, name in inner.items()}))
+                _calls_inside(path, paths, counts),
+                around=tuple(replace(started[each], scopes=scopes[:depth + 1])
+                             for depth, each in reversed(list(enumerate(ancestors)))
+                             if each in started)))
             raise _Recorded
 
     handles = [module.register_forward_pre_hook(count, with_kwargs=True)
-               for module in {*ancestors, target, *inner}]
+               for module in {*ancestors, *paths}]
     positional, kwargs = split_keywords([to_tensor(array) for array in inputs], keywords)
     try:
         with buffers_restored(model), torch.no_grad():  # training-mode BatchNorm statistics
@@ -99,6 +120,13 @@ def record_call(model: Any, inputs: Sequence[np.ndarray], keywords: Sequence[str
         for handle in handles:
             handle.remove()
     return held[0] if held else None
+
+
+def _calls_inside(path: str, paths: dict[Any, str], counts: dict[Any, int]) -> dict[str, int]:
+    """Path inside module ``path`` -> how many times that submodule has been called."""
+    prefix = path + "."
+    return {full[len(prefix):]: counts.get(module, 0) for module, full in paths.items()
+            if full.startswith(prefix)}
 
 
 def _detached(value: Any) -> Any:

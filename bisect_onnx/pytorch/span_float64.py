@@ -5,7 +5,8 @@ rerun in float64 on both sides. At op level the program gives PyTorch's side op 
 op; at module level, in a file exported elsewhere, there is no program, and tracing
 one costs seconds. The segment's inputs are values module level compared (what a
 module call returned or was given), so a module call enclosing them is rerun in
-float64 instead: its arguments recorded in a forward stopped where it starts, its
+float64 instead: its arguments recorded, with those of the calls around it, in one
+forward stopped where the segment's output call starts, its
 weights promoted, and each *pinned* value replaced, where its call hands it on, by
 PyTorch's float32 value promoted (the very inputs the ONNX side is fed). What the
 segment's output call returns is PyTorch's float64 value of the segment.
@@ -58,15 +59,13 @@ def span_in_float64(model: Any, inputs: Sequence[np.ndarray], keywords: Sequence
     result read something no pin gives). Raises :class:`BisectOnnxError` with the
     reason where that cannot be done exactly.
     """
-    held = record_call(model, inputs, keywords, *output)
+    held = record_call(model, inputs, keywords, *output, around=True)
     if held is None:
         raise BisectOnnxError(f"module call {call_name(*output)} did not run")
     # The innermost call around the output whose inside, or arguments, give every pin.
-    for scope in reversed(held.scopes):
-        path, call = split_call_name(scope)
-        arguments = held if (path, call) == output else record_call(
-            model, inputs, keywords, path, call)
-        plan = _plan(path, arguments, pins) if arguments is not None else None
+    for arguments in (held, *held.around):
+        path, call = split_call_name(arguments.scopes[-1])
+        plan = _plan(path, arguments, pins)
         if plan is not None:
             break
     else:
