@@ -391,7 +391,7 @@ def trials(group: Group, folder: Path, prepared: dict) -> list[tuple[str, list[R
         name, plant = group.name, prepared
         parity, parity_report = _cli(group, folder, "model.onnx", "parity")
         diverged, diverged_report = _cli(group, folder, "planted.onnx", "diverged")
-        # Module level only: no op values, so nothing is traced (and no classification).
+        # Module level only: no op values, nothing traced; classified by float64 reruns.
         modules, modules_report = _cli(group, folder, "planted.onnx", "diverged-modules")
         edit = f"{plant['planted_node']} ({plant['edit']}) × {plant['factor']}"
         floor: list[Rep] = []  # one floor process a rep, for both diverged rows

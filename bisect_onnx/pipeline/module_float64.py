@@ -9,6 +9,7 @@ so that PyTorch's side computes from the very inputs the ONNX side was fed.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,6 +24,9 @@ from bisect_onnx.runtime.sides import CapturedValue
 __all__ = ["ModuleFloat64", "module_float64"]
 
 logger = logging.getLogger(__name__)
+
+#: Which tensor of a call's tuple output a module-level value is (``[0]``, ``[1][2]``).
+_SUFFIX = re.compile(r"(\[\d+\])*")
 
 
 def module_float64(reference: Reference, arrays: Sequence[np.ndarray],
@@ -68,8 +72,9 @@ class ModuleFloat64:
         if output is None:
             raise BisectOnnxError("no module call's value is paired with it")
         pin = self._pin(output)
-        if pin.given:
-            raise BisectOnnxError(f"it is what {call_name(pin.path, pin.call)} is given")
+        if pin.given or pin.suffix:
+            raise BisectOnnxError(f"it is not the one tensor {call_name(pin.path, pin.call)} "
+                                  "returns")
         pins = [self._pin(self.by_value[name], array) if name not in self.graph_inputs
                 else Pin("", 0, np.asarray(array)) for name, array in check.feeds.items()
                 if name in self.by_value or name in self.graph_inputs]
@@ -87,6 +92,8 @@ class ModuleFloat64:
         array = np.asarray(value.array if array is None else array)
         if given is not None and value.name == f"{call_name(path, call)} (input)":
             return Pin(path, call, array, given=True)
-        if given is None and value.name == call_name(path, call) and path:
-            return Pin(path, call, array)
+        suffix = value.name[len(call_name(path, call)):]
+        if given is None and path and value.name.startswith(call_name(path, call)) and (
+                _SUFFIX.fullmatch(suffix)):
+            return Pin(path, call, array, suffix=suffix)
         raise BisectOnnxError(f"{value.name} is not one tensor a call returns or is given")

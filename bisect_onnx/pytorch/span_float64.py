@@ -48,6 +48,9 @@ class Pin:
     array: np.ndarray
     given: bool = False
     """``True``: the value the call is given (its one tensor argument); else its output."""
+    suffix: str = ""
+    """Which tensor of what the call returns: ``[0]`` for the first of a tuple (as
+    module level names a call's values); ``""``: the one tensor it returns."""
 
 
 def span_in_float64(model: Any, inputs: Sequence[np.ndarray], keywords: Sequence[str], *,
@@ -168,7 +171,9 @@ class _Hooks:
         self.fed: set[Pin] = set()
         self.result: Any = None
         self.counts = dict(before)  # calls of each submodule before the rerun's call began
-        self.pins = {(pin.path, pin.call): pin for pin in pins}
+        self.pins: dict[tuple[str, int], list[Pin]] = {}
+        for pin in pins:
+            self.pins.setdefault((pin.path, pin.call), []).append(pin)
         self.output = output
         inside = {name: sub for name, sub in module.named_modules() if name}
         self.paths = {sub: f"{path}.{name}" if path else name for name, sub in inside.items()}
@@ -181,8 +186,8 @@ class _Hooks:
         return self.paths[sub], self.counts.get(self.relative[sub], 0)
 
     def _before(self, sub: Any, args: tuple) -> Any:
-        pin = self.pins.get(self._key(sub))
-        if pin is None or not pin.given:
+        pin = next((pin for pin in self.pins.get(self._key(sub), ()) if pin.given), None)
+        if pin is None:
             return None
         tensors = [index for index, item in enumerate(args) if _is_tensor(item)]
         if len(tensors) != 1:
@@ -194,11 +199,13 @@ class _Hooks:
     def _after(self, sub: Any, args: tuple, returned: Any) -> Any:
         key = self._key(sub)
         self.counts[self.relative[sub]] = key[1] + 1
-        pin = self.pins.get(key)
         replaced = None
-        if pin is not None and not pin.given and _is_tensor(returned):
-            self.fed.add(pin)
-            replaced = returned = _as_float64(pin.array)
+        for pin in self.pins.get(key, ()):
+            fed = None if pin.given else _with_item(returned, pin.suffix,
+                                                    _as_float64(pin.array))
+            if fed is not None:  # else not fed: the check of fed pins refuses the rerun
+                self.fed.add(pin)
+                replaced = returned = fed
         if key == self.output and _is_tensor(returned):
             self.result = returned.detach().clone()
         return replaced
@@ -206,6 +213,25 @@ class _Hooks:
     def remove(self) -> None:
         for handle in self.handles:
             handle.remove()
+
+
+def _with_item(value: Any, suffix: str, tensor: Any) -> Any:
+    """``value`` with its tensor at ``suffix`` (``[1][0]``) replaced; ``None`` if none is there.
+
+    Only tuples and lists are rebuilt: a dict or a named tuple of the model's own class
+    is not made anew here.
+    """
+    if not suffix:
+        return tensor if _is_tensor(value) else None
+    head, _, rest = suffix[1:].partition("]")
+    if type(value) not in (tuple, list) or not head.isdigit() or int(head) >= len(value):
+        return None
+    inner = _with_item(value[int(head)], rest, tensor)
+    if inner is None:
+        return None
+    items = list(value)
+    items[int(head)] = inner
+    return type(value)(items)
 
 
 def _is_tensor(item: Any) -> bool:

@@ -19,6 +19,7 @@ from onnx import numpy_helper
 pytest.importorskip("transformers")
 
 import bisect_onnx  # noqa: E402
+from bisect_onnx.events import CAPTURE_STARTED  # noqa: E402
 from bisect_onnx.graph.provenance import read_torch_metadata  # noqa: E402
 from tests.hf.architectures import ARCHITECTURES, T5_ENCODER  # noqa: E402
 
@@ -110,7 +111,11 @@ def _plant(source: Path, target: Path) -> onnx.NodeProto:
 def test_a_planted_weight_is_named_at_its_node(exported, name, exporter, tmp_path):
     run = exported(name, exporter)
     node = _plant(run.path, tmp_path / "planted.onnx")
-    report = bisect_onnx.bisect(run.model, run.inputs, onnx_model=tmp_path / "planted.onnx")
+    seen = []
+    with bisect_onnx.events.listening(seen.append):
+        report = bisect_onnx.bisect(run.model, run.inputs, onnx_model=tmp_path / "planted.onnx")
+    traced = [event.detail for event in seen if event.kind == CAPTURE_STARTED
+              and event.detail.startswith("pytorch ops")]
     assert report.verdict == "diverged"
     culprit = report.culprit
     assert culprit is not None, report.summary()
@@ -118,6 +123,9 @@ def test_a_planted_weight_is_named_at_its_node(exported, name, exporter, tmp_pat
         assert culprit.onnx_node.rpartition("/")[0] == node.name.rpartition("/")[0]
         return
     assert culprit.onnx_node == node.name
+    # Found, named and classified at module level: the module call around the culprit is
+    # rerun in float64 (pinned on tuple outputs such as an attention's), nothing traced.
+    assert traced == [] and culprit.classification == "graph semantics"
     meta = read_torch_metadata({prop.key: prop.value for prop in node.metadata_props})
     assert culprit.torch_module == meta.scopes[-1]
     source = culprit.source

@@ -133,3 +133,41 @@ def test_a_call_that_does_not_run_in_float64_is_refused_not_raised():
     with pytest.raises(BisectOnnxError, match="does not run in float64"):
         span_in_float64(model, [x], [], output=("mixed", 0),
                         pins=[Pin("stem", 0, stem.numpy())], reference=out)
+
+
+class PairOut(torch.nn.Module):
+    """Returns a tuple, as Hugging Face attention does: ``(output, weights)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        out = self.proj(x)
+        return out, out.sum()
+
+
+class TupleNet(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = PairOut()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.fc(self.attn(x)[0] * 2)
+
+
+def test_a_pin_on_one_tensor_of_a_tuple_output_feeds_that_tensor():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(TupleNet()).eval()  # the block is "0", a call to rerun
+    x = np.random.default_rng(1).standard_normal((3, 8)).astype(np.float32)
+    with torch.no_grad():
+        attn = model[0].attn(torch.from_numpy(x))[0].numpy()
+        out = model(torch.from_numpy(x)).numpy()
+    pinned = attn + np.float32(1.0)  # fed, not recomputed
+    result = span_in_float64(model, [x], [], output=("0.fc", 0),
+                             pins=[Pin("0.attn", 0, pinned, suffix="[0]")], reference=out)
+    fc = model[0].fc
+    expected = (torch.from_numpy(pinned).double() * 2 @ fc.weight.double().T
+                + fc.bias.double()).detach().numpy()
+    np.testing.assert_allclose(result, expected, rtol=1e-12)
