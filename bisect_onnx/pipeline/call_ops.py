@@ -37,8 +37,8 @@ from bisect_onnx.runtime.onnx_side import NodeInfo
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 from bisect_onnx.search.classify import Kind
 
-__all__ = ["traces_one_call", "exact_at_module_level", "culprit_call_ops", "alignment_inputs",
-           "op_scope"]
+__all__ = ["traces_one_call", "exact_at_module_level", "checked_segment", "culprit_call_ops",
+           "alignment_inputs", "op_scope"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,13 +66,24 @@ def exact_at_module_level(report: Report, nodes: Sequence[NodeInfo]) -> bool:
     culprit = report.culprit
     if culprit is None or culprit.classification in (None, Kind.UNCLASSIFIED):
         return False
-    by_name = {node.name: node for node in nodes if node.name}
-    segment = [by_name.get(name) for name in (report.attribution or {}).get("nodes") or ()]
-    node = by_name.get(culprit.onnx_node or "")
-    if node is None or None in segment or node not in segment:
+    segment = checked_segment(report, nodes)
+    node = next((each for each in segment if each is not None
+                 and each.name == culprit.onnx_node), None)
+    if node is None or None in segment:
         return False
     computed = {output for each in segment for output in each.outputs}
     return not computed & set(node.inputs)
+
+
+def checked_segment(report: Report, nodes: Sequence[NodeInfo]) -> list[NodeInfo | None]:
+    """The culprit's nodes as its attribution checked them, in order; ``[]`` without one.
+
+    A name the graph does not hold (a rebuilt node) is ``None`` in its place.
+    """
+    if report.culprit is None:
+        return []
+    by_name = {node.name or f"{node.op_type}_{node.index}": node for node in nodes}
+    return [by_name.get(name) for name in (report.attribution or {}).get("nodes") or ()]
 
 
 def culprit_call_ops(prepared: Any, reference: Reference, arrays: Sequence[np.ndarray],
@@ -178,10 +189,8 @@ def _nodes_in_question(report: Report, nodes: Sequence[NodeInfo]) -> set[int]:
         return set()
     # The segment the attribution checked is the culprit's; without a culprit it may
     # span calls (a hidden divergence's drift), and the first failing node says where.
-    attribution = (report.attribution or {}) if report.culprit is not None else {}
-    by_name = {node.name or f"{node.op_type}_{node.index}": node for node in nodes}
     producers = {output: node for node in nodes for output in node.outputs}
-    chosen = [by_name[name] for name in (attribution.get("nodes") or ()) if name in by_name]
+    chosen = [node for node in checked_segment(report, nodes) if node is not None]
     if not chosen and record.onnx_value in producers:
         chosen = [producers[record.onnx_value]]
     return {node.index for node in chosen}

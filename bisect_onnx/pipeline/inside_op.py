@@ -22,6 +22,7 @@ import numpy as np
 from bisect_onnx.align.op_level import narrow_to_node
 from bisect_onnx.graph.provenance import fx_node_text
 from bisect_onnx.judge.records import Report
+from bisect_onnx.pipeline.call_ops import checked_segment
 from bisect_onnx.search.decomposition import compare_segment
 from bisect_onnx.search.translation_eval import (
     CannotEvaluate,
@@ -56,9 +57,8 @@ def look_inside_module_culprit(report: Report, candidate: Any, model: Any,
     record = report.culprit
     if record is None or report.inside_op is not None:
         return
-    by_name = {node.name: node for node in candidate.nodes if node.name}
-    segment = [by_name.get(name) for name in (report.attribution or {}).get("nodes") or ()]
-    compute = [node for node in segment if node is None or node.op_type != "Constant"]
+    compute = [node for node in checked_segment(report, candidate.nodes)
+               if node is None or node.op_type != "Constant"]
     if len(compute) < 2 or None in compute:
         return
     made_from = {node.torch.fx_node if node.torch else None for node in compute}
