@@ -81,7 +81,8 @@ def assert_parity(
         if prepared.capture is None:
             emit(CAPTURE_STARTED, "pytorch")
         capture = prepared.capture or reference.side.run(arrays, keywords=prepared.keywords)
-        parking.park()  # PyTorch's values are recorded: one copy of the weights
+        # PyTorch's values are recorded: one copy of the weights (the file's, where it can)
+        parking.park(prepared.candidate.model, prepared.candidate.path.parent)
         warnings: list[str] = []
         records = compare_final_outputs(capture.outputs, prepared.candidate.run_outputs(arrays),
                                         judge=judge, warnings=warnings)

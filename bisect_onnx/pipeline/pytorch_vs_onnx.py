@@ -239,7 +239,8 @@ def _run_sample(settings: Settings, arrays: list[np.ndarray], description: str):
     # Known from shapes alone, before either side holds a value.
     memory_reason = over_budget(candidate, arrays, settings.budget)
     torch_capture = _torch_capture(settings, arrays)
-    settings.parking.park()  # PyTorch's values are recorded: one copy of the weights
+    # PyTorch's values are recorded: one copy of the weights (the file's, where it holds them)
+    settings.parking.park(candidate.model, candidate.path.parent)
     emit(CAPTURE_STARTED, "onnxruntime")
     run = run_candidate(candidate, arrays, memory_reason=memory_reason)
     warnings = list(settings.reference.warnings)

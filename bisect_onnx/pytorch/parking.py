@@ -6,13 +6,15 @@ ONNX Runtime repacks every MatMul and Conv weight into its kernels' layout at se
 making (with repacking off its results change in the last bits, so production must
 repack). Holding both is twice the weights: 24 GB for a 3-billion-parameter model.
 
-So once PyTorch's values are recorded, a large model's parameters and buffers are
-written to one file in the run's temporary folder and each tensor is pointed at a
-memory map of it (the very bytes: PyTorch computes the same numbers from them). Its
-own memory is freed; pages of the map are clean file pages the system can drop and
-read again, and are read only if PyTorch runs again. Before PyTorch's next run, and
-when the run ends, every tensor gets its own memory back, read from the file, so the
-caller's model is as it was (the same tensor objects, the same bytes).
+So once PyTorch's values are recorded, a large model's tensors are pointed at their
+bytes on disk and their own memory is freed. A parameter the ONNX file's external data
+holds byte for byte (as it is, or transposed) is pointed at a copy-on-write map of that
+file: nothing is written, and the file never changes. The other tensors are written to
+one file in the run's temporary folder and pointed at a map of it. Pages of a map are
+clean file pages the system can drop and read again, and are read only if PyTorch runs
+again. Before PyTorch's next run, and when the run ends, every tensor gets its own
+memory back, with the bytes it points at, so the caller's model is as it was (the same
+tensor objects, the same bytes).
 """
 
 from __future__ import annotations
@@ -21,16 +23,26 @@ import contextlib
 import contextvars
 import logging
 import mmap
-import os
 import shutil
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from bisect_onnx.pytorch.weights_in_file import (
+    READERS,
+    StoredWeights,
+    advise,
+    bytes_of,
+    read_into,
+    view_of,
+)
 from bisect_onnx.runtime.memory import format_size
+
+if TYPE_CHECKING:
+    import onnx
 
 __all__ = ["PARK_MIN_BYTES", "WeightParking", "models_released_at_end", "parking_for"]
 
@@ -43,9 +55,6 @@ PARK_MIN_BYTES = 1 << 30
 _ALIGN = mmap.PAGESIZE
 # Disk the file may not take: what the capture and the system still need.
 _DISK_MARGIN = 1 << 30
-# Reads in flight when the weights come back, and how much each one reads.
-_READERS = 4
-_READ_CHUNK = 64 << 20
 # Set while the caller is done with its model once the run ends (the CLI).
 _RELEASE_AT_END: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "bisect_onnx_release_parked_weights", default=False)
@@ -56,11 +65,15 @@ class _Slot:
     tensor: Any
     offset: int
     nbytes: int
+    file: Path
+    """The written file, or the ONNX model's data file where it holds the tensor."""
+    transposed: bool = False
+    """The file holds the tensor's transpose (a Linear's weight, as exported)."""
 
 
 @dataclass
 class WeightParking:
-    """Parks ``model``'s tensors in ``folder`` and gives them back; one object a run.
+    """Parks ``model``'s tensors on disk and gives them back; one object a run.
 
     ``park`` and ``restore`` may be called any number of times: each does its work
     only when the model is not already in that state.
@@ -71,15 +84,25 @@ class WeightParking:
     min_bytes: int | None = None
     """Park only a model holding this much; ``None``: :data:`PARK_MIN_BYTES`."""
     _slots: list[_Slot] = field(default_factory=list)
-    _map: mmap.mmap | None = None
+    _maps: dict[Path, mmap.mmap] = field(default_factory=dict)
 
     @property
     def parked(self) -> bool:
-        """Whether the tensors point into the file now."""
-        return self._map is not None
+        """Whether the tensors point into a file now."""
+        return bool(self._maps)
 
-    def park(self) -> None:
-        """Write the tensors out and point them at the file, if the model is large."""
+    @property
+    def _written(self) -> Path:
+        return self.folder / "parked-weights.bin"
+
+    def park(self, onnx_model: onnx.ModelProto | None = None,
+             model_dir: Path | None = None) -> None:
+        """Point the tensors at bytes on disk, if the model is large.
+
+        A parameter whose bytes ``onnx_model``'s external data (in ``model_dir``) holds
+        is pointed at them, read-only for the file (:mod:`~bisect_onnx.pytorch.
+        weights_in_file`); the other tensors are written out to the run's folder.
+        """
         if self.parked:
             return
         tensors = _parkable(self.model)
@@ -87,48 +110,82 @@ class WeightParking:
         least = PARK_MIN_BYTES if self.min_bytes is None else self.min_bytes
         if not tensors or total < least:
             return
+        started = time.perf_counter()
+        if onnx_model is not None and model_dir is not None:
+            tensors = self._point_at_model_file(tensors, StoredWeights(onnx_model, model_dir))
+        in_file = total - sum(_padded(t) for t in tensors)
+        if tensors:
+            self._write_out(tensors)
+        if self.parked:
+            logger.info("parked %s of weights (%s of them in the ONNX file's own data) while "
+                        "ONNX Runtime holds its copy (%.1f s)", format_size(total),
+                        format_size(in_file), time.perf_counter() - started)
+
+    def _point_at_model_file(self, tensors: list[Any], stored: StoredWeights) -> list[Any]:
+        """Point each parameter the file holds at its bytes there; the other tensors."""
+        import torch
+
+        rest = []
+        for tensor in tensors:
+            # Buffers change under PyTorch (running statistics): they are written out.
+            copy = stored.find(tensor) if isinstance(tensor, torch.nn.Parameter) else None
+            if copy is None:
+                rest.append(tensor)
+                continue
+            self._maps[copy.path] = copy.mapped
+            slot = _Slot(tensor, copy.offset, tensor.numel() * tensor.element_size(),
+                         copy.path, copy.transposed)
+            _point_at([slot], self._maps[copy.path])
+            self._slots.append(slot)
+        return rest
+
+    def _write_out(self, tensors: list[Any]) -> None:
+        """Write ``tensors`` to one file in the run's folder and point them at it."""
+        total = sum(_padded(t) for t in tensors)
         free = shutil.disk_usage(self.folder).free
         if free < total + _DISK_MARGIN:
             logger.info("weights (%s) not parked: %s of disk free in %s", format_size(total),
                         format_size(free), self.folder)
             return
-        started = time.perf_counter()
-        path = self.folder / "parked-weights.bin"
+        path = self._written
         try:
             slots = _write(tensors, path)
             with open(path, "r+b") as file:
-                self._map = mmap.mmap(file.fileno(), total)
-        except OSError as error:  # the disk filled up meanwhile, say: the model is untouched
+                mapped = mmap.mmap(file.fileno(), total)
+        except OSError as error:  # the disk filled up meanwhile, say: those are untouched
             logger.info("weights not parked: %s", error)
             path.unlink(missing_ok=True)
             return
-        self._slots = slots
-        _point_at(self._slots, self._map)
-        logger.info("parked %s of weights in %s while ONNX Runtime holds its copy (%.1f s)",
-                    format_size(total), path, time.perf_counter() - started)
+        self._maps[path] = mapped
+        _point_at(slots, mapped)
+        self._slots.extend(slots)
 
     def restore(self) -> None:
-        """Give every parked tensor its own memory again, with the file's bytes."""
+        """Give every parked tensor its own memory again, with the bytes it points at."""
         if not self.parked:
             return
         import torch
 
         started = time.perf_counter()
-        path = self.folder / "parked-weights.bin"
-        if hasattr(mmap, "MADV_DONTNEED"):
-            # Pages PyTorch read through the map since (an op trace) leave this process's
-            # resident memory; the file keeps them, so the copy below does not count twice.
-            self._map.madvise(mmap.MADV_DONTNEED)
         owns = [torch.empty(slot.tensor.shape, dtype=slot.tensor.dtype) for slot in self._slots]
-        # Read, not copied from the map, so that the map's pages never join this
-        # process's resident memory; in parallel, since a virtual disk reads many
-        # requests at once about 8 times faster than one after another.
-        _read_into(path, [(slot.offset, _bytes_of(own))
-                          for slot, own in zip(self._slots, owns, strict=True)])
+        written = [(slot, own) for slot, own in zip(self._slots, owns, strict=True)
+                   if slot.file == self._written]
+        if written:
+            if hasattr(mmap, "MADV_DONTNEED"):
+                # Pages PyTorch read through the map since (an op trace) leave this
+                # process's resident memory; the file keeps them, so the copy below does
+                # not count twice.
+                self._maps[self._written].madvise(mmap.MADV_DONTNEED)
+            # Read, not copied from the map, so that the map's pages never join this
+            # process's resident memory; in parallel, since a virtual disk reads many
+            # requests at once about 8 times faster than one after another.
+            read_into(self._written, [(slot.offset, bytes_of(own)) for slot, own in written])
+        _copy_from_maps([(slot, own) for slot, own in zip(self._slots, owns, strict=True)
+                         if slot.file != self._written], self._maps)
         for slot, own in zip(self._slots, owns, strict=True):
             slot.tensor.data = own
-        self._slots, self._map = [], None  # the map closes with its last view
-        path.unlink(missing_ok=True)
+        self._slots, self._maps = [], {}  # each map closes with its last view
+        self._written.unlink(missing_ok=True)
         logger.info("weights read back into the model's own memory (%.1f s)",
                     time.perf_counter() - started)
 
@@ -143,8 +200,8 @@ class WeightParking:
 
         for slot in self._slots:
             slot.tensor.data = torch.empty(0, dtype=slot.tensor.dtype)
-        self._slots, self._map = [], None
-        (self.folder / "parked-weights.bin").unlink(missing_ok=True)
+        self._slots, self._maps = [], {}
+        self._written.unlink(missing_ok=True)
 
 
 def _parkable(model: Any) -> list[Any]:
@@ -179,13 +236,6 @@ def _padded(tensor: Any) -> int:
     return -(-nbytes // _ALIGN) * _ALIGN
 
 
-def _bytes_of(tensor: Any) -> memoryview:
-    """A writable byte view of a contiguous tensor's memory (any dtype)."""
-    import torch
-
-    return memoryview(tensor.detach().reshape(-1).view(torch.uint8).numpy())
-
-
 def _write(tensors: list[Any], path: Path) -> list[_Slot]:
     """Write each tensor's bytes at a page-aligned offset; where each one lies."""
     slots, offset = [], 0
@@ -193,38 +243,41 @@ def _write(tensors: list[Any], path: Path) -> list[_Slot]:
         for tensor in tensors:
             nbytes = tensor.numel() * tensor.element_size()
             file.seek(offset)
-            file.write(_bytes_of(tensor))
-            slots.append(_Slot(tensor, offset, nbytes))
+            file.write(bytes_of(tensor))
+            slots.append(_Slot(tensor, offset, nbytes, path))
             offset += _padded(tensor)
         file.truncate(offset)
     return slots
 
 
-def _read_into(path: Path, targets: list[tuple[int, memoryview]]) -> None:
-    """Fill each target with the file's bytes at its offset, several reads at a time."""
-    chunks = [(offset + start, view[start:start + _READ_CHUNK])
-              for offset, view in targets for start in range(0, len(view), _READ_CHUNK)]
-    with open(path, "rb") as file:
-        if not hasattr(os, "preadv"):  # Windows: one read after another
-            for offset, view in chunks:
-                file.seek(offset)
-                file.readinto(view)
-            return
-        with ThreadPoolExecutor(_READERS) as readers:
-            done = readers.map(lambda chunk: os.preadv(file.fileno(), [chunk[1]], chunk[0]),
-                               chunks)
-            if sum(done) != sum(len(view) for _, view in chunks):
-                raise OSError(f"{path} is shorter than the weights parked in it")
-
-
 def _point_at(slots: list[_Slot], mapped: mmap.mmap) -> None:
     """Swap each tensor's memory for its bytes in the map; its own memory is freed."""
-    import torch
-
     for slot in slots:
-        view = torch.frombuffer(mapped, dtype=torch.uint8, count=slot.nbytes,
-                                offset=slot.offset)
-        slot.tensor.data = view.view(slot.tensor.dtype).reshape(slot.tensor.shape)
+        # A transposed view holds the same values: PyTorch runs on it only where
+        # production is still to be probed (the weights are read back before any other run).
+        slot.tensor.data = view_of(mapped, slot.offset, slot.tensor.dtype,
+                                   tuple(slot.tensor.shape), slot.transposed)
+
+
+def _copy_from_maps(pairs: list[tuple[_Slot, Any]], maps: dict[Path, mmap.mmap]) -> None:
+    """Copy each slot's bytes from its map into its tensor's own memory, several at once.
+
+    Through the map, not from the file: a page PyTorch wrote while parked is this
+    process's copy, which the file never sees. The kernel is told to read ahead first,
+    and each slot's pages leave this process's resident memory once copied.
+    """
+    if not pairs:
+        return
+    for slot, _ in pairs:
+        advise(maps[slot.file], "MADV_WILLNEED", slot.offset, slot.nbytes, outward=True)
+
+    def copy(pair: tuple[_Slot, Any]) -> None:
+        slot, own = pair
+        own.copy_(slot.tensor.detach())
+        advise(maps[slot.file], "MADV_DONTNEED", slot.offset, slot.nbytes, outward=False)
+
+    with ThreadPoolExecutor(READERS) as copiers:
+        list(copiers.map(copy, pairs))
 
 
 @contextlib.contextmanager

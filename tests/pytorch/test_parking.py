@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import bisect_onnx
-from bisect_onnx.pytorch import parking
+from bisect_onnx.pytorch import parking, weights_in_file
 from bisect_onnx.pytorch.parking import WeightParking, parking_for
 
 
@@ -33,10 +33,12 @@ class Tied(nn.Module):
         return self.head(hidden) + self.steps.sum() + self.scale.sum()
 
 
-def _map_range(parked: WeightParking) -> tuple[int, int]:
-    slot = parked._slots[0]  # noqa: SLF001 - the map's address, from its first view
+def _map_range(parked: WeightParking, file=None) -> tuple[int, int]:
+    """The address range of the map of ``file`` (the written file by default)."""
+    file = file or parked._written  # noqa: SLF001
+    slot = next(slot for slot in parked._slots if slot.file == file)  # noqa: SLF001
     start = slot.tensor.untyped_storage().data_ptr() - slot.offset
-    return start, start + len(parked._map)  # noqa: SLF001
+    return start, start + len(parked._maps[file])  # noqa: SLF001
 
 
 def _inside(tensor: torch.Tensor, bounds: tuple[int, int]) -> bool:
@@ -175,9 +177,9 @@ def test_a_caller_done_with_its_model_gets_it_released(fixture_case, monkeypatch
 def test_weights_read_back_in_chunks_are_the_same_bytes(tmp_path, monkeypatch, parallel):
     model = Tied()
     before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
-    monkeypatch.setattr(parking, "_READ_CHUNK", 1000)  # tensors span many reads, unaligned
+    monkeypatch.setattr(weights_in_file, "READ_CHUNK", 1000)  # many reads, unaligned
     if not parallel:  # where os.preadv does not exist (Windows)
-        monkeypatch.delattr(parking.os, "preadv")
+        monkeypatch.delattr(weights_in_file.os, "preadv")
     parked = WeightParking(model, tmp_path, min_bytes=0)
     parked.park()
     parked.restore()
