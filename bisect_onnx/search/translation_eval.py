@@ -18,14 +18,17 @@ run eagerly) raises :class:`CannotEvaluate`, and the caller traces as before.
 from __future__ import annotations
 
 import ast
+import contextlib
 import logging
 import re
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
-__all__ = ["CannotEvaluate", "OpCall", "parse_op_call", "evaluate_translation"]
+__all__ = ["CannotEvaluate", "OpCall", "parse_op_call", "evaluate_translation",
+           "importing_translations"]
 
 logger = logging.getLogger(__name__)
 
@@ -107,6 +110,38 @@ def evaluate_translation(call: OpCall, arrays: Mapping[str, np.ndarray]
         raise CannotEvaluate(f"{call.target}'s translation does not run eagerly: "
                              f"{type(error).__name__}") from error
     return recorder.nodes, values
+
+
+@contextlib.contextmanager
+def importing_translations(wanted: bool) -> Iterator[None]:
+    """Import the exporter's translations in a thread while the block runs, if ``wanted``.
+
+    onnxscript and its torch_lib take about a second to import (onnx_ir brings sympy),
+    which a divergence in a file exported elsewhere pays before its culprit is named.
+    ONNX Runtime making and running its sessions (the block) leaves the GIL and a core
+    free, so the import is done by the time it is needed, and costs a run at parity
+    only a core's idle time. The thread is joined when the block ends, so that no other
+    import of this process ever runs beside it.
+    """
+    if not wanted:
+        yield
+        return
+    thread = threading.Thread(target=_import_translations, name="bisect-onnx-translations",
+                              daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join()
+
+
+def _import_translations() -> None:
+    try:
+        from onnxscript import evaluator  # noqa: F401
+        from onnxscript.function_libs.torch_lib import ops  # noqa: F401
+        from torch.onnx._internal.exporter._torchlib import ops as torch_ops  # noqa: F401
+    except Exception as error:  # noqa: BLE001 - the import when needed says what is wrong
+        logger.debug("importing the exporter's translations ahead failed: %s", error)
 
 
 def _translation_of(target: str) -> Any:

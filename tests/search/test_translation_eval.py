@@ -62,3 +62,21 @@ def test_a_linear_is_translated_to_its_nodes_with_their_values_and_data_flow():
 def test_a_missing_value_cannot_be_evaluated():
     with pytest.raises(CannotEvaluate, match="no value of p_layers_9_attention_q_weight"):
         evaluate_translation(parse_op_call(LINEAR), {"layer_norm_18": np.zeros((1, 8))})
+
+
+def test_translations_are_imported_while_the_block_runs_and_only_when_wanted():
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from bisect_onnx.search.translation_eval import importing_translations\n"
+        "wanted = sys.argv[1] == 'yes'\n"
+        "with importing_translations(wanted):\n"
+        "    pass\n"
+        "print('onnxscript.function_libs.torch_lib.ops' in sys.modules,"
+        " 'torch.onnx._internal.exporter._torchlib.ops' in sys.modules)\n")
+    seen = {wanted: subprocess.run([sys.executable, "-c", script, wanted], capture_output=True,
+                                   text=True, check=True).stdout.split()
+            for wanted in ("yes", "no")}
+    assert seen == {"yes": ["True", "True"], "no": ["False", "False"]}
