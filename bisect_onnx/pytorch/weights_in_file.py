@@ -9,12 +9,12 @@ about 770 MB/s, a 3-billion-parameter model's 11 GiB took about a minute to writ
 
 Nothing is taken on trust from names or shapes: a planted weight, an edited file or an
 export of other weights must not come back as the caller's. A tensor is matched only
-after all its bytes are compared with the file's (read in parallel, as parking reads).
+after all its bytes are compared with the file's, through a map of it: pages the system
+already holds are not copied, and leave this process's resident memory once compared.
 """
 
 from __future__ import annotations
 
-import logging
 import mmap
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -28,8 +28,6 @@ if TYPE_CHECKING:
     import onnx
 
 __all__ = ["FileCopy", "StoredWeights", "advise", "bytes_of", "read_into", "view_of"]
-
-logger = logging.getLogger(__name__)
 
 # Reads in flight, and how much each one reads: a virtual disk reads many requests at
 # once about 8 times faster than one after another.
