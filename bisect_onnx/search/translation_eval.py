@@ -18,17 +18,15 @@ run eagerly) raises :class:`CannotEvaluate`, and the caller traces as before.
 from __future__ import annotations
 
 import ast
-import contextlib
 import logging
 import re
-import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 __all__ = ["CannotEvaluate", "OpCall", "parse_op_call", "evaluate_translation",
-           "importing_translations"]
+           "import_translations"]
 
 logger = logging.getLogger(__name__)
 
@@ -112,30 +110,13 @@ def evaluate_translation(call: OpCall, arrays: Mapping[str, np.ndarray]
     return recorder.nodes, values
 
 
-@contextlib.contextmanager
-def importing_translations(wanted: bool) -> Iterator[None]:
-    """Import the exporter's translations in a thread while the block runs, if ``wanted``.
+def import_translations() -> None:
+    """Import the exporter's translations now, so that evaluating one costs no imports.
 
-    onnxscript and its torch_lib take about a second to import (onnx_ir brings sympy),
-    which a divergence in a file exported elsewhere pays before its culprit is named.
-    ONNX Runtime making and running its sessions (the block) leaves the GIL and a core
-    free, so the import is done by the time it is needed, and costs a run at parity
-    only a core's idle time. The thread is joined when the block ends, so that no other
-    import of this process ever runs beside it.
+    onnxscript and its torch_lib take about a second to import (onnx_ir brings sympy);
+    the pipeline does it while ONNX Runtime works (:mod:`bisect_onnx.pipeline.alongside`).
+    A failure is left for the import where a translation is needed to report.
     """
-    if not wanted:
-        yield
-        return
-    thread = threading.Thread(target=_import_translations, name="bisect-onnx-translations",
-                              daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        thread.join()
-
-
-def _import_translations() -> None:
     try:
         from onnxscript import evaluator  # noqa: F401
         from onnxscript.function_libs.torch_lib import ops  # noqa: F401

@@ -64,15 +64,15 @@ def test_a_missing_value_cannot_be_evaluated():
         evaluate_translation(parse_op_call(LINEAR), {"layer_norm_18": np.zeros((1, 8))})
 
 
-def test_translations_are_imported_while_the_block_runs_and_only_when_wanted():
+def test_translations_are_imported_alongside_the_block_and_only_when_wanted():
     import subprocess
     import sys
 
     script = (
         "import sys\n"
-        "from bisect_onnx.search.translation_eval import importing_translations\n"
-        "wanted = sys.argv[1] == 'yes'\n"
-        "with importing_translations(wanted):\n"
+        "from bisect_onnx.pipeline.alongside import alongside\n"
+        "from bisect_onnx.search.translation_eval import import_translations\n"
+        "with alongside(import_translations, name='t', wanted=sys.argv[1] == 'yes'):\n"
         "    pass\n"
         "print('onnxscript.function_libs.torch_lib.ops' in sys.modules,"
         " 'torch.onnx._internal.exporter._torchlib.ops' in sys.modules)\n")
