@@ -89,12 +89,14 @@ class StoredWeights:
                 if key in self._used:
                     continue
                 mapped = self._map(stored.path)
-                if _same_bytes(tensor, _view(mapped, stored, tensor.dtype, transposed)):
-                    self._used.add(key)
-                    return FileCopy(stored.path, stored.offset, transposed, mapped)
-                # Its pages leave this process's resident memory (the system keeps them).
+                same = _same_bytes(tensor, mapped, stored, transposed)
+                # Its pages leave this process's resident memory (the system keeps them):
+                # a parked tensor's count only when PyTorch reads them again.
                 advise(mapped, "MADV_DONTNEED", stored.offset,
                        _numel(stored.shape) * tensor.element_size(), outward=False)
+                if same:
+                    self._used.add(key)
+                    return FileCopy(stored.path, stored.offset, transposed, mapped)
         return None
 
     def _map(self, path: Path) -> mmap.mmap:
@@ -112,12 +114,6 @@ def view_of(mapped: mmap.mmap, offset: int, dtype: Any, shape: tuple[int, ...],
     count = _numel(shape) * dtype.itemsize
     view = torch.frombuffer(mapped, dtype=torch.uint8, count=count, offset=offset).view(dtype)
     return view.reshape(shape[::-1]).t() if transposed else view.reshape(shape)
-
-
-def _view(mapped: mmap.mmap, stored: _Stored, dtype: Any, transposed: bool) -> Any:
-    shape = stored.shape[::-1] if transposed else stored.shape
-    advise(mapped, "MADV_WILLNEED", stored.offset, _numel(shape) * dtype.itemsize, outward=True)
-    return view_of(mapped, stored.offset, dtype, shape, transposed)
 
 
 def advise(mapped: mmap.mmap, advice: str, offset: int, nbytes: int, *, outward: bool) -> None:
@@ -158,14 +154,19 @@ def _stored(tensor: onnx.TensorProto, model_dir: Path, sizes: dict[Path, int]) -
     return _Stored(path, offset, shape)
 
 
-def _same_bytes(tensor: Any, stored: Any) -> bool:
-    """Whether every byte of ``tensor`` is ``stored``'s (a view of the file)."""
+def _same_bytes(tensor: Any, mapped: mmap.mmap, stored: _Stored, transposed: bool) -> bool:
+    """Whether every byte of ``tensor`` is the stored tensor's (its transpose's)."""
     import torch
 
-    ours, theirs = _bits(tensor), _bits(stored)
+    shape = stored.shape[::-1] if transposed else stored.shape
+    ours = _bits(tensor)
+    theirs = _bits(view_of(mapped, stored.offset, tensor.dtype, shape, transposed))
     first_row = (0,) * (tensor.dim() - 1)
     if tensor.dim() and not torch.equal(ours[first_row][:_HEAD], theirs[first_row][:_HEAD]):
         return False
+    # Read ahead only for a likely match: a wrong candidate is never read whole.
+    advise(mapped, "MADV_WILLNEED", stored.offset, ours.numel() * ours.element_size(),
+           outward=True)
     return torch.equal(ours, theirs)
 
 
