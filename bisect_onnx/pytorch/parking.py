@@ -126,9 +126,12 @@ class WeightParking:
         import torch
 
         rest = []
-        for tensor in tensors:
-            # Buffers change under PyTorch (running statistics): they are written out.
-            copy = stored.find(tensor) if isinstance(tensor, torch.nn.Parameter) else None
+        for index, tensor in enumerate(tensors):
+            try:  # buffers change under PyTorch (running statistics): they are written out
+                copy = stored.find(tensor) if isinstance(tensor, torch.nn.Parameter) else None
+            except OSError as error:  # a file that cannot be mapped: write the rest out
+                logger.info("weights not parked on the ONNX file's data: %s", error)
+                return rest + tensors[index:]
             if copy is None:
                 rest.append(tensor)
                 continue

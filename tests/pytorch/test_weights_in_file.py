@@ -150,3 +150,20 @@ def test_a_run_on_an_external_data_export_parks_on_its_bytes(name, fixture_case,
     assert hashlib.sha256((tmp_path / "model.onnx.data").read_bytes()).hexdigest() == digest
     for key, value in model.state_dict().items():
         assert torch.equal(value, state[key]), key
+
+
+def test_a_data_file_that_cannot_be_mapped_leaves_the_weights_to_be_written(
+        tmp_path, monkeypatch, caplog):
+    model = Net()
+    proto, _ = _save_with_external_data(tmp_path, _as_exported(model))
+
+    def no_map(self, path):
+        raise OSError(19, "No such device")
+
+    monkeypatch.setattr(StoredWeights, "_map", no_map)
+    parked = WeightParking(model, tmp_path, min_bytes=0)
+    with caplog.at_level(logging.INFO, logger="bisect_onnx.pytorch.parking"):
+        parked.park(proto, tmp_path)
+    assert "No such device" in caplog.text
+    assert {slot.file for slot in parked._slots} == {parked._written}  # noqa: SLF001
+    assert len(parked._slots) == len(list(model.parameters())) + 1  # noqa: SLF001
