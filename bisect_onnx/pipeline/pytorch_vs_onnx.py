@@ -27,7 +27,6 @@ from bisect_onnx.judge.records import Report
 from bisect_onnx.judge.tolerance_judge import ToleranceJudge
 from bisect_onnx.judge.tolerances import tolerance_rules
 from bisect_onnx.judge.vocabulary import Granularity
-from bisect_onnx.pipeline.alongside import alongside
 from bisect_onnx.pipeline.call_ops import alignment_inputs, op_scope, traces_one_call
 from bisect_onnx.pipeline.description import describe_run
 from bisect_onnx.pipeline.inside_op import look_inside_module_culprit, name_the_ops
@@ -62,6 +61,7 @@ from bisect_onnx.pipeline.torch_comparison import (
     compare_sample,
     subgraph_warnings,
 )
+from bisect_onnx.pytorch.exporter_imports import imported_meanwhile
 from bisect_onnx.pytorch.op_values import OpCapture
 from bisect_onnx.pytorch.parking import WeightParking, parking_for
 from bisect_onnx.pytorch.reference import Reference, exit_is_a_model_error, reference_for
@@ -75,7 +75,6 @@ from bisect_onnx.search.modes import (
     references_by_value,
 )
 from bisect_onnx.search.probes import ProbeBisection, checkpoints_for
-from bisect_onnx.search.translation_eval import import_translations
 from bisect_onnx.sources.input_sizes import Budget, check_sample_count, input_budget
 from bisect_onnx.sources.loading import check_against_onnx
 from bisect_onnx.sources.output_paths import check_run_files
@@ -240,8 +239,8 @@ def _run_sample(settings: Settings, arrays: list[np.ndarray], description: str):
     # PyTorch's values are recorded: one copy of the weights (the file's, where it holds them)
     settings.parking.park(candidate.model, candidate.path.parent)
     emit(CAPTURE_STARTED, "onnxruntime")
-    with alongside(import_translations, name="translations",  # for inside_op
-                   wanted=traces_one_call(settings) and not memory_reason):
+    with imported_meanwhile(candidate.model,  # the translations, for inside_op
+                            wanted=traces_one_call(settings) and not memory_reason):
         run = run_candidate(candidate, arrays, memory_reason=memory_reason)
     warnings = list(settings.reference.warnings)
     # The verdict is production's, whatever the capture session computed.

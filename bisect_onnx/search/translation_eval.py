@@ -25,8 +25,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CannotEvaluate", "OpCall", "parse_op_call", "evaluate_translation",
-           "import_translations"]
+__all__ = ["CannotEvaluate", "OpCall", "parse_op_call", "evaluate_translation"]
 
 logger = logging.getLogger(__name__)
 
@@ -108,21 +107,6 @@ def evaluate_translation(call: OpCall, arrays: Mapping[str, np.ndarray]
         raise CannotEvaluate(f"{call.target}'s translation does not run eagerly: "
                              f"{type(error).__name__}") from error
     return recorder.nodes, values
-
-
-def import_translations() -> None:
-    """Import the exporter's translations now, so that evaluating one costs no imports.
-
-    onnxscript and its torch_lib take about a second to import (onnx_ir brings sympy);
-    the pipeline does it while ONNX Runtime works (:mod:`bisect_onnx.pipeline.alongside`).
-    A failure is left for the import where a translation is needed to report.
-    """
-    try:
-        from onnxscript import evaluator  # noqa: F401
-        from onnxscript.function_libs.torch_lib import ops  # noqa: F401
-        from torch.onnx._internal.exporter._torchlib import ops as torch_ops  # noqa: F401
-    except Exception as error:  # noqa: BLE001 - the import when needed says what is wrong
-        logger.debug("importing the exporter's translations ahead failed: %s", error)
 
 
 def _translation_of(target: str) -> Any:
