@@ -42,27 +42,23 @@ def op_values(settings: Any, arrays: Sequence[np.ndarray], *, diverged: bool,
     has found it.
     """
     prepared, granularity = settings.prepared, settings.granularity
-
-    def pytorch_runs() -> None:
-        # ONNX Runtime's whole-model sessions are gone: parked weights come back (a
-        # Linear's, parked on the file's transpose, could round otherwise). Over the
-        # budget, production is probed later, and they stay parked.
-        if not memory_reason:
-            settings.parking.restore()
-
+    # Before PyTorch runs, ONNX Runtime's whole-model sessions are gone and parked weights
+    # come back (a Linear's, parked on the file's transpose, could round otherwise). Over
+    # the budget production is probed later, and they stay parked.
+    weights_back = settings.parking.restore if not memory_reason else lambda: None
     if prepared.wants_program and (granularity == "op" or diverged and (
             granularity is None or memory_reason)):
         if later and not memory_reason and traces_one_call(settings):
             return None
-        pytorch_runs()
+        weights_back()
         prepared.find_program(settings.reference, arrays, settings.workdir)
     if prepared.script is not None and (diverged or not memory_reason):
-        pytorch_runs()
+        weights_back()
         emit(CAPTURE_STARTED, "pytorch ops")  # a TorchScript file: the traced graph's ops
         return capture_script_ops(prepared.script, arrays)
     if prepared.program is None or not (diverged or not memory_reason):
         return None
-    pytorch_runs()
+    weights_back()
     emit(CAPTURE_STARTED, "pytorch ops")
     return capture_ops(prepared.program, arrays)
 

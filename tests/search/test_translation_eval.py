@@ -62,4 +62,3 @@ def test_a_linear_is_translated_to_its_nodes_with_their_values_and_data_flow():
 def test_a_missing_value_cannot_be_evaluated():
     with pytest.raises(CannotEvaluate, match="no value of p_layers_9_attention_q_weight"):
         evaluate_translation(parse_op_call(LINEAR), {"layer_norm_18": np.zeros((1, 8))})
-
