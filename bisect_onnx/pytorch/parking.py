@@ -112,7 +112,7 @@ class WeightParking:
             return
         started = time.perf_counter()
         if onnx_model is not None and model_dir is not None:
-            tensors = self._point_at_model_file(tensors, StoredWeights(onnx_model, model_dir))
+            tensors = self._point_at_model_file(tensors, onnx_model, model_dir)
         in_file = total - sum(_padded(t) for t in tensors)
         if tensors:
             self._write_out(tensors)
@@ -121,13 +121,16 @@ class WeightParking:
                         "ONNX Runtime holds its copy (%.1f s)", format_size(total),
                         format_size(in_file), time.perf_counter() - started)
 
-    def _point_at_model_file(self, tensors: list[Any], stored: StoredWeights) -> list[Any]:
+    def _point_at_model_file(self, tensors: list[Any], onnx_model: onnx.ModelProto,
+                             model_dir: Path) -> list[Any]:
         """Point each parameter the file holds at its bytes there; the other tensors."""
         import torch
 
-        rest = []
+        rest: list[Any] = []
+        stored: StoredWeights | None = None
         for index, tensor in enumerate(tensors):
             try:  # buffers change under PyTorch (running statistics): they are written out
+                stored = stored or StoredWeights(onnx_model, model_dir)
                 copy = stored.find(tensor) if isinstance(tensor, torch.nn.Parameter) else None
             except OSError as error:  # a file that cannot be mapped: write the rest out
                 logger.info("weights not parked on the ONNX file's data: %s", error)

@@ -15,6 +15,7 @@ already holds are not copied, and leave this process's resident memory once comp
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -93,7 +94,7 @@ class StoredWeights:
                 # Its pages leave this process's resident memory (the system keeps them):
                 # a parked tensor's count only when PyTorch reads them again.
                 advise(mapped, "MADV_DONTNEED", stored.offset,
-                       _numel(stored.shape) * tensor.element_size(), outward=False)
+                       math.prod(stored.shape) * tensor.element_size(), outward=False)
                 if same:
                     self._used.add(key)
                     return FileCopy(stored.path, stored.offset, transposed, mapped)
@@ -111,7 +112,7 @@ def view_of(mapped: mmap.mmap, offset: int, dtype: Any, shape: tuple[int, ...],
     """A tensor of ``shape`` over the map's bytes at ``offset`` (its transpose's, if so)."""
     import torch
 
-    count = _numel(shape) * dtype.itemsize
+    count = math.prod(shape) * dtype.itemsize
     view = torch.frombuffer(mapped, dtype=torch.uint8, count=count, offset=offset).view(dtype)
     return view.reshape(shape[::-1]).t() if transposed else view.reshape(shape)
 
@@ -145,7 +146,7 @@ def _stored(tensor: onnx.TensorProto, model_dir: Path, sizes: dict[Path, int]) -
         return None
     offset = int(entries.get("offset") or 0)
     shape = tuple(int(dim) for dim in tensor.dims)
-    nbytes = _numel(shape) * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize
     if path not in sizes:
         sizes[path] = path.stat().st_size if path.is_file() else -1
     if (nbytes == 0 or offset % dtype.itemsize or offset + nbytes > sizes[path]
@@ -176,13 +177,6 @@ def _bits(tensor: Any) -> Any:
 
     integer = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
     return tensor.view(integer[tensor.element_size()])
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    count = 1
-    for dim in shape:
-        count *= dim
-    return count
 
 
 def _torch_dtype(data_type: int) -> Any:

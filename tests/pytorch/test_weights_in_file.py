@@ -152,15 +152,16 @@ def test_a_run_on_an_external_data_export_parks_on_its_bytes(name, fixture_case,
         assert torch.equal(value, state[key]), key
 
 
+@pytest.mark.parametrize("failing", ["_map", "__init__"])  # mapping, or reading the sizes
 def test_a_data_file_that_cannot_be_mapped_leaves_the_weights_to_be_written(
-        tmp_path, monkeypatch, caplog):
+        failing, tmp_path, monkeypatch, caplog):
     model = Net()
     proto, _ = _save_with_external_data(tmp_path, _as_exported(model))
 
-    def no_map(self, path):
+    def no_device(*args):
         raise OSError(19, "No such device")
 
-    monkeypatch.setattr(StoredWeights, "_map", no_map)
+    monkeypatch.setattr(StoredWeights, failing, no_device)
     parked = WeightParking(model, tmp_path, min_bytes=0)
     with caplog.at_level(logging.INFO, logger="bisect_onnx.pytorch.parking"):
         parked.park(proto, tmp_path)
