@@ -126,23 +126,30 @@ class WeightParking:
         """Point each parameter the file holds at its bytes there; the other tensors."""
         import torch
 
+        try:
+            stored = StoredWeights(onnx_model, model_dir)
+        except OSError as error:  # a data file that cannot be read: write them out
+            logger.info("weights not parked on the ONNX file's data: %s", error)
+            return tensors
         rest: list[Any] = []
-        stored: StoredWeights | None = None
-        for index, tensor in enumerate(tensors):
-            try:  # buffers change under PyTorch (running statistics): they are written out
-                stored = stored or StoredWeights(onnx_model, model_dir)
-                copy = stored.find(tensor) if isinstance(tensor, torch.nn.Parameter) else None
-            except OSError as error:  # a file that cannot be mapped: write the rest out
-                logger.info("weights not parked on the ONNX file's data: %s", error)
-                return rest + tensors[index:]
-            if copy is None:
-                rest.append(tensor)
-                continue
-            self._maps[copy.path] = copy.mapped
-            slot = _Slot(tensor, copy.offset, tensor.numel() * tensor.element_size(),
-                         copy.path, copy.transposed)
-            _point_at([slot], self._maps[copy.path])
-            self._slots.append(slot)
+        try:
+            for index, tensor in enumerate(tensors):
+                try:  # buffers change under PyTorch (running statistics): written out
+                    copy = (stored.find(tensor) if isinstance(tensor, torch.nn.Parameter)
+                            else None)
+                except OSError as error:  # a file that cannot be mapped: write the rest out
+                    logger.info("weights not parked on the ONNX file's data: %s", error)
+                    return rest + tensors[index:]
+                if copy is None:
+                    rest.append(tensor)
+                    continue
+                self._maps[copy.path] = copy.mapped
+                slot = _Slot(tensor, copy.offset, tensor.numel() * tensor.element_size(),
+                             copy.path, copy.transposed)
+                _point_at([slot], self._maps[copy.path])
+                self._slots.append(slot)
+        finally:
+            stored.close()
         return rest
 
     def _write_out(self, tensors: list[Any]) -> None:

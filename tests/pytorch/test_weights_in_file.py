@@ -13,7 +13,7 @@ from onnx import helper, numpy_helper
 from torch import nn
 
 import bisect_onnx
-from bisect_onnx.pytorch import parking
+from bisect_onnx.pytorch import parking, weights_in_file
 from bisect_onnx.pytorch.parking import WeightParking
 from bisect_onnx.pytorch.weights_in_file import StoredWeights
 
@@ -168,3 +168,21 @@ def test_a_data_file_that_cannot_be_mapped_leaves_the_weights_to_be_written(
     assert "No such device" in caplog.text
     assert {slot.file for slot in parked._slots} == {parked._written}  # noqa: SLF001
     assert len(parked._slots) == len(list(model.parameters())) + 1  # noqa: SLF001
+
+
+def test_each_match_is_read_ahead_of_its_comparison(tmp_path, monkeypatch):
+    model = Net()
+    proto, _ = _save_with_external_data(tmp_path, _as_exported(model))
+    asked: list[tuple[int, int]] = []
+    monkeypatch.setattr(weights_in_file, "READ_AHEAD", 64)
+    monkeypatch.setattr(weights_in_file, "advise", lambda mapped, advice, offset, nbytes, **_:
+                        asked.append((offset, nbytes)) if advice == "MADV_WILLNEED" else None)
+    parked = WeightParking(model, tmp_path / "run", min_bytes=0)
+    (tmp_path / "run").mkdir()
+    parked.park(proto, tmp_path)
+    slots = [slot for slot in parked._slots if slot.file != parked._written]  # noqa: SLF001
+    assert len(slots) == len(list(model.parameters()))
+    size = (tmp_path / "weights.onnx.data").stat().st_size
+    for slot in slots:  # the tensor, and what lies after it in the file
+        assert (slot.offset, min(slot.nbytes + 64, size - slot.offset)) in asked
+    parked.restore()
