@@ -27,6 +27,7 @@ from bisect_onnx.pipeline.torch_comparison import compare_final_outputs, is_vacu
 from bisect_onnx.pytorch.parking import parking_for
 from bisect_onnx.pytorch.reference import exit_is_a_model_error, reference_for
 from bisect_onnx.report.json import write_json
+from bisect_onnx.runtime.heap import kept_in_heap
 from bisect_onnx.sources.loading import check_against_onnx
 from bisect_onnx.sources.output_paths import check_run_files
 
@@ -84,8 +85,10 @@ def assert_parity(
         # PyTorch's values are recorded: one copy of the weights (the file's, where it can)
         parking.park(prepared.candidate.model, prepared.candidate.path.parent)
         warnings: list[str] = []
-        records = compare_final_outputs(capture.outputs, prepared.candidate.run_outputs(arrays),
-                                        judge=judge, warnings=warnings)
+        with kept_in_heap(parking.parked):  # the weights come back to its pages
+            outputs = prepared.candidate.run_outputs(arrays)
+        records = compare_final_outputs(capture.outputs, outputs, judge=judge,
+                                        warnings=warnings)
         agree = not any(record.failed for record in records) and all(
             is_vacuity(warning) for warning in warnings)
         emit(PARITY_CHECKED, f"{label}: {'parity' if agree else 'diverged'}")

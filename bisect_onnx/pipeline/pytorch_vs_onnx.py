@@ -66,6 +66,7 @@ from bisect_onnx.pytorch.op_values import OpCapture
 from bisect_onnx.pytorch.parking import WeightParking, parking_for
 from bisect_onnx.pytorch.reference import Reference, exit_is_a_model_error, reference_for
 from bisect_onnx.pytorch.script_ops import ScriptOpCapture
+from bisect_onnx.runtime.heap import kept_in_heap
 from bisect_onnx.runtime.sides import Capture
 from bisect_onnx.search.blame import attribute_divergence
 from bisect_onnx.search.modes import (
@@ -239,8 +240,9 @@ def _run_sample(settings: Settings, arrays: list[np.ndarray], description: str):
     # PyTorch's values are recorded: one copy of the weights (the file's, where it holds them)
     settings.parking.park(candidate.model, candidate.path.parent)
     emit(CAPTURE_STARTED, "onnxruntime")
-    with imported_meanwhile(candidate.model,  # the translations, for inside_op
-                            wanted=traces_one_call(settings) and not memory_reason):
+    with (imported_meanwhile(candidate.model,  # the translations, for inside_op
+                             wanted=traces_one_call(settings) and not memory_reason),
+          kept_in_heap(settings.parking.parked)):  # the weights come back to its pages
         run = run_candidate(candidate, arrays, memory_reason=memory_reason)
     warnings = list(settings.reference.warnings)
     # The verdict is production's, whatever the capture session computed.

@@ -39,6 +39,7 @@ from bisect_onnx.pytorch.weights_in_file import (
     read_into,
     view_of,
 )
+from bisect_onnx.runtime.heap import give_back
 from bisect_onnx.runtime.memory import format_size
 
 if TYPE_CHECKING:
@@ -304,6 +305,7 @@ def parking_for(model: Any, folder: Path) -> Iterator[WeightParking]:
             parking.release()  # reading 12 GB back for a process about to end is waste
         else:
             parking.restore()
+        give_back()  # what ONNX Runtime's sessions freed, kept for the weights read back
 
 
 @contextlib.contextmanager
