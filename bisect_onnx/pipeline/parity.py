@@ -85,7 +85,7 @@ def assert_parity(
         # PyTorch's values are recorded: one copy of the weights (the file's, where it can)
         parking.park(prepared.candidate.model, prepared.candidate.path.parent)
         warnings: list[str] = []
-        with kept_in_heap(parking.parked):  # the weights come back to its pages
+        with kept_in_heap(parking.parked):  # its pages kept for the weights read back
             outputs = prepared.candidate.run_outputs(arrays)
         records = compare_final_outputs(capture.outputs, outputs, judge=judge,
                                         warnings=warnings)

@@ -242,7 +242,7 @@ def _run_sample(settings: Settings, arrays: list[np.ndarray], description: str):
     emit(CAPTURE_STARTED, "onnxruntime")
     with (imported_meanwhile(candidate.model,  # the translations, for inside_op
                              wanted=traces_one_call(settings) and not memory_reason),
-          kept_in_heap(settings.parking.parked)):  # the weights come back to its pages
+          kept_in_heap(settings.parking.parked)):  # its pages kept for the weights read back
         run = run_candidate(candidate, arrays, memory_reason=memory_reason)
     warnings = list(settings.reference.warnings)
     # The verdict is production's, whatever the capture session computed.

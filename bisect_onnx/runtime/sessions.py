@@ -10,6 +10,7 @@ from typing import Any
 
 from bisect_onnx.errors import ModelError, UsageError, one_line
 from bisect_onnx.events import SESSION_CREATED, SESSION_STARTED, emit
+from bisect_onnx.runtime.heap import made_in_heap
 
 __all__ = ["CPU_PROVIDER", "DEFAULT_OPT_LEVEL", "OPT_LEVELS", "PROMOTE_CHOICES", "create_session",
            "check_provider", "check_runtime"]
@@ -91,8 +92,10 @@ def create_session(serialized: bytes | Path, *, model_dir: Path, label: str,
             os.symlink(os.devnull, weights)
     try:
         source = str(serialized) if isinstance(serialized, Path) else serialized
-        session = ort.InferenceSession(source, options, providers=[provider],
-                                       disabled_optimizers=list(disabled_optimizers) or None)
+        with made_in_heap():  # a large model's: its pages reused (runtime/heap.py)
+            session = ort.InferenceSession(source, options, providers=[provider],
+                                           disabled_optimizers=list(disabled_optimizers)
+                                           or None)
     except Exception as error:
         raise ModelError(f"ONNX Runtime could not load {label}: {one_line(error)}") from error
     emit(SESSION_CREATED, label)

@@ -45,16 +45,22 @@ def touched(mib):
 
 found = {"before": in_heap(touched(64))}
 with heap.kept_in_heap(active=sys.argv[1] == "yes"):
-    found["inside"] = in_heap(touched(64))
-    big = touched(512)
-    found["big_inside"] = in_heap(big)
+    found["kept_not_made"] = in_heap(touched(64))  # a session's run: maps as usual
+    with heap.made_in_heap():  # a session's making
+        found["inside"] = in_heap(touched(64))
+        big = touched(512)  # what the session holds
+        found["big_inside"] = in_heap(big)
+        transient = touched(256)  # what its making frees
+        del transient
+        made = resident()
+    found["making_given_back"] = made - resident()
     base = resident()
-    del big
+    del big  # the session released
 found["dropped"] = base - resident()
-reused = touched(256)  # from the pages freed inside, where they were kept
+reused = touched(256)  # the weights read back, into the pages the session freed
 found["reused"] = in_heap(reused)
 del reused
-found["kept_reused"] = in_heap(touched(64))  # outside too, while kept
+found["kept_reused"] = in_heap(touched(64))
 before_giving = resident()
 heap.give_back()
 found["given_back"] = before_giving - resident()
@@ -74,7 +80,9 @@ def _run(active: str, env: dict[str, str] | None = None) -> dict:
 def test_allocations_stay_in_the_heap_and_its_pages_are_reused():
     found = _run("yes")
     assert not found["before"]  # 64 MiB: a map of its own, as glibc does by default
+    assert not found["kept_not_made"]
     assert found["inside"] and found["big_inside"]
+    assert found["making_given_back"] > 200
     assert found["dropped"] < 100  # the 512 MiB freed inside are not given back yet...
     assert found["reused"] and found["kept_reused"]  # ...and later large allocations reuse them
     assert found["given_back"] > 400  # until the run gives them back
@@ -83,8 +91,8 @@ def test_allocations_stay_in_the_heap_and_its_pages_are_reused():
 
 def test_a_small_model_changes_nothing():
     found = _run("no")
-    assert not any(found[key] for key in ("before", "inside", "big_inside", "reused",
-                                          "kept_reused", "after"))
+    assert not any(found[key] for key in ("before", "kept_not_made", "inside", "big_inside",
+                                          "reused", "kept_reused", "after"))
     assert found["dropped"] > 400  # freed at once, as glibc does by default
 
 
