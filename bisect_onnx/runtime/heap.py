@@ -93,8 +93,8 @@ def made_in_heap() -> Iterator[None]:
 
     What the making freed (the buffers it wrote its optimized graph through) is given
     back at the end: the session's run allocates other sizes, which would come on top
-    (250 MB more at the peak of a 1-billion-parameter decoder's run). What stays kept
-    is what the session frees when it is released, for the weights read back.
+    (a 1-billion-parameter decoder's peak was 5.3 GB kept, 5.2 GB given back). What
+    stays kept is what the session frees when it is released, for the weights read back.
     """
     libc = _glibc() if _keeping else None
     if libc is None:
@@ -112,8 +112,10 @@ def made_in_heap() -> Iterator[None]:
 def give_back() -> None:
     """Return to the system the free memory the heap kept since :func:`kept_in_heap`."""
     global _kept
+    if not _kept:  # (before looking for the C library, which a small run never does)
+        return
     libc = _glibc()
-    if not _kept or libc is None:
+    if libc is None:
         return
     _kept = False
     libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
