@@ -42,6 +42,8 @@ _HEAD = 16
 # parameters in the order they are compared, so the next ones are read while this one
 # is (a 3-billion-parameter model's file, cold, was compared at about 290 MB/s).
 READ_AHEAD = 256 << 20
+# The file's rows compared at once with a transposed tensor's columns.
+_ROWS_AT_ONCE = 256
 _PAGE = mmap.PAGESIZE
 
 
@@ -186,7 +188,14 @@ def _same_bytes(tensor: Any, mapped: mmap.mmap, stored: _Stored, transposed: boo
         return False
     # Read ahead only for a likely match: a wrong candidate is never read whole.
     read_ahead(mapped, stored.offset, ours.numel() * ours.element_size())
-    return torch.equal(ours, theirs)
+    if not transposed:
+        return torch.equal(ours, theirs)
+    # A few hundred of the file's rows at a time: across a whole transposed tensor, each
+    # of the file's rows is read one element per row of ours, and the compare ran at
+    # two thirds of the speed (about 1.1 against 1.7 GB/s on this machine's 2 cores).
+    return all(torch.equal(ours[:, start:start + _ROWS_AT_ONCE],
+                           theirs[:, start:start + _ROWS_AT_ONCE])
+               for start in range(0, ours.shape[1], _ROWS_AT_ONCE))
 
 
 def _bits(tensor: Any) -> Any:

@@ -130,6 +130,20 @@ def test_a_stored_tensor_serves_one_parameter_only(tmp_path):
     assert stored.find(nn.Parameter(torch.full((8,), 0.5, dtype=torch.float16))) is not None
 
 
+@pytest.mark.parametrize("column", [None, 0, 5, 9, 10])
+def test_a_transposed_weight_is_compared_in_every_block_of_rows(tmp_path, monkeypatch, column):
+    """A transposed weight is compared a few of the file's rows at a time: each block counts."""
+    monkeypatch.setattr(weights_in_file, "_ROWS_AT_ONCE", 4)  # blocks of columns 0-3, 4-7, 8-10
+    weight = nn.Parameter(torch.randn(6, 11))
+    stored_t = weight.detach().numpy().T.copy()
+    if column is not None:  # one element off, in the first, a middle or the last block
+        stored_t[column, 2] = np.nextafter(stored_t[column, 2], np.float32(np.inf))
+    proto, _ = _save_with_external_data(tmp_path, {"weight_t": stored_t})
+    found = StoredWeights(proto, tmp_path).find(weight)
+    assert (found is not None) == (column is None)
+    assert found is None or found.transposed
+
+
 @pytest.mark.parametrize("name", ["tiny_transformer", "resnet_like"])
 def test_a_run_on_an_external_data_export_parks_on_its_bytes(name, fixture_case, tmp_path,
                                                              monkeypatch, caplog):
