@@ -55,6 +55,7 @@ from bisect_onnx.pipeline.samples import (
     samples_kind,
 )
 from bisect_onnx.report.context import culprit_context
+from bisect_onnx.runtime.heap import give_back, kept_in_heap
 from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
 from bisect_onnx.runtime.reference_side import ReferenceEvaluatorSide, reference_side
 from bisect_onnx.search.blame import attribute_divergence
@@ -163,9 +164,17 @@ def bisect_onnx_models(
             OnnxRuntimeSide(candidate_path, **candidate_runtime.session_keywords()),
             labels=(reference_label, candidate_label), rtol=rtol, atol=atol, rules=rules,
             all_culprits=all_culprits)
-        return compare_samples(_reference_inputs(models.reference, inputs, random_inputs),
-                               models.run_sample, repro_dir=repro_dir,
-                               kind=samples_kind(inputs))
+        # A large model's sessions are made in the heap, each reusing the pages the one
+        # released before it freed (runtime/heap.py); all given back at the end.
+        large = any(isinstance(side, OnnxRuntimeSide) and side.holds_weights_once
+                    for side in (models.reference, models.candidate))
+        try:
+            with kept_in_heap(large):
+                return compare_samples(
+                    _reference_inputs(models.reference, inputs, random_inputs),
+                    models.run_sample, repro_dir=repro_dir, kind=samples_kind(inputs))
+        finally:
+            give_back()
 
 
 @dataclass

@@ -176,6 +176,11 @@ class OnnxRuntimeSide:
         every weight, prepacked): then each is made for a run and released after it."""
 
     @property
+    def holds_weights_once(self) -> bool:
+        """Whether the model is large enough that its sessions are made one at a time."""
+        return self._hold_weights_once
+
+    @property
     def opset(self) -> int | None:
         """The default-domain opset the model was exported with."""
         for entry in self.model.opset_import:

@@ -26,6 +26,7 @@ from torch import nn
 import bisect_onnx
 from bisect_onnx.graph.walk import graph_tensors
 from bisect_onnx.graph.weights import copy_model, link_or_copy, weight_bytes, write_external_data
+from bisect_onnx.pipeline import onnx_vs_onnx
 from bisect_onnx.report import repro
 from bisect_onnx.runtime import onnx_side
 from bisect_onnx.runtime.sessions import create_session
@@ -318,3 +319,31 @@ def test_a_proto_naming_external_weights_it_cannot_find_is_refused(tmp_path, fix
     loose = onnx.load(str(tmp_path / "external.onnx"), load_external_data=False)
     with pytest.raises(InputError, match="pass the path"):
         bisect_onnx.bisect(model, inputs, onnx_model=loose)
+
+
+@pytest.mark.parametrize("hold_once", [False, True], ids=["default", "weights-held-once"])
+def test_a_large_models_sessions_against_onnx_are_made_in_the_heap(external_model, monkeypatch,
+                                                                    hold_once):
+    """ONNX against ONNX: a large model's sessions are made in the kept heap, given back last."""
+    _, x, path, _, _ = external_model
+    if hold_once:  # the path a model over 1 GiB takes
+        monkeypatch.setattr(onnx_side, "HOLD_WEIGHTS_ONCE_ABOVE", 0)
+    happened: list[str] = []
+    kept = onnx_vs_onnx.kept_in_heap
+
+    def kept_in_heap(active):
+        happened.append(f"kept {active}")
+        return kept(active)
+
+    monkeypatch.setattr(onnx_vs_onnx, "kept_in_heap", kept_in_heap)
+    monkeypatch.setattr(onnx_vs_onnx, "give_back", lambda: happened.append("given back"))
+    levels = {"reference_runtime": bisect_onnx.RuntimeOptions(opt_level="disabled"),
+              "candidate_runtime": bisect_onnx.RuntimeOptions(opt_level="all")}
+    with bisect_onnx.events.listening(lambda event: happened.append(event.kind)):
+        report = bisect_onnx.bisect_onnx_models(path, None, x, **levels)
+    assert report.verdict == "parity"
+    assert happened.count(f"kept {hold_once}") == 1
+    # Every session is made inside; what the heap kept is given back after the last.
+    assert (happened.index(f"kept {hold_once}") < happened.index("session_started")
+            and happened.count("session_created") >= 2)
+    assert happened[-1] == "given back"
