@@ -164,8 +164,8 @@ def bisect_onnx_models(
             OnnxRuntimeSide(candidate_path, **candidate_runtime.session_keywords()),
             labels=(reference_label, candidate_label), rtol=rtol, atol=atol, rules=rules,
             all_culprits=all_culprits)
-        # A large model's sessions are made in the heap, each reusing the pages the one
-        # released before it freed (runtime/heap.py); all given back at the end.
+        # A large model's sessions are made in the heap, each making's buffers reusing
+        # one another's pages (runtime/heap.py); what it kept is given back at the end.
         large = any(isinstance(side, OnnxRuntimeSide) and side.holds_weights_once
                     for side in (models.reference, models.candidate))
         try:

@@ -14,8 +14,9 @@ graph-only session took 3.5 s instead of 12 s, and 11 GB read back into reused p
 were touched in 0.5 s instead of 14 s. Nothing more is held; free pages are only not
 given back until the run ends (:func:`give_back`), which raised a 1-billion-parameter
 decoder's peak by about 7% (5.2 GB against 4.9 GB, for 3.9 GB of weights). Against
-another ONNX model, each session reuses the pages of the one released before it: that
-decoder, level disabled against all, took 32-35 s instead of 40-44 s, at the same peak.
+another ONNX model, where nothing is read back, a large model's sessions are made in the
+heap all the same: that decoder, level disabled against all, took 32-35 s instead of
+40-44 s, at the same peak.
 
 glibc only (Linux); nothing is changed where the caller set glibc's malloc options
 itself (``MALLOC_*`` variables, ``GLIBC_TUNABLES``).
