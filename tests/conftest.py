@@ -38,3 +38,26 @@ def fixtures_untouched():
     before = tree_digest(REPO_ROOT / "fixtures")
     yield
     assert tree_digest(REPO_ROOT / "fixtures") == before, "a fixture file was modified"
+
+
+@pytest.fixture
+def heap_watch(monkeypatch):
+    """``heap_watch(driver, give_back_in)`` -> a list of what the run did with the heap.
+
+    ``driver``'s ``kept_in_heap`` is wrapped to note ``"kept <active>"`` and
+    ``give_back_in``'s ``give_back`` replaced to note ``"given back"``.
+    """
+
+    def watch(driver, give_back_in) -> list[str]:
+        happened: list[str] = []
+        kept = driver.kept_in_heap
+
+        def kept_in_heap(active):
+            happened.append(f"kept {active}")
+            return kept(active)
+
+        monkeypatch.setattr(driver, "kept_in_heap", kept_in_heap)
+        monkeypatch.setattr(give_back_in, "give_back", lambda: happened.append("given back"))
+        return happened
+
+    return watch

@@ -323,20 +323,12 @@ def test_a_proto_naming_external_weights_it_cannot_find_is_refused(tmp_path, fix
 
 @pytest.mark.parametrize("hold_once", [False, True], ids=["default", "weights-held-once"])
 def test_a_large_models_sessions_against_onnx_are_made_in_the_heap(external_model, monkeypatch,
-                                                                    hold_once):
+                                                                    heap_watch, hold_once):
     """ONNX against ONNX: a large model's sessions are made in the kept heap, given back last."""
     _, x, path, _, _ = external_model
     if hold_once:  # the path a model over 1 GiB takes
         monkeypatch.setattr(onnx_side, "HOLD_WEIGHTS_ONCE_ABOVE", 0)
-    happened: list[str] = []
-    kept = onnx_vs_onnx.kept_in_heap
-
-    def kept_in_heap(active):
-        happened.append(f"kept {active}")
-        return kept(active)
-
-    monkeypatch.setattr(onnx_vs_onnx, "kept_in_heap", kept_in_heap)
-    monkeypatch.setattr(onnx_vs_onnx, "give_back", lambda: happened.append("given back"))
+    happened = heap_watch(onnx_vs_onnx, onnx_vs_onnx)
     levels = {"reference_runtime": bisect_onnx.RuntimeOptions(opt_level="disabled"),
               "candidate_runtime": bisect_onnx.RuntimeOptions(opt_level="all")}
     with bisect_onnx.events.listening(lambda event: happened.append(event.kind)):

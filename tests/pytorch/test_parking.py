@@ -235,23 +235,15 @@ def test_weights_come_back_before_pytorch_traces_a_divergence(fixture_case, tmp_
 
 
 def test_a_parked_run_keeps_freed_memory_for_the_weights_then_gives_it_back(
-        fixture_case, monkeypatch):
+        fixture_case, monkeypatch, heap_watch):
     from bisect_onnx.pipeline import pytorch_vs_onnx
 
     model, inputs, onnx_path = fixture_case("resnet_like")
     monkeypatch.setattr(parking, "PARK_MIN_BYTES", 0)
-    happened: list[str] = []
-    kept = pytorch_vs_onnx.kept_in_heap
-
-    def kept_in_heap(active):
-        happened.append(f"kept {active}")
-        return kept(active)
-
-    monkeypatch.setattr(pytorch_vs_onnx, "kept_in_heap", kept_in_heap)
+    happened = heap_watch(pytorch_vs_onnx, parking)
     original = WeightParking.restore
     monkeypatch.setattr(WeightParking, "restore", lambda self: (
         happened.append("restored" if self.parked else "nothing parked"), original(self))[1])
-    monkeypatch.setattr(parking, "give_back", lambda: happened.append("given back"))
     bisect_onnx.bisect(model, inputs, onnx_model=onnx_path)
     # ONNX Runtime's sessions allocate from the heap once the weights are parked; what
     # they free is given back only after the weights were read back into it.
