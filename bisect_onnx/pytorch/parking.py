@@ -133,7 +133,7 @@ class WeightParking:
             logger.info("weights not parked on the ONNX file's data: %s", error)
             return tensors
         rest: list[Any] = []
-        try:
+        with stored:
             for index, tensor in enumerate(tensors):
                 try:  # buffers change under PyTorch (running statistics): written out
                     copy = (stored.find(tensor) if isinstance(tensor, torch.nn.Parameter)
@@ -149,8 +149,6 @@ class WeightParking:
                              copy.path, copy.transposed)
                 _point_at([slot], self._maps[copy.path])
                 self._slots.append(slot)
-        finally:
-            stored.close()
         return rest
 
     def _write_out(self, tensors: list[Any]) -> None:

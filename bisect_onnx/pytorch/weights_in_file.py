@@ -114,6 +114,12 @@ class StoredWeights:
         """Wait for the reads asked for (the maps stay open for the tensors pointed at them)."""
         self._reader.shutdown()
 
+    def __enter__(self) -> StoredWeights:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
     def _read_ahead(self, mapped: mmap.mmap, offset: int, nbytes: int) -> None:
         """Have the system read a tensor's bytes, and the next ones, into its cache."""
         end = min(offset + nbytes + READ_AHEAD, len(mapped))

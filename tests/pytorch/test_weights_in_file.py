@@ -122,12 +122,12 @@ def test_a_stored_tensor_serves_one_parameter_only(tmp_path):
     zeros = np.zeros(32, dtype=np.float32)
     proto, _ = _save_with_external_data(tmp_path, {"zeros": zeros,
                                                    "halves": np.full(8, 0.5, np.float16)})
-    stored = StoredWeights(proto, tmp_path)
     first, second = (nn.Parameter(torch.zeros(32)) for _ in range(2))
-    assert stored.find(first) is not None
-    assert stored.find(second) is None  # shared bytes would see each other's writes
-    assert stored.find(nn.Parameter(torch.full((8,), 0.5))) is None  # float32 is not float16
-    assert stored.find(nn.Parameter(torch.full((8,), 0.5, dtype=torch.float16))) is not None
+    with StoredWeights(proto, tmp_path) as stored:
+        assert stored.find(first) is not None
+        assert stored.find(second) is None  # shared bytes would see each other's writes
+        assert stored.find(nn.Parameter(torch.full((8,), 0.5))) is None  # not float16
+        assert stored.find(nn.Parameter(torch.full((8,), 0.5, dtype=torch.float16))) is not None
 
 
 @pytest.mark.parametrize("column", [None, 0, 5, 9, 10])
@@ -139,7 +139,8 @@ def test_a_transposed_weight_is_compared_in_every_block_of_rows(tmp_path, monkey
     if column is not None:  # one element off, in the first, a middle or the last block
         stored_t[column, 2] = np.nextafter(stored_t[column, 2], np.float32(np.inf))
     proto, _ = _save_with_external_data(tmp_path, {"weight_t": stored_t})
-    found = StoredWeights(proto, tmp_path).find(weight)
+    with StoredWeights(proto, tmp_path) as stored:
+        found = stored.find(weight)
     assert (found is not None) == (column is None)
     assert found is None or found.transposed
 
