@@ -259,6 +259,36 @@ def _cycle_within(graph: dict[str, dict[str, int]], group: set[str]) -> list[str
 # ---------------------------------------------------------------- on the package
 
 
+#: The one module that makes a Report (from the stages' findings), and what it calls.
+REPORT_MAKER = f"{PACKAGE}.judge.assembly"
+REPORT_MAKERS = ("Report", "replace")
+
+
+def report_makers(package: dict[str, Module]) -> list[str]:
+    """Every place outside :data:`REPORT_MAKER` that builds a ``Report`` or rebuilds one.
+
+    ``Report(...)`` and ``Report.<classmethod>(...)`` calls; and ``replace(report, ...)``
+    of a variable named ``report`` (the findings are what a stage changes).
+    """
+    found = []
+    for module in package.values():
+        if module.name == REPORT_MAKER:
+            continue
+        for node in ast.walk(module.tree):
+            if not isinstance(node, ast.Call):
+                continue
+            function = node.func
+            name = function.id if isinstance(function, ast.Name) else (
+                function.attr if isinstance(function, ast.Attribute) else None)
+            owner = function.value if isinstance(function, ast.Attribute) else None
+            builds = name == "Report" or (isinstance(owner, ast.Name) and owner.id == "Report")
+            rebuilds = (name == "replace" and node.args and isinstance(node.args[0], ast.Name)
+                        and node.args[0].id in ("report", "worst", "module_level"))
+            if builds or rebuilds:
+                found.append(f"{module.path}:{node.lineno}")
+    return found
+
+
 @pytest.fixture(scope="module")
 def package() -> dict[str, Module]:
     return read_package(PACKAGE_ROOT)
@@ -293,6 +323,11 @@ def test_no_module_imports_another_modules_private_name(package):
 def test_no_import_cycle(package):
     found = import_cycles(package)
     assert not found, f"break these import cycles:{listed(found)}"
+
+
+def test_only_the_assembler_makes_a_report(package):
+    found = report_makers(package)
+    assert not found, f"return findings; only {REPORT_MAKER} makes a Report:{listed(found)}"
 
 
 # ---------------------------------------------------------------- on planted violations
@@ -374,3 +409,12 @@ def test_type_checking_imports_and_imports_of_packages_make_no_cycle(tmp_path):
     })
     assert import_cycles(planted) == []
     assert import_graph(planted)["bisect_onnx.c"] == {"bisect_onnx.c.d": 1}
+
+
+def test_a_report_made_outside_the_assembler_is_named(tmp_path):
+    planted = plant(tmp_path, {
+        "judge/assembly.py": "def assemble(f):\n    return Report(verdict=f)\n",
+        "stage.py": "def stage(report):\n    return replace(report, note='x')\n",
+        "other.py": "def other():\n    return Report.decided(1)\n"})
+    assert sorted(item.rsplit("/", 1)[-1] for item in report_makers(planted)) == [
+        "other.py:2", "stage.py:2"]

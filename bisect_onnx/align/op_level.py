@@ -16,6 +16,7 @@ from typing import Any
 
 from bisect_onnx.align.modules import Pair
 from bisect_onnx.align.ops import OpAlignment, align_ops
+from bisect_onnx.judge.findings import Refinement
 from bisect_onnx.judge.records import Record, Report
 from bisect_onnx.judge.tolerance_judge import ToleranceJudge
 from bisect_onnx.pytorch.op_values import OpCapture
@@ -23,7 +24,7 @@ from bisect_onnx.runtime.onnx_side import NodeInfo
 from bisect_onnx.runtime.sides import CapturedValue
 
 __all__ = ["GRANULARITIES", "op_records", "align_op_values", "aggregate_ops",
-           "look_inside_first_divergence", "narrow_to_node"]
+           "look_inside_first_divergence", "named_node"]
 
 logger = logging.getLogger(__name__)
 
@@ -106,13 +107,13 @@ def look_inside_first_divergence(
     candidate_values: Mapping[str, Any],
     *,
     opset: int | None,
-) -> None:
+) -> Refinement | None:
     """Name the ONNX node inside a multi-node op where the culprit's error starts.
 
     A failing ``aten.linear`` is MatMul then Add, and only the Add's output carries
     the op's name: the op is exported alone and its values compared node by node
-    (:mod:`bisect_onnx.search.decomposition`). The first divergence then names that node;
-    ``report.inside_op`` says what was done either way.
+    (:mod:`bisect_onnx.search.decomposition`). The refinement names that node for the
+    culprit (else the first divergence), and says what was done either way.
     """
     from bisect_onnx.pytorch.script_ops import ScriptOpCapture
     from bisect_onnx.search.decomposition import localize_in_segment
@@ -120,44 +121,35 @@ def look_inside_first_divergence(
     if isinstance(ops, ScriptOpCapture):  # a TorchScript trace: no FX program
         from bisect_onnx.align.script_inside import look_inside_script_op
 
-        record = report.culprit or report.first_divergence
-        found = look_inside_script_op(report, segments, ops, model, candidate_values,
-                                      opset=opset)
-        if found is not None:
-            narrow_to_node(report, record, found)
-        return
+        inside, found = look_inside_script_op(report, segments, ops, model, candidate_values,
+                                              opset=opset)
+        return None if inside is None else Refinement(inside_op=inside, node=named_node(found))
     record = report.culprit or report.first_divergence
     if record is None or record.fx_node is None:
-        return
+        return None
     segment = [node for node in segments.get(record.fx_node, ())
                if node.op_type != "Constant"]
     if len(segment) < 2:
-        return
+        return None
     fx_node = next((node for node in program.graph.nodes if node.name == record.fx_node), None)
     if fx_node is None:
-        return
+        return None
     reference = {name: value.array for name, value in ops.values.items()}
     reference.update(ops.graph_inputs)
     finding = localize_in_segment(
         fx_node, program, reference, [model.graph.node[node.index] for node in segment],
         candidate_values, rtol=report.rtol, atol=report.atol, opset=opset)
     logger.info("inside %s: %s", record.fx_node, finding.how)
-    report.inside_op = {"fx_node": record.fx_node, "nodes": [node.name for node in segment],
-                        "node": finding.node, "value": finding.value, "how": finding.how,
-                        "compared": finding.compared}
+    inside = {"fx_node": record.fx_node, "nodes": [node.name for node in segment],
+              "node": finding.node, "value": finding.value, "how": finding.how,
+              "compared": finding.compared}
     # By the value it computes: a node may have no name in the file.
     found = next((node for node in segment
                   if finding.value is not None and finding.value in node.outputs), None)
-    if finding.node is not None and found is not None:
-        narrow_to_node(report, record, found)
+    return Refinement(inside_op=inside,
+                      node=named_node(found) if finding.node is not None else None)
 
 
-def narrow_to_node(report: Report, record: Record, node: NodeInfo) -> None:
-    """Name ``node`` (found inside ``record``'s op) as the culprit and first divergence."""
-    narrowed = replace(record, onnx_node=node.name, onnx_op=node.op_type)
-    if report.culprit is record:
-        report.culprit = narrowed
-    if report.first_divergence is record:
-        report.first_divergence = narrowed
-    report.comparisons = [narrowed if item is record else item
-                          for item in report.comparisons]
+def named_node(node: NodeInfo | None) -> tuple[str, str] | None:
+    """The ``(name, op type)`` a record narrowed to ``node`` takes."""
+    return None if node is None else (node.name, node.op_type)

@@ -46,27 +46,28 @@ def references_by_onnx_value(segments: Mapping[str, Sequence[NodeInfo]],
 def look_inside_script_op(report: Report, segments: Mapping[str, Sequence[NodeInfo]],
                           ops: ScriptOpCapture, model: onnx.ModelProto,
                           candidate_values: Mapping[str, np.ndarray], *,
-                          opset: int | None) -> NodeInfo | None:
-    """The node inside the culprit's op where its error starts, if one can be named.
+                          opset: int | None) -> tuple[dict[str, Any] | None, NodeInfo | None]:
+    """What was done inside the culprit's op, and the node where its error starts.
 
-    Writes ``report.inside_op``: what was done, and what was found.
+    ``(None, None)`` where nothing was looked at; the node is ``None`` where none can
+    be named.
     """
     record = report.culprit or report.first_divergence
     if record is None or record.fx_node is None:
-        return None
+        return None, None
     segment = [node for node in segments.get(record.fx_node, ()) if node.op_type != "Constant"]
     op = next((op for op in ops.ops if op.name == record.fx_node), None)
     if len(segment) < 2 or op is None:
-        return None
+        return None, None
     node, value, how = _localize(op, ops, [model.graph.node[item.index] for item in segment],
                                  candidate_values, rtol=report.rtol, atol=report.atol,
                                  opset=opset)
     logger.info("inside %s: %s", op.name, how)
-    report.inside_op = {"fx_node": op.name, "nodes": [item.name for item in segment],
-                        "node": node, "value": value, "how": how}
+    inside = {"fx_node": op.name, "nodes": [item.name for item in segment],
+              "node": node, "value": value, "how": how}
     found = next((item for item in segment if value is not None and value in item.outputs),
                  None)
-    return found if node is not None else None
+    return inside, found if node is not None else None
 
 
 def _localize(op: ScriptOp, ops: ScriptOpCapture, segment: Sequence[onnx.NodeProto],

@@ -52,6 +52,8 @@ class Record:
     local_max_abs_error: float | None = None
     """The error of those nodes alone, on PyTorch's inputs."""
     local_status: str | None = None
+    local_nan_mismatch: int | None = None
+    """Elements with NaN or Inf in different places in that local result."""
     error_growth: float | None = None
     """This value's error over the largest error of its inputs (max abs)."""
     classification: str | None = None
@@ -154,9 +156,14 @@ class Coverage:
     elsewhere): the ops counted are that call's, the other rows module calls."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Report:
-    """The result of one bisection: verdict, records and context."""
+    """The result of one bisection: verdict, records and context.
+
+    Made only by :func:`bisect_onnx.judge.assembly.assemble`, from the stages' findings
+    (``findings``). The culprit, the first divergence and the NaN origin are looked up
+    by value name among the report's own rows, so they cannot disagree with them.
+    """
 
     verdict: Verdict
     """``parity`` or ``diverged``, decided by the final outputs."""
@@ -165,10 +172,8 @@ class Report:
     environment: dict[str, Any]
     reference: dict[str, Any]
     candidate: dict[str, Any]
-    first_divergence: Record | None
     final_outputs: list[Record]
     comparisons: list[Record]
-    hidden_divergences: list[Record]
     coverage: Coverage
     unaligned: list[Unaligned] = field(default_factory=list)
     """Torch values (module outputs, or ops at op level) with no ONNX value, and why."""
@@ -181,17 +186,8 @@ class Report:
     """Extra context for the verdict (where the culprit must lie when no checkpoint fails)."""
     repro: dict[str, Any] | None = None
     """Where the minimal repro of the first divergence was written, if asked for."""
-    culprit: Record | None = None
-    """The answer: the first failing value whose own node introduces the error beyond
-    float rounding, where the bug is (the first divergence may only carry it, or fail
-    by rounding). ``None`` when none was found."""
     attribution: dict[str, Any] | None = None
     """How the culprit was found: values checked, inputs fed, classification, drift."""
-    culprits: list[Record] | None = None
-    """With ``all_culprits``: every value that introduces error, in graph order."""
-    nan_origin: Record | None = None
-    """The first value with NaN or Inf on one side only, when an earlier value was the
-    first to fail (by a small margin, say)."""
     capture: dict[str, Any] = field(default_factory=dict)
     """How ONNX Runtime's values were captured: mode (fusion-preserving or all values),
     promoted and surviving values, disabled optimizers, whether the capture fuses as
@@ -211,20 +207,61 @@ class Report:
     """Which search found the first divergence: ``full capture`` (every value in one
     session), or ``bisection`` (probes of the production graph, a few values each),
     with why, each probe and what it found."""
+    kernel_values: list[Record] = field(default_factory=list)
+    """Values inside a kernel ONNX Runtime fused that a culprit names (no table row)."""
+    culprit_segment: dict[str, Any] | None = None
+    """Where only a segment of several nodes could be shown to introduce the error (no
+    single node): its first and last values and its nodes (``from``, ``to``, ``nodes``)."""
+    first_divergence_ref: Any = field(default=None, repr=False)
+    culprit_ref: Any = field(default=None, repr=False)
+    culprit_refs: Any = field(default=None, repr=False)
+    nan_origin_ref: Any = field(default=None, repr=False)
+    findings: Any = field(default=None, repr=False, compare=False)
+    """The stages' findings this report was assembled from
+    (:class:`bisect_onnx.judge.findings.Findings`)."""
 
-    @classmethod
-    def decided(cls, decision: Any, *, rtol: float, atol: float, final_outputs: list[Record],
-                comparisons: list[Record], coverage: Coverage, **fields: Any) -> Report:
-        """A report carrying ``decision``'s verdict (:func:`bisect_onnx.judge.verdict.decide`).
+    def _row(self, ref: Any) -> Record | None:
+        """The record ``ref`` (a :class:`~bisect_onnx.judge.findings.RowRef`) names."""
+        if ref is None:
+            return None
+        rows = [row for row in getattr(self, ref.table) if row.onnx_value == ref.value]
+        return next((row for row in rows if row.failed), rows[0] if rows else None)
 
-        Its first divergence, hidden divergences, note and NaN origin too; the sides
-        are described later.
+    @property
+    def first_divergence(self) -> Record | None:
+        """The first failing value (a final output when no intermediate fails)."""
+        return self._row(self.first_divergence_ref)
+
+    @property
+    def culprit(self) -> Record | None:
+        """The answer: the node that introduces the error (``None`` when none was shown).
+
+        The first failing value whose own node, fed the reference's exact inputs, still
+        fails beyond float rounding.
         """
-        return cls(verdict=decision.verdict, rtol=rtol, atol=atol, environment={},
-                   reference={}, candidate={}, first_divergence=decision.first_divergence,
-                   final_outputs=final_outputs, comparisons=comparisons,
-                   hidden_divergences=decision.hidden_divergences, coverage=coverage,
-                   note=decision.note, nan_origin=decision.nan_origin, **fields)
+        return self._row(self.culprit_ref)
+
+    @property
+    def culprits(self) -> list[Record] | None:
+        """With ``all_culprits``: every value that introduces error, in graph order."""
+        if self.culprit_refs is None:
+            return None
+        return [row for row in map(self._row, self.culprit_refs) if row is not None]
+
+    @property
+    def nan_origin(self) -> Record | None:
+        """The first value with NaN or Inf on one side only, if it is not the first to fail.
+
+        An earlier value may fail by a small margin: where the NaN starts matters more.
+        """
+        return self._row(self.nan_origin_ref)
+
+    @property
+    def hidden_divergences(self) -> list[Record]:
+        """At parity: the intermediate values that fail (masked positions, say)."""
+        if self.verdict == Verdict.DIVERGED:
+            return []
+        return [row for row in self.comparisons if row.failed]
 
     @property
     def diverged(self) -> bool:
@@ -260,6 +297,7 @@ class Report:
             "repro": self.repro,
             "tolerance_basis": self.tolerance_basis,
             "search": self.search,
+            "culprit_segment": self.culprit_segment,
         }
 
     def _culprit_dict(self) -> dict[str, Any] | None:

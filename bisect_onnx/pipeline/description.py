@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from bisect_onnx.judge.findings import RunDescription
 from bisect_onnx.pipeline.environment import environment
 from bisect_onnx.pipeline.production import capture_warning
 from bisect_onnx.report.context import culprit_context
@@ -20,19 +21,23 @@ __all__ = ["describe_run"]
 
 def describe_run(report: Report, prepared: PreparedCandidate, export: ExportOptions,
                  reference_side: Side, run: CandidateRun, description: str,
-                 torch_capture: Capture, onnx_capture: Capture) -> None:
-    """What was compared, how, and where: the report's descriptive fields."""
+                 torch_capture: Capture, onnx_capture: Capture) -> RunDescription:
+    """What was compared, how, and where, for ``report`` (its culprit's node in its graph)."""
     candidate = prepared.candidate
-    report.reference = {**reference_side.describe(), "inputs": description}
-    report.candidate = {**candidate.describe(), "model": prepared.source}
-    report.environment = environment(candidate, exporter=prepared.exporter)
-    report.capture = candidate.describe_capture()
-    warning = capture_warning(candidate, report.capture,
+    capture = candidate.describe_capture()
+    warnings = []
+    warning = capture_warning(candidate, capture,
                               share=run.tolerance_used(report.rtol, report.atol))
     if warning:
-        report.warnings.append(warning)
-    report.culprit_node = culprit_context(report.culprit or report.first_divergence, candidate,
-                                          torch_capture, onnx_capture, report.comparisons)
+        warnings.append(warning)
     if export.opset is not None and candidate.opset != export.opset:
-        report.warnings.append(f"asked for opset {export.opset}, but the {export.exporter} "
-                               f"exporter produced opset {candidate.opset}")
+        warnings.append(f"asked for opset {export.opset}, but the {export.exporter} "
+                        f"exporter produced opset {candidate.opset}")
+    return RunDescription(
+        environment=environment(candidate, exporter=prepared.exporter),
+        reference={**reference_side.describe(), "inputs": description},
+        candidate={**candidate.describe(), "model": prepared.source},
+        capture=capture,
+        culprit_node=culprit_context(report.culprit or report.first_divergence, candidate,
+                                     torch_capture, onnx_capture, report.comparisons),
+        warnings=tuple(warnings))

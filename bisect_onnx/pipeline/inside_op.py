@@ -14,13 +14,13 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from bisect_onnx.align.op_level import narrow_to_node
+from bisect_onnx.align.op_level import named_node
 from bisect_onnx.graph.provenance import fx_node_text
+from bisect_onnx.judge.findings import Refinement
 from bisect_onnx.judge.records import Report
 from bisect_onnx.pipeline.call_ops import checked_segment
 from bisect_onnx.search.decomposition import compare_segment
@@ -46,24 +46,23 @@ class _Op(NamedTuple):
 
 def look_inside_module_culprit(report: Report, candidate: Any, model: Any,
                                references: Mapping[str, np.ndarray],
-                               candidate_values: Mapping[str, np.ndarray]) -> None:
-    """Narrow ``report``'s culprit to the node inside its op that goes wrong first.
+                               candidate_values: Mapping[str, np.ndarray]) -> Refinement | None:
+    """The node inside ``report``'s culprit's op that goes wrong first, if it can be told.
 
     ``references``: PyTorch's values by ONNX name; ``candidate_values``: what the
-    file's nodes computed (from PyTorch's inputs, for the culprit's segment).
-    ``report.inside_op`` says what was done; where nothing can be said, nothing is
-    written, and the caller may trace the module call instead.
+    file's nodes computed (from PyTorch's inputs, for the culprit's segment). ``None``
+    where nothing can be said (the caller may trace the module call instead).
     """
     record = report.culprit
     if record is None or report.inside_op is not None:
-        return
+        return None
     compute = [node for node in checked_segment(report, candidate.nodes)
                if node is None or node.op_type != "Constant"]
     if len(compute) < 2 or None in compute:
-        return
+        return None
     made_from = {node.torch.fx_node if node.torch else None for node in compute}
     if len(made_from) != 1 or None in made_from:
-        return  # several ops (or unknown ones): only their module call, traced, tells
+        return None  # several ops (or unknown ones): only their module call, traced, tells
     fx_name = made_from.pop()
     protos = [candidate.model.graph.node[node.index] for node in compute]
     try:
@@ -72,38 +71,36 @@ def look_inside_module_culprit(report: Report, candidate: Any, model: Any,
         fresh_nodes, fresh_values = evaluate_translation(call, arrays)
     except CannotEvaluate as error:
         logger.info("cannot look inside %s without a trace: %s", fx_name, error)
-        return
+        return None
     finding = compare_segment(_Op(fx_name, call.target), protos, fresh_nodes, fresh_values,
                               references, candidate_values,
                               rtol=report.rtol, atol=report.atol)
     logger.info("inside %s: %s", fx_name, finding.how)
     if finding.node is None:
-        return
-    report.inside_op = {"fx_node": fx_name, "nodes": [node.name for node in compute],
-                        "node": finding.node, "value": finding.value, "how": finding.how,
-                        "compared": finding.compared}
+        return None
+    inside = {"fx_node": fx_name, "nodes": [node.name for node in compute],
+              "node": finding.node, "value": finding.value, "how": finding.how,
+              "compared": finding.compared}
     found = next((node for node in compute if finding.value in node.outputs), None)
-    if found is not None:
-        narrow_to_node(report, record, found)
+    return Refinement(inside_op=inside, node=named_node(found))
 
 
-def name_the_ops(report: Report, candidate: Any) -> None:
-    """Give the culprit and the first divergence their op where their value is its output.
+def name_the_ops(report: Report, candidate: Any) -> dict[str, str]:
+    """The op of the culprit's and the first divergence's value, where it is its output.
 
     A module-level value the file names after the FX node that computes it (``linear_4``,
     a Linear's output) is that op's value too: the verdict names the op, as op level does.
+    Returns ONNX value -> FX node.
     """
     producers = {output: node for node in candidate.nodes for output in node.outputs}
-    for record in {id(item): item for item in (report.culprit, report.first_divergence)
-                   if item is not None and item.fx_node is None}.values():
+    named = {}
+    for record in (report.culprit, report.first_divergence):
+        if record is None or record.fx_node is not None:
+            continue
         node = producers.get(record.onnx_value)
         if node is not None and node.torch and node.torch.fx_node == record.onnx_value:
-            named = replace(record, fx_node=record.onnx_value)
-            report.culprit = named if report.culprit is record else report.culprit
-            if report.first_divergence is record:
-                report.first_divergence = named
-            report.comparisons = [named if item is record else item
-                                  for item in report.comparisons]
+            named[record.onnx_value] = record.onnx_value
+    return named
 
 
 def _value_of(name: str, model: Any, references: Mapping[str, np.ndarray]) -> np.ndarray:

@@ -20,7 +20,8 @@ from bisect_onnx.align.onnx_pairs import (
 )
 from bisect_onnx.graph.provenance import Provenance
 from bisect_onnx.judge.compare import ArrayComparison
-from bisect_onnx.judge.records import Coverage, Record, Report
+from bisect_onnx.judge.findings import AttributionFindings, ComparisonFindings
+from bisect_onnx.judge.records import Coverage, Record
 from bisect_onnx.judge.tolerance_judge import UNUSED_RULE
 from bisect_onnx.judge.tolerances import (
     Tolerance,
@@ -95,8 +96,8 @@ class Paired:
 def compare_sample(reference: Any, candidate: OnnxRuntimeSide, reference_capture: Capture,
                    candidate_capture: Capture, arrays: Sequence[np.ndarray], *,
                    rtol: float | None, atol: float | None, rules: Sequence[ToleranceRule],
-                   warnings: list[str]) -> tuple[Report, Paired]:
-    """Pair, compare and decide; the report without its descriptions, and the pairing."""
+                   warnings: list[str]) -> tuple[ComparisonFindings, Paired]:
+    """Pair, compare and decide: the comparison's findings, and the pairing."""
     candidate_precision = precision_of(candidate.model)
     default, precision = default_tolerance(precision_of(reference.model), candidate_precision)
     base = Tolerance(default.rtol if rtol is None else rtol,
@@ -136,7 +137,7 @@ def compare_sample(reference: Any, candidate: OnnxRuntimeSide, reference_capture
     decision = decide(comparisons, final_outputs, output_order={
         name: value.provenance.position for name, value in candidate_capture.values.items()})
     compared_nodes = {pair.node for pair in pairing.pairs if pair.node}
-    report = Report.decided(
+    findings = ComparisonFindings.decided(
         decision,
         rtol=base.rtol, atol=base.atol,
         final_outputs=final_outputs,
@@ -151,7 +152,7 @@ def compare_sample(reference: Any, candidate: OnnxRuntimeSide, reference_capture
         tolerance_basis=_tolerance_basis(precision, rtol, atol, rules),
     )
     fused = [item.name for item in pairing.unpaired if item.kind == "runtime-fused"]
-    return report, Paired(judge, groups, pairing.pairs, output_pairs, fused, nodes,
+    return findings, Paired(judge, groups, pairing.pairs, output_pairs, fused, nodes,
                            reference.model)
 
 
@@ -272,29 +273,34 @@ def kernel_references(paired: Paired, reference_capture: Capture) -> dict[str, C
     return found
 
 
-def show_kernel_culprit(report: Report, paired: Paired, reference_capture: Capture,
-                        local_values: Mapping[str, np.ndarray]) -> None:
+def show_kernel_culprit(attribution: AttributionFindings, paired: Paired,
+                        reference_capture: Capture,
+                        local_values: Mapping[str, np.ndarray]) -> AttributionFindings:
     """A culprit found inside a fused kernel, shown as the comparison rows are.
 
     Attribution names it with the reference's value on the reference's side; the row
     says which reference node and module it stands for, with its pair's tolerance.
     """
-    kernel = (report.attribution or {}).get("inside_kernel") or {}
-    culprit, name = report.culprit, kernel.get("value")
-    if culprit is None or name is None or culprit.onnx_value != name or name not in local_values:
-        return
+    name = (attribution.evidence.get("inside_kernel") or {}).get("value")
+    culprit = next((record for record in attribution.kernel_values
+                    if record.onnx_value == name), None)
+    if culprit is None or name not in local_values:
+        return attribution
     uncaptured = paired.uncaptured(reference_capture)
     pair = next((pair for pair in uncaptured if pair.candidate == name), None)
     if pair is None or pair.reference not in reference_capture.values:
-        return
+        return attribution
     local = CapturedValue(name, np.asarray(local_values[name]),
                           Provenance(position=culprit.index))
     row = paired.judge.record(culprit.index, reference_capture.values[pair.reference], local,
                               pair, paired.nodes)
-    report.culprit = replace(row, introduced_here=True,
-                             local_max_abs_error=culprit.local_max_abs_error,
-                             local_status=culprit.local_status,
-                             classification=culprit.classification)
+    shown = replace(row, introduced_here=True,
+                    local_max_abs_error=culprit.local_max_abs_error,
+                    local_status=culprit.local_status,
+                    local_nan_mismatch=culprit.local_nan_mismatch,
+                    classification=culprit.classification)
+    return replace(attribution, kernel_values=tuple(
+        shown if record is culprit else record for record in attribution.kernel_values))
 
 
 def _tolerance_basis(precision: str, rtol: float | None, atol: float | None,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,7 +25,9 @@ import numpy as np
 
 from bisect_onnx.errors import InputError, UsageError
 from bisect_onnx.events import BISECTION_STARTED, CAPTURE_STARTED, emit
+from bisect_onnx.judge.assembly import assemble
 from bisect_onnx.judge.compare import check_tolerances
+from bisect_onnx.judge.findings import Findings, RunDescription
 from bisect_onnx.judge.records import Report
 from bisect_onnx.judge.tolerances import ToleranceRule, tolerance_rules
 from bisect_onnx.pipeline.environment import environment
@@ -203,36 +205,35 @@ class _Models:
         run = run_candidate(self.candidate, candidate_arrays, fall_back=True)
         self.candidate = run.side
         self.fell_back = self.fell_back or run.fallback
-        report, values = self._report(run, reference_capture, arrays, candidate_arrays)
-        report.reference = {**self.reference.describe(), "model": self.labels[0],
-                            "inputs": description}
-        report.candidate = {**self.candidate.describe(), "model": self.labels[1]}
+        report, values = self._report(run, reference_capture, arrays, candidate_arrays,
+                                      description)
         return report, partial(_write_repro, report=report, candidate=self.candidate,
                                values=values)
 
     def _report(self, run: CandidateRun, reference_capture: Any, arrays: Sequence[np.ndarray],
-                candidate_arrays: Sequence[np.ndarray]) -> tuple[Report, SampleValues]:
-        """Compare, probe production where needed, attribute: the sample's report."""
+                candidate_arrays: Sequence[np.ndarray],
+                description: str) -> tuple[Report, SampleValues]:
+        """Compare, probe production where needed, attribute: the sample's report.
+
+        One step: each stage's findings, then the report assembled from them.
+        """
         reference, candidate = self.reference, self.candidate
         # The verdict is production's, whatever the capture session computed.
         judged = run.judged_capture()
-        report, paired = compare_sample(
+        comparison, paired = compare_sample(
             reference, candidate, reference_capture, judged, arrays, rtol=self.rtol,
             atol=self.atol, rules=self.rules, warnings=[self.fell_back] if self.fell_back else [])
-        report.environment = environment(candidate, exporter="unknown",
-                                         reference=_reference_runtime(reference))
-        report.capture = candidate.describe_capture()
-        warning = capture_warning(candidate, report.capture,
-                                  share=run.tolerance_used(report.rtol, report.atol))
-        if warning:
-            report.warnings.append(warning)
+        findings = Findings(comparison)
+        report = assemble(findings)
         candidate_values = {name: value.array for name, value in run.capture.values.items()}
         pairs = list(paired.pairs)
         if wants_probes(report, run):
             plan = probe_checkpoints(paired, candidate, reference_capture)
-            bisection = probe_production(report, run, candidate_arrays, plan.checkpoints,
-                                         compare=plan.compare, make_row=plan.make_row)
-            if bisection is not None:
+            probed = probe_production(report, run, candidate_arrays, plan.checkpoints,
+                                      compare=plan.compare, make_row=plan.make_row)
+            if probed is not None:
+                bisection, search = probed
+                findings = replace(findings, search=search)
                 known = {pair.candidate for pair in pairs}
                 pairs.extend(pair for pair in plan.pairs if pair.candidate not in known)
                 candidate_values.update({name: value.array for name, value
@@ -245,17 +246,31 @@ class _Models:
             graph_inputs={spec.name: array for spec, array in zip(candidate.inputs,
                                                                    candidate_arrays,
                                                                    strict=True)})
+        report = assemble(findings)
         if report.diverged or report.hidden_divergences:  # hidden ones have culprits too
-            local_values = attribute_divergence(
+            attribution, local_values = attribute_divergence(
                 report, candidate, values.reference, values.candidate, values.graph_inputs,
                 everything=self.all_culprits,
                 compare=local_judge(paired.judge, pairs, reference_capture),
                 kernel_references=kernel_references(paired, reference_capture))
-            show_kernel_culprit(report, paired, reference_capture, local_values)
-        report.culprit_node = culprit_context(report.culprit or report.first_divergence,
+            if attribution is not None:
+                findings = replace(findings, attribution=show_kernel_culprit(
+                    attribution, paired, reference_capture, local_values))
+                report = assemble(findings)
+        capture = candidate.describe_capture()
+        warning = capture_warning(candidate, capture,
+                                  share=run.tolerance_used(report.rtol, report.atol))
+        findings = replace(findings, description=RunDescription(
+            environment=environment(candidate, exporter="unknown",
+                                    reference=_reference_runtime(reference)),
+            reference={**reference.describe(), "model": self.labels[0], "inputs": description},
+            candidate={**candidate.describe(), "model": self.labels[1]},
+            capture=capture,
+            culprit_node=culprit_context(report.culprit or report.first_divergence,
                                          candidate, reference_capture, judged,
-                                         report.comparisons)
-        return report, values
+                                         report.comparisons),
+            warnings=(warning,) if warning else ()))
+        return assemble(findings), values
 
 
 def _reference_runtime(reference: Any) -> dict[str, Any]:

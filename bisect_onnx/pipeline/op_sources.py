@@ -12,12 +12,13 @@ model is traced where that call cannot be traced alone exactly.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from bisect_onnx.events import CAPTURE_STARTED, emit
+from bisect_onnx.judge.assembly import assemble
+from bisect_onnx.judge.findings import Findings
 from bisect_onnx.judge.records import Report
 from bisect_onnx.pipeline.call_ops import (
     culprit_call_ops,
@@ -64,22 +65,22 @@ def op_values(settings: Any, arrays: Sequence[np.ndarray], *, diverged: bool,
 
 
 class LaterOps(NamedTuple):
-    """What :func:`later_op_values` found: op values, or a module-level report that is exact."""
+    """What :func:`later_op_values` found: op values, or module-level findings that are exact."""
 
     ops: OpCapture | None = None
-    attributed: tuple[Report, Any] | None = None
-    """The report attributed at module level, and what ``attribute`` returned for it,
-    where op level could name nothing finer: it is the sample's report, as it is."""
+    attributed: tuple[Findings, Any] | None = None
+    """The findings attributed at module level, and the values ``attribute`` returned
+    with them, where op level could name nothing finer: the sample's, as they are."""
 
 
 def later_op_values(settings: Any, arrays: Sequence[np.ndarray], report: Report,
                     captures: tuple[Capture, Capture], pairs: Sequence[Any], run: Any, *,
-                    attribute: Callable[[Report], Any]) -> LaterOps:
+                    attribute: Callable[[Findings], tuple[Findings, Any]]) -> LaterOps:
     """Op values for a divergence ``report`` found without them.
 
     Its module call's, else the whole model's (none where there are none), or nothing
-    where the module-level attribution is already exact. ``attribute`` finds a report's
-    culprit (module level here). Where production must be probed for the first
+    where the module-level attribution is already exact. ``attribute`` attributes a
+    report's findings (module level here). Where production must be probed for the first
     divergence, the module-level one may not be it: the whole model is traced, as before.
     """
     probes, prepared = wants_probes(report, run), settings.prepared
@@ -91,10 +92,10 @@ def later_op_values(settings: Any, arrays: Sequence[np.ndarray], report: Report,
         # where there is nothing to trace they are not read.
         settings.parking.restore()
     if traces_one_call(settings) and not probes:
-        module_level = replace(report)  # its culprit says which call to trace
-        attributed = attribute(module_level)
+        attributed = attribute(report.findings)
+        module_level = assemble(attributed[0])  # its culprit says which call to trace
         if exact_at_module_level(module_level, settings.prepared.candidate.nodes):
-            return LaterOps(attributed=(module_level, attributed))
+            return LaterOps(attributed=attributed)
         ops = culprit_call_ops(settings.prepared, settings.reference, arrays, module_level,
                                captures, {pair.candidate.name: pair.reference.array
                                           for pair in pairs})

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from bisect_onnx.judge.compare import ArrayComparison
+from bisect_onnx.judge.findings import SearchFindings
 from bisect_onnx.judge.records import Record, Report
 from bisect_onnx.judge.vocabulary import ReportWarning
 from bisect_onnx.pipeline.torch_comparison import NOTHING_ALIGNED
@@ -23,6 +24,7 @@ from bisect_onnx.search import modes
 from bisect_onnx.search.probes import Checkpoint, ProbeBisection, ProbeRunner
 
 __all__ = ["CandidateRun", "run_candidate", "probe_production", "capture_warning",
+           "memory_bisection", "nothing_fetched", "wants_probes",
            "CAPTURE_DIFFERS_WARNING", "CAPTURE_FELL_BACK"]
 
 logger = logging.getLogger(__name__)
@@ -123,13 +125,13 @@ def probe_production(report: Report, run: CandidateRun, arrays: Sequence[np.ndar
                      checkpoints: Sequence[Checkpoint], *,
                      compare: Callable[[Checkpoint, np.ndarray], ArrayComparison] | None = None,
                      make_row: Callable[[str, CapturedValue], Record] | None = None,
-                     ) -> ProbeBisection | None:
+                     ) -> tuple[ProbeBisection, SearchFindings] | None:
     """Bisect production when the capture may not show what it computes.
 
     Called when the report diverged and either the capture's outputs are not
-    production's or no captured value fails. The probes' first failing value becomes
-    the report's first divergence. ``compare`` and ``make_row`` judge a probed value
-    where its reference needs converting or a tolerance of its own.
+    production's or no captured value fails. The probes' first failing value is the
+    first divergence of the comparison returned. ``compare`` and ``make_row`` judge a
+    probed value where its reference needs converting or a tolerance of its own.
     """
     if not checkpoints:
         return None
@@ -141,12 +143,12 @@ def probe_production(report: Report, run: CandidateRun, arrays: Sequence[np.ndar
     bisection = run.runner.bisect(checkpoints, rtol=report.rtol, atol=report.atol,
                                   compare=compare, suspects=modes.capture_suspects(report))
     reason = modes.CAPTURE_DIFFERS if run.capture_matters(report) else modes.NO_VALUE_FAILS
-    modes.adopt_bisection(report, bisection, reason,
-                          {checkpoint.name: checkpoint.reference for checkpoint in checkpoints},
-                          {output: node.index for node in candidate.nodes
-                           for output in node.outputs},
-                          make_row=make_row)
-    return bisection
+    search = modes.adopt_bisection(
+        report, bisection, reason,
+        {checkpoint.name: checkpoint.reference for checkpoint in checkpoints},
+        {output: node.index for node in candidate.nodes for output in node.outputs},
+        make_row=make_row)
+    return bisection, search
 
 
 def wants_probes(report: Report, run: CandidateRun) -> bool:
@@ -173,23 +175,30 @@ def capture_warning(candidate: OnnxRuntimeSide, capture: dict, *,
                                           mode=capture.get("mode"), share=used)
 
 
-def not_probed(report: Report) -> None:
-    """Over the budget, values the probes did not fetch are not fused away: say so.
+def memory_bisection(report: Report, bisection: ProbeBisection,
+                     memory_reason: str) -> SearchFindings:
+    """Over the budget, the probes found the values compared: say so.
 
-    Alignment sees only the probed values, and takes every other one for a value ONNX
+    Alignment saw only the probed values, and took every other one for a value ONNX
     Runtime fused into a kernel; production does compute them.
     """
-    report.unaligned = [
+    comparison = report.findings.judged
+    unaligned = tuple(
         replace(item, kind="not-probed", reason="not probed: over the memory budget, values "
                 "are fetched only to locate the divergence")
-        if item.kind == "runtime-fused" else item for item in report.unaligned]
+        if item.kind == "runtime-fused" else item for item in comparison.unaligned)
+    return SearchFindings(bisection.describe(memory_reason), replace(
+        comparison, unaligned=unaligned,
+        warnings=(*comparison.warnings, *bisection.warnings())))
 
 
-def nothing_fetched(report: Report, memory_reason: str) -> None:
+def nothing_fetched(report: Report, memory_reason: str) -> SearchFindings:
     """Over the budget with nothing probed: say so, not that nothing aligned."""
-    report.search = {"mode": "final outputs only", "reason": memory_reason}
-    report.warnings = [warning for warning in report.warnings
-                       if getattr(warning, "code", None) != NOTHING_ALIGNED.code]
-    report.unaligned, report.onnx_unaligned = [], []  # nothing was fetched
+    comparison = report.findings.judged
+    warnings = [warning for warning in comparison.warnings
+                if getattr(warning, "code", None) != NOTHING_ALIGNED.code]
     if not report.diverged:
-        report.warnings.append(MEMORY_PARITY)
+        warnings.append(MEMORY_PARITY)
+    return SearchFindings(  # nothing was fetched: nothing is unaligned either
+        {"mode": "final outputs only", "reason": memory_reason},
+        replace(comparison, warnings=tuple(warnings), unaligned=(), onnx_unaligned=()))

@@ -11,26 +11,26 @@ from __future__ import annotations
 import logging
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bisect_onnx.align.op_level import GRANULARITIES, align_op_values, look_inside_first_divergence
-from bisect_onnx.align.script_inside import references_by_onnx_value
+from bisect_onnx.align.op_level import GRANULARITIES, align_op_values
 from bisect_onnx.errors import UsageError
 from bisect_onnx.events import BISECTION_STARTED, CAPTURE_STARTED, emit
+from bisect_onnx.judge.assembly import assemble
 from bisect_onnx.judge.compare import DEFAULT_ATOL, DEFAULT_RTOL
+from bisect_onnx.judge.findings import Findings
 from bisect_onnx.judge.records import Report
 from bisect_onnx.judge.tolerance_judge import ToleranceJudge
 from bisect_onnx.judge.tolerances import tolerance_rules
 from bisect_onnx.judge.vocabulary import Granularity
 from bisect_onnx.pipeline.call_ops import alignment_inputs, op_scope, traces_one_call
 from bisect_onnx.pipeline.description import describe_run
-from bisect_onnx.pipeline.inside_op import look_inside_module_culprit, name_the_ops
-from bisect_onnx.pipeline.module_float64 import ModuleFloat64, module_float64
+from bisect_onnx.pipeline.module_float64 import module_float64
 from bisect_onnx.pipeline.op_sources import later_op_values, op_values
 from bisect_onnx.pipeline.options import ExportOptions, RandomInputs, RuntimeOptions
 from bisect_onnx.pipeline.prepare import (
@@ -40,7 +40,7 @@ from bisect_onnx.pipeline.prepare import (
     resolve_export,
 )
 from bisect_onnx.pipeline.production import (
-    not_probed,
+    memory_bisection,
     nothing_fetched,
     probe_production,
     run_candidate,
@@ -54,6 +54,7 @@ from bisect_onnx.pipeline.samples import (
     random_samples,
     samples_kind,
 )
+from bisect_onnx.pipeline.torch_attribution import attribute_sample, graph_inputs
 from bisect_onnx.pipeline.torch_comparison import (
     FOREIGN_FILE,
     NO_OP_LEVEL,
@@ -65,10 +66,8 @@ from bisect_onnx.pytorch.exporter_imports import imported_meanwhile
 from bisect_onnx.pytorch.op_values import OpCapture
 from bisect_onnx.pytorch.parking import WeightParking, parking_for
 from bisect_onnx.pytorch.reference import Reference, exit_is_a_model_error, reference_for
-from bisect_onnx.pytorch.script_ops import ScriptOpCapture
 from bisect_onnx.runtime.heap import kept_in_heap
 from bisect_onnx.runtime.sides import Capture
-from bisect_onnx.search.blame import attribute_divergence
 from bisect_onnx.search.modes import (
     MEMORY_NO_OPS,
     bisect_production,
@@ -231,7 +230,10 @@ def run_prepared(settings: Settings, given: list[tuple[Any, str]] | None,
 
 
 def _run_sample(settings: Settings, arrays: list[np.ndarray], description: str):
-    """One sample through every stage: its report, and how to write its repro."""
+    """One sample through every stage: its report, and how to write its repro.
+
+    One step: each stage returns its findings, and the report is assembled from them.
+    """
     candidate = settings.prepared.candidate
     check_against_onnx(arrays, candidate.inputs)
     # Known from shapes alone, before either side holds a value.
@@ -258,53 +260,64 @@ def _run_sample(settings: Settings, arrays: list[np.ndarray], description: str):
         if bisection is None:
             warnings.append(MEMORY_NO_OPS)
     onnx_capture = bisection.capture if bisection is not None else run.capture
-    report, pairs, segments = _compare(settings, torch_capture, onnx_capture, arrays, ops,
-                                       final_outputs, list(warnings))
+    findings, pairs, segments = _compare(settings, torch_capture, onnx_capture, arrays, ops,
+                                         final_outputs, list(warnings))
     float64 = module_float64(settings.reference, arrays, settings.prepared.keywords,
-                             _graph_inputs(candidate, arrays), pairs)
+                             graph_inputs(candidate, arrays), pairs)
+    attribute = partial(attribute_sample, settings, arrays=arrays, torch_capture=torch_capture,
+                        onnx_capture=onnx_capture)
     attributed = None  # a module-level attribution that is the report, as it is
+    report = assemble(findings)
     if ops is None and not memory_reason and (diverged or report.hidden_divergences):
         # A hidden divergence has a culprit too: op precision, as for a divergence.
         ops, attributed = later_op_values(
             settings, arrays, report, (torch_capture, onnx_capture), pairs, run,
-            attribute=partial(_attribute, settings, arrays=arrays, torch_capture=torch_capture,
-                              onnx_capture=onnx_capture, pairs=pairs, bisection=None,
-                              ops=None, segments=segments, float64=float64))
+            attribute=partial(attribute, pairs=pairs, bisection=None, ops=None,
+                              segments=segments, float64=float64))
         if attributed is not None:
-            report = attributed[0]
+            findings = attributed[0]
         if ops is not None:
-            report, pairs, segments = _compare(settings, torch_capture, onnx_capture, arrays,
-                                               ops, final_outputs, list(warnings))
-    bisection = _search_production(settings, report, run, arrays, bisection, memory_reason,
-                                   references_by_value(pairs, ops))
-    report.warnings.extend(subgraph_warnings(candidate.model))
-    values = attributed[1] if attributed is not None and bisection is None else _attribute(
-        settings, report, arrays, torch_capture, onnx_capture, pairs, bisection, ops, segments,
-        float64)
-    describe_run(report, settings.prepared, settings.export, settings.reference.side, run,
-                 description, torch_capture, onnx_capture)
+            findings, pairs, segments = _compare(settings, torch_capture, onnx_capture, arrays,
+                                                 ops, final_outputs, list(warnings))
+    findings, bisection = _search_production(settings, findings, run, arrays, bisection,
+                                             memory_reason, references_by_value(pairs, ops))
+    findings = replace(findings, warnings=tuple(subgraph_warnings(candidate.model)))
+    if attributed is not None and bisection is None:
+        values = attributed[1]
+    else:
+        findings, values = attribute(findings, pairs=pairs, bisection=bisection, ops=ops,
+                                     segments=segments, float64=float64)
+    report = assemble(findings)
+    report = assemble(replace(findings, description=describe_run(
+        report, settings.prepared, settings.export, settings.reference.side, run,
+        description, torch_capture, onnx_capture)))
     return report, partial(write_torch_repro, report=report, candidate=candidate,
                            reference_values=values.reference,
                            candidate_values=values.candidate, torch_capture=torch_capture,
                            onnx_capture=onnx_capture,
-                           graph_inputs=_graph_inputs(candidate, arrays))
+                           graph_inputs=graph_inputs(candidate, arrays))
 
 
-def _search_production(settings: Settings, report: Report, run: Any, arrays: Sequence[np.ndarray],
-                       bisection: ProbeBisection | None, memory_reason: str | None,
-                       references: Any) -> ProbeBisection | None:
+def _search_production(settings: Settings, findings: Findings, run: Any,
+                       arrays: Sequence[np.ndarray], bisection: ProbeBisection | None,
+                       memory_reason: str | None,
+                       references: Any) -> tuple[Findings, ProbeBisection | None]:
     """Say how production was searched; probe it where the capture may not show it."""
+    report = assemble(findings)
     if bisection is not None:
-        report.search = bisection.describe(memory_reason)
-        report.warnings.extend(bisection.warnings())
-        not_probed(report)
+        search = memory_bisection(report, bisection, memory_reason)
     elif memory_reason:
-        nothing_fetched(report, memory_reason)
+        search = nothing_fetched(report, memory_reason)
     elif wants_probes(report, run):
-        bisection = probe_production(report, run, arrays,
-                                     checkpoints_for(settings.prepared.candidate, references),
-                                     compare=settings.judge.probe_comparer())
-    return bisection
+        probed = probe_production(report, run, arrays,
+                                  checkpoints_for(settings.prepared.candidate, references),
+                                  compare=settings.judge.probe_comparer())
+        if probed is None:
+            return findings, None
+        bisection, search = probed
+    else:
+        return findings, None
+    return replace(findings, search=search), bisection
 
 
 def _torch_capture(settings: Settings, arrays: Sequence[np.ndarray]) -> Capture:
@@ -319,8 +332,8 @@ def _torch_capture(settings: Settings, arrays: Sequence[np.ndarray]) -> Capture:
 
 def _compare(settings: Settings, torch_capture: Capture, onnx_capture: Capture,
              arrays: Sequence[np.ndarray], ops: OpCapture | None, final_outputs: list,
-             warnings: list[str]):
-    """Align op and module values, compare them, decide: the sample's first report."""
+             warnings: list[str]) -> tuple[Findings, list[Any], dict[str, Any]]:
+    """Align op and module values, compare them, decide: the sample's first findings."""
     prepared, candidate = settings.prepared, settings.prepared.candidate
     op_alignment = None
     if ops is not None:
@@ -328,72 +341,15 @@ def _compare(settings: Settings, torch_capture: Capture, onnx_capture: Capture,
             ops, *alignment_inputs(ops, candidate.nodes, onnx_capture.values),
             template=prepared.template,
             foreign=candidate.model, foreign_dir=candidate.path.resolve().parent,
-            graph_inputs=_graph_inputs(candidate, arrays), rtol=settings.rtol,
+            graph_inputs=graph_inputs(candidate, arrays), rtol=settings.rtol,
             atol=settings.atol)
     if settings.granularity == Granularity.OP and ops is None:
         warnings.append(NO_OP_LEVEL)
-    report, pairs, segments = compare_sample(
+    if prepared.template is not None:
+        warnings.append(FOREIGN_FILE)
+    comparison, pairs, segments = compare_sample(
         torch_capture, onnx_capture, candidate, prepared.call_index, op_alignment,
         len(ops.values) if ops else 0, final_outputs, judge=settings.judge, warnings=warnings,
         granularity=Granularity.OP if ops is not None and settings.granularity != Granularity.MODULE
         else Granularity.MODULE, op_scope=op_scope(ops, onnx_capture.values))
-    if prepared.template is not None:
-        report.warnings.append(FOREIGN_FILE)
-    return report, pairs, segments
-
-
-@dataclass
-class _SampleValues:
-    """One sample's arrays by ONNX value name, for attribution and the repro."""
-
-    reference: dict[str, np.ndarray]
-    candidate: dict[str, np.ndarray]
-
-
-def _attribute(settings: Settings, report: Report, arrays: Sequence[np.ndarray],
-               torch_capture: Capture, onnx_capture: Capture, pairs: Sequence,
-               bisection: ProbeBisection | None, ops: OpCapture | None,
-               segments: Any, float64: ModuleFloat64 | None) -> _SampleValues:
-    """Check failing values on PyTorch's inputs: which node introduced the error.
-
-    ``float64`` reruns a module-level culprit's segment in PyTorch, where no program
-    gives its float64 value.
-    """
-    prepared, candidate = settings.prepared, settings.prepared.candidate
-    program = getattr(ops, "program", None) or prepared.program  # one call's, or the model's
-    values = _SampleValues(
-        reference={pair.candidate.name: pair.reference.array for pair in pairs},
-        candidate={name: value.array for name, value in onnx_capture.values.items()})
-    if bisection is not None:  # values only the probes fetched
-        values.reference.update(bisection.references)
-        values.candidate.update({name: value.array for name, value
-                                 in bisection.capture.values.items()})
-    if not (report.diverged or report.hidden_divergences):  # hidden ones have culprits too
-        return values
-    script = isinstance(ops, ScriptOpCapture)  # op names are not ONNX value names there
-    module_level = float64 is not None and ops is None  # PyTorch's side is its module calls
-    local_values = attribute_divergence(
-        report, candidate, values.reference, values.candidate,
-        _graph_inputs(candidate, arrays), program=program,
-        ops=None if script else ops, modules=(torch_capture, prepared.call_index),
-        everything=settings.all_culprits,
-        kernel_references=references_by_onnx_value(segments, ops) if script else None,
-        compare=settings.judge.local_comparer(report, values.reference),
-        torch_float64=float64 if module_level else None)
-    if module_level:  # no op values: look inside the culprit's op without them
-        look_inside_module_culprit(report, candidate, settings.reference.exportable,
-                                   {**values.reference, **_graph_inputs(candidate, arrays)},
-                                   {**values.candidate, **local_values})
-        name_the_ops(report, candidate)
-    elif (report.coverage.granularity == Granularity.OP and report.first_divergence is not None
-            and prepared.template is None):
-        # The culprit's own nodes on exact inputs hold the values a fused capture
-        # leaves out; the captured ones serve otherwise.
-        look_inside_first_divergence(
-            report, segments, ops, program, candidate.model,
-            {**values.candidate, **local_values}, opset=candidate.opset)
-    return values
-
-
-def _graph_inputs(candidate: Any, arrays: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
-    return {spec.name: array for spec, array in zip(candidate.inputs, arrays, strict=True)}
+    return Findings(comparison), pairs, segments

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from bisect_onnx.errors import InputError, issue_warnings
+from bisect_onnx.judge.assembly import amended
 from bisect_onnx.judge.records import Report
 from bisect_onnx.pipeline.options import RandomInputs
 from bisect_onnx.report.repro import attach_repro
@@ -49,8 +50,8 @@ def compare_samples(samples: Iterable[Sample], run_sample: RunSample, *,
     reports = []
     for number, (arrays, description) in enumerate(samples, start=1):
         report, write_repro = run_sample(arrays, description)
-        attach_repro(report, repro_dir, sample=number if kind else None, write=write_repro)
-        reports.append(report)
+        reports.append(attach_repro(report, repro_dir, sample=number if kind else None,
+                                    write=write_repro))
     worst = worst_report(reports, kind or INPUT_SETS)
     issue_warnings(worst.warnings)  # notebooks and pytest show them where bisect was called
     return worst
@@ -90,7 +91,7 @@ def worst_report(reports: Sequence[Report], kind: str) -> Report:
         diverged = sum(report.diverged for report in reports)
         summary = (f"worst of {len(reports)} {kind} ({diverged} diverged): "
                    f"{worst.reference['inputs']}")
-        worst.note = f"{worst.note} {summary}" if worst.note else summary
+        return amended(worst, samples_note=summary)
     return worst
 
 

@@ -18,7 +18,8 @@ from bisect_onnx.align.ops import OpAlignment
 from bisect_onnx.graph.scopes import count_attributed, detect_exporter
 from bisect_onnx.graph.walk import subgraphs
 from bisect_onnx.judge.compare import compare_arrays
-from bisect_onnx.judge.records import Coverage, Record, Report, make_record
+from bisect_onnx.judge.findings import ComparisonFindings
+from bisect_onnx.judge.records import Coverage, Record, make_record
 from bisect_onnx.judge.tolerance_judge import ToleranceJudge
 from bisect_onnx.judge.tolerances import Tolerance
 from bisect_onnx.judge.verdict import decide
@@ -89,8 +90,8 @@ def compare_sample(
     warnings: list[str],
     granularity: str,
     op_scope: OpScope | None = None,
-) -> tuple[Report, list[Pair], dict[str, list[NodeInfo]]]:
-    """Align, compare and decide one sample: its report, its pairs, the ops' segments.
+) -> tuple[ComparisonFindings, list[Pair], dict[str, list[NodeInfo]]]:
+    """Align, compare and decide one sample: its findings, its pairs, the ops' segments.
 
     At op granularity the module rows are skipped: their comparisons are the costly part.
     With ``op_scope`` (op values of one call only) the rows are that call's ops and the
@@ -126,7 +127,7 @@ def compare_sample(
     elif not pairs and alignment.module_calls:
         warnings.append(NOTHING_ALIGNED)
     warnings.extend(judge.unused_warnings())
-    report = Report.decided(
+    findings = ComparisonFindings.decided(
         decision,
         rtol=judge.base.rtol,
         atol=judge.base.atol,
@@ -140,7 +141,7 @@ def compare_sample(
         op_comparisons=op_rows if granularity == "module" else [],
         warnings=warnings,
     )
-    return report, pairs, op_alignment.segments if op_alignment else {}
+    return findings, pairs, op_alignment.segments if op_alignment else {}
 
 
 def _scoped_rows(pairs: Sequence[Pair], op_rows: Sequence[Record], op_alignment: OpAlignment,

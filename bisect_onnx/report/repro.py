@@ -66,20 +66,22 @@ class Repro:
 
 
 def attach_repro(report: Any, repro_dir: str | Path | None, *, sample: int | None,
-                 write: Callable[[Path], dict[str, Any]]) -> None:
-    """Write the first divergence's repro with ``write`` and describe it in the report.
+                 write: Callable[[Path], dict[str, Any]]) -> Any:
+    """Write the first divergence's repro with ``write``; the report that describes it.
 
     Into ``repro_dir`` itself for given inputs, ``<repro_dir>/sample-<k>`` for random
     sample ``k``; a repro that cannot be written leaves the verdict as it is, with a
     warning saying why.
     """
+    from bisect_onnx.judge.assembly import amended
+
     if repro_dir is None or report.first_divergence is None:
-        return
+        return report
     folder = Path(repro_dir) if sample is None else Path(repro_dir) / f"sample-{sample}"
     try:
-        report.repro = write(folder)
+        return amended(report, repro=write(folder))
     except BisectOnnxError as error:
-        report.warnings.append(f"no repro written: {error}")
+        return amended(report, repro_warnings=(f"no repro written: {error}",))
 
 
 def write_repro(

@@ -1,10 +1,10 @@
-"""The driver of culprit attribution: local checks, classification, the report's fields.
+"""The driver of culprit attribution: local checks, classification, their findings.
 
 :mod:`bisect_onnx.search.attribution` decides from local results; this module produces them
 (:mod:`bisect_onnx.search.local` runs the failing values' nodes on PyTorch's inputs,
 :mod:`bisect_onnx.search.classify` reruns a locally failing node in float64 on both sides)
-and writes what was found into the report: ``introduced_here`` and the local figures
-on each checked record, ``report.culprit`` and ``report.attribution``.
+and returns what was found as :class:`~bisect_onnx.judge.findings.AttributionFindings`
+(:mod:`bisect_onnx.search.claims` says what each check shows).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -22,10 +22,18 @@ from bisect_onnx.errors import BisectOnnxError
 from bisect_onnx.graph.provenance import Provenance
 from bisect_onnx.graph.segments import embed_external_data, segment_model
 from bisect_onnx.judge.compare import ArrayComparison, Status, compare_arrays
+from bisect_onnx.judge.findings import KERNEL_VALUES, AttributionFindings, LocalFigures, RowRef
 from bisect_onnx.judge.records import Record, Report, make_record
 from bisect_onnx.pytorch.op_values import OpCapture
 from bisect_onnx.runtime.sides import CapturedValue
-from bisect_onnx.search.attribution import Attribution, CulpritSearch, LocalResult
+from bisect_onnx.search.attribution import CulpritSearch, LocalResult
+from bisect_onnx.search.claims import (
+    attribution_findings,
+    compute_nodes,
+    exceeds_record,
+    isolation,
+    narrowed_segment,
+)
 from bisect_onnx.search.classify import Kind
 from bisect_onnx.search.local import LocalCheck, run_locally
 
@@ -48,13 +56,15 @@ def attribute_divergence(
     compare: Callable[[str, np.ndarray], ArrayComparison] | None = None,
     kernel_references: Mapping[str, CapturedValue] | None = None,
     torch_float64: Callable[[LocalCheck], np.ndarray | None] | None = None,
-) -> dict[str, np.ndarray]:
+    op_segments: Mapping[str, Sequence[Any]] | None = None,
+) -> tuple[AttributionFindings | None, dict[str, np.ndarray]]:
     """Find which failing values were introduced where they fail, and classify them.
 
     ``reference_values`` are PyTorch's values by ONNX value name; ``program`` and
     ``ops`` (PyTorch's op values by FX node name) let an op be rerun in float64, and
     the values inside a fused kernel be compared. Returns the values the first
-    culprit's nodes computed from exact inputs (for looking inside a multi-node op).
+    culprit's nodes computed from exact inputs (for looking inside a multi-node op),
+    with the findings (``None`` when nothing fails).
     ``modules`` (``(module capture, call index)``) does for module rows what ``ops``
     does for op rows. ``compare`` judges a local result where the reference needs
     converting (see :func:`bisect_onnx.search.local.run_locally`).
@@ -62,14 +72,15 @@ def attribute_divergence(
     away (ONNX against ONNX: the reference model computes them), by the candidate's
     names, to name the node that went wrong inside a fused kernel as ``ops`` do.
     ``torch_float64`` gives PyTorch's float64 value of a checked segment where no
-    program does (module level: its enclosing module call rerun).
+    program does (module level: its enclosing module call rerun). ``op_segments``
+    (op name -> its ONNX nodes) tells a check of one op's nodes from one of several ops.
     """
     failing = [record for record in report.comparisons if record.failed]
     if (report.search or {}).get("first_failing") and report.first_divergence in failing:
         # Found by probing production: earlier rows failed in the capture session only.
         failing = failing[failing.index(report.first_divergence):]
     if not failing:
-        return {}
+        return None, {}
     torch_values = ({**{name: value.array for name, value in ops.values.items()},
                      **ops.graph_inputs} if ops else {})
     checker = _LocalChecker(report, candidate, failing, reference_values, candidate_values,
@@ -78,17 +89,23 @@ def attribute_divergence(
                             torch_float64=torch_float64)
     attribution = CulpritSearch([record.onnx_value for record in failing], checker).run(
         everything=everything)
-    _write_back(report, attribution, checker.checks, checker.kinds, everything=everything)
+    findings = attribution_findings(report.comparisons, attribution, checker.checks,
+                                    checker.kinds, candidate.nodes, atol=report.atol,
+                                    everything=everything, op_segments=op_segments,
+                                    torch_ops=checker.torch_ops if program else None)
     first = attribution.culprit
     if first is None:
-        return {}
+        return findings, {}
     if ops is not None or modules is not None or kernel_references is not None:
         inner_references = (dict(ops.values) if ops is not None
-                            else dict(kernel_references) if kernel_references is not None
-                            else _module_references(modules, checker.checks, candidate,
-                                                    candidate_values))
-        _name_inside_kernels(report, first, checker.checks, candidate, inner_references)
-    return checker.checks[first].values
+                            else dict(kernel_references or {}))
+        if ops is None and modules is not None:
+            # Module calls stand where no op is paired (a TorchScript trace's unknown ops).
+            inner_references = {**_module_references(modules, checker.checks, candidate,
+                                                     candidate_values), **inner_references}
+        findings = _name_inside_kernels(report, findings, first, checker.checks, candidate,
+                                        inner_references, op_segments)
+    return findings, checker.checks[first].values
 
 
 class _LocalChecker:
@@ -129,6 +146,16 @@ class _LocalChecker:
         # In order: whether one is classified depends on the culprits found before it.
         return {name: self._result(name) for name in names}
 
+    def torch_ops(self, name: str) -> int | None:
+        """How many torch ops compute ``name`` from its checked segment's inputs."""
+        record, check = self.by_value.get(name), self.checks.get(name)
+        if (record is None or record.fx_node is None or check is None
+                or check.segment is None):
+            return None
+        frontier = {self.fx_names.get(value, value) for value in check.segment.inputs}
+        span = _fx_span(self.program, record.fx_node, frontier)
+        return None if span is None else len(span)
+
     def _result(self, name: str) -> LocalResult | None:
         local = self.checks[name].comparison
         if local is None:
@@ -149,19 +176,54 @@ class _LocalChecker:
                            noise=noise)
 
 
-def _name_inside_kernels(report: Report, first: str, checks: Mapping[str, LocalCheck],
-                         candidate: Any, references: Mapping[str, CapturedValue]) -> None:
-    """Where a culprit's segment holds a fused kernel, name the failing value inside it."""
-    refined = {record.onnx_value: _inside_kernel(record, checks[record.onnx_value],
-                                                 candidate, references, report)
-               for record in (report.culprits or [report.culprit])}
-    if report.culprits is not None:
-        report.culprits = [refined[record.onnx_value] or record for record in report.culprits]
-    inner = refined.get(first)
-    if inner is not None:
-        report.attribution["inside_kernel"] = {
-            "value": inner.onnx_value, "node": inner.onnx_node, "kernel_output": first}
-        report.culprit = inner
+def _name_inside_kernels(report: Report, findings: AttributionFindings, first: str,
+                         checks: Mapping[str, LocalCheck], candidate: Any,
+                         references: Mapping[str, CapturedValue],
+                         op_segments: Mapping[str, Sequence[Any]] | None,
+                         ) -> AttributionFindings:
+    """Where a culprit's segment holds a fused kernel, name the failing value inside it.
+
+    The value inside is a culprit only where the nodes that computed it from values
+    that pass are one node or one op; its record joins ``kernel_values``.
+    """
+    rows = {record.onnx_value: record for record in reversed(report.comparisons)}
+    culprits = list(findings.culprits) or [RowRef(first)]
+    checked, kernel_values, evidence = dict(findings.checked), [], dict(findings.evidence)
+    refs = []
+    for ref in culprits:
+        found = (_inside_kernel(replace(rows[ref.value],  # the kernel's classification
+                                        classification=checked[ref.value].classification),
+                                checks[ref.value], candidate, references, report)
+                 if ref.value in rows else None)
+        if found is None:
+            refs.append(ref)
+            continue
+        inner, own_nodes = found
+        compute = compute_nodes(candidate.nodes, own_nodes)
+        kind = isolation(compute, op_segments)
+        if kind is None:  # several ops inside: the kernel's value stands, its segment narrows
+            refs.append(ref)
+            if ref.value == first and findings.segment is not None:
+                findings = replace(findings, segment=narrowed_segment(
+                    candidate.nodes, own_nodes, compute, inner))
+            continue
+        kernel_values.append(inner)
+        checked[inner.onnx_value] = LocalFigures(
+            introduced_here=True, local_max_abs_error=inner.local_max_abs_error,
+            local_status=inner.local_status, local_nan_mismatch=inner.nan_mismatch,
+            local_exceeds=exceeds_record(inner, report.atol),
+            classification=inner.classification,
+            compute_nodes=tuple(node.name for node in compute), isolation=kind)
+        refs.append(RowRef(inner.onnx_value, KERNEL_VALUES))
+        if ref.value == first:
+            evidence["inside_kernel"] = {"value": inner.onnx_value, "node": inner.onnx_node,
+                                         "kernel_output": first}
+    if not findings.culprits:  # the kernel's value was a segment: the value inside is not
+        refs = [ref for ref in refs if ref.table == KERNEL_VALUES]
+        if refs:
+            findings = replace(findings, segment=None)
+    return replace(findings, checked=checked, culprits=tuple(refs),
+                   kernel_values=tuple(kernel_values), evidence=evidence)
 
 
 def _classify(check: LocalCheck, record: Record, candidate: Any,
@@ -270,19 +332,24 @@ def _module_references(modules: Any, checks: Mapping[str, LocalCheck], candidate
 
 
 def _inside_kernel(record: Record, check: LocalCheck, candidate: Any,
-                   references: Mapping[str, CapturedValue], report: Report) -> Record | None:
+                   references: Mapping[str, CapturedValue],
+                   report: Report) -> tuple[Record, list[int]] | None:
     """The first value inside the culprit's segment that PyTorch has and that fails.
 
     The segment reaches back through values ONNX Runtime fused away (a Conv's output
     inside a FusedConv); PyTorch still has them, so the node that went wrong inside
-    the kernel can be named, with its own op, module and source line.
+    the kernel can be named, with its own op, module and source line. With it, the
+    segment's nodes since the last value that PyTorch has and that passes: what the
+    check of that value ran.
     """
     from bisect_onnx.runtime.onnx_side import node_provenance
 
     if check.segment is None:
         return None
+    since_passing: list[int] = []
     for index in check.segment.nodes:
         node = candidate.nodes[index]
+        since_passing.append(index)
         for output in node.outputs:
             if output == check.value:
                 return None
@@ -298,7 +365,9 @@ def _inside_kernel(record: Record, check: LocalCheck, candidate: Any,
                 return replace(inner, introduced_here=True,
                                local_max_abs_error=comparison.max_abs_error,
                                local_status=comparison.status,
-                               classification=record.classification)
+                               local_nan_mismatch=comparison.nan_mismatch,
+                               classification=record.classification), since_passing
+            since_passing = []  # a value PyTorch has that passes: what follows starts there
     return None
 
 
@@ -306,69 +375,3 @@ def _excess(min_passing_atol: float | None, atol: float) -> float:
     if min_passing_atol is None:
         return math.inf
     return min_passing_atol / atol if atol > 0 else min_passing_atol
-
-
-def _write_back(report: Report, attribution: Attribution, checks: Mapping[str, LocalCheck],
-                kinds: Mapping[str, Any], *, everything: bool) -> None:
-    """Local figures onto the checked records; the culprits and a summary onto the report."""
-    # Several records may share one ONNX value (a module passing its input through):
-    # each gets the value's local figures, and the first of them stands for the value.
-    records = {}
-    for record in report.comparisons:
-        records.setdefault(record.onnx_value, record)
-
-    def with_local(record: Record) -> Record:
-        name = record.onnx_value
-        result, check, kind = attribution.checked[name], checks.get(name), kinds.get(name)
-        local = check.comparison if check else None
-        return replace(
-            record,
-            introduced_here=None if result is None else result.fails,
-            local_max_abs_error=local.max_abs_error if local else None,
-            local_status=local.status if local else None,
-            error_growth=_growth(record, check, records),
-            classification=kind.kind if kind else None,
-        )
-
-    report.comparisons = [with_local(record) if record.onnx_value in attribution.checked
-                          else record for record in report.comparisons]
-    updated = {}
-    for record in report.comparisons:
-        if record.onnx_value in attribution.checked:
-            updated.setdefault(record.onnx_value, record)
-    if report.first_divergence is not None and report.first_divergence.onnx_value in updated:
-        report.first_divergence = report.comparisons[report.first_divergence.index]
-    culprits = [updated[name] for name in attribution.culprits]
-    report.culprit = culprits[0] if culprits else None
-    first = attribution.culprit
-    report.attribution = {
-        "first_culprit": first,
-        "culprits": [record.onnx_value for record in culprits] if everything else None,
-        "noise": attribution.noise,
-        "drift": attribution.drift,
-        "largest_jump": attribution.largest_jump,
-        "checked": len(attribution.checked),
-        "inputs": dict(checks[first].segment.inputs) if first and checks[first].segment
-        else None,
-        "nodes": checks[first].nodes if first else None,
-        "classification": _describe(kinds.get(first)) if first else None,
-        "unchecked": {name: checks[name].reason for name, result in attribution.checked.items()
-                      if result is None and name in checks},
-    }
-    if everything:
-        report.culprits = culprits
-
-
-def _growth(record: Record, check: LocalCheck | None,
-            records: Mapping[str, Record]) -> float | None:
-    """How much the error grew from the node's inputs to its output (max abs, as a ratio)."""
-    if check is None or check.segment is None or record.max_abs_error is None:
-        return None
-    upstream = [records[name].max_abs_error for name in check.segment.inputs
-                if name in records and records[name].max_abs_error is not None]
-    worst = max(upstream, default=0.0)
-    return None if worst == 0 else record.max_abs_error / worst
-
-
-def _describe(kind: Any) -> dict[str, Any] | None:
-    return asdict(kind) if kind is not None else None

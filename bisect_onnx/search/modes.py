@@ -26,6 +26,7 @@ import numpy as np
 
 from bisect_onnx.align.modules import Pair
 from bisect_onnx.judge.compare import compare_arrays
+from bisect_onnx.judge.findings import FINAL_OUTPUTS, RowRef, SearchFindings
 from bisect_onnx.judge.records import Record, Report, make_record
 from bisect_onnx.runtime.memory import estimate_values_bytes, format_size
 from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
@@ -93,7 +94,8 @@ def production_outputs(candidate: OnnxRuntimeSide, capture: Capture,
 
 def no_value_fails(report: Report) -> bool:
     """The final outputs diverge, and no compared intermediate value does."""
-    return any(report.first_divergence is record for record in report.final_outputs)
+    return report.first_divergence_ref is not None and (
+        report.first_divergence_ref.table == FINAL_OUTPUTS)
 
 
 def outputs_differ(capture_outputs: Sequence[CapturedValue],
@@ -167,8 +169,9 @@ def bisect_production(runner: ProbeRunner, candidate: OnnxRuntimeSide,
 def adopt_bisection(report: Report, bisection: ProbeBisection, reason: str,
                     references: Mapping[str, CapturedValue],
                     order: Mapping[str, int], *,
-                    make_row: Callable[[str, CapturedValue], Record] | None = None) -> None:
-    """Make the probes' first failing value the first divergence of a full-capture report.
+                    make_row: Callable[[str, CapturedValue], Record] | None = None,
+                    ) -> SearchFindings:
+    """The comparison as production's probes show it: their first failing value first.
 
     The table keeps the capture's rows; where a row holds the same value its record
     (with its op-level detail) takes the production kernels' figures, else the probe's
@@ -177,20 +180,19 @@ def adopt_bisection(report: Report, bisection: ProbeBisection, reason: str,
     where its reference needs converting or a tolerance of its own; by default it is
     compared with ``references`` at the report's tolerance.
     """
-    report.search = bisection.describe(reason)
-    report.warnings.extend(bisection.warnings())
+    comparison = report.findings.judged
 
     def probed_record(name: str) -> Record:
         probed = bisection.capture.values[name]
         if make_row is not None:
             return make_row(name, probed)
-        comparison = compare_arrays(references[name].array, probed.array, rtol=report.rtol,
-                                    atol=report.atol)
-        return make_record(0, Pair(references[name], probed), comparison)
+        result = compare_arrays(references[name].array, probed.array, rtol=comparison.rtol,
+                                atol=comparison.atol)
+        return make_record(0, Pair(references[name], probed), result)
 
     # Every probed value's row gets the production kernels' figures; a probed value
     # the capture has no row for joins the table in graph order.
-    rows = list(report.comparisons)
+    rows = list(comparison.comparisons)
     failed_in_capture = {row.onnx_value for row in rows if row.failed}
     for name in bisection.capture.values:
         record = probed_record(name)
@@ -202,29 +204,42 @@ def adopt_bisection(report: Report, bisection: ProbeBisection, reason: str,
             rows.insert(next((index for index, row in enumerate(rows)
                               if order.get(row.onnx_value, len(order)) > position),
                              len(rows)), record)
-    report.comparisons = [replace(row, index=index) for index, row in enumerate(rows)]
+    rows = [replace(row, index=index) for index, row in enumerate(rows)]
     first = bisection.search.first_failing
+    nan_origin = comparison.nan_origin
     if first is not None:
-        report.first_divergence = next(row for row in report.comparisons
-                                       if row.onnx_value == first)
-        report.note = None
+        first_ref, note = RowRef(first), None
+        first_index = _first_failing_index(rows, first)
+        nan_index = (_first_failing_index(rows, nan_origin.value)
+                     if nan_origin is not None else None)
+        if nan_index is not None and nan_index < first_index:
+            nan_origin = None  # seen in the capture session only
     else:  # no checkpoint fails under production: the first failing final output
-        failing = [record for record in report.final_outputs if record.failed]
-        report.first_divergence = min(failing, key=lambda record: order.get(
-            record.onnx_value, len(order))) if failing else report.first_divergence
-        report.note = ("no checkpoint fails under the production kernels: the culprit "
-                       "lies after the last one that passes")
-    report.warnings.extend(_capture_only_failures(report, bisection, failed_in_capture))
-    if first is not None and report.nan_origin is not None and (
-            report.nan_origin.index < report.first_divergence.index):
-        report.nan_origin = None  # seen in the capture session only
+        failing = [record for record in comparison.final_outputs if record.failed]
+        first_ref = (RowRef(min(failing, key=lambda record: order.get(
+            record.onnx_value, len(order))).onnx_value, FINAL_OUTPUTS) if failing
+            else comparison.first_divergence)
+        first_index = None
+        note = ("no checkpoint fails under the production kernels: the culprit "
+                "lies after the last one that passes")
+    warnings = [*comparison.warnings, *bisection.warnings(),
+                *_capture_only_failures(rows, first_index, bisection, failed_in_capture)]
+    return SearchFindings(bisection.describe(reason), replace(
+        comparison, comparisons=tuple(rows), first_divergence=first_ref, note=note,
+        nan_origin=nan_origin, warnings=tuple(warnings)))
 
 
-def _capture_only_failures(report: Report, bisection: ProbeBisection,
+def _first_failing_index(rows: Sequence[Record], value: str) -> int | None:
+    return next((row.index for row in rows if row.onnx_value == value and row.failed),
+                next((row.index for row in rows if row.onnx_value == value), None))
+
+
+def _capture_only_failures(rows: Sequence[Record], first_index: int | None,
+                           bisection: ProbeBisection,
                            failed_in_capture: set[str]) -> list[str]:
     """What to say of values that fail in the capture but were not named."""
     warnings = []
-    passed = [row.onnx_value for row in report.comparisons
+    passed = [row.onnx_value for row in rows
               if row.onnx_value in failed_in_capture and row.onnx_value
               in bisection.capture.values and not row.failed]
     if passed:
@@ -232,10 +247,10 @@ def _capture_only_failures(report: Report, bisection: ProbeBisection,
             f"{len(passed)} value(s) that fail in the capture session pass under the "
             f"production kernels ({_listed(passed)}): the capture's kernels are not "
             "production's")
-    if bisection.search.first_failing is None:
+    if bisection.search.first_failing is None or first_index is None:
         return warnings
-    unprobed = [row.onnx_value for row in report.comparisons
-                if row.failed and row.index < report.first_divergence.index
+    unprobed = [row.onnx_value for row in rows
+                if row.failed and row.index < first_index
                 and row.onnx_value not in bisection.capture.values]
     if unprobed:
         warnings.append(

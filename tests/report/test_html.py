@@ -10,8 +10,9 @@ import pytest
 
 import bisect_onnx
 from bisect_onnx.errors import InputError
-from bisect_onnx.judge.records import Coverage, Record, Report
+from bisect_onnx.judge.records import Record, Report
 from bisect_onnx.report.html import render_html, write_html
+from tests.made_reports import made_report, with_rows
 
 
 @pytest.fixture(scope="module")
@@ -91,9 +92,9 @@ def test_every_string_from_the_records_is_escaped(diverged):
     evil = "<script>alert(1)</script>"
     first = dataclasses.replace(diverged.first_divergence, torch_module=evil)
     rows = [first if item is diverged.first_divergence else item for item in diverged.comparisons]
-    report = dataclasses.replace(diverged, comparisons=rows, first_divergence=first,
-                                 culprit_node={**diverged.culprit_node, "torch_module": evil},
-                                 warnings=[evil])
+    report = with_rows(diverged, rows,
+                       culprit_node={**diverged.culprit_node, "torch_module": evil},
+                       warnings=[evil])
     page = render_html(report)
     assert evil not in page
     assert page.count("<script>") == 1
@@ -102,11 +103,7 @@ def test_every_string_from_the_records_is_escaped(diverged):
 
 def test_zero_and_missing_errors_stay_inside_the_plot():
     rows = [record(0, 0.0), record(1, 1e-6), record(2, None, "shape_mismatch")]
-    report = Report(
-        verdict="diverged", rtol=1e-3, atol=1e-5, environment={}, reference={}, candidate={},
-        first_divergence=rows[2], final_outputs=[record(0, 1.0, "fail")], comparisons=rows,
-        hidden_divergences=[], coverage=Coverage(3, 3, 3, 3),
-    )
+    report = made_report(rows, [record(0, 1.0, "fail")], first_divergence=rows[2])
     page = render_html(report)
     heights = [float(y) for y in re.findall(r'<circle cx="[\d.]+" cy="([\d.]+)" r="4"', page)]
     assert len(heights) == 3 and all(0 < y < 340 for y in heights)
@@ -124,12 +121,9 @@ def test_write_html_writes_the_page_and_reports_an_unwritable_path(diverged, tmp
 
 
 def _hand_made(rows: list[Record], **fields) -> Report:
-    return Report(verdict=fields.pop("verdict", "diverged"), rtol=1e-3, atol=1e-5,
-                  environment={}, reference={}, candidate={},
-                  first_divergence=fields.pop("first_divergence", None),
-                  final_outputs=[record(0, 1.0, "fail")], comparisons=rows,
-                  hidden_divergences=fields.pop("hidden_divergences", []),
-                  coverage=Coverage(3, 3, 3, 3), **fields)
+    fields.pop("hidden_divergences", None)  # a report at parity finds them in its rows
+    outputs = [record(0, 1.0, "pass" if fields.get("verdict") == "parity" else "fail")]
+    return made_report(rows, outputs, **fields)
 
 
 def test_a_culprit_in_the_root_module_is_named_as_the_table_names_it():

@@ -13,6 +13,7 @@ from bisect_onnx.errors import issue_warnings
 from bisect_onnx.judge.records import Coverage, Record, Report
 from bisect_onnx.judge.vocabulary import ReportWarning
 from bisect_onnx.report.notebook import api_wording
+from tests.made_reports import made_report, with_rows
 
 
 @pytest.fixture(scope="module")
@@ -35,12 +36,8 @@ def long_report(culprit_index: int, *, root: bool = False) -> Report:
     rows = [record(index, "fail" if index >= culprit_index else "pass",
                    module="" if root and index == culprit_index else None)
             for index in range(100)]
-    return Report(
-        verdict="diverged", rtol=1e-3, atol=1e-5, environment={}, reference={}, candidate={},
-        first_divergence=rows[culprit_index], final_outputs=[record(0, "fail")],
-        comparisons=rows, hidden_divergences=[], coverage=Coverage(100, 100, 100, 100),
-        culprit=rows[culprit_index],
-    )
+    return made_report(rows, [record(0, "fail")], first_divergence=rows[culprit_index],
+                       culprit=rows[culprit_index], coverage=Coverage(100, 100, 100, 100))
 
 
 def test_the_notebook_view_holds_the_verdict_the_culprit_and_its_source(diverged):
@@ -81,8 +78,7 @@ def test_escaping_covers_what_the_notebook_shows(diverged):
     evil = "<img src=x onerror=alert(1)>"
     first = dataclasses.replace(diverged.first_divergence, torch_module=evil)
     rows = [first if row is diverged.first_divergence else row for row in diverged.comparisons]
-    report = dataclasses.replace(diverged, comparisons=rows, first_divergence=first,
-                                 culprit=first, warnings=[evil])
+    report = with_rows(diverged, rows, warnings=[evil])
     view = report._repr_html_()
     assert evil not in view and html.escape(evil) in view
 

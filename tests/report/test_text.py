@@ -5,8 +5,11 @@ from __future__ import annotations
 import re
 
 from bisect_onnx.graph.provenance import SourceLocation
+from bisect_onnx.judge.assembly import amended
+from bisect_onnx.judge.findings import SearchFindings
 from bisect_onnx.judge.records import Coverage, Record, Report
 from bisect_onnx.judge.verdict import decide
+from tests.made_reports import made_report
 
 
 def record(index: int, status: str = "pass", module: str | None = "m") -> Record:
@@ -20,16 +23,13 @@ def record(index: int, status: str = "pass", module: str | None = "m") -> Record
     )
 
 
-def report(rows: list[Record], outputs: list[Record], aligned: int = 5) -> Report:
+def report(rows: list[Record], outputs: list[Record]) -> Report:
     decision = decide(rows, outputs)
-    return Report(
-        verdict=decision.verdict, rtol=1e-3, atol=1e-5, environment={}, reference={},
-        candidate={}, first_divergence=decision.first_divergence, final_outputs=outputs,
-        comparisons=rows, hidden_divergences=decision.hidden_divergences,
-        coverage=Coverage(onnx_values=10, aligned_values=aligned, torch_modules=10,
-                          aligned_modules=aligned),
-        note=decision.note,
-    )
+    calls = len({row.torch_module for row in rows})  # each row its own module call
+    return made_report(rows, outputs, verdict=decision.verdict,
+                       first_divergence=decision.first_divergence, note=decision.note,
+                       coverage=Coverage(onnx_values=max(10, calls), aligned_values=calls,
+                                         torch_modules=max(10, calls), aligned_modules=calls))
 
 
 def test_long_table_shows_a_window_around_the_first_divergence():
@@ -61,7 +61,7 @@ def test_verdict_line_names_node_module_op_and_source():
 
 
 def test_zero_coverage_is_never_a_clean_bill():
-    line = report([], [record(0, module=None)], aligned=0).summary()
+    line = report([], [record(0, module=None)]).summary()
     assert "FINAL OUTPUTS ONLY" in line and "nothing inside the model was checked" in line
 
 
@@ -83,17 +83,20 @@ def test_advised_atol_is_rounded_up_so_it_passes():
 
 def test_the_verdict_says_how_bisection_found_it_or_that_no_checkpoint_failed():
     rows = [record(0), record(1, "fail")]
-    found = report(rows, [record(0, "fail", module=None)])
-    found.search = {"mode": "bisection", "reason": "the budget", "checkpoints": 9,
-                    "probes": [{}, {}, {}], "first_failing": "v1", "last_passing": "v0"}
+    plain = report(rows, [record(0, "fail", module=None)])
+    search = {"mode": "bisection", "reason": "the budget", "checkpoints": 9,
+              "probes": [{}, {}, {}], "first_failing": "v1", "last_passing": "v0"}
+
+    def searched(**changes):
+        return amended(plain, search=SearchFindings({**search, **changes}))
+
     assert ("Found by bisection (3 probe(s) of the production graph over 9 checkpoints: "
             "first failing value 'v1', after 'v0', which passes) because the budget"
-            in found.summary())
-    found.search.update(first_failing=None)
-    line = found.summary()
+            in searched().summary())
+    line = searched(first_failing=None).summary()
     assert "every checkpoint compared passes, the last 'v0': only the final outputs" in line
     assert "which passes" not in line
-    found.search.update(last_passing=None)
-    assert "no checkpoint could be compared" in found.summary()
-    found.search = {"mode": "full capture"}
-    assert "bisection" not in found.summary()
+    assert "no checkpoint could be compared" in searched(
+        first_failing=None, last_passing=None).summary()
+    assert "bisection" not in amended(plain, search=SearchFindings(
+        {"mode": "full capture"})).summary()

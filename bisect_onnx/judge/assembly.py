@@ -1,0 +1,279 @@
+"""The one place a :class:`~bisect_onnx.judge.records.Report` is made: findings in.
+
+:func:`assemble` turns a sample's :class:`~bisect_onnx.judge.findings.Findings` into
+its report, and holds the claims a verdict makes to the evidence the run checked:
+
+- a value named as the culprit was isolated: its local check ran its one node (or
+  the nodes of its one torch op) alone on the reference's values, and that local
+  result is out of the value's own tolerance;
+- where only a segment of several ops could be checked, the report names the segment
+  (``culprit_segment``), never its last node;
+- the culprit, the first divergence, the NaN origin and the coverage agree with the
+  rows the report holds, and the verdict with the final outputs.
+
+A claim that breaks one of these is a bug in the stage that made it. The test suite
+runs with :data:`STRICT_ENV` set, where it raises :class:`InvariantError`; in a user's
+run the claim is weakened (the culprit not named, the coverage counted from the rows)
+and a warning with a code says why. A wrong claim is never printed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from bisect_onnx.judge.findings import (
+    COMPARISONS,
+    FINAL_OUTPUTS,
+    AttributionFindings,
+    Findings,
+    LocalFigures,
+    RowRef,
+)
+from bisect_onnx.judge.records import Coverage, Record, Report
+from bisect_onnx.judge.vocabulary import Granularity, ReportWarning, Verdict
+from bisect_onnx.pytorch.calls import input_of
+
+__all__ = ["assemble", "amended", "InvariantError", "STRICT_ENV", "CULPRIT_NOT_SHOWN",
+           "ROWS_DISAGREE"]
+
+logger = logging.getLogger(__name__)
+
+#: Set to ``1`` (the test suite does) to make a broken invariant an error, not a warning.
+STRICT_ENV = "BISECT_ONNX_STRICT"
+
+CULPRIT_NOT_SHOWN = ReportWarning(
+    "culprit-not-shown",
+    "value {value!r} was put forward as the culprit, but {why}: no culprit is named for it")
+ROWS_DISAGREE = ReportWarning(
+    "rows-disagree",
+    "{what} did not agree with the report's rows ({why}): {done}")
+
+
+class InvariantError(AssertionError):
+    """A verdict's claim that its own evidence contradicts (raised in strict runs only)."""
+
+
+def assemble(findings: Findings) -> Report:
+    """The report of one sample, from everything its stages found.
+
+    One step: the rows with their local figures, the culprit's claim checked, the
+    narrowing applied, the coverage checked, the fields laid out.
+    """
+    comparison = findings.judged
+    attribution = findings.attribution
+    checked = attribution.checked if attribution is not None else {}
+    rows = [_with_local(row, checked[row.onnx_value]) if row.onnx_value in checked else row
+            for row in comparison.comparisons]
+    kernel_values = list(attribution.kernel_values) if attribution is not None else []
+    tables = {COMPARISONS: rows, FINAL_OUTPUTS: list(comparison.final_outputs),
+              "kernel_values": kernel_values}
+    said: list[Any] = []
+    refinement = findings.refinement
+    narrowed_to_node = refinement is not None and refinement.node is not None
+    segment = attribution.segment if attribution is not None else None
+    if segment is not None and narrowed_to_node and refinement.node[0] in segment["nodes"]:
+        # The node inside the segment that differs from the op's own translation, fed
+        # the same exact inputs, with every node before it agreeing: it is isolated.
+        attribution = replace(attribution, segment=None,
+                              culprits=(RowRef(segment["to"]), *attribution.culprits))
+    culprit_refs = _shown_culprits(attribution, tables, said, narrowed_to_node)
+    first = comparison.first_divergence
+    _check_first_divergence(comparison.verdict, first, tables, comparison.final_outputs)
+    if refinement is not None:
+        _refine(tables, refinement, culprit_refs[0] if culprit_refs else None, first)
+    coverage = _checked_coverage(comparison.coverage, tables[COMPARISONS],
+                                 findings.search, said)
+    description = findings.description
+    note = comparison.note
+    if findings.samples_note:
+        note = f"{note} {findings.samples_note}" if note else findings.samples_note
+    return Report(
+        verdict=comparison.verdict,
+        rtol=comparison.rtol,
+        atol=comparison.atol,
+        environment=dict(description.environment) if description else {},
+        reference=dict(description.reference) if description else {},
+        candidate=dict(description.candidate) if description else {},
+        final_outputs=tables[FINAL_OUTPUTS],
+        comparisons=tables[COMPARISONS],
+        coverage=coverage,
+        unaligned=list(comparison.unaligned),
+        onnx_unaligned=list(comparison.onnx_unaligned),
+        op_comparisons=list(comparison.op_comparisons),
+        warnings=[*comparison.warnings, *findings.warnings,
+                  *(description.warnings if description else ()), *said,
+                  *findings.repro_warnings],
+        note=note,
+        repro=dict(findings.repro) if findings.repro is not None else None,
+        attribution=_evidence(attribution, culprit_refs),
+        capture=dict(description.capture) if description else {},
+        inside_op=dict(refinement.inside_op) if refinement and refinement.inside_op else None,
+        culprit_node=dict(description.culprit_node) if description and
+        description.culprit_node is not None else None,
+        tolerance_basis=comparison.tolerance_basis,
+        search=dict(findings.search.search) if findings.search else {"mode": "full capture"},
+        kernel_values=kernel_values,
+        culprit_segment=(dict(attribution.segment) if attribution is not None
+                         and attribution.segment is not None else None),
+        first_divergence_ref=first,
+        culprit_ref=culprit_refs[0] if culprit_refs else None,
+        culprit_refs=(tuple(culprit_refs) if attribution is not None and attribution.listed_all
+                      else None),
+        nan_origin_ref=comparison.nan_origin,
+        findings=findings,
+    )
+
+
+def amended(report: Report, **changes: Any) -> Report:
+    """``report`` assembled again with some of its findings changed (``repro=...``)."""
+    return assemble(replace(report.findings, **changes))
+
+
+def _strict() -> bool:
+    return os.environ.get(STRICT_ENV) == "1"
+
+
+def _broken(message: str) -> None:
+    """A broken invariant: an error in strict runs, a log line otherwise."""
+    if _strict():
+        raise InvariantError(message)
+    logger.warning("report invariant: %s", message)
+
+
+def _with_local(row: Record, figures: LocalFigures) -> Record:
+    return replace(row, introduced_here=figures.introduced_here,
+                   local_max_abs_error=figures.local_max_abs_error,
+                   local_status=figures.local_status,
+                   local_nan_mismatch=figures.local_nan_mismatch,
+                   error_growth=figures.error_growth,
+                   classification=figures.classification)
+
+
+def _find(tables: dict[str, list[Record]], ref: RowRef) -> Record | None:
+    rows = [row for row in tables.get(ref.table, ()) if row.onnx_value == ref.value]
+    return next((row for row in rows if row.failed), rows[0] if rows else None)
+
+
+def _shown_culprits(attribution: AttributionFindings | None, tables: dict[str, list[Record]],
+                    said: list[Any], narrowed_to_node: bool) -> list[RowRef]:
+    """The culprits whose claim the evidence holds; the others dropped, and said why."""
+    if attribution is None:
+        return []
+    shown = []
+    for number, ref in enumerate(attribution.culprits):
+        figures = attribution.checked.get(ref.value)
+        why = _unshown(ref, figures, _find(tables, ref),
+                       narrowed_to_node=narrowed_to_node and number == 0)
+        if why is None:
+            shown.append(ref)
+            continue
+        _broken(f"culprit {ref.value!r}: {why}")
+        said.append(CULPRIT_NOT_SHOWN.format(value=ref.value, why=why))
+    return shown
+
+
+def _unshown(ref: RowRef, figures: LocalFigures | None, row: Record | None, *,
+             narrowed_to_node: bool) -> str | None:
+    """Why the evidence does not hold ``ref`` as a culprit; ``None`` when it does."""
+    if row is None:
+        return "the report holds no row of it"
+    if figures is None or not figures.introduced_here:
+        return "its local check did not fail"
+    if not figures.local_exceeds:
+        return "its local error is within its tolerance"
+    if figures.isolation is None and not narrowed_to_node:
+        return (f"its local check ran {len(figures.compute_nodes)} nodes of several ops, "
+                "not the value's node alone")
+    return None
+
+
+def _check_first_divergence(verdict: str, first: RowRef | None,
+                            tables: dict[str, list[Record]],
+                            final_outputs: Sequence[Record]) -> None:
+    """The verdict is the final outputs', and a divergence's first value fails."""
+    if (verdict == Verdict.DIVERGED) != any(record.failed for record in final_outputs):
+        _broken(f"verdict {verdict} disagrees with the final outputs")
+    if verdict == Verdict.DIVERGED:
+        row = _find(tables, first) if first is not None else None
+        if row is None or not row.failed:
+            _broken(f"the first divergence {first} is no failing row")
+    elif first is not None:
+        _broken("a report at parity names a first divergence")
+
+
+def _refine(tables: dict[str, list[Record]], refinement: Any, culprit: RowRef | None,
+            first: RowRef | None) -> None:
+    """The node found inside the culprit's op (else the first divergence's), and op names."""
+    targets = [ref for ref in (culprit, first) if ref is not None]
+    if refinement.node is not None and targets:
+        _rename(tables, targets[0], onnx_node=refinement.node[0],
+                onnx_op=refinement.node[1], also=first if targets[0] == culprit else None)
+    for ref in targets:
+        fx_node = refinement.fx_nodes.get(ref.value)
+        row = _find(tables, ref)
+        if fx_node is not None and row is not None and row.fx_node is None:
+            _rename(tables, ref, fx_node=fx_node)
+
+
+def _rename(tables: dict[str, list[Record]], ref: RowRef, *, also: RowRef | None = None,
+            **fields: Any) -> None:
+    """Give the record ``ref`` names (and ``also``'s, where it is the same record)."""
+    row = _find(tables, ref)
+    if row is None:
+        return
+    renamed = replace(row, **fields)
+    for rows in tables.values():
+        for index, item in enumerate(rows):
+            if item is row:
+                rows[index] = renamed
+
+
+def _checked_coverage(coverage: Coverage, rows: Sequence[Record], search: Any,
+                      said: list[Any]) -> Coverage:
+    """The coverage, as the rows count it: what the table holds is what was compared."""
+    if search is not None and search.search.get("mode") == "final outputs only":
+        return coverage  # nothing was fetched: there are no rows to count
+    intermediate = [row for row in rows if row.torch_module is not None]
+    if coverage.op_scope is not None or coverage.granularity == Granularity.VALUE:
+        return coverage
+    if coverage.granularity == Granularity.OP:
+        held = len({row.fx_node for row in intermediate if row.fx_node})
+        if held != coverage.compared_ops and intermediate:
+            _broken(f"coverage counts {coverage.compared_ops} ops compared, rows hold {held}")
+            said.append(ROWS_DISAGREE.format(what="the coverage", why=(
+                f"{coverage.compared_ops} ops counted, {held} in the rows"),
+                done="it counts the rows"))
+            return replace(coverage, compared_ops=held)
+        return coverage
+    held = len({_call_of(row.torch_module) for row in intermediate})
+    if held != coverage.aligned_modules and intermediate:
+        _broken(f"coverage counts {coverage.aligned_modules} module calls compared, "
+                f"rows hold {held}")
+        said.append(ROWS_DISAGREE.format(what="the coverage", why=(
+            f"{coverage.aligned_modules} module calls counted, {held} in the rows"),
+            done="it counts the rows"))
+        return replace(coverage, aligned_modules=held)
+    return coverage
+
+
+def _call_of(name: str) -> str:
+    """The module call a module row's value belongs to: ``fc`` for ``fc (input)``."""
+    entering = input_of(name)
+    return entering[0] if entering else _OUTPUT_INDEX.sub("", name)
+
+
+#: An output's place in a call's tuple or dict output (``attn[0]``, ``out[logits]``).
+_OUTPUT_INDEX = re.compile(r"(\[[^\]]*\])+$")
+
+
+def _evidence(attribution: AttributionFindings | None,
+              culprits: Sequence[RowRef]) -> dict[str, Any] | None:
+    """How the culprit was found, naming only the culprits the evidence holds."""
+    if attribution is None:
+        return None
+    return {**attribution.evidence, "first_culprit": culprits[0].value if culprits else None}

@@ -1,0 +1,95 @@
+"""Which node introduced a PyTorch-form sample's divergence: attribution, then inside its op.
+
+The culprit search (:mod:`bisect_onnx.search.blame`) runs on PyTorch's values, then the
+node inside the culprit's op is looked for: by exporting the op alone (op level), or by
+evaluating the exporter's translation of it (module level). Both return findings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bisect_onnx.align.op_level import look_inside_first_divergence
+from bisect_onnx.align.script_inside import references_by_onnx_value
+from bisect_onnx.judge.assembly import assemble
+from bisect_onnx.judge.findings import Findings, Refinement
+from bisect_onnx.judge.vocabulary import Granularity
+from bisect_onnx.pipeline.inside_op import look_inside_module_culprit, name_the_ops
+from bisect_onnx.pytorch.script_ops import ScriptOpCapture
+from bisect_onnx.search.blame import attribute_divergence
+
+if TYPE_CHECKING:
+    from bisect_onnx.pipeline.module_float64 import ModuleFloat64
+    from bisect_onnx.pytorch.op_values import OpCapture
+    from bisect_onnx.runtime.sides import Capture
+    from bisect_onnx.search.probes import ProbeBisection
+
+__all__ = ["SampleValues", "attribute_sample", "graph_inputs"]
+
+
+@dataclass
+class SampleValues:
+    """One sample's arrays by ONNX value name, for attribution and the repro."""
+
+    reference: dict[str, np.ndarray]
+    candidate: dict[str, np.ndarray]
+
+
+def attribute_sample(settings: Any, findings: Findings, arrays: Sequence[np.ndarray],
+               torch_capture: Capture, onnx_capture: Capture, pairs: Sequence,
+               bisection: ProbeBisection | None, ops: OpCapture | None,
+               segments: Any, float64: ModuleFloat64 | None) -> tuple[Findings, SampleValues]:
+    """Check failing values on PyTorch's inputs: which node introduced the error.
+
+    ``float64`` reruns a module-level culprit's segment in PyTorch, where no program
+    gives its float64 value. Returns the findings with the attribution (and what was
+    found inside the culprit's op), and the sample's values.
+    """
+    prepared, candidate = settings.prepared, settings.prepared.candidate
+    program = getattr(ops, "program", None) or prepared.program  # one call's, or the model's
+    values = SampleValues(
+        reference={pair.candidate.name: pair.reference.array for pair in pairs},
+        candidate={name: value.array for name, value in onnx_capture.values.items()})
+    if bisection is not None:  # values only the probes fetched
+        values.reference.update(bisection.references)
+        values.candidate.update({name: value.array for name, value
+                                 in bisection.capture.values.items()})
+    report = assemble(findings)
+    if not (report.diverged or report.hidden_divergences):  # hidden ones have culprits too
+        return findings, values
+    script = isinstance(ops, ScriptOpCapture)  # op names are not ONNX value names there
+    module_level = float64 is not None and ops is None  # PyTorch's side is its module calls
+    attribution, local_values = attribute_divergence(
+        report, candidate, values.reference, values.candidate,
+        graph_inputs(candidate, arrays), program=program,
+        ops=None if script else ops, modules=(torch_capture, prepared.call_index),
+        everything=settings.all_culprits,
+        kernel_references=references_by_onnx_value(segments, ops) if script else None,
+        compare=settings.judge.local_comparer(report, values.reference),
+        torch_float64=float64 if module_level else None, op_segments=segments)
+    findings = replace(findings, attribution=attribution)
+    report = assemble(findings)
+    refinement = None
+    if module_level:  # no op values: look inside the culprit's op without them
+        inside = look_inside_module_culprit(
+            report, candidate, settings.reference.exportable,
+            {**values.reference, **graph_inputs(candidate, arrays)},
+            {**values.candidate, **local_values})
+        refinement = replace(inside or Refinement(), fx_nodes=name_the_ops(report, candidate))
+    elif (report.coverage.granularity == Granularity.OP and report.first_divergence is not None
+            and prepared.template is None):
+        # The culprit's own nodes on exact inputs hold the values a fused capture
+        # leaves out; the captured ones serve otherwise.
+        refinement = look_inside_first_divergence(
+            report, segments, ops, program, candidate.model,
+            {**values.candidate, **local_values}, opset=candidate.opset)
+    return replace(findings, refinement=refinement), values
+
+
+def graph_inputs(candidate: Any, arrays: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+    """The sample's arrays by the ONNX graph's input names."""
+    return {spec.name: array for spec, array in zip(candidate.inputs, arrays, strict=True)}

@@ -1,0 +1,197 @@
+"""From local checks to the attribution's findings: what each check shows, and no more.
+
+A local check runs a failing value's segment on the reference's exact inputs. What it
+shows depends on what ran: one compute node (that node introduces the error), the nodes
+of one torch op (that op does), or several ops (only the segment does, and the report
+names the segment). :func:`attribution_findings` says which, for every checked value.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
+from typing import Any
+
+from bisect_onnx.judge.compare import ArrayComparison, Status
+from bisect_onnx.judge.findings import AttributionFindings, LocalFigures, RowRef
+from bisect_onnx.judge.records import Record
+from bisect_onnx.search.attribution import Attribution
+from bisect_onnx.search.local import LocalCheck
+
+__all__ = ["attribution_findings", "compute_nodes", "isolation", "exceeds", "exceeds_record",
+           "narrowed_segment", "NODE", "OP"]
+
+NODE = "node"
+OP = "op"
+
+#: Ops that compute shapes or constants, never the data a divergence is in.
+_SHAPE_OPS = frozenset({"Constant", "ConstantOfShape", "Shape", "Size"})
+#: Ops that carry a value to the node that uses it: a quantized node is judged with its
+#: quantization pair (what a user acts on is that node, quantized or not).
+_CARRIERS = frozenset({"Identity", "QuantizeLinear", "DequantizeLinear"})
+
+
+def compute_nodes(nodes: Sequence[Any], indices: Sequence[int]) -> list[Any]:
+    """The nodes among ``indices`` that compute data, not shapes, constants or Q/DQ pairs.
+
+    A node whose every input is a shape or a constant computed in the segment (the
+    ``Gather`` and ``Concat`` that build a Reshape's target shape) computes a shape too.
+    """
+    shape_only: set[str] = set()
+    kept = []
+    for index in indices:
+        node = nodes[index]
+        inputs = [name for name in node.inputs if name]
+        if node.op_type in _SHAPE_OPS or (inputs and all(name in shape_only
+                                                          for name in inputs)):
+            shape_only.update(node.outputs)
+            continue
+        if node.op_type not in _CARRIERS:
+            kept.append(node)
+    return kept
+
+
+def isolation(compute: Sequence[Any],
+              op_segments: Mapping[str, Sequence[Any]] | None = None) -> str | None:
+    """What a check of ``compute`` isolates: one node, one torch op, or neither."""
+    if len(compute) <= 1:
+        return NODE
+    made_from = {node.torch.fx_node if node.torch else None for node in compute}
+    if len(made_from) == 1 and None not in made_from:
+        return OP
+    names = {node.name for node in compute}
+    for segment in (op_segments or {}).values():
+        if names <= {node.name for node in segment}:
+            return OP
+    return None
+
+
+def exceeds(local: ArrayComparison | None, atol: float) -> bool:
+    """Whether a local result is out of its tolerance by a figure the report can state.
+
+    A failing status alone is not enough: the figure printed beside the claim (the
+    smallest passing atol, or NaN/Inf in other places) must show it.
+    """
+    if local is None or local.status == Status.PASS:
+        return False
+    if local.nan_mismatch or local.status in (Status.SHAPE_MISMATCH, Status.DTYPE_MISMATCH):
+        return True
+    needed = local.min_passing_atol
+    return needed is None or math.isinf(needed) or needed > atol
+
+
+def exceeds_record(record: Record, atol: float) -> bool:
+    """:func:`exceeds` for a record's own figures (a value inside a fused kernel)."""
+    if not record.failed:
+        return False
+    if record.nan_mismatch or record.status in (Status.SHAPE_MISMATCH, Status.DTYPE_MISMATCH):
+        return True
+    needed = record.min_passing_atol
+    return needed is None or needed > (atol if record.atol is None else record.atol)
+
+
+def attribution_findings(rows: Sequence[Record], attribution: Attribution,
+                         checks: Mapping[str, LocalCheck], kinds: Mapping[str, Any],
+                         nodes: Sequence[Any], *, atol: float, everything: bool,
+                         op_segments: Mapping[str, Sequence[Any]] | None = None,
+                         torch_ops: Callable[[str], int | None] | None = None,
+                         ) -> AttributionFindings:
+    """The local figures of every checked value, the culprits the checks show, the evidence.
+
+    A first culprit whose check ran several ops is not a culprit: the segment is named
+    instead (``segment``), and the later culprits still stand with ``everything``.
+    ``torch_ops`` counts the torch ops that compute a checked value from its segment's
+    inputs (``None``: unknown): one, and the segment's nodes are that op's, whatever
+    metadata the file lost.
+    """
+    # Several records may share one ONNX value (a module passing its input through):
+    # the first of them stands for the value.
+    records: dict[str, Record] = {}
+    for record in rows:
+        records.setdefault(record.onnx_value, record)
+    checked: dict[str, LocalFigures] = {}
+    for name, result in attribution.checked.items():
+        check, kind = checks.get(name), kinds.get(name)
+        local = check.comparison if check else None
+        compute = (compute_nodes(nodes, check.segment.nodes)
+                   if check is not None and check.segment is not None else [])
+        record_atol = records[name].atol if name in records else None
+        checked[name] = LocalFigures(
+            introduced_here=None if result is None else result.fails,
+            local_max_abs_error=local.max_abs_error if local else None,
+            local_status=local.status if local else None,
+            local_nan_mismatch=local.nan_mismatch if local else 0,
+            local_exceeds=exceeds(local, atol if record_atol is None else record_atol),
+            error_growth=_growth(records.get(name), check, records),
+            classification=kind.kind if kind else None,
+            compute_nodes=tuple(node.name for node in compute),
+            isolation=_isolation(name, compute, op_segments, torch_ops))
+    culprits = [RowRef(name) for name in attribution.culprits]
+    segment = None
+    if culprits and checked[culprits[0].value].isolation is None:
+        segment = _segment(checks[culprits[0].value], checked[culprits[0].value])
+        culprits = culprits[1:] if everything else []
+    first = attribution.culprit
+    evidence = {
+        "noise": attribution.noise,
+        "drift": attribution.drift,
+        "largest_jump": attribution.largest_jump,
+        "checked": len(attribution.checked),
+        "inputs": dict(checks[first].segment.inputs) if first and checks[first].segment
+        else None,
+        "nodes": checks[first].nodes if first else None,
+        "classification": _describe(kinds.get(first)) if first else None,
+        "unchecked": {name: checks[name].reason for name, result in attribution.checked.items()
+                      if result is None and name in checks},
+    }
+    return AttributionFindings(checked=checked, culprits=tuple(culprits),
+                               listed_all=everything, evidence=evidence, segment=segment)
+
+
+def narrowed_segment(nodes: Sequence[Any], indices: Sequence[int], compute: Sequence[Any],
+                     inner: Record) -> dict[str, Any]:
+    """The part of a failing segment that computes ``inner`` from values that pass.
+
+    ``indices``: the segment's nodes since the last value PyTorch has that passes.
+    """
+    computed = {output for index in indices for output in nodes[index].outputs}
+    entering = [name for index in indices for name in nodes[index].inputs
+                if name and name not in computed]
+    return {"from": list(dict.fromkeys(entering)), "to": inner.onnx_value,
+            "nodes": [node.name for node in compute],
+            "local_max_abs_error": inner.max_abs_error,
+            "local_nan_mismatch": inner.nan_mismatch}
+
+
+def _isolation(name: str, compute: Sequence[Any],
+               op_segments: Mapping[str, Sequence[Any]] | None,
+               torch_ops: Callable[[str], int | None] | None) -> str | None:
+    found = isolation(compute, op_segments)
+    if found is None and torch_ops is not None and torch_ops(name) == 1:
+        return OP
+    return found
+
+
+def _segment(check: LocalCheck, figures: LocalFigures) -> dict[str, Any]:
+    """The segment a check ran, as the report names it."""
+    return {"from": list(check.segment.inputs) if check.segment else [],
+            "to": check.value, "nodes": list(figures.compute_nodes),
+            "local_max_abs_error": figures.local_max_abs_error,
+            "local_nan_mismatch": figures.local_nan_mismatch}
+
+
+def _growth(record: Record | None, check: LocalCheck | None,
+            records: Mapping[str, Record]) -> float | None:
+    """How much the error grew from the node's inputs to its output (max abs, as a ratio)."""
+    if (record is None or check is None or check.segment is None
+            or record.max_abs_error is None):
+        return None
+    upstream = [records[name].max_abs_error for name in check.segment.inputs
+                if name in records and records[name].max_abs_error is not None]
+    worst = max(upstream, default=0.0)
+    return None if worst == 0 else record.max_abs_error / worst
+
+
+def _describe(kind: Any) -> dict[str, Any] | None:
+    return asdict(kind) if kind is not None else None
