@@ -13,8 +13,9 @@ from fixtures.registry import REPO_ROOT
 
 def test_public_names_are_exactly_these():
     assert sorted(bisect_onnx.__all__) == sorted([
-        "bisect", "bisect_onnx_models", "ExportOptions", "RandomInputs", "RuntimeOptions",
-        "Samples", "DEFAULT_RTOL", "DEFAULT_ATOL",
+        "bisect", "bisect_onnx_models", "Samples", "RandomInputs", "Tolerance",
+        "ExportOptions", "RuntimeOptions", "SearchOptions", "OutputOptions",
+        "DEFAULT_RTOL", "DEFAULT_ATOL",
         "Report", "Record", "Coverage", "assert_parity", "ParityError", "events",
         "BisectOnnxError", "UsageError", "InputError", "ModelError", "BisectOnnxWarning",
         "__version__",
