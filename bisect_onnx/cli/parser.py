@@ -1,4 +1,4 @@
-"""The command line's arguments: what each option means, in the order --help shows them."""
+"""The command line's arguments in --help order; each options object adds its own."""
 
 from __future__ import annotations
 
