@@ -18,7 +18,14 @@ from bisect_onnx.errors import (
 from bisect_onnx.judge.compare import DEFAULT_ATOL, DEFAULT_RTOL
 from bisect_onnx.judge.records import Coverage, Record, Report
 from bisect_onnx.pipeline.onnx_vs_onnx import bisect_onnx_models
-from bisect_onnx.pipeline.options import ExportOptions, RandomInputs, RuntimeOptions
+from bisect_onnx.pipeline.options import (
+    ExportOptions,
+    OutputOptions,
+    RandomInputs,
+    RuntimeOptions,
+    SearchOptions,
+    Tolerance,
+)
 from bisect_onnx.pipeline.parity import assert_parity
 from bisect_onnx.pipeline.pytorch_vs_onnx import bisect
 from bisect_onnx.sources.input_samples import Samples
@@ -28,10 +35,13 @@ __all__ = [
     # Running a bisection
     "bisect",
     "bisect_onnx_models",
-    "ExportOptions",
-    "RandomInputs",
-    "RuntimeOptions",
     "Samples",
+    "RandomInputs",
+    "Tolerance",
+    "ExportOptions",
+    "RuntimeOptions",
+    "SearchOptions",
+    "OutputOptions",
     "DEFAULT_RTOL",
     "DEFAULT_ATOL",
     # Parity tests

@@ -63,17 +63,23 @@ def onnx_parity(request: pytest.FixtureRequest):
 
     def check(model: Any, inputs: Any, onnx_model: Any = None, **options: Any) -> None:
         __tracebackhide__ = True  # pytest shows the test's line, not ours
+        from dataclasses import replace
+
         from bisect_onnx.errors import ParityError
+        from bisect_onnx.pipeline.options import OutputOptions, Tolerance
         from bisect_onnx.pipeline.parity import assert_parity
 
-        for option in ("rtol", "atol"):
-            value = config.getoption(f"bisect_onnx_{option}")
-            if value is not None:
-                options.setdefault(option, value)
+        # The test's own settings win, field by field, over the command line's.
+        tolerance = Tolerance.of(options.get("tolerance"))
+        rtol, atol = (config.getoption(f"bisect_onnx_{name}") for name in ("rtol", "atol"))
+        options["tolerance"] = replace(
+            tolerance, rtol=rtol if tolerance.rtol is None else tolerance.rtol,
+            atol=atol if tolerance.atol is None else tolerance.atol)
+        output = options.get("output") or OutputOptions()
         artifacts = config.getoption("bisect_onnx_artifacts")
-        if artifacts is not None:
-            options.setdefault("artifacts_dir", Path(artifacts))
-        options.setdefault("name", request.node.nodeid)
+        options["output"] = replace(
+            output, label=output.label or request.node.nodeid,
+            repro_dir=output.repro_dir or (Path(artifacts) if artifacts is not None else None))
         try:
             assert_parity(model, inputs, onnx_model, **options)
         except ParityError as error:

@@ -169,12 +169,14 @@ def test_api_refuses_what_the_cli_refuses(user_files):
     x = np.ones((2, 3), np.float32)
     before = digest(user_files / "m.onnx", user_files / "x.npy")
     with pytest.raises(UsageError, match="repro_dir"):
-        bisect_onnx.bisect_onnx_models("m.onnx", inputs=x, reference_evaluator=True,
-                                       repro_dir=".")
+        bisect_onnx.bisect_onnx_models("m.onnx", inputs=x, reference_runtime="onnx.reference",
+                                       output=bisect_onnx.OutputOptions(repro_dir="."))
     with pytest.raises(UsageError, match=r"repro_dir .* holds onnx_model \(m\.onnx\)"):
-        bisect_onnx.bisect(np.zeros(1), x, onnx_model="m.onnx", repro_dir=user_files)
-    with pytest.raises(UsageError, match="artifacts_dir"):
-        bisect_onnx.assert_parity("m.onnx", x, "m.onnx", artifacts_dir=user_files)
+        bisect_onnx.bisect(np.zeros(1), x, onnx_model="m.onnx",
+                           output=bisect_onnx.OutputOptions(repro_dir=user_files))
+    with pytest.raises(UsageError, match="output.repro_dir"):
+        bisect_onnx.assert_parity("m.onnx", x, "m.onnx",
+                                  output=bisect_onnx.OutputOptions(repro_dir=user_files))
     assert digest(user_files / "m.onnx", user_files / "x.npy") == before
 
 
@@ -193,7 +195,7 @@ def test_api_refuses_a_save_to_over_the_class_source(user_files):
 
 def test_report_writers_refuse_the_compared_model(user_files):
     report = bisect_onnx.bisect_onnx_models("m.onnx", inputs=np.ones((2, 3), np.float32),
-                                            reference_evaluator=True)
+                                            reference_runtime="onnx.reference")
     before = digest(user_files / "m.onnx")
     from bisect_onnx.report.html import write_html
     from bisect_onnx.report.json import write_json
@@ -324,8 +326,8 @@ def test_a_huge_sample_count_is_refused_and_leaves_no_temp_folder(user_files, ca
                                 "1000000000000"], [user_files / "m.onnx"])
     assert str(MAX_SAMPLES) in line
     with pytest.raises(UsageError, match="--samples"):
-        bisect_onnx.bisect_onnx_models("m.onnx", reference_evaluator=True,
-                                       random_inputs=bisect_onnx.RandomInputs(samples=10**12))
+        bisect_onnx.bisect_onnx_models("m.onnx", reference_runtime="onnx.reference",
+                                       inputs=bisect_onnx.RandomInputs(samples=10**12))
     assert list(temp.iterdir()) == []
 
 
@@ -337,7 +339,7 @@ def test_an_empty_onnx_file_is_named_as_empty(user_files, capsys):
                        [user_files / "x.npy"])
     assert "empty.onnx is empty" in line
     with pytest.raises(InputError, match="is empty"):
-        bisect_onnx.bisect_onnx_models("empty.onnx", reference_evaluator=True)
+        bisect_onnx.bisect_onnx_models("empty.onnx", reference_runtime="onnx.reference")
 
 
 def test_an_empty_npz_is_named_as_holding_no_arrays(user_files, capsys):
@@ -371,7 +373,8 @@ def test_outputs_below_atol_give_parity_with_a_warning(tmp_path):
     path = tmp_path / "tiny.onnx"
     onnx.save(scale_model(1e-9), str(path))
     report = bisect_onnx.bisect_onnx_models(path, inputs=np.ones((2, 3), np.float32),
-                                            reference_evaluator=True, atol=1e-5, rtol=1e-3)
+                                            reference_runtime="onnx.reference",
+                                            tolerance=(1e-3, 1e-5))
     assert not report.diverged
     vacuous = [warning for warning in report.warnings
                if getattr(warning, "code", "") == "vacuous-small"]
@@ -382,7 +385,7 @@ def test_zero_size_inputs_give_parity_with_a_warning(tmp_path):
     path = tmp_path / "empty_batch.onnx"
     onnx.save(scale_model(shape=("batch", 3)), str(path))
     report = bisect_onnx.bisect_onnx_models(path, inputs=np.ones((0, 3), np.float32),
-                                            reference_evaluator=True)
+                                            reference_runtime="onnx.reference")
     assert not report.diverged
     assert [warning.code for warning in report.warnings
             if getattr(warning, "code", "").startswith("vacuous")] == ["vacuous-empty"]
@@ -392,7 +395,7 @@ def test_ordinary_parity_has_no_vacuity_warning(tmp_path):
     path = tmp_path / "scale.onnx"
     onnx.save(scale_model(), str(path))
     report = bisect_onnx.bisect_onnx_models(path, inputs=np.ones((2, 3), np.float32),
-                                            reference_evaluator=True)
+                                            reference_runtime="onnx.reference")
     assert not any(getattr(warning, "code", "").startswith("vacuous")
                    for warning in report.warnings)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -13,8 +14,9 @@ from fixtures.registry import REPO_ROOT
 
 def test_public_names_are_exactly_these():
     assert sorted(bisect_onnx.__all__) == sorted([
-        "bisect", "bisect_onnx_models", "ExportOptions", "RandomInputs", "RuntimeOptions",
-        "Samples", "DEFAULT_RTOL", "DEFAULT_ATOL",
+        "bisect", "bisect_onnx_models", "Samples", "RandomInputs", "Tolerance",
+        "ExportOptions", "RuntimeOptions", "SearchOptions", "OutputOptions",
+        "DEFAULT_RTOL", "DEFAULT_ATOL",
         "Report", "Record", "Coverage", "assert_parity", "ParityError", "events",
         "BisectOnnxError", "UsageError", "InputError", "ModelError", "BisectOnnxWarning",
         "__version__",
@@ -59,3 +61,19 @@ def test_readme_sample_output_is_what_the_example_prints(capsys, monkeypatch):
     monkeypatch.chdir(REPO_ROOT)
     main(args)
     assert capsys.readouterr().out == sample
+
+
+def test_readme_api_example_runs_outside_the_repository(tmp_path):
+    # Only the package is importable (no fixtures/, no tests/): what a user has.
+    readme = (REPO_ROOT / "README.md").read_text()
+    example = readme.split("## Python API\n\n```python\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "example.py").write_text(example)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "bisect_onnx").symlink_to(REPO_ROOT / "bisect_onnx")
+    result = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, text=True,
+                            capture_output=True, env={**os.environ, "PYTHONPATH": str(site)},
+                            timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert "DIVERGED: culprit ONNX node 'node_avg_pool2d'" in result.stdout
+    assert "example.py:" in result.stdout  # the source line is the user's own file

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bisect_onnx.errors import UsageError
+from bisect_onnx.pipeline.options import (
+    OutputOptions,
+    RandomInputs,
+    RuntimeOptions,
+    SearchOptions,
+    Tolerance,
+)
 from bisect_onnx.sources.file_kinds import looks_like_onnx, read_head
 from bisect_onnx.sources.input_samples import load_input_samples
-from bisect_onnx.sources.random_inputs import parse_dim_options
 
 if TYPE_CHECKING:
     from bisect_onnx.judge.records import Report
@@ -47,25 +54,24 @@ def bisect_from_args(args: argparse.Namespace) -> Report:
                          f"--against-reference-evaluator compare two ONNX models, and MODEL "
                          f"{args.model} is not an ONNX file; pass the reference .onnx as MODEL "
                          "(a PyTorch MODEL is compared with --onnx FILE)")
-    inputs = load_input_samples(args.input) if args.input else None
+    from bisect_onnx.pipeline.onnx_vs_onnx import REFERENCE_EVALUATOR
+
+    # --provider and --opt-level are the reference's, and the candidate's unless its
+    # own --against-* say otherwise; --promote is the candidate's (the reference
+    # promotes every value).
+    runtime = RuntimeOptions.from_args(args)
+    random_inputs = RandomInputs.from_args(args)
     return bisect_onnx.bisect_onnx_models(
         model,
         args.against,
-        inputs,
-        reference_runtime=bisect_onnx.RuntimeOptions(provider=args.provider,
-                                                     opt_level=args.opt_level),
-        candidate_runtime=bisect_onnx.RuntimeOptions(
-            provider=args.against_provider or args.provider,
-            opt_level=args.against_opt_level or args.opt_level, promote=args.promote),
-        reference_evaluator=args.against_reference_evaluator,
-        rtol=args.rtol,
-        atol=args.atol,
-        tolerances=args.tolerances,
-        random_inputs=bisect_onnx.RandomInputs(seed=args.seed, dims=parse_dim_options(args.dim),
-                                   samples=args.samples),
-        repro_dir=args.repro_dir,
-        all_culprits=args.all_culprits,
-        model_label=args.model,
+        load_input_samples(args.input) if args.input else random_inputs,
+        reference_runtime=(REFERENCE_EVALUATOR if args.against_reference_evaluator
+                           else replace(runtime, promote=RuntimeOptions.promote)),
+        candidate_runtime=replace(runtime, provider=args.against_provider or runtime.provider,
+                                  opt_level=args.against_opt_level or runtime.opt_level),
+        tolerance=Tolerance.from_args(args),
+        search=SearchOptions.from_args(args),
+        output=OutputOptions.from_args(args),
     )
 
 

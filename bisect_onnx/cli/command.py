@@ -13,16 +13,10 @@ import logging
 import sys
 import traceback
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from bisect_onnx.cli.parser import EXIT_BUG, build_parser
 from bisect_onnx.cli.printing import print_report, show_progress
-from bisect_onnx.errors import BisectOnnxError, ModelError, UsageError
-from bisect_onnx.judge.compare import DEFAULT_ATOL, DEFAULT_RTOL
-
-if TYPE_CHECKING:
-    from bisect_onnx.judge.records import Report
-    from bisect_onnx.pipeline.options import RandomInputs
+from bisect_onnx.errors import BisectOnnxError, ModelError
 
 __all__ = ["main", "build_parser"]
 
@@ -58,51 +52,47 @@ def _log_to_stderr(verbosity: int) -> None:
 def _run(args: argparse.Namespace) -> int:
     import bisect_onnx
     from bisect_onnx.cli.against import against_requested, bisect_from_args
-    from bisect_onnx.judge.compare import check_tolerances
-    from bisect_onnx.pipeline.options import RandomInputs
+    from bisect_onnx.pipeline.options import (
+        ExportOptions,
+        OutputOptions,
+        RandomInputs,
+        RuntimeOptions,
+        SearchOptions,
+        Tolerance,
+    )
     from bisect_onnx.pytorch.parking import models_released_at_end
     from bisect_onnx.sources.input_samples import load_input_samples
     from bisect_onnx.sources.loading import load_model
-    from bisect_onnx.sources.random_inputs import parse_dim_options
 
     against = against_requested(args)
-    if not against:
-        args.rtol = DEFAULT_RTOL if args.rtol is None else args.rtol
-        args.atol = DEFAULT_ATOL if args.atol is None else args.atol
-        check_tolerances(args.rtol, args.atol)  # before the slow steps
-    _check_files(args, against=against)  # before anything runs or is written
     if against:  # two ONNX models, MODEL the reference: their own driver
+        _check_files(args, against=True)  # before anything runs or is written
         return print_report(args, bisect_from_args(args))
-    exporting = {"--exporter": args.exporter, "--opset": args.opset,
-                 "--save-onnx": args.save_onnx, "--dynamic": args.dynamic or None}
-    if args.onnx is not None and any(value is not None for value in exporting.values()):
-        used = [option for option, value in exporting.items() if value is not None]
-        raise UsageError(f"{', '.join(used)} apply to an export made here; drop them with "
-                         "--onnx")
-    random_inputs = RandomInputs(seed=args.seed, dims=parse_dim_options(args.dim),
-                                 samples=args.samples)
+    # Each options object checks its own values, before the slow steps.
+    options = {"tolerance": Tolerance.from_args(args), "export": ExportOptions.from_args(args),
+               "runtime": RuntimeOptions.from_args(args),
+               "search": SearchOptions.from_args(args), "output": OutputOptions.from_args(args)}
+    random_inputs = RandomInputs.from_args(args)
+    _check_files(args, against=False)  # before anything runs or is written
     inputs = (load_input_samples(args.input, max_memory=args.max_memory) if args.input
-              else None)
+              else random_inputs)
     model = load_model(args.model, trust_pickle=args.trust_pickle)
     progress = (bisect_onnx.events.listening(show_progress)
                 if sys.stderr.isatty() and not args.quiet else contextlib.nullcontext())
     # The model is this command's own: its parked weights need not be read back.
     with progress, models_released_at_end():
-        report = _bisect(args, model, inputs, random_inputs)
+        report = bisect_onnx.bisect(model, inputs, onnx_model=args.onnx, **options)
     return print_report(args, report)
 
 
 def _check_files(args: argparse.Namespace, *, against: bool) -> None:
     """Refuse what the command line alone shows cannot work, before anything runs.
 
-    Output paths that would overwrite an input or each other, unreadable inputs, and
-    a sample count that cannot finish.
+    Output paths that would overwrite an input or each other, and unreadable inputs.
     """
     from bisect_onnx.sources.file_kinds import read_head
-    from bisect_onnx.sources.input_sizes import check_sample_count
     from bisect_onnx.sources.output_paths import check_outputs, model_files, onnx_files
 
-    check_sample_count(args.samples)
     for label, path in (("--onnx", args.onnx), ("candidate", args.against)):
         if path is not None:  # what it holds is for the step that reads it
             read_head(path, 1, label=f"{label} file", expected="an .onnx file")
@@ -120,31 +110,6 @@ def _check_files(args: argparse.Namespace, *, against: bool) -> None:
               ("--tolerances", args.tolerances)]
     check_outputs(outputs, inputs=inputs, folders={"--repro-dir"},
                   makes_parents={"--save-onnx"})
-
-
-def _bisect(args: argparse.Namespace, model: object, inputs: object,
-            random_inputs: RandomInputs) -> Report:
-    import bisect_onnx
-    from bisect_onnx.pipeline.options import ExportOptions, RuntimeOptions
-
-    return bisect_onnx.bisect(
-        model,
-        inputs,
-        onnx_model=args.onnx,
-        rtol=args.rtol,
-        atol=args.atol,
-        export=None if args.onnx is not None else ExportOptions(
-            exporter=args.exporter, opset=args.opset, dynamic_batch=args.dynamic,
-            save_to=args.save_onnx),
-        random_inputs=random_inputs,
-        repro_dir=args.repro_dir,
-        model_label=args.model,
-        granularity=args.granularity,
-        all_culprits=args.all_culprits,
-        runtime=RuntimeOptions(provider=args.provider, opt_level=args.opt_level,
-                               promote=args.promote, max_memory=args.max_memory),
-        tolerances=args.tolerances,
-    )
 
 
 def _fail(message: str, status: int) -> int:

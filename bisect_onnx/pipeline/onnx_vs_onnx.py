@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -26,10 +26,9 @@ import numpy as np
 from bisect_onnx.errors import InputError, UsageError
 from bisect_onnx.events import BISECTION_STARTED, CAPTURE_STARTED, emit
 from bisect_onnx.judge.assembly import assemble
-from bisect_onnx.judge.compare import check_tolerances
 from bisect_onnx.judge.findings import Findings, RunDescription
 from bisect_onnx.judge.records import Report
-from bisect_onnx.judge.tolerances import ToleranceRule, tolerance_rules
+from bisect_onnx.judge.tolerances import ToleranceRule
 from bisect_onnx.pipeline.environment import environment
 from bisect_onnx.pipeline.onnx_comparison import (
     SampleValues,
@@ -40,7 +39,13 @@ from bisect_onnx.pipeline.onnx_comparison import (
     probe_checkpoints,
     show_kernel_culprit,
 )
-from bisect_onnx.pipeline.options import RandomInputs, RuntimeOptions
+from bisect_onnx.pipeline.options import (
+    OutputOptions,
+    RandomInputs,
+    RuntimeOptions,
+    SearchOptions,
+    Tolerance,
+)
 from bisect_onnx.pipeline.prepare import onnx_model_path
 from bisect_onnx.pipeline.production import (
     CandidateRun,
@@ -63,7 +68,7 @@ from bisect_onnx.runtime.reference_side import ReferenceEvaluatorSide, reference
 from bisect_onnx.search.blame import attribute_divergence
 from bisect_onnx.sources.file_kinds import check_onnx_file
 from bisect_onnx.sources.input_samples import Samples
-from bisect_onnx.sources.input_sizes import check_sample_count, input_budget
+from bisect_onnx.sources.input_sizes import input_budget
 from bisect_onnx.sources.loading import arrange_inputs, check_against_onnx
 from bisect_onnx.sources.output_paths import check_run_files
 
@@ -83,6 +88,13 @@ NO_MEMORY_BUDGET = (
     "max_memory applies to bisect(); bisect_onnx_models captures every value of both "
     "models: drop it from {which}")
 
+NO_GRANULARITY = (
+    "granularity applies to bisect() (op or module rows of a PyTorch model); "
+    "bisect_onnx_models compares value by value: drop it from search")
+
+#: ``reference_runtime`` that runs the reference in ``onnx.reference`` instead of ORT.
+REFERENCE_EVALUATOR = "onnx.reference"
+
 REFERENCE_PROMOTES_ALL = (
     "the reference's values are always all promoted; drop promote from reference_runtime "
     "(candidate_runtime's promote is the candidate's)")
@@ -93,16 +105,11 @@ def bisect_onnx_models(
     candidate: str | Path | onnx.ModelProto | None = None,
     inputs: Any = None,
     *,
-    reference_runtime: RuntimeOptions | None = None,
+    reference_runtime: RuntimeOptions | str | None = None,
     candidate_runtime: RuntimeOptions | None = None,
-    reference_evaluator: bool = False,
-    rtol: float | None = None,
-    atol: float | None = None,
-    tolerances: str | Path | Mapping[str, tuple[float, float]] | None = None,
-    random_inputs: RandomInputs | None = None,
-    repro_dir: str | Path | None = None,
-    all_culprits: bool = False,
-    model_label: str | None = None,
+    tolerance: Tolerance | tuple[float, float] | None = None,
+    search: SearchOptions | None = None,
+    output: OutputOptions | None = None,
 ) -> Report:
     """Compare two ONNX models (or one model run two ways), value by value.
 
@@ -111,49 +118,52 @@ def bisect_onnx_models(
         candidate: The candidate ONNX model; ``None`` runs the reference model again,
             as ``candidate_runtime`` says.
         inputs: One array, a sequence in the graph's input order, or a mapping by the
-            reference graph's input names; ``None`` draws random inputs.
+            reference graph's input names; :class:`~bisect_onnx.Samples` of several
+            such sets; or :class:`~bisect_onnx.RandomInputs` to draw them (``None``:
+            with its defaults). The report is the worst sample's.
         reference_runtime: Provider and optimization level of the reference in ONNX
-            Runtime (every value is promoted, whatever ``promote`` says).
+            Runtime (every value is promoted, so ``promote`` is refused), or
+            ``"onnx.reference"`` to run it in ONNX's reference evaluator (standard
+            ops only).
         candidate_runtime: Provider, optimization level and promotion of the
             candidate; by default the reference's provider and level.
-        reference_evaluator: Run the reference in ``onnx.reference`` instead of ONNX
-            Runtime (standard ops only).
-        rtol: Relative tolerance; ``None`` follows the narrower precision of the two
-            models (float16 and bfloat16 looser than float32).
-        atol: Absolute tolerance; ``None`` likewise (and a quantized value's scale).
-        tolerances: Per-value tolerances: a file of ``PATTERN RTOL ATOL`` lines, or a
-            mapping ``{pattern: (rtol, atol)}``; the first matching pattern wins.
-        random_inputs: Seed, free dimensions and sample count of drawn inputs; the
-            report is the worst sample's.
-        repro_dir: On divergence, write there a standalone repro of the first culprit
-            (``<dir>/sample-<k>`` for each diverging random sample), the reference's
-            values fed to the candidate's nodes.
-        all_culprits: Check every failing value on the reference's values and list
-            each one that introduces error (``report.culprits``), not only the first.
-        model_label: How the reference is named in the report.
+        tolerance: A :class:`~bisect_onnx.Tolerance` (per-value rules matched on value
+            names) or an ``(rtol, atol)`` pair; an rtol or atol left ``None`` follows
+            the narrower precision of the two models (float16 and bfloat16 looser than
+            float32, a quantized value by its scale).
+        search: ``all_culprits``: check every failing value on the reference's values
+            and list each one that introduces error (``report.culprits``), not only
+            the first. Its ``granularity`` is for PyTorch models and is refused.
+        output: Where a divergence's standalone repro of the first culprit is written
+            (``repro_dir``; ``<dir>/sample-<k>`` for each diverging random sample),
+            the reference's values fed to the candidate's nodes; ``label`` names the
+            reference in the progress events.
 
     Returns:
         The :class:`~bisect_onnx.judge.records.Report`, as :func:`bisect_onnx.bisect` gives.
     """
-    for name, value in (("rtol", rtol), ("atol", atol)):
-        if value is not None:
-            check_tolerances(**{"rtol": 0.0, "atol": 0.0, name: value})
-    check_run_files({"repro_dir": repro_dir}, onnx_models={"reference": reference,
-                                                            "candidate": candidate},
-                    tolerances=tolerances, folders={"repro_dir"})
-    check_sample_count((random_inputs or RandomInputs()).samples)
-    rules = tolerance_rules(tolerances)
-    reference_runtime = reference_runtime or RuntimeOptions()
+    tolerance = Tolerance.of(tolerance)
+    search = search or SearchOptions()
+    output = output or OutputOptions()
+    if search.granularity is not None:
+        raise UsageError(NO_GRANULARITY)
+    evaluator = _runs_in_evaluator(reference_runtime)
+    reference_runtime = (RuntimeOptions() if evaluator or reference_runtime is None
+                         else reference_runtime)
+    random_inputs = inputs if isinstance(inputs, RandomInputs) else RandomInputs()
+    inputs = None if isinstance(inputs, RandomInputs) else inputs
+    check_run_files({"output.repro_dir": output.repro_dir},
+                    onnx_models={"reference": reference, "candidate": candidate},
+                    tolerances=tolerance.rules, folders={"output.repro_dir"})
+    rules = tolerance.per_value()
     candidate_runtime = candidate_runtime or RuntimeOptions(
         provider=reference_runtime.provider, opt_level=reference_runtime.opt_level)
     _check_runtimes(reference_runtime, candidate_runtime)
-    random_inputs = random_inputs or RandomInputs()
-    random_inputs.check_unused(inputs)
-    if (candidate is None and not reference_evaluator and (
+    if (candidate is None and not evaluator and (
             reference_runtime.provider, reference_runtime.opt_level) == (
             candidate_runtime.provider, candidate_runtime.opt_level)):
         raise UsageError(NOTHING_TO_COMPARE)
-    emit(BISECTION_STARTED, model_label or str(reference))
+    emit(BISECTION_STARTED, output.label or str(reference))
     with tempfile.TemporaryDirectory(prefix="bisect-onnx-") as workdir:
         reference_path, reference_label = _model_path(reference, Path(workdir), "reference")
         candidate_path, candidate_label = (
@@ -161,11 +171,10 @@ def bisect_onnx_models(
             else _model_path(candidate, Path(workdir), "candidate"))
         models = _Models(
             reference_side(reference_path, provider=reference_runtime.provider,
-                           opt_level=reference_runtime.opt_level,
-                           evaluator=reference_evaluator),
+                           opt_level=reference_runtime.opt_level, evaluator=evaluator),
             OnnxRuntimeSide(candidate_path, **candidate_runtime.session_keywords()),
-            labels=(reference_label, candidate_label), rtol=rtol, atol=atol, rules=rules,
-            all_culprits=all_culprits)
+            labels=(reference_label, candidate_label), rtol=tolerance.rtol,
+            atol=tolerance.atol, rules=rules, all_culprits=search.all_culprits)
         # A large model's sessions are made in the heap, each making's buffers reusing
         # one another's pages (runtime/heap.py); what it kept is given back at the end.
         large = any(isinstance(side, OnnxRuntimeSide) and side.holds_weights_once
@@ -174,7 +183,7 @@ def bisect_onnx_models(
             with kept_in_heap(large):
                 return compare_samples(
                     _reference_inputs(models.reference, inputs, random_inputs),
-                    models.run_sample, repro_dir=repro_dir, kind=samples_kind(inputs))
+                    models.run_sample, repro_dir=output.repro_dir, kind=samples_kind(inputs))
         finally:
             give_back()
 
@@ -309,6 +318,17 @@ def _model_path(model: Any, folder: Path, label: str) -> tuple[Path, str]:
     folder = folder / label  # each model its own folder: the proto is saved as given.onnx
     folder.mkdir()
     return onnx_model_path(model, folder)
+
+
+def _runs_in_evaluator(reference_runtime: RuntimeOptions | str | None) -> bool:
+    """Whether ``reference_runtime`` names ONNX's reference evaluator (other text is refused)."""
+    if not isinstance(reference_runtime, str):
+        return False
+    if reference_runtime != REFERENCE_EVALUATOR:
+        raise UsageError(f"reference_runtime {reference_runtime!r} is not a runtime; pass "
+                         f"RuntimeOptions(...), or {REFERENCE_EVALUATOR!r} for ONNX's "
+                         "reference evaluator")
+    return True
 
 
 def _check_runtimes(reference: RuntimeOptions, candidate: RuntimeOptions) -> None:

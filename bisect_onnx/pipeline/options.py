@@ -1,21 +1,110 @@
 """The options of a run, each object checking itself once for every caller.
 
 The CLI, the Python API and the pytest plugin build the same objects, so a bad value
-gets the same one-line error whichever way it came in.
+gets the same one-line error whichever way it came in. Each object also owns its
+command-line options: ``add_arguments`` adds them to the parser (with the help text
+``--help`` shows), ``from_args`` builds the object from the parsed namespace, so the
+mapping from flags to fields lives in one place.
 """
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bisect_onnx.errors import UsageError
+from bisect_onnx.judge.compare import DEFAULT_ATOL, DEFAULT_RTOL, check_tolerances
 from bisect_onnx.runtime.memory import default_budget, parse_size
-from bisect_onnx.runtime.sessions import CPU_PROVIDER, DEFAULT_OPT_LEVEL, check_runtime
+from bisect_onnx.runtime.sessions import (
+    CPU_PROVIDER,
+    DEFAULT_OPT_LEVEL,
+    OPT_LEVELS,
+    PROMOTE_CHOICES,
+    check_runtime,
+)
+from bisect_onnx.sources.input_sizes import check_sample_count
 
-__all__ = ["ExportOptions", "RuntimeOptions", "RandomInputs"]
+if TYPE_CHECKING:
+    # What add_arguments takes: the parser itself (its main group) or one of its groups.
+    from argparse import _ActionsContainer as Arguments
+
+    from bisect_onnx.judge.tolerance_judge import ToleranceJudge
+    from bisect_onnx.judge.tolerances import ToleranceRule
+
+__all__ = ["Tolerance", "ExportOptions", "RuntimeOptions", "RandomInputs", "SearchOptions",
+           "OutputOptions"]
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """When a value fails: ``|candidate - reference| > atol + rtol * |reference|``.
+
+    ``None`` for ``rtol`` or ``atol`` is the default: ``DEFAULT_RTOL`` and
+    ``DEFAULT_ATOL`` against PyTorch; against another ONNX model, by the narrower
+    precision of the two (float16 and bfloat16 looser than float32).
+    """
+
+    rtol: float | None = None
+    atol: float | None = None
+    rules: str | Path | Mapping[str, tuple[float, float]] | None = None
+    """Per-value tolerances: a file of ``PATTERN RTOL ATOL`` lines or a mapping
+    ``{pattern: (rtol, atol)}`` (fnmatch patterns on ONNX value names, and against
+    PyTorch on op and module names); the first match wins, the rest get rtol/atol."""
+
+    def __post_init__(self) -> None:
+        for name in ("rtol", "atol"):
+            if getattr(self, name) is not None:
+                check_tolerances(**{"rtol": 0.0, "atol": 0.0, name: getattr(self, name)})
+        if isinstance(self.rules, Mapping):  # a file is read when the run needs it
+            self.per_value()
+
+    @classmethod
+    def of(cls, tolerance: Tolerance | tuple[float, float] | None) -> Tolerance:
+        """What the API's ``tolerance`` takes: a ``Tolerance``, an ``(rtol, atol)`` pair, None."""
+        if tolerance is None:
+            return cls()
+        if isinstance(tolerance, Tolerance):
+            return tolerance
+        if isinstance(tolerance, tuple | list) and len(tolerance) == 2:
+            return cls(*tolerance)
+        raise UsageError(f"tolerance must be a Tolerance, an (rtol, atol) pair or None, got "
+                         f"{tolerance!r}; for example tolerance=(1e-3, 1e-5)")
+
+    def per_value(self) -> list[ToleranceRule]:
+        """The per-value rules (a tolerance file is read here)."""
+        from bisect_onnx.judge.tolerances import tolerance_rules
+
+        return tolerance_rules(self.rules)
+
+    def judge(self) -> ToleranceJudge:
+        """The judge of a run against PyTorch: the defaults filled in, the rules read."""
+        from bisect_onnx.judge.tolerance_judge import ToleranceJudge
+
+        return ToleranceJudge.from_floats(
+            DEFAULT_RTOL if self.rtol is None else self.rtol,
+            DEFAULT_ATOL if self.atol is None else self.atol, self.per_value())
+
+    @staticmethod
+    def add_arguments(parser: Arguments) -> None:
+        """``--rtol``, ``--atol``, ``--tolerances``."""
+        parser.add_argument("--rtol", type=float, default=None,
+                            help=f"relative tolerance (default {DEFAULT_RTOL:g}; with "
+                            "--against*, by the models' precision)")
+        parser.add_argument("--atol", type=float, default=None,
+                            help=f"absolute tolerance (default {DEFAULT_ATOL:g}; with "
+                            "--against*, by the models' precision)")
+        parser.add_argument("--tolerances", type=Path, metavar="FILE",
+                            help="per-value tolerances: lines of 'PATTERN RTOL ATOL' (fnmatch "
+                            "patterns on ONNX value names, and on op and module names with a "
+                            "PyTorch MODEL; the first match wins)")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Tolerance:
+        """The tolerance the command line gives."""
+        return cls(rtol=args.rtol, atol=args.atol, rules=args.tolerances)
 
 
 @dataclass(frozen=True)
@@ -33,6 +122,38 @@ class ExportOptions:
     torch_kwargs: Mapping[str, Any] = field(default_factory=dict)
     """More keywords for ``torch.onnx.export`` (``custom_translation_table``, ...)."""
 
+    @staticmethod
+    def add_arguments(parser: Arguments) -> None:
+        """``--exporter``, ``--opset``, ``--dynamic``, ``--save-onnx``."""
+        from bisect_onnx.pytorch.exporting import EXPORTERS
+
+        parser.add_argument("--exporter", choices=EXPORTERS,
+                            help="exporter for the export made here: dynamo (the default, as "
+                            "in torch.onnx.export) or torchscript (dynamo=False; the default "
+                            "for a TorchScript MODEL)")
+        parser.add_argument("--opset", type=int, metavar="N", help="opset for the export")
+        parser.add_argument("--dynamic", action="store_true",
+                            help="export dimension 0 (the batch) of every input as dynamic")
+        parser.add_argument("--save-onnx", type=Path, metavar="PATH",
+                            help="keep a copy of the export made by bisect-onnx")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ExportOptions | None:
+        """The export the command line asks for; ``None`` with ``--onnx`` (nothing to export).
+
+        Export options beside ``--onnx`` are refused, naming them as they were given.
+        """
+        given = {"--exporter": args.exporter, "--opset": args.opset,
+                 "--save-onnx": args.save_onnx, "--dynamic": args.dynamic or None}
+        if args.onnx is None:
+            return cls(exporter=args.exporter, opset=args.opset, dynamic_batch=args.dynamic,
+                       save_to=args.save_onnx)
+        used = [option for option, value in given.items() if value is not None]
+        if used:
+            raise UsageError(f"{', '.join(used)} apply to an export made here; drop them "
+                             "with --onnx")
+        return None
+
 
 @dataclass(frozen=True)
 class RuntimeOptions:
@@ -48,8 +169,8 @@ class RuntimeOptions:
     """Memory the captured values of both sides may take (bytes, or ``"2GB"``); over
     it, values are probed a few at a time. ``None``: most of the memory available."""
 
-    def check(self) -> None:
-        """One-line errors for settings that cannot work, before anything is exported."""
+    def __post_init__(self) -> None:
+        # One-line errors for settings that cannot work, before anything is exported.
         check_runtime(self.provider, self.opt_level, self.promote)
         if self.max_memory is not None:
             parse_size(self.max_memory)
@@ -65,10 +186,34 @@ class RuntimeOptions:
         return {"provider": self.provider, "opt_level": self.opt_level,
                 "promote": self.promote}
 
+    @staticmethod
+    def add_arguments(parser: Arguments) -> None:
+        """``--provider``, ``--opt-level``, ``--promote``, ``--max-memory``."""
+        parser.add_argument("--provider", default=CPU_PROVIDER, metavar="NAME",
+                            help=f"ONNX Runtime execution provider (default {CPU_PROVIDER})")
+        parser.add_argument("--opt-level", choices=tuple(OPT_LEVELS),
+                            default=DEFAULT_OPT_LEVEL,
+                            help="ONNX Runtime graph optimization level (default all, as "
+                            "ONNX Runtime's own default)")
+        parser.add_argument("--promote", choices=PROMOTE_CHOICES, default="fused",
+                            help="fused (default): capture only the values that survive ONNX "
+                            "Runtime's optimizations, so the production kernels run; all: "
+                            "every node output, which changes what ONNX Runtime fuses")
+        parser.add_argument("--max-memory", metavar="SIZE",
+                            help="memory the captured values of both sides may take (512MB, "
+                            "2GiB); over it, ONNX Runtime's values are probed a few at a time "
+                            "by bisection (default: 80%% of the memory available)")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> RuntimeOptions:
+        """The runtime settings the command line gives."""
+        return cls(provider=args.provider, opt_level=args.opt_level, promote=args.promote,
+                   max_memory=args.max_memory)
+
 
 @dataclass(frozen=True)
 class RandomInputs:
-    """Inputs drawn from the ONNX graph's input specification, when none are given."""
+    """Inputs drawn from the ONNX graph's input specification: pass it as ``inputs``."""
 
     seed: int = 0
     dims: Mapping[str, int] = field(default_factory=dict)
@@ -80,9 +225,85 @@ class RandomInputs:
         samples = self.samples
         if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
             raise UsageError(f"samples must be a whole number >= 1, got {samples!r}")
+        check_sample_count(samples)
 
-    def check_unused(self, inputs: Any) -> None:
-        """Refuse random-input settings alongside given inputs, which they cannot change."""
-        if inputs is not None and self != RandomInputs():
+    @staticmethod
+    def add_arguments(parser: Arguments) -> None:
+        """``--seed``, ``--dim``, ``--samples``."""
+        parser.add_argument("--seed", type=int, default=0, help="seed of random inputs")
+        parser.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
+                            help="value of a named free dimension, for random inputs (repeat)")
+        parser.add_argument("--samples", type=int, default=1, metavar="N",
+                            help="try N random inputs and report the worst (default 1)")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> RandomInputs:
+        """The random-input settings the command line gives (refused beside ``--input``)."""
+        from bisect_onnx.sources.random_inputs import parse_dim_options
+
+        drawn = cls(seed=args.seed, dims=parse_dim_options(args.dim), samples=args.samples)
+        if args.input and drawn != cls():  # they cannot change the inputs given
             raise UsageError("seed, dims and samples (--seed, --dim, --samples) apply to "
                              "random inputs: drop them, or drop the given inputs")
+        return drawn
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """How the divergence is searched for and how finely the table is cut."""
+
+    granularity: str | None = None
+    """``op`` (a row per ATen op) or ``module`` (a row per module call); ``None``: op
+    where the dynamo exporter's program is at hand (an export made here, an
+    ONNXProgram, a .pt2), else op level only once a value diverges. PyTorch only."""
+    all_culprits: bool = False
+    """Check every failing value on the reference's inputs and list each one that
+    introduces error (``report.culprits``), not only the first."""
+
+    def __post_init__(self) -> None:
+        from bisect_onnx.align.op_level import GRANULARITIES
+
+        if self.granularity is not None and self.granularity not in GRANULARITIES:
+            raise UsageError(f"unknown granularity {self.granularity!r}; choose one of "
+                             f"{', '.join(GRANULARITIES)}")
+
+    @staticmethod
+    def add_arguments(parser: Arguments) -> None:
+        """``--granularity``, ``--all-culprits``."""
+        from bisect_onnx.align.op_level import GRANULARITIES
+
+        parser.add_argument("--granularity", choices=GRANULARITIES, default=None,
+                            help="table rows: one per ATen op (the default where a dynamo "
+                            "export's program names the ONNX values) or one per module call")
+        parser.add_argument("--all-culprits", action="store_true",
+                            help="check every failing value on PyTorch's inputs and list each "
+                            "one that introduces error, not only the first")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> SearchOptions:
+        """The search settings the command line gives."""
+        return cls(granularity=args.granularity, all_culprits=args.all_culprits)
+
+
+@dataclass(frozen=True)
+class OutputOptions:
+    """What a diverging run writes, and how it names the model."""
+
+    repro_dir: str | Path | None = None
+    """On divergence, write a standalone repro of the first divergence there (see each
+    function for its layout)."""
+    label: str | None = None
+    """How the model is named in the report and messages (and, in ``assert_parity``, its
+    files); ``None``: the path given, or the model's class."""
+
+    @staticmethod
+    def add_arguments(parser: Arguments) -> None:
+        """``--repro-dir`` (the label is MODEL as given)."""
+        parser.add_argument("--repro-dir", type=Path, metavar="DIR",
+                            help="on divergence, write a minimal standalone repro of the first "
+                            "divergence (ONNX segment, inputs, expected outputs, repro.py)")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> OutputOptions:
+        """Where the command line's repro goes; the model named as it was given."""
+        return cls(repro_dir=args.repro_dir, label=args.model)

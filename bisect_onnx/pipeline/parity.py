@@ -16,10 +16,14 @@ from typing import Any
 
 from bisect_onnx.errors import ParityError
 from bisect_onnx.events import BISECTION_STARTED, CAPTURE_STARTED, PARITY_CHECKED, emit
-from bisect_onnx.judge.compare import DEFAULT_ATOL, DEFAULT_RTOL
 from bisect_onnx.judge.records import Report
-from bisect_onnx.judge.tolerance_judge import ToleranceJudge
-from bisect_onnx.pipeline.options import ExportOptions, RandomInputs, RuntimeOptions
+from bisect_onnx.pipeline.options import (
+    ExportOptions,
+    OutputOptions,
+    RandomInputs,
+    RuntimeOptions,
+    Tolerance,
+)
 from bisect_onnx.pipeline.prepare import arrange_for, prepare_candidate, resolve_export
 from bisect_onnx.pipeline.pytorch_vs_onnx import Settings, run_prepared
 from bisect_onnx.pipeline.samples import as_arrays
@@ -42,37 +46,39 @@ def assert_parity(
     inputs: Any,
     onnx_model: Any = None,
     *,
-    rtol: float = DEFAULT_RTOL,
-    atol: float = DEFAULT_ATOL,
+    tolerance: Tolerance | tuple[float, float] | None = None,
     export: ExportOptions | None = None,
-    artifacts_dir: str | Path | None = None,
-    name: str | None = None,
+    output: OutputOptions | None = None,
 ) -> None:
     """Assert that the ONNX model's final outputs match the PyTorch model's.
 
     Args:
         model: What :func:`bisect_onnx.bisect` takes (an ``nn.Module``, a program, a path).
-        inputs: The inputs, as :func:`bisect_onnx.bisect` takes them.
+        inputs: The inputs, as :func:`bisect_onnx.bisect` takes them (given, not drawn).
         onnx_model: The export under test; without it the model is exported here.
-        rtol: Relative tolerance (``|onnx - torch| > atol + rtol * |torch|`` fails).
-        atol: Absolute tolerance.
+        tolerance: As :func:`bisect_onnx.bisect` takes it (a ``Tolerance`` or an
+            ``(rtol, atol)`` pair; ``|onnx - torch| > atol + rtol * |torch|`` fails).
         export: How to export when ``onnx_model`` is not given.
-        artifacts_dir: Where a failing check writes its report (``<name>.json`` and
-            ``<name>.html``) and the repro of its first divergence (``<name>.repro/``).
-        name: The check's name in messages and artifact file names.
+        output: ``repro_dir``: where a failing check writes its report
+            (``<label>.json`` and ``<label>.html``) and the repro of its first
+            divergence (``<label>.repro/``); ``label``: the check's name in messages
+            and those file names (``None``: the model's class).
 
     Raises:
         ParityError: A final output is out of tolerance; ``.report`` holds the bisection.
     """
     __tracebackhide__ = True  # pytest shows the caller's line, not ours
-    judge = ToleranceJudge.from_floats(rtol, atol)
-    check_run_files({"artifacts_dir": artifacts_dir,
+    tolerance = Tolerance.of(tolerance)
+    judge = tolerance.judge()
+    output = output or OutputOptions()
+    check_run_files({"output.repro_dir": output.repro_dir,
                      "export.save_to": export and export.save_to},
                     model=model, onnx_models={"onnx_model": onnx_model},
-                    folders={"artifacts_dir"}, makes_parents={"export.save_to"})
-    reference = reference_for(model, label=name)
+                    tolerances=tolerance.rules, folders={"output.repro_dir"},
+                    makes_parents={"export.save_to"})
+    reference = reference_for(model, label=output.label)
     export = resolve_export(reference, onnx_model, export)
-    label = name or reference.side.describe().get("class", "model")
+    label = output.label or reference.side.describe().get("class", "model")
     given = as_arrays(inputs)
     with (tempfile.TemporaryDirectory(prefix="bisect-onnx-parity-") as workdir,
           parking_for(reference.exportable, Path(workdir)) as parking):
@@ -97,10 +103,10 @@ def assert_parity(
                 logger.warning("%s: %s", label, warning)
             return
         stem = _file_name(label)
-        folder = Path(artifacts_dir) if artifacts_dir is not None else None
+        folder = Path(output.repro_dir) if output.repro_dir is not None else None
         # The bisection reuses this export (which recorded which call of a reused
         # module each node ran in) and PyTorch's run on these inputs.
-        emit(BISECTION_STARTED, name or "")
+        emit(BISECTION_STARTED, output.label or "")
         settings = Settings(reference, prepared, export, Path(workdir), judge=judge,
                             budget=RuntimeOptions().budget(), parking=parking)
         report = run_prepared(settings, [(given, "given")], RandomInputs(),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -18,21 +18,26 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bisect_onnx.align.op_level import GRANULARITIES, align_op_values
-from bisect_onnx.errors import UsageError
+from bisect_onnx.align.op_level import align_op_values
 from bisect_onnx.events import BISECTION_STARTED, CAPTURE_STARTED, emit
 from bisect_onnx.judge.assembly import assemble
 from bisect_onnx.judge.compare import DEFAULT_ATOL, DEFAULT_RTOL
 from bisect_onnx.judge.findings import Findings
 from bisect_onnx.judge.records import Report
 from bisect_onnx.judge.tolerance_judge import ToleranceJudge
-from bisect_onnx.judge.tolerances import tolerance_rules
 from bisect_onnx.judge.vocabulary import Granularity
 from bisect_onnx.pipeline.call_ops import alignment_inputs, op_scope, traces_one_call
 from bisect_onnx.pipeline.description import describe_run
 from bisect_onnx.pipeline.module_float64 import module_float64
 from bisect_onnx.pipeline.op_sources import later_op_values, op_values
-from bisect_onnx.pipeline.options import ExportOptions, RandomInputs, RuntimeOptions
+from bisect_onnx.pipeline.options import (
+    ExportOptions,
+    OutputOptions,
+    RandomInputs,
+    RuntimeOptions,
+    SearchOptions,
+    Tolerance,
+)
 from bisect_onnx.pipeline.prepare import (
     PreparedCandidate,
     arrange_for,
@@ -75,7 +80,7 @@ from bisect_onnx.search.modes import (
     references_by_value,
 )
 from bisect_onnx.search.probes import ProbeBisection, checkpoints_for
-from bisect_onnx.sources.input_sizes import Budget, check_sample_count, input_budget
+from bisect_onnx.sources.input_sizes import Budget, input_budget
 from bisect_onnx.sources.loading import check_against_onnx
 from bisect_onnx.sources.output_paths import check_run_files
 
@@ -94,75 +99,61 @@ def bisect(
     inputs: Any = None,
     *,
     onnx_model: str | Path | onnx.ModelProto | torch.onnx.ONNXProgram | None = None,
-    rtol: float = DEFAULT_RTOL,
-    atol: float = DEFAULT_ATOL,
+    tolerance: Tolerance | tuple[float, float] | None = None,
     export: ExportOptions | None = None,
-    random_inputs: RandomInputs | None = None,
-    trust_pickle: bool = False,
-    repro_dir: str | Path | None = None,
-    model_label: str | None = None,
-    granularity: str | None = None,
-    all_culprits: bool = False,
     runtime: RuntimeOptions | None = None,
-    tolerances: str | Path | Mapping[str, tuple[float, float]] | None = None,
+    search: SearchOptions | None = None,
+    output: OutputOptions | None = None,
 ) -> Report:
     """Compare a PyTorch model with its ONNX export in ONNX Runtime, layer by layer.
 
     Args:
         model: An ``nn.Module`` (its train/eval mode is used as given), an
             ``ExportedProgram``, a ``torch.onnx.ONNXProgram`` (its own ONNX model is
-            the one tested), a TorchScript module, or a path to a saved one.
+            the one tested), a TorchScript module, or a path to a ``.pt2`` or
+            TorchScript archive (a whole pickled module is refused: load it yourself
+            with ``torch.load(path, weights_only=False)`` if you trust it).
         inputs: One array or tensor, a sequence in ``forward``'s order, or a mapping
             from ``forward``'s parameter names (or the ONNX input names) to arrays;
             :class:`~bisect_onnx.Samples` of several such sets to try each (the report
-            is the worst one's). ``None`` draws random inputs from the ONNX graph (see
-            ``random_inputs``).
+            is the worst one's); or :class:`~bisect_onnx.RandomInputs` (seed, free
+            dimensions, sample count) to draw them from the ONNX graph's input
+            specification, which ``None`` does with its defaults.
         onnx_model: An existing export to compare against: a path, an
             ``onnx.ModelProto`` or a ``torch.onnx.ONNXProgram``. Without it the
             model is exported here (see ``export``).
-        rtol: Relative tolerance; an element fails when
-            ``|onnx - torch| > atol + rtol * |torch|``.
-        atol: Absolute tolerance.
+        tolerance: A :class:`~bisect_onnx.Tolerance` (with per-value rules matched on
+            ONNX value, op (FX node) and module call names) or an ``(rtol, atol)``
+            pair; an element fails when ``|onnx - torch| > atol + rtol * |torch|``.
+            ``None``: ``DEFAULT_RTOL`` and ``DEFAULT_ATOL``.
         export: How to export when no ONNX model is given.
-        random_inputs: Seed, free dimensions and sample count for drawn inputs.
-        trust_pickle: Allow ``model`` to be a path to a whole pickled module, which
-            runs any code the file names when loaded.
-        repro_dir: On divergence, write there a standalone repro of the first
-            divergence (``<dir>/sample-<k>`` for each diverging random sample).
-        model_label: How the model is named in the report.
-        granularity: ``op`` (a row per ATen op: the dynamo exporter's ExportedProgram
-            names the ONNX values; a TorchScript file's are paired with a trace of the
-            model by module scope, op and order) or ``module`` (a row per module
-            call). ``None``: op where the program is at hand (an export made here,
-            an ONNXProgram, a .pt2); for a file exported elsewhere the model is traced
-            again for it only when the outputs diverge or an intermediate does (it
-            takes seconds).
-        runtime: Provider, optimization level and promotion for ONNX Runtime.
-        all_culprits: Check every failing value on PyTorch's inputs and list each one
-            that introduces error (``report.culprits``), not only the first.
-        tolerances: Per-value tolerances: a file of ``PATTERN RTOL ATOL`` lines, or a
-            mapping ``{pattern: (rtol, atol)}``; the first pattern matching a value's ONNX
-            name, op (FX node) or module call wins, the others get ``rtol``/``atol``.
+        runtime: Provider, optimization level, promotion and memory budget for ONNX
+            Runtime.
+        search: Table granularity (``op`` or ``module`` rows; ``None`` picks, see
+            :class:`~bisect_onnx.SearchOptions`) and whether to list every culprit.
+        output: Where a divergence's standalone repro is written (``repro_dir``;
+            ``<dir>/sample-<k>`` for each diverging random sample) and how the report
+            names the model (``label``).
 
     Returns:
         The :class:`~bisect_onnx.judge.records.Report`; ``report.verdict`` is ``parity``
         or ``diverged``, ``report.first_divergence`` the first failing record.
     """
-    judge = ToleranceJudge.from_floats(rtol, atol, tolerance_rules(tolerances))
+    tolerance = Tolerance.of(tolerance)
+    judge = tolerance.judge()
     runtime = runtime or RuntimeOptions()
-    runtime.check()  # before any export
-    if granularity is not None and granularity not in GRANULARITIES:
-        raise UsageError(f"unknown granularity {granularity!r}; choose one of "
-                         f"{', '.join(GRANULARITIES)}")
-    check_sample_count((random_inputs or RandomInputs()).samples)
-    check_run_files({"repro_dir": repro_dir, "export.save_to": export and export.save_to},
+    search = search or SearchOptions()
+    output = output or OutputOptions()
+    random_inputs = inputs if isinstance(inputs, RandomInputs) else RandomInputs()
+    inputs = None if isinstance(inputs, RandomInputs) else inputs
+    check_run_files({"output.repro_dir": output.repro_dir,
+                     "export.save_to": export and export.save_to},
                     model=model, onnx_models={"onnx_model": onnx_model},
-                    folders={"repro_dir"}, makes_parents={"export.save_to"})
-    emit(BISECTION_STARTED, model_label or "")
-    reference = reference_for(model, label=model_label, trust_pickle=trust_pickle)
+                    tolerances=tolerance.rules, folders={"output.repro_dir"},
+                    makes_parents={"export.save_to"})
+    emit(BISECTION_STARTED, output.label or "")
+    reference = reference_for(model, label=output.label)
     export = resolve_export(reference, onnx_model, export)
-    random_inputs = random_inputs or RandomInputs()
-    random_inputs.check_unused(inputs)
     given = given_input_sets(inputs)
     with (tempfile.TemporaryDirectory(prefix="bisect-onnx-") as workdir,
           parking_for(reference.exportable, Path(workdir)) as parking):
@@ -170,10 +161,11 @@ def bisect(
         prepared = prepare_candidate(reference, given[0][0] if given else None, onnx_model,
                                      export, Path(workdir), runtime)
         settings = Settings(reference, prepared, export, Path(workdir), judge=judge,
-                            granularity=granularity, all_culprits=all_culprits,
+                            granularity=search.granularity,
+                            all_culprits=search.all_culprits,
                             budget=runtime.budget(),  # what is left once the model is loaded
                             input_budget=input_budget(runtime.max_memory), parking=parking)
-        return run_prepared(settings, given, random_inputs, repro_dir=repro_dir,
+        return run_prepared(settings, given, random_inputs, repro_dir=output.repro_dir,
                             kind=samples_kind(inputs))
 
 

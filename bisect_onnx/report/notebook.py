@@ -33,17 +33,17 @@ _HIDDEN_HINT = 'print(report.table(show="all")) for every row'
 # The command line's options in the report's sentences, and their API spelling.
 _API_WORDS = {
     "--show all": 'show="all"',
-    "--repro-dir": "repro_dir=",
-    "--all-culprits": "all_culprits=True",
+    "--repro-dir": "OutputOptions(repro_dir=...)",
+    "--all-culprits": "SearchOptions(all_culprits=True)",
     "--max-memory": "RuntimeOptions(max_memory=...)",
     "--exporter torchscript": 'ExportOptions(exporter="torchscript")',
     "--exporter dynamo": 'ExportOptions(exporter="dynamo")',
     "--onnx": "onnx_model=",
-    "--rtol": "rtol=",
-    "--atol": "atol=",
+    "--rtol": "Tolerance(rtol=...)",
+    "--atol": "Tolerance(atol=...)",
     "--opt-level": "RuntimeOptions(opt_level=...)",
     "--promote all": 'RuntimeOptions(promote="all")',
-    "--granularity": "granularity=",
+    "--granularity": "SearchOptions(granularity=...)",
 }
 _FLAG = re.compile("|".join(re.escape(flag) for flag in sorted(_API_WORDS, key=len,
                                                                    reverse=True)))

@@ -16,6 +16,8 @@ import bisect_onnx
 from fixtures.registry import FIXTURES, repo_path
 from tests.planting import plant
 
+MODULE_ROWS = bisect_onnx.SearchOptions(granularity="module")
+
 FIXTURE = FIXTURES["functional_attention"]
 EXPORTS = {"dynamo": FIXTURE.onnx_file, "torchscript": FIXTURE.torchscript_onnx_file}
 
@@ -23,7 +25,7 @@ EXPORTS = {"dynamo": FIXTURE.onnx_file, "torchscript": FIXTURE.torchscript_onnx_
 def _module_level(fixture_case, onnx_path, model=None):
     default_model, inputs, _ = fixture_case(FIXTURE.name)
     return bisect_onnx.bisect(model or default_model, inputs, onnx_model=onnx_path,
-                              granularity="module")
+                              search=MODULE_ROWS)
 
 
 def _gelu_divisor_scaled(factor: float):

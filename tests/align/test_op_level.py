@@ -17,6 +17,9 @@ from fixtures.architectures import ARCHITECTURES
 from fixtures.registry import FIXTURES, repo_path
 from tests.planting import fx_segment, plant, scale_initializer_input
 
+MODULE_ROWS = bisect_onnx.SearchOptions(granularity="module")
+OP_ROWS = bisect_onnx.SearchOptions(granularity="op")
+
 
 def _passes_before(report: bisect_onnx.Report) -> None:
     first = report.first_divergence
@@ -31,7 +34,7 @@ def test_resnet_like_every_node_attributed_and_folded_conv_listed_as_fused(fixtu
     model, inputs, exported = fixture_case("resnet_like")
     # Asked for: at parity a file exported elsewhere is compared module by module.
     report = bisect_onnx.bisect(model, inputs, onnx_model=exported, runtime=ALL_VALUES,
-                                granularity="op")
+                                search=OP_ROWS)
     coverage = report.coverage
     assert report.verdict == "parity"
     assert coverage.granularity == "op"
@@ -51,7 +54,7 @@ def test_resnet_like_every_node_attributed_and_folded_conv_listed_as_fused(fixtu
 def test_transformer_lists_each_value_without_a_counterpart_with_its_reason(fixture_case):
     model, inputs, exported = fixture_case("tiny_transformer")
     report = bisect_onnx.bisect(model, inputs, onnx_model=exported, runtime=ALL_VALUES,
-                                granularity="op")
+                                search=OP_ROWS)
     proto = onnx.load(str(exported), load_external_data=False)
     matmul = fx_segment(proto, "linear")[0]
     assert matmul.op_type == "MatMul"
@@ -99,7 +102,7 @@ def test_module_granularity_rows_say_which_op_failed_first(fixture_case, tmp_pat
     model, inputs, exported = fixture_case("tiny_transformer")
     planted, _, _ = _planted_fc1(exported, tmp_path)
     op_level = bisect_onnx.bisect(model, inputs, onnx_model=planted)
-    report = bisect_onnx.bisect(model, inputs, onnx_model=planted, granularity="module")
+    report = bisect_onnx.bisect(model, inputs, onnx_model=planted, search=MODULE_ROWS)
     assert report.coverage.granularity == "module"
     assert {record.torch_module for record in report.comparisons} >= {"blocks.0.mlp.fc1",
                                                                      "blocks.0.mlp"}
@@ -109,7 +112,7 @@ def test_module_granularity_rows_say_which_op_failed_first(fixture_case, tmp_pat
 
 def test_module_rows_aggregate_ops_when_the_export_is_made_here(fixture_case):
     model, inputs, _ = fixture_case("avgpool_divisor")
-    report = bisect_onnx.bisect(model, inputs, granularity="module")
+    report = bisect_onnx.bisect(model, inputs, search=MODULE_ROWS)
     first = report.first_divergence
     assert first.torch_module == "pool"
     assert (first.ops_compared, first.ops_failed, first.first_failing_op) == (1, 1,
@@ -158,11 +161,11 @@ def test_op_granularity_where_it_cannot_be_had_says_so(fixture_case):
     torchscript = repo_path(FIXTURES["tiny_mlp"].torchscript_onnx_file)
     # An ExportedProgram is no TorchScript graph, and no FX program of this file.
     program = torch.export.export(model, tuple(torch.from_numpy(a) for a in inputs.values()))
-    report = bisect_onnx.bisect(program, inputs, onnx_model=torchscript, granularity="op")
+    report = bisect_onnx.bisect(program, inputs, onnx_model=torchscript, search=OP_ROWS)
     assert report.coverage.granularity == "module"
     assert NO_OP_LEVEL in report.warnings
     with pytest.raises(bisect_onnx.UsageError, match="granularity"):
-        bisect_onnx.bisect(model, inputs, granularity="layer")
+        bisect_onnx.bisect(model, inputs, search=bisect_onnx.SearchOptions(granularity="layer"))
 
 
 def test_cli_granularity_option(tmp_path, capsys):

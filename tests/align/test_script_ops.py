@@ -20,6 +20,8 @@ from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
 from fixtures.registry import FIXTURES, repo_path
 from tests.planting import plant, scale_initializer_input, set_attribute
 
+OP_ROWS = bisect_onnx.SearchOptions(granularity="op")
+
 
 def _gelu_divisor_scaled(factor: float):
     """Scale the divisor of the one erf GELU's Div (a Constant's output in these files)."""
@@ -92,7 +94,7 @@ def test_inside_a_multi_node_op_the_node_is_found_by_its_fresh_translation(
                                   "functional_attention", "token_classifier"])
 def test_faithful_torchscript_export_at_op_level_raises_no_false_alarm(fixture_case, name):
     model, inputs, _ = fixture_case(name)
-    report = bisect_onnx.bisect(model, inputs, granularity="op",
+    report = bisect_onnx.bisect(model, inputs, search=OP_ROWS,
                                 onnx_model=repo_path(FIXTURES[name].torchscript_onnx_file))
     assert report.coverage.granularity == "op"
     assert report.verdict == "parity" and report.hidden_divergences == []
@@ -135,7 +137,7 @@ def test_op_records_carry_the_traced_op_module_and_source_line(fixture_case, tmp
 
 def test_batchnorm_folded_into_its_conv_is_compared_as_the_batchnorm(fixture_case):
     model, inputs, _ = fixture_case("resnet_like")
-    report = bisect_onnx.bisect(model, inputs, granularity="op",
+    report = bisect_onnx.bisect(model, inputs, search=OP_ROWS,
                                 onnx_model=repo_path(FIXTURES["resnet_like"]
                                                      .torchscript_onnx_file),
                                 runtime=bisect_onnx.RuntimeOptions(promote="all"))
@@ -150,7 +152,7 @@ def test_each_call_of_a_reused_module_is_named_apart(fixture_case):
     model, inputs, _ = fixture_case("resnet_like")
     report = bisect_onnx.bisect(model, inputs,
                                 onnx_model=repo_path(FIXTURES["resnet_like"].torchscript_onnx_file),
-                                granularity="op")
+                                search=OP_ROWS)
     modules = [row.torch_module for row in report.comparisons
                if row.torch_module and row.torch_module.startswith("layer1.relu")]
     assert modules == ["layer1.relu", "layer1.relu@1"]

@@ -20,6 +20,8 @@ from bisect_onnx.report.verdict import verdict_line
 from bisect_onnx.search.translation_eval import CannotEvaluate
 from tests.planting import node_of_module, plant, scale_initializer_input
 
+OP_ROWS = bisect_onnx.SearchOptions(granularity="op")
+
 WHOLE_TRACE = "tracing the model with torch.export"
 
 # (fixture, module whose node is planted, its op, the call traced alone): a Linear in an
@@ -68,7 +70,7 @@ def test_only_the_culprits_call_is_traced_and_the_verdict_is_the_whole_traces(
         patched.setattr(inside_op, "evaluate_translation", _cannot_evaluate)
         one_call, captures, whole = _bisect(model, inputs, planted, caplog)
     assert captures == [f"pytorch ops of {call}"] and not whole
-    everything, captures, whole = _bisect(model, inputs, planted, caplog, granularity="op")
+    everything, captures, whole = _bisect(model, inputs, planted, caplog, search=OP_ROWS)
     assert captures == ["pytorch ops"] and whole  # op granularity asked: the whole trace
 
     assert one_call.verdict == everything.verdict == "diverged"
@@ -95,7 +97,7 @@ def test_a_node_inside_a_linear_is_named_and_classified_without_any_trace(
                                       "blocks.0.attn.v", "MatMul")
     module_level, captures, whole = _bisect(model, inputs, planted, caplog)
     assert captures == [] and not whole
-    everything, _, _ = _bisect(model, inputs, planted, caplog, granularity="op")
+    everything, _, _ = _bisect(model, inputs, planted, caplog, search=OP_ROWS)
     for field in ("onnx_node", "onnx_value", "onnx_op", "torch_module", "classification"):
         assert getattr(module_level.culprit, field) == getattr(everything.culprit, field), field
     assert module_level.culprit.onnx_op == "MatMul"
@@ -115,7 +117,7 @@ def test_a_culprit_reading_only_pytorchs_values_is_classified_without_any_trace(
                                       "Conv")
     module_level, captures, whole = _bisect(model, inputs, planted, caplog)
     assert captures == [] and not whole
-    everything, captures, whole = _bisect(model, inputs, planted, caplog, granularity="op")
+    everything, captures, whole = _bisect(model, inputs, planted, caplog, search=OP_ROWS)
     assert captures == ["pytorch ops"] and whole
 
     assert module_level.verdict == everything.verdict == "diverged"

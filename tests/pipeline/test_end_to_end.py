@@ -13,6 +13,9 @@ from bisect_onnx.report.json import to_json
 from fixtures.registry import repo_path
 from tests.planting import plant, scale_conv_weight, set_attribute
 
+MODULE_ROWS = bisect_onnx.SearchOptions(granularity="module")
+OP_ROWS = bisect_onnx.SearchOptions(granularity="op")
+
 #: Every node output promoted, for tests that look at values ONNX Runtime fuses away.
 ALL_VALUES = bisect_onnx.RuntimeOptions(promote="all")
 
@@ -93,7 +96,7 @@ def test_inplace_relu_does_not_corrupt_the_recorded_conv_output(fixture_case):
 
 
 def test_reused_module_calls_align_to_their_own_nodes(fixture_case):
-    report = run(fixture_case, "reused_block", granularity="module")
+    report = run(fixture_case, "reused_block", search=MODULE_ROWS)
     by_module = {record.torch_module: record for record in report.comparisons}
     assert [by_module[f"block{suffix}"].onnx_value for suffix in ("", "@1", "@2")] == [
         "tanh", "tanh_1", "tanh_2"]
@@ -101,7 +104,7 @@ def test_reused_module_calls_align_to_their_own_nodes(fixture_case):
 
 
 def test_reused_relu_calls_split_in_resnet(fixture_case):
-    report = run(fixture_case, "resnet_like", granularity="module", runtime=ALL_VALUES)
+    report = run(fixture_case, "resnet_like", search=MODULE_ROWS, runtime=ALL_VALUES)
     values = {record.torch_module: record.onnx_value for record in report.comparisons}
     assert values["layer1.relu"] != values["layer1.relu@1"]
     # Folded BatchNorm: the fused Conv's output belongs to the BatchNorm, the conv has no row.
@@ -171,7 +174,7 @@ def _without_metadata(exported, folder):
 def test_graph_without_metadata_says_so_loudly(fixture_case, tmp_path):
     model, inputs, exported = fixture_case("tiny_mlp")
     report = bisect_onnx.bisect(model, inputs, onnx_model=_without_metadata(exported, tmp_path),
-                                granularity="module")
+                                search=MODULE_ROWS)
     assert report.verdict == "parity"
     assert report.coverage.aligned_modules == 0
     assert report.comparisons == []
@@ -182,7 +185,7 @@ def test_graph_without_metadata_says_so_loudly(fixture_case, tmp_path):
 def test_graph_without_metadata_is_matched_by_structure_at_op_level(fixture_case, tmp_path):
     model, inputs, exported = fixture_case("tiny_mlp")
     report = bisect_onnx.bisect(model, inputs, onnx_model=_without_metadata(exported, tmp_path),
-                                granularity="op")
+                                search=OP_ROWS)
     assert report.verdict == "parity"
     assert report.coverage.granularity == "op"
     assert report.comparisons and all(record.matched_by for record in report.comparisons)
@@ -269,7 +272,7 @@ def test_sample_count_must_be_positive(fixture_case, samples):
     model, _, exported = fixture_case("tiny_mlp")
     with pytest.raises(bisect_onnx.UsageError, match="samples"):
         bisect_onnx.bisect(model, onnx_model=exported,
-                           random_inputs=bisect_onnx.RandomInputs(samples=samples))
+                           inputs=bisect_onnx.RandomInputs(samples=samples))
 
 
 ODD_OUTPUTS = """
@@ -306,7 +309,7 @@ def test_random_samples_share_one_promoted_session(fixture_case):
     seen = []
     with bisect_onnx.events.listening(seen.append):
         report = bisect_onnx.bisect(model, onnx_model=exported,
-                                    random_inputs=bisect_onnx.RandomInputs(samples=3))
+                                    inputs=bisect_onnx.RandomInputs(samples=3))
     assert report.verdict == "parity"
     # One production session (its optimized graph says what to capture) and one capture
     # session, for all three samples.

@@ -31,6 +31,8 @@ from bisect_onnx.report import repro
 from bisect_onnx.runtime import onnx_side
 from bisect_onnx.runtime.sessions import create_session
 
+MODULE_ROWS = bisect_onnx.SearchOptions(granularity="module")
+
 WEIGHTS_FILE = "weights.bin"
 
 
@@ -131,8 +133,9 @@ def test_external_weights_are_never_inlined_nor_written_beside_the_model(
         monkeypatch.setattr(onnx_side, "HOLD_WEIGHTS_ONCE_ABOVE", 0)
     before = _listing(path.parent)
     spy = SessionSpy(monkeypatch, path, temp_root)
-    report = bisect_onnx.bisect(model, x, onnx_model=path, repro_dir=tmp_path / "repro",
-                                granularity="module")
+    report = bisect_onnx.bisect(model, x, onnx_model=path,
+                                output=bisect_onnx.OutputOptions(repro_dir=tmp_path / "repro"),
+                                search=MODULE_ROWS)
 
     assert report.verdict == "diverged"
     assert report.culprit is not None  # the local checks ran
@@ -160,11 +163,11 @@ def test_weights_held_once_give_the_same_report_over_several_samples(external_mo
                                                                       monkeypatch):
     model, _, path, _, _ = external_model
     samples = bisect_onnx.RandomInputs(samples=2)
-    shared = bisect_onnx.bisect(model, onnx_model=path, random_inputs=samples)
+    shared = bisect_onnx.bisect(model, onnx_model=path, inputs=samples)
     monkeypatch.setattr(onnx_side, "HOLD_WEIGHTS_ONCE_ABOVE", 0)
     seen = []
     with bisect_onnx.events.listening(seen.append):
-        once = bisect_onnx.bisect(model, onnx_model=path, random_inputs=samples)
+        once = bisect_onnx.bisect(model, onnx_model=path, inputs=samples)
     assert once.to_dict()["comparisons"] == shared.to_dict()["comparisons"]
     # How production was checked differs: run, or known to have the capture's graph.
     assert ({**once.capture, "production_check": None}
@@ -179,8 +182,9 @@ def test_a_repro_past_protobufs_limit_keeps_its_weights_in_one_linked_file(
         external_model, tmp_path, monkeypatch):
     model, x, path, weights, planted = external_model
     monkeypatch.setattr(repro, "_PROTOBUF_LIMIT", 0)
-    report = bisect_onnx.bisect(model, x, onnx_model=path, repro_dir=tmp_path / "repro",
-                                granularity="module")
+    report = bisect_onnx.bisect(model, x, onnx_model=path,
+                                output=bisect_onnx.OutputOptions(repro_dir=tmp_path / "repro"),
+                                search=MODULE_ROWS)
     folder = tmp_path / "repro"
     assert report.repro["reproduces"] is True
     segment = onnx.load(str(folder / "model.onnx"), load_external_data=False)
@@ -197,7 +201,8 @@ def test_a_repro_past_protobufs_limit_keeps_its_weights_in_one_linked_file(
                 for init in loaded.graph.initializer} == {name: weights[name] for name in needed}
     # A smaller repro written over it leaves no stale weights file.
     monkeypatch.setattr(repro, "_PROTOBUF_LIMIT", 2**31 - 1)
-    bisect_onnx.bisect(model, x, onnx_model=path, repro_dir=folder, granularity="module")
+    bisect_onnx.bisect(model, x, onnx_model=path,
+                       output=bisect_onnx.OutputOptions(repro_dir=folder), search=MODULE_ROWS)
     assert not data.exists()
     assert not (folder / "backend_test" / "model.onnx.data").exists()
 

@@ -16,6 +16,8 @@ from bisect_onnx.cli.command import main
 from fixtures.registry import FIXTURES, REPO_ROOT, repo_path
 from tests.planting import node_of_module, plant, scale_conv_weight
 
+MODULE_ROWS = bisect_onnx.SearchOptions(granularity="module")
+
 POOL = FIXTURES["avgpool_divisor"]
 RESNET = FIXTURES["resnet_like"]
 
@@ -144,7 +146,7 @@ def test_exported_program_object_with_keyword_inputs(fixture_case):
     model, inputs, exported = fixture_case("two_inputs")
     program = torch.export.export(model, _args(fixture_case, "two_inputs"))
     report = bisect_onnx.bisect(program, {"y": inputs["y"], "x": inputs["x"]},
-                                onnx_model=exported, granularity="module")
+                                onnx_model=exported, search=MODULE_ROWS)
     assert report.verdict == "parity"
     assert {record.torch_module for record in report.comparisons} == {"a", "b", "c"}
 
@@ -211,7 +213,7 @@ def test_keyword_inputs_that_skip_a_parameter(tmp_path):
     model = load_model(f"{tmp_path}/keywords.py:make")
     rng = np.random.RandomState(0)
     inputs = {"token_type_ids": rng.randint(0, 2, (2, 5)), "input_ids": rng.randint(0, 20, (2, 5))}
-    report = bisect_onnx.bisect(model, inputs, granularity="module")
+    report = bisect_onnx.bisect(model, inputs, search=MODULE_ROWS)
     assert report.verdict == "parity"
     assert {record.torch_module for record in report.comparisons} == {"embed", "segment"}
 

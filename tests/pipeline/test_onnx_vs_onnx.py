@@ -30,6 +30,8 @@ from fixtures.registry import FIXTURES, repo_path
 from tests.conftest import tree_digest
 from tests.planting import fx_segment, plant, scale_initializer_input
 
+EVERY_CULPRIT = bisect_onnx.SearchOptions(all_culprits=True)
+
 RESNET = repo_path(FIXTURES["resnet_like"].onnx_file)
 RESNET_INPUT = repo_path(FIXTURES["resnet_like"].input_file)
 PLANTED_NODE = "node_Conv_140"  # layer1.conv1 (its BatchNorm folded in), output getitem_3
@@ -96,8 +98,8 @@ def test_float16_conversion_aligns_through_its_casts_with_parity(made):
     # Every value computed in float16; the graph output is the converter's Cast back.
     assert {record.candidate_dtype for record in report.comparisons[:-1]} == {"float16"}
     # float32 tolerances would flag float16 rounding: the default is what passes it.
-    strict = bisect_onnx.bisect_onnx_models(RESNET, made["fp16"], made["x"], rtol=1e-3,
-                                            atol=1e-5)
+    strict = bisect_onnx.bisect_onnx_models(RESNET, made["fp16"], made["x"],
+                                            tolerance=(1e-3, 1e-5))
     assert strict.diverged
 
 
@@ -226,7 +228,7 @@ def test_optimization_level_pair_has_parity_and_finds_a_planted_edit(made):
 
 
 def test_reference_evaluator_agrees_with_onnx_runtime_on_a_small_model():
-    report = bisect_onnx.bisect_onnx_models(RESNET, reference_evaluator=True,
+    report = bisect_onnx.bisect_onnx_models(RESNET, reference_runtime="onnx.reference",
                                             inputs=np.load(RESNET_INPUT))
     assert report.verdict == "parity" and not report.hidden_divergences
     assert report.reference["kind"] == "onnx-reference-evaluator"
@@ -246,7 +248,7 @@ def test_reference_evaluator_refuses_a_contrib_op_by_name(tmp_path):
     path = tmp_path / "contrib.onnx"
     onnx.save(model, str(path))
     with pytest.raises(UsageError, match=r"com\.microsoft\.FastGelu.*'gelu'.*ONNX Runtime"):
-        bisect_onnx.bisect_onnx_models(path, reference_evaluator=True)
+        bisect_onnx.bisect_onnx_models(path, reference_runtime="onnx.reference")
 
 
 # names that do not survive: the structural fallback ---------------------------------------
@@ -286,7 +288,7 @@ def test_a_tolerance_file_pattern_loosens_one_value(made, tmp_path):
     rules.write_text("# value   rtol  atol\ngetitem_3  0  1e3  # the planted Conv\n"
                      "nothing_*  0 0\n")
     loose = bisect_onnx.bisect_onnx_models(RESNET, made["fp32_planted"], made["x"],
-                                           tolerances=rules, **levels)
+                                           tolerance=bisect_onnx.Tolerance(rules=rules), **levels)
     loosened = next(r for r in loose.comparisons if r.reference_value == "getitem_3")
     assert loosened.status == "pass" and loosened.atol == 1e3
     assert loose.first_divergence.reference_value == "relu_1"  # the next value still fails
@@ -358,7 +360,7 @@ def test_planted_float16_error_is_found_by_probing_production(made, monkeypatch)
 
 def test_float16_culprit_is_the_planted_node_and_later_values_only_inherit(made):
     report = bisect_onnx.bisect_onnx_models(RESNET, made["fp16_planted"], made["x"],
-                                            all_culprits=True)
+                                            search=EVERY_CULPRIT)
     culprit = report.culprit
     assert (culprit.onnx_node, culprit.onnx_value) == (PLANTED_NODE, "getitem_3")
     assert culprit.introduced_here is True and culprit.local_max_abs_error > 0.1
@@ -371,7 +373,7 @@ def test_float16_culprit_is_the_planted_node_and_later_values_only_inherit(made)
 
 def test_qdq_culprit_is_judged_through_its_quantization_pair(made):
     report = bisect_onnx.bisect_onnx_models(RESNET, made["qdq_planted"], made["x"],
-                                            all_culprits=True)
+                                            search=EVERY_CULPRIT)
     assert report.culprit.onnx_node == PLANTED_NODE
     checked = [record for record in report.comparisons if record.introduced_here is not None]
     assert len(checked) >= 5
@@ -382,8 +384,9 @@ def test_qdq_culprit_is_judged_through_its_quantization_pair(made):
 
 
 def test_repro_of_a_float16_culprit_feeds_float16_reference_values(made, tmp_path):
-    report = bisect_onnx.bisect_onnx_models(RESNET, made["fp16_planted"], made["x"],
-                                            repro_dir=tmp_path / "repro")
+    report = bisect_onnx.bisect_onnx_models(
+        RESNET, made["fp16_planted"], made["x"],
+        output=bisect_onnx.OutputOptions(repro_dir=tmp_path / "repro"))
     repro = report.repro
     assert repro["reproduces"] is True
     assert (repro["nodes"], repro["inputs"]) == ([PLANTED_NODE], {"relu": "reference"})
@@ -404,8 +407,8 @@ def test_samples_keep_the_worst_report_and_write_a_repro_per_sample(made, tmp_pa
     from bisect_onnx.sources.random_inputs import synthesize_inputs
 
     report = bisect_onnx.bisect_onnx_models(
-        RESNET, made["fp16_planted"], random_inputs=bisect_onnx.RandomInputs(seed=3, samples=3),
-        repro_dir=tmp_path)
+        RESNET, made["fp16_planted"], inputs=bisect_onnx.RandomInputs(seed=3, samples=3),
+        output=bisect_onnx.OutputOptions(repro_dir=tmp_path))
     assert report.diverged and "worst of 3 random samples (3 diverged)" in report.note
     assert sorted(path.name for path in tmp_path.iterdir()) == [
         "sample-1", "sample-2", "sample-3"]
@@ -430,7 +433,7 @@ def test_reference_evaluator_loads_the_model_once_for_every_sample(monkeypatch):
 
     monkeypatch.setattr(onnx.reference, "ReferenceEvaluator", Counting)
     report = bisect_onnx.bisect_onnx_models(
-        RESNET, reference_evaluator=True, random_inputs=bisect_onnx.RandomInputs(samples=2))
+        RESNET, reference_runtime="onnx.reference", inputs=bisect_onnx.RandomInputs(samples=2))
     assert report.verdict == "parity"
     assert len(made_evaluators) == 1
 
@@ -464,15 +467,16 @@ def test_a_model_proto_without_its_external_weights_is_one_line_input_error(made
         bisect_onnx.bisect_onnx_models(onnx.load(str(RESNET)), made["fp16"], made["x"])
 
 
-def test_random_input_settings_are_refused_with_given_inputs_and_below_one(made):
-    # The same refusal as the PyTorch form's: seed and dims cannot change given inputs.
-    for settings in (bisect_onnx.RandomInputs(samples=2), bisect_onnx.RandomInputs(seed=7)):
-        with pytest.raises(UsageError, match="apply to random inputs"):
-            bisect_onnx.bisect_onnx_models(RESNET, made["fp16"], made["x"],
-                                           random_inputs=settings)
+def test_random_input_settings_are_refused_with_given_inputs_and_below_one(made, capsys):
+    # The same refusal as the PyTorch form's: seed and dims cannot change given inputs
+    # (at the API RandomInputs is passed as the inputs, so both cannot be given).
+    for option in (["--samples", "2"], ["--seed", "7"]):
+        assert main([str(RESNET), "--against", str(made["fp16"]), "--input",
+                     str(RESNET_INPUT), *option]) == 2
+        assert "apply to random inputs" in capsys.readouterr().err
     with pytest.raises(UsageError, match="whole number >= 1, got 0"):
         bisect_onnx.bisect_onnx_models(RESNET, made["fp16"],
-                                       random_inputs=bisect_onnx.RandomInputs(samples=0))
+                                       inputs=bisect_onnx.RandomInputs(samples=0))
 
 
 def test_a_matmul_fused_into_its_bias_add_is_named_inside_the_kernel(fixture_case, tmp_path):

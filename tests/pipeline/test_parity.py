@@ -33,8 +33,9 @@ def test_failing_check_bisects_and_names_the_culprit(fixture_case, tmp_path):
     seen = []
     with bisect_onnx.events.listening(seen.append), \
             pytest.raises(bisect_onnx.ParityError) as raised:
-        bisect_onnx.assert_parity(model, inputs, exported, artifacts_dir=tmp_path,
-                                  name="pool model")
+        bisect_onnx.assert_parity(
+            model, inputs, exported,
+            output=bisect_onnx.OutputOptions(repro_dir=tmp_path, label="pool model"))
     assert isinstance(raised.value, AssertionError)
     assert BISECTION_STARTED in kinds(seen)
     message = str(raised.value)

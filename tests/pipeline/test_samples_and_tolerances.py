@@ -76,7 +76,7 @@ def test_onnx_against_onnx_takes_input_sets_too(fixture_case):
     _, inputs, exported = fixture_case("tiny_mlp")
     samples = bisect_onnx.Samples([inputs, _other_input(inputs, 3)])
     report = bisect_onnx.bisect_onnx_models(exported, inputs=samples,
-                                            reference_evaluator=True)
+                                            reference_runtime="onnx.reference")
     assert report.verdict == "parity"
     assert "worst of 2 input sets" in report.note
 
@@ -86,7 +86,7 @@ def test_onnx_against_onnx_takes_input_sets_too(fixture_case):
 def test_a_rule_loosens_only_the_values_it_names(fixture_case):
     model, inputs, exported = fixture_case("avgpool_divisor")
     report = bisect_onnx.bisect(model, inputs, onnx_model=exported,
-                                tolerances={"avg_pool2d": LOOSE})
+                                tolerance=bisect_onnx.Tolerance(rules={"avg_pool2d": LOOSE}))
     assert report.diverged
     pool = next(row for row in report.comparisons if row.onnx_value == "avg_pool2d")
     assert pool.status == "pass" and (pool.rtol, pool.atol) == LOOSE
@@ -98,9 +98,9 @@ def test_a_rule_loosens_only_the_values_it_names(fixture_case):
 def test_rules_by_op_and_module_name_can_make_parity(fixture_case):
     model, inputs, exported = fixture_case("avgpool_divisor")
     report = bisect_onnx.bisect(model, inputs, onnx_model=exported,
-                                tolerances={"avg_pool2d": LOOSE, "view": LOOSE,
-                                            "node_linear": LOOSE, "linear": LOOSE,
-                                            "never_*": (1.0, 1.0)})
+                                tolerance=bisect_onnx.Tolerance(rules={
+                                    "avg_pool2d": LOOSE, "view": LOOSE, "node_linear": LOOSE,
+                                    "linear": LOOSE, "never_*": (1.0, 1.0)}))
     assert report.verdict == "parity", report.summary()
     codes = [getattr(warning, "code", None) for warning in report.warnings]
     assert "unused-tolerance-rule" in codes
@@ -130,7 +130,7 @@ def test_random_inputs_over_max_memory_are_refused_before_they_are_made(fixture_
 def test_a_rule_on_a_module_name_applies_to_the_op_rows_inside_it(fixture_case):
     model, inputs, exported = fixture_case("avgpool_divisor")
     report = bisect_onnx.bisect(model, inputs, onnx_model=exported,
-                                tolerances={"pool": LOOSE})
+                                tolerance=bisect_onnx.Tolerance(rules={"pool": LOOSE}))
     assert report.coverage.granularity == "op"
     pool = next(row for row in report.comparisons if row.torch_module == "pool")
     assert pool.status == "pass" and (pool.rtol, pool.atol) == LOOSE

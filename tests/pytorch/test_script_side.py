@@ -9,6 +9,8 @@ from bisect_onnx.cli.command import main
 from fixtures.registry import FIXTURES, REPO_ROOT, repo_path
 from tests.planting import plant, scale_conv_weight, set_attribute, shift_bias
 
+MODULE_ROWS = bisect_onnx.SearchOptions(granularity="module")
+
 
 def run(fixture_case, name, onnx_path=None, promote="fused"):
     model, inputs, _ = fixture_case(name)
@@ -16,7 +18,7 @@ def run(fixture_case, name, onnx_path=None, promote="fused"):
     # Module level: what these tests check is how module calls meet TorchScript nodes
     # (a dynamo file given here would otherwise be compared op by op). ``promote="all"``
     # where a test looks at values ONNX Runtime would fuse away.
-    return bisect_onnx.bisect(model, inputs, onnx_model=onnx_path, granularity="module",
+    return bisect_onnx.bisect(model, inputs, onnx_model=onnx_path, search=MODULE_ROWS,
                               runtime=bisect_onnx.RuntimeOptions(promote=promote))
 
 

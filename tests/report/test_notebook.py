@@ -70,7 +70,8 @@ def test_the_root_module_is_named_as_the_table_names_it():
 def test_cli_options_in_report_sentences_read_as_api_arguments():
     assert api_wording("pass --max-memory 2GiB, or --show all") == (
         'pass RuntimeOptions(max_memory=...) 2GiB, or show="all"')
-    assert api_wording("attach the --repro-dir segment") == "attach the repro_dir= segment"
+    assert (api_wording("attach the --repro-dir segment")
+            == "attach the OutputOptions(repro_dir=...) segment")
     assert api_wording("no flag here") == "no flag here"
 
 

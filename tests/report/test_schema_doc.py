@@ -108,11 +108,13 @@ def key_differences(name: str, documented: set[str], written: set[str]) -> list[
 def reports(fixture_case, tmp_path_factory) -> list[dict[str, Any]]:
     model, inputs, onnx_path = fixture_case("avgpool_divisor")
     repro = tmp_path_factory.mktemp("repro")
-    diverged = bisect_onnx.bisect(model, inputs, onnx_model=onnx_path, repro_dir=repro)
+    diverged = bisect_onnx.bisect(model, inputs, onnx_model=onnx_path,
+                                  output=bisect_onnx.OutputOptions(repro_dir=repro))
     # A budget nothing fits in: ONNX Runtime's values are probed, `search` in full.
     probed = bisect_onnx.bisect(model, inputs, onnx_model=onnx_path,
                                 runtime=bisect_onnx.RuntimeOptions(max_memory=1))
-    against = bisect_onnx.bisect_onnx_models(onnx_path, inputs=inputs, reference_evaluator=True)
+    against = bisect_onnx.bisect_onnx_models(onnx_path, inputs=inputs,
+                                             reference_runtime="onnx.reference")
     assert probed.search["mode"] == "bisection"
     return [diverged.to_dict(), probed.to_dict(), against.to_dict()]
 

@@ -21,6 +21,8 @@ from bisect_onnx.runtime.sessions import create_session
 from fixtures.registry import FIXTURES, repo_path
 from tests.planting import plant, scale_conv_weight
 
+OP_ROWS = bisect_onnx.SearchOptions(granularity="op")
+
 
 class Fusable(nn.Module):
     """Conv+ReLU, MatMul+Add, LayerNorm and an erf GELU: all fused by ONNX Runtime."""
@@ -81,8 +83,8 @@ def test_fusion_preserving_capture_fuses_as_production_and_promoting_all_does_no
 
 def test_promote_all_keeps_the_plain_capture(fusable):
     model, x, path = fusable
-    fused = bisect_onnx.bisect(model, x, onnx_model=path, granularity="op")
-    plain = bisect_onnx.bisect(model, x, onnx_model=path, granularity="op",
+    fused = bisect_onnx.bisect(model, x, onnx_model=path, search=OP_ROWS)
+    plain = bisect_onnx.bisect(model, x, onnx_model=path, search=OP_ROWS,
                                runtime=bisect_onnx.RuntimeOptions(promote="all"))
     assert fused.capture["mode"] == "fusion-preserving"
     assert plain.capture["mode"] == "all values"

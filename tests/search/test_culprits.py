@@ -9,13 +9,15 @@ from torch import nn
 import bisect_onnx
 from tests.planting import fx_segment, plant, scale_conv_weight, scale_initializer_input
 
+EVERY_CULPRIT = bisect_onnx.SearchOptions(all_culprits=True)
+
 
 def test_a_planted_edit_is_introduced_at_its_node_and_inherited_after_it(fixture_case,
                                                                           tmp_path):
     model, inputs, exported = fixture_case("resnet_like")
     planted = tmp_path / "planted.onnx"
     plant(exported, planted, scale_conv_weight("layer2.bn1", 1.003))
-    report = bisect_onnx.bisect(model, inputs, onnx_model=planted, all_culprits=True)
+    report = bisect_onnx.bisect(model, inputs, onnx_model=planted, search=EVERY_CULPRIT)
     failing = [record for record in report.comparisons if record.failed]
     culprit = report.culprit
     # The planted Conv (BatchNorm folded in), even where ONNX Runtime fused it with the
@@ -45,7 +47,7 @@ def test_two_independent_edits_are_the_only_two_culprits(fixture_case, tmp_path)
     once, twice = tmp_path / "once.onnx", tmp_path / "twice.onnx"
     plant(exported, once, scale_initializer_input(first.name, 1, 1.01))
     plant(once, twice, scale_initializer_input(second.name, 1, 1.01))
-    report = bisect_onnx.bisect(model, inputs, onnx_model=twice, all_culprits=True)
+    report = bisect_onnx.bisect(model, inputs, onnx_model=twice, search=EVERY_CULPRIT)
     assert [record.fx_node for record in report.culprits] == ["linear_4", "linear_9"]
     failing = [record for record in report.comparisons if record.failed]
     assert len(failing) > 2  # everything after the first edit fails, yet only two are blamed
@@ -85,7 +87,8 @@ class DeepTanh(nn.Module):
 def test_float_noise_with_a_tight_tolerance_is_float_precision_not_a_culprit():
     model = DeepTanh().eval()
     x = torch.randn(4, 64, generator=torch.Generator().manual_seed(0)).numpy()
-    report = bisect_onnx.bisect(model, x, rtol=1e-7, atol=0.0, all_culprits=True)
+    report = bisect_onnx.bisect(model, x, tolerance=(1e-7, 0.0),
+                                search=EVERY_CULPRIT)
     assert report.verdict == "diverged"
     assert report.culprit is None and report.culprits == []
     failing = [record for record in report.comparisons if record.failed]
