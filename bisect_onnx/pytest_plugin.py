@@ -83,7 +83,8 @@ def onnx_parity(request: pytest.FixtureRequest):
         try:
             assert_parity(model, inputs, onnx_model, **options)
         except ParityError as error:
-            config.stash[_FAILURES].append((request.node.nodeid, error.report.summary()))
+            config.stash[_FAILURES].append(  # its headline: one line per failing check
+                (request.node.nodeid, error.report.summary().splitlines()[0]))
             raise
 
     return check

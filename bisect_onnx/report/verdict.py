@@ -58,39 +58,104 @@ def verdict_line(report: Report) -> str:
 
 
 def _diverged_line(report: Report, basis: str) -> str:
-    """The culprit first (node, op, module, source line), then the first failing value."""
+    """A headline naming the culprit and what to do; then the evidence, a line each.
+
+    The headline names the culprit (node, op, module, source line) and whom to file it
+    with, or the segment the error is introduced in, or the first divergence; the local
+    figures, the first failing value, the search and the tolerance follow.
+    """
     record = report.first_divergence
     assert record is not None
-    culprit = report.culprit
+    culprit, segment = report.culprit, report.culprit_segment
     if culprit is not None:
-        line = f"DIVERGED: culprit {_culprit_sentence(report, culprit)}"
+        lines = [f"DIVERGED: culprit ONNX node {culprit.onnx_node!r} ({culprit.onnx_op}) <- "
+                 f"{describe_origin(culprit)}: {_advice(report)}",
+                 *_culprit_evidence(report, culprit)]
         if culprit.onnx_value == record.onnx_value:
-            line += f"; its value: {_describe_error(record)} {basis}"
+            lines.append(f"its value {record.onnx_value!r}: {_describe_error(record)}")
         else:
-            line += (f" {basis}. First failing value: {_where(report, record)} <- "
-                     f"{describe_origin(record)}: {_describe_error(record)}; "
-                     f"{_carries_only(report, record)}")
+            lines.append(f"its value {culprit.onnx_value!r}; first failing value: "
+                         f"{_where(report, record)} <- "
+                         f"{describe_origin(record)}: {_describe_error(record)}; "
+                         f"{_carries_only(report, record)}")
+    elif segment is not None:
+        lines = [f"DIVERGED: {_segment_headline(segment)}",
+                 f"fed {fed_description(report)} the segment is off by "
+                 f"{_segment_error(segment)} on its own, and no node inside it could be shown "
+                 "to introduce the error alone",
+                 f"first failing value: {_where(report, record)} <- {describe_origin(record)}: "
+                 f"{_describe_error(record)}"]
     else:
-        line = (f"DIVERGED: first divergence at {_where(report, record)} <- "
-                f"{describe_origin(record)}: {_describe_error(record)} {basis}")
+        lines = [f"DIVERGED: first divergence at {_where(report, record)} <- "
+                 f"{describe_origin(record)}: {_describe_error(record)}"]
+    inside = _inside_op(report, culprit or record)
+    if inside:
+        lines.append(inside)
     inner = _first_failing_op(report, record)
     if inner is not None:
         inner_source = f" at {format_source(inner.source)}" if inner.source else ""
-        line += (f"; first failing op inside: {_short_op(inner.torch_op)} ({inner.fx_node}) "
-                 f"in {_module_name(inner.torch_module)}, ONNX node {inner.onnx_node!r} "
-                 f"({inner.onnx_op}){inner_source}")
+        lines.append(f"first failing op inside: {_short_op(inner.torch_op)} ({inner.fx_node}) "
+                     f"in {_module_name(inner.torch_module)}, ONNX node {inner.onnx_node!r} "
+                     f"({inner.onnx_op}){inner_source}")
     if report.nan_origin is not None:
         nan = report.nan_origin
-        line += (f". NaN/Inf first appears on one side only at {_where(report, nan)} <- "
-                 f"{describe_origin(nan)} ({nan.nan_mismatch} elements)")
-    if culprit is None:
-        line += f". {_no_culprit(report)}" if report.attribution else ""
+        lines.append(f"NaN/Inf first appears on one side only at {_where(report, nan)} <- "
+                     f"{describe_origin(nan)} ({nan.nan_mismatch} elements)")
+    if culprit is None and segment is None and report.attribution:
+        lines.append(_no_culprit(report))
     if report.note:
-        line += f". {report.note}"
+        lines.append(report.note)
     search = _search_line(report)
     if search:
-        line += f". {search}"
-    return line
+        lines.append(search)
+    lines.append(f"tolerance: {basis.strip('()')}")
+    return "\n  ".join(lines)
+
+
+def _advice(report: Report) -> str:
+    """What to do about the culprit: whom to file it with, by its classification."""
+    kind = (report.attribution or {}).get("classification") or {}
+    if not kind:
+        return "not classified (which side is wrong could not be told)"
+    return kind["file_with"].removeprefix("unknown: ")
+
+
+def _culprit_evidence(report: Report, culprit: Record) -> list[str]:
+    """The culprit's own figures: what its node computed alone, and the classification."""
+    attribution = report.attribution or {}
+    kind = attribution.get("classification") or {}
+    kernel = attribution.get("inside_kernel") or {}
+    lines = []
+    if kernel and kernel.get("kernel_output") != culprit.onnx_value:
+        lines.append(f"inside the kernel ONNX Runtime fused up to value "
+                     f"{kernel['kernel_output']!r}")
+    alone = format_number(culprit.local_max_abs_error)
+    if culprit.local_nan_mismatch:
+        alone = (f"{alone} and holds NaN/Inf in {culprit.local_nan_mismatch} other places"
+                 if culprit.local_max_abs_error else
+                 f"NaN/Inf in {culprit.local_nan_mismatch} other places")
+    classified = f" ({kind['kind']})" if kind else ""
+    lines.append(f"introduces the error: fed {fed_description(report)} it is off by {alone} on "
+                 f"its own{classified}")
+    return lines
+
+
+def _segment_headline(segment: dict) -> str:
+    """``introduced between value A and value B, in these N nodes: ...``."""
+    entering = segment.get("from") or []
+    start = (f"value {entering[0]!r}" if len(entering) == 1 else
+             f"values {', '.join(repr(name) for name in entering[:3])}"
+             f"{', …' if len(entering) > 3 else ''}" if entering else "the graph's inputs")
+    nodes = segment.get("nodes") or []
+    listed = ", ".join(nodes[:6]) + (", …" if len(nodes) > 6 else "")
+    return (f"introduced between {start} and value {segment['to']!r}, in these "
+            f"{len(nodes)} nodes: {listed}")
+
+
+def _segment_error(segment: dict) -> str:
+    error = format_number(segment.get("local_max_abs_error"))
+    nan = segment.get("local_nan_mismatch")
+    return f"{error} (NaN/Inf in {nan} other places)" if nan else error
 
 
 def _search_line(report: Report) -> str | None:
@@ -114,13 +179,17 @@ def _search_line(report: Report) -> str | None:
 
 
 def _where(report: Report, record: Record) -> str:
-    where = f"ONNX node {record.onnx_node!r} ({record.onnx_op}), value {record.onnx_value!r}"
+    return f"ONNX node {record.onnx_node!r} ({record.onnx_op}), value {record.onnx_value!r}"
+
+
+def _inside_op(report: Report, record: Record) -> str | None:
+    """Where a record was narrowed to a node inside its op: how that node was found."""
     inside = report.inside_op
-    if inside and inside.get("node") == record.onnx_node:
-        where = (f"ONNX node {record.onnx_node!r} ({record.onnx_op}), the first of the "
-                 f"{len(inside['nodes'])} nodes of its op to disagree with the op exported "
-                 f"alone (value {inside['value']!r}; the op's output {record.onnx_value!r})")
-    return where
+    if not inside or inside.get("node") != record.onnx_node:
+        return None
+    return (f"ONNX node {record.onnx_node!r} is the first of the {len(inside['nodes'])} nodes "
+            f"of its op to disagree with the op exported alone (value {inside['value']!r}; "
+            f"the op's output {record.onnx_value!r})")
 
 
 def describe_origin(record: Record) -> str:
@@ -149,23 +218,6 @@ def fed_description(report: Report) -> str:
     if report.coverage.granularity == Granularity.VALUE:
         return "the reference model's values"
     return "PyTorch's inputs"
-
-
-def _culprit_sentence(report: Report, culprit: Record) -> str:
-    """The node that introduces the error, where it comes from, and which side is wrong."""
-    attribution = report.attribution or {}
-    kind = attribution.get("classification") or {}
-    verdict = f"{kind['kind']}: {kind['file_with']}" if kind else "not classified"
-    if kind and kind["file_with"].startswith("unknown: "):  # the kind says it already
-        verdict = f"{kind['kind']}: {kind['file_with'].removeprefix('unknown: ')}"
-    kernel = attribution.get("inside_kernel") or {}
-    inside = ""
-    if kernel and kernel.get("kernel_output") != culprit.onnx_value:
-        inside = (f", inside the kernel ONNX Runtime fused up to value "
-                  f"{kernel['kernel_output']!r}")
-    alone = format_number(culprit.local_max_abs_error)
-    return (f"{_where(report, culprit)} <- {describe_origin(culprit)}{inside} introduces the "
-            f"error: fed {fed_description(report)} it is off by {alone} on its own ({verdict})")
 
 
 def _carries_only(report: Report, first: Record) -> str:

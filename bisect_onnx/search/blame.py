@@ -170,8 +170,7 @@ class _LocalChecker:
         if fails and not noise:
             self.found.append(name)
         # A record judged by a tolerance of its own (ONNX against ONNX) counts by it.
-        record_atol = self.by_value[name].atol
-        atol = self.report.atol if record_atol is None else record_atol
+        atol = tolerance_of(self.by_value[name], self.report)["atol"]
         return LocalResult(fails=fails, excess=_excess(local.min_passing_atol, atol),
                            noise=noise)
 
@@ -211,7 +210,7 @@ def _name_inside_kernels(report: Report, findings: AttributionFindings, first: s
         checked[inner.onnx_value] = LocalFigures(
             introduced_here=True, local_max_abs_error=inner.local_max_abs_error,
             local_status=inner.local_status, local_nan_mismatch=inner.nan_mismatch,
-            local_exceeds=exceeds_record(inner, report.atol),
+            local_exceeds=exceeds_record(inner, tolerance_of(inner, report)["atol"]),
             classification=inner.classification,
             compute_nodes=tuple(node.name for node in compute), isolation=kind)
         refs.append(RowRef(inner.onnx_value, KERNEL_VALUES))
@@ -224,6 +223,12 @@ def _name_inside_kernels(report: Report, findings: AttributionFindings, first: s
             findings = replace(findings, segment=None)
     return replace(findings, checked=checked, culprits=tuple(refs),
                    kernel_values=tuple(kernel_values), evidence=evidence)
+
+
+def tolerance_of(record: Record, report: Report) -> dict[str, float]:
+    """The tolerance ``record`` was judged by: its own rule's, else the report's base."""
+    return {"rtol": report.rtol if record.rtol is None else record.rtol,
+            "atol": report.atol if record.atol is None else record.atol}
 
 
 def _classify(check: LocalCheck, record: Record, candidate: Any,
@@ -243,7 +248,7 @@ def _classify(check: LocalCheck, record: Record, candidate: Any,
         torch64 = onnx64 = None
     return classify(torch64=torch64, onnx64=onnx64,
                     torch32=np.asarray(reference_values[check.value]),
-                    ort32=np.asarray(check.local), rtol=report.rtol, atol=report.atol)
+                    ort32=np.asarray(check.local), **tolerance_of(record, report))
 
 
 def _float64_reruns(check: LocalCheck, record: Record, candidate: Any, program: Any,
@@ -357,8 +362,8 @@ def _inside_kernel(record: Record, check: LocalCheck, candidate: Any,
             if (reference is None or local is None
                     or reference.array.shape != local.shape):
                 continue
-            comparison = compare_arrays(reference.array, local, rtol=report.rtol,
-                                        atol=report.atol)
+            # At the culprit's own tolerance (a per-value rule), not the report's base.
+            comparison = compare_arrays(reference.array, local, **tolerance_of(record, report))
             if comparison.status != Status.PASS:
                 value = CapturedValue(output, local, node_provenance(node, record.index))
                 inner = make_record(record.index, Pair(reference, value), comparison)
