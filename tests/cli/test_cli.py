@@ -39,7 +39,7 @@ def test_divergence_exits_1_with_marked_row_and_json(tmp_path, capsys, monkeypat
     assert status == 1
     marked = [line for line in out.splitlines() if line.startswith(">>")]
     assert marked and "pool" in marked[0] and "AveragePool" in marked[0]
-    verdict = out.strip().splitlines()[-1]
+    verdict = out[out.rindex("DIVERGED"):].splitlines()[0]  # the verdict's headline
     assert verdict.startswith("DIVERGED") and "module pool" in verdict
     assert "fixtures/models.py:" in verdict
     assert json.loads(report_path.read_text())["first_divergence"]["torch_module"] == "pool"

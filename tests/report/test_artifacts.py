@@ -106,7 +106,10 @@ def test_quiet_prints_only_the_verdict(tmp_path, capsys, monkeypatch):
     assert main([pool.factory, "--input", pool.input_file, "--onnx", pool.onnx_file,
                  "-q"]) == 1
     out = capsys.readouterr().out.strip().splitlines()
-    assert len(out) == 1 and out[0].startswith("DIVERGED") and "\x1b[" not in out[0]
+    # The verdict alone: its headline, then its evidence indented below it.
+    assert out[0].startswith("DIVERGED") and len(out) > 1
+    assert all(line.startswith("  ") for line in out[1:])
+    assert not any("\x1b[" in line for line in out)
 
 
 class _FakeTerminal:
