@@ -24,6 +24,7 @@ from bisect_onnx.pytorch.private_apis import PrivateApiMissing
 from fixtures.registry import FIXTURES, REPO_ROOT, repo_path
 from tests.planting import node_of_module, plant, scale_initializer_input
 from tests.test_layout import PACKAGE_ROOT, read_package
+from tests.torch_warnings import TORCH_JIT_DEPRECATED
 
 HOME = "bisect_onnx.pytorch.private_apis"
 #: Packages whose private names only :data:`HOME` may reach.
@@ -243,6 +244,7 @@ def test_without_running_an_edited_graph_a_torchscript_file_loses_only_op_level(
                for item in caplog.records)
 
 
+@TORCH_JIT_DEPRECATED
 def test_without_it_a_torchscript_model_is_a_user_error_not_a_bug(fixture_case, tmp_path,
                                                                   monkeypatch, capsys):
     model, inputs, _ = fixture_case("tiny_mlp")
