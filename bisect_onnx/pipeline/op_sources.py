@@ -11,6 +11,7 @@ model is traced where that call cannot be traced alone exactly.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -27,10 +28,13 @@ from bisect_onnx.pipeline.call_ops import (
 )
 from bisect_onnx.pipeline.production import wants_probes
 from bisect_onnx.pytorch.op_values import OpCapture, capture_ops
+from bisect_onnx.pytorch.private_apis import PrivateApiMissing
 from bisect_onnx.pytorch.script_ops import capture_script_ops
 from bisect_onnx.runtime.sides import Capture
 
 __all__ = ["op_values", "later_op_values", "LaterOps"]
+
+logger = logging.getLogger(__name__)
 
 
 def op_values(settings: Any, arrays: Sequence[np.ndarray], *, diverged: bool,
@@ -56,7 +60,11 @@ def op_values(settings: Any, arrays: Sequence[np.ndarray], *, diverged: bool,
     if prepared.script is not None and (diverged or not memory_reason):
         weights_back()
         emit(CAPTURE_STARTED, "pytorch ops")  # a TorchScript file: the traced graph's ops
-        return capture_script_ops(prepared.script, arrays)
+        try:
+            return capture_script_ops(prepared.script, arrays)
+        except PrivateApiMissing as error:  # module level still compares the file
+            logger.info("no op level for the TorchScript file: %s", error)
+            return None
     if prepared.program is None or not (diverged or not memory_reason):
         return None
     weights_back()

@@ -29,6 +29,7 @@ from bisect_onnx.pytorch.calls import call_name, call_of_stack_key
 from bisect_onnx.pytorch.exporting import as_translated, quiet_exporter
 from bisect_onnx.pytorch.module_side import buffers_restored, split_keywords, to_tensor
 from bisect_onnx.pytorch.op_values import OpCapture, capture_ops
+from bisect_onnx.pytorch.private_apis import tree_flatten, tree_map
 from bisect_onnx.pytorch.program_side import module_stack
 
 __all__ = ["CallOpCapture", "CallArguments", "InputsUnnamed", "record_call", "trace_call"]
@@ -131,7 +132,6 @@ def _calls_inside(path: str, paths: dict[Any, str], counts: dict[Any, int]) -> d
 
 def _detached(value: Any) -> Any:
     import torch
-    from torch.utils._pytree import tree_map
 
     return tree_map(lambda item: item.detach().clone() if isinstance(item, torch.Tensor)
                     else item, value)
@@ -148,7 +148,6 @@ def trace_call(model: Any, path: str, arguments: CallArguments, known: Mapping[s
     :class:`InputsUnnamed` where only what enters the call cannot be named.
     """
     import torch
-    from torch.utils._pytree import tree_flatten
 
     flat = tree_flatten((arguments.args, arguments.kwargs))[0]
     if not all(isinstance(item, torch.Tensor) for item in flat):

@@ -15,7 +15,6 @@ and two threads importing them at once could each wait for the other.
 from __future__ import annotations
 
 import contextlib
-import logging
 import sys
 import threading
 from collections.abc import Iterator
@@ -23,13 +22,12 @@ from typing import TYPE_CHECKING
 
 from bisect_onnx.graph.walk import graph_tensors
 from bisect_onnx.graph.weights import weight_bytes
+from bisect_onnx.pytorch.private_apis import preload_translations
 
 if TYPE_CHECKING:
     import onnx
 
 __all__ = ["HIDDEN_FROM", "imported_meanwhile"]
-
-logger = logging.getLogger(__name__)
 
 #: Weights from which ONNX Runtime's sessions take longer to make than the import:
 #: BERT-base's 418 MiB took 2 to 3 s in a fresh process, ResNet-50's 97 MiB about 1 s.
@@ -48,18 +46,11 @@ def imported_meanwhile(model: onnx.ModelProto, *, wanted: bool) -> Iterator[None
             or weight_bytes(graph_tensors(model.graph)) < HIDDEN_FROM):
         yield
         return
-    thread = threading.Thread(target=_import, name="bisect-onnx-exporter-imports", daemon=True)
+    thread = threading.Thread(target=preload_translations, name="bisect-onnx-exporter-imports",
+                              daemon=True)
     thread.start()
     try:
         yield
     finally:
         thread.join()
 
-
-def _import() -> None:
-    try:
-        from onnxscript import evaluator  # noqa: F401
-        from onnxscript.function_libs.torch_lib import ops  # noqa: F401
-        from torch.onnx._internal.exporter._torchlib import ops as torch_ops  # noqa: F401
-    except Exception as error:  # noqa: BLE001 - the import where it is needed says why
-        logger.debug("importing the exporter's translations ahead failed: %s", error)

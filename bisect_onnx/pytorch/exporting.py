@@ -18,6 +18,7 @@ from bisect_onnx.errors import ModelError, UsageError, one_line
 from bisect_onnx.events import EXPORT_STARTED, emit
 from bisect_onnx.pytorch.calls import call_of_stack_key
 from bisect_onnx.pytorch.module_side import split_keywords, to_tensor
+from bisect_onnx.pytorch.private_apis import PrivateApiMissing, prepare_for_export
 
 if TYPE_CHECKING:
     import torch
@@ -244,15 +245,18 @@ def as_translated(program: Any) -> Any:
     The ONNX value names are the FX node names of that program, not of the one the
     user saved (``batch_norm`` there becomes ``_native_batch_norm_legit_no_training``
     and a ``getitem``). torch keeps this step private
-    (``_prepare_exported_program_for_export``); ``None`` when it is not there.
+    (:func:`~bisect_onnx.pytorch.private_apis.prepare_for_export`); ``None`` when it
+    is not there, or cannot decompose the program.
     """
     try:
-        from torch.onnx._internal.exporter import _core, _registration
-
+        prepare = prepare_for_export()
+    except PrivateApiMissing as error:
+        logger.info("%s", error)
+        return None
+    try:
         with quiet_exporter():
-            return _core._prepare_exported_program_for_export(
-                program, registry=_registration.ONNXRegistry.from_torchlib())
-    except Exception:  # a torch without that step, or a program it cannot decompose
+            return prepare(program)
+    except Exception:  # a program it cannot decompose: the caller goes without
         logger.debug("could not run the exporter's decompositions", exc_info=True)
         return None
 

@@ -21,6 +21,7 @@ import numpy as np
 from bisect_onnx.errors import ModelError, one_line
 from bisect_onnx.graph.provenance import Provenance
 from bisect_onnx.pytorch.calls import call_name, input_name
+from bisect_onnx.pytorch.private_apis import version_counter
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 
 if TYPE_CHECKING:
@@ -133,7 +134,7 @@ class _CallRecorder:
         for suffix, tensor in flatten_outputs(output):
             name = base + suffix
             earlier = _latest_record(tensor, self.recorded, self.latest)
-            version = _version(tensor)
+            version = version_counter(tensor)
             array = (self.values[earlier].array
                      if earlier and version is not None and self.versions[earlier] == version
                      else to_numpy(tensor))
@@ -155,7 +156,7 @@ class _CallRecorder:
     def _record(self, name: str, tensor: torch.Tensor, provenance: Provenance) -> None:
         """Record ``tensor`` under ``name``, sharing the copy of an unchanged earlier record."""
         earlier = _latest_record(tensor, self.recorded, self.latest)
-        version = _version(tensor)
+        version = version_counter(tensor)
         shared = earlier and version is not None and self.versions[earlier] == version
         if shared:  # a module output seen again: it stays the record to pass through
             self.values[name] = CapturedValue(name=name, array=self.values[earlier].array,
@@ -194,14 +195,6 @@ def final_outputs(result: Any, model_class: str) -> list[CapturedValue]:
     ]
 
 
-def _version(tensor: torch.Tensor) -> int | None:
-    """The tensor's in-place write counter (``None`` where it keeps none)."""
-    try:
-        return tensor._version
-    except (AttributeError, RuntimeError):  # an inference-mode tensor keeps none
-        return None
-
-
 def _tensor_key(tensor: torch.Tensor) -> tuple:
     return tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype
 
@@ -229,7 +222,7 @@ def _passed_through(tensor: torch.Tensor, array: np.ndarray, args: Any, earlier:
     recorded = values[earlier].array
     if recorded is array:  # the copy is shared: nothing has written to the tensor since
         return earlier
-    if _version(tensor) is not None:  # written to since (an in-place ReLU): changed
+    if version_counter(tensor) is not None:  # written to since (an in-place ReLU): changed
         return None
     if recorded.shape == array.shape and np.array_equal(recorded, array, equal_nan=True):
         return earlier

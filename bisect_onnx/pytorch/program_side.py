@@ -32,6 +32,7 @@ from bisect_onnx.pytorch.module_side import (
     to_numpy,
     to_tensor,
 )
+from bisect_onnx.pytorch.private_apis import is_op_overload
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 
 if TYPE_CHECKING:
@@ -255,9 +256,7 @@ def _may_hold_tensors(node: Node) -> bool:
 
 def op_name(node: Node) -> str | None:
     """``aten.linear.default`` for an ATen op; ``None`` for getitem and the like."""
-    import torch
-
-    return str(node.target) if isinstance(node.target, torch._ops.OpOverload) else None
+    return str(node.target) if is_op_overload(node.target) else None
 
 
 @functools.cache

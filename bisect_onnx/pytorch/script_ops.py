@@ -186,7 +186,7 @@ def _arguments(node: Any, names: dict[str, str], model: Any) -> tuple[Argument, 
     import torch
 
     try:
-        schema = torch._C.parse_schema(node.schema()).arguments
+        schema = torch.parse_schema(node.schema()).arguments
     except RuntimeError:  # no schema: the op cannot be called alone by name
         return None
     arguments = []

@@ -31,6 +31,7 @@ from bisect_onnx.errors import InputError, ModelError, one_line
 from bisect_onnx.graph.provenance import Provenance
 from bisect_onnx.pytorch.calls import PlannedCall, call_name, split_into_calls
 from bisect_onnx.pytorch.module_side import describe_arrays, final_outputs, to_numpy, to_tensor
+from bisect_onnx.pytorch.private_apis import graph_function, remove_mutation
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 
 if TYPE_CHECKING:
@@ -88,10 +89,10 @@ def run_instrumented(model: Any, graph: Any, inputs: Sequence[np.ndarray]) -> An
     """Run a graph made by :func:`instrument_values` on ``inputs``: its one tuple."""
     import torch
 
-    function = torch._C._create_function_from_graph("bisect_onnx_capture", graph)
+    function = graph_function(graph, model)
     try:
         with torch.no_grad():
-            return function(model._c, *[to_tensor(array) for array in inputs],
+            return function(*[to_tensor(array) for array in inputs],
                             *_defaults_after(model, len(inputs)))
     except Exception as error:
         raise ModelError(f"the TorchScript model raised {type(error).__name__} on inputs "
@@ -128,12 +129,10 @@ def instrument_values(model: Any) -> tuple[Any, TopLevel]:
 
     Returns the graph and what its top-level nodes make (:class:`TopLevel`).
     """
-    import torch
-
     graph = model.inlined_graph
     # In-place ops (a ReLU(inplace=True) after a conv) would change captured values
     # before the run returns them: make them functional where that is safe.
-    torch._C._jit_pass_remove_mutation(graph)
+    remove_mutation(graph)
     paths = [path for path, _ in model.named_modules() if path]
     top_level = list(graph.nodes())  # nodes inside If/Loop blocks are not promotable
     found = _find_values(TopLevel(top_level, paths, _users(graph, top_level)))
@@ -233,7 +232,7 @@ def _return_everything(graph: Any, values: Sequence[Any]) -> None:
     everything = originals + list(values)
     pack = graph.create("prim::TupleConstruct", everything, 1)
     graph.appendNode(pack)
-    pack.output().setType(torch._C.TupleType([value.type() for value in everything]))
+    pack.output().setType(torch.TupleType([value.type() for value in everything]))
     graph.registerOutput(pack.output())
 
 

@@ -29,6 +29,7 @@ from bisect_onnx.errors import BisectOnnxError
 from bisect_onnx.pytorch.call_program import CallArguments, record_call
 from bisect_onnx.pytorch.calls import call_name, split_call_name
 from bisect_onnx.pytorch.module_side import buffers_restored
+from bisect_onnx.pytorch.private_apis import tree_flatten, tree_unflatten
 
 __all__ = ["Pin", "span_in_float64", "MAX_FLOAT64_BYTES"]
 
@@ -95,8 +96,6 @@ class _Plan:
 
 def _plan(path: str, arguments: CallArguments, pins: Sequence[Pin]) -> _Plan | None:
     """Where each pin enters call ``path``: an argument equal to it, or a call inside."""
-    from torch.utils._pytree import tree_flatten
-
     flat = tree_flatten((arguments.args, arguments.kwargs))[0]
     plan = _Plan({}, [])
     for pin in pins:
@@ -126,7 +125,6 @@ def _rerun(module: Any, path: str, arguments: CallArguments, plan: _Plan,
            output: tuple[str, int], max_bytes: int) -> np.ndarray:
     """The call in float64: weights promoted, pins fed, other floating arguments NaN."""
     import torch
-    from torch.utils._pytree import tree_flatten, tree_unflatten
 
     weights = {**dict(module.named_parameters()), **dict(module.named_buffers())}
     size = sum(item.numel() * 8 for item in weights.values() if item.is_floating_point())

@@ -25,6 +25,13 @@ from typing import Any
 
 import numpy as np
 
+from bisect_onnx.pytorch.private_apis import (
+    PrivateApiMissing,
+    recording_evaluator,
+    torch_translations,
+    torchlib_translations,
+)
+
 __all__ = ["CannotEvaluate", "OpCall", "parse_op_call", "evaluate_translation"]
 
 logger = logging.getLogger(__name__)
@@ -111,56 +118,52 @@ def evaluate_translation(call: OpCall, arrays: Mapping[str, np.ndarray]
 
 def _translation_of(target: str) -> Any:
     """The exporter's function for ``aten.linear.default``: torch's own first, then torch_lib."""
-    from torch.onnx._internal.exporter._torchlib._torchlib_registry import get_torchlib_ops
-
-    own = [meta.onnx_function for meta in get_torchlib_ops()
-           if str(meta.fx_target) == target and not meta.is_complex]
-    if not own:
-        from onnxscript.function_libs.torch_lib import ops  # noqa: F401  (fills the registry)
-        from onnxscript.function_libs.torch_lib.registration import default_registry
-
-        namespace, _, rest = target.partition(".")
-        name, _, overload = rest.rpartition(".")
-        qualified = f"{namespace}::{name}" + ("" if overload == "default" else f".{overload}")
-        own = list(default_registry[qualified].overloads) if qualified in default_registry else []
+    try:
+        own = torch_translations(target)
+        if not own:
+            namespace, _, rest = target.partition(".")
+            name, _, overload = rest.rpartition(".")
+            own = torchlib_translations(
+                f"{namespace}::{name}" + ("" if overload == "default" else f".{overload}"))
+    except PrivateApiMissing as error:
+        raise CannotEvaluate(str(error)) from error
     if len(own) != 1:
         raise CannotEvaluate(f"the exporter has {len(own)} translations of {target}")
     return own[0]
 
 
 def _recording_evaluator(names: dict[int, str], values: dict[str, np.ndarray]) -> Any:
-    """An ONNX Runtime eager evaluator that keeps each op it runs as an ONNX node."""
+    """An ONNX Runtime eager evaluator that keeps each op it runs as an ONNX node (``.nodes``)."""
     import onnx
-    from onnxscript import evaluator
 
-    class Recording(evaluator.ORTEvaluator):
-        def __init__(self) -> None:
-            super().__init__()
-            self.nodes: list[onnx.NodeProto] = []
-            self.kept: list[Any] = []  # alive, so that no id is reused
+    nodes: list[onnx.NodeProto] = []
+    kept: list[Any] = []  # alive, so that no id is reused
 
-        def _eval(self, schema: Any, inputs: Any, attributes: Any, closure: Any) -> Any:
-            outputs = super()._eval(schema, inputs, attributes, closure)
-            read = []
-            for item in inputs:
-                array = getattr(item, "value", item)
-                if array is None:
-                    read.append("")
-                    continue
-                if id(array) not in names:
-                    names[id(array)] = f"fresh_{len(names)}"
-                    values[names[id(array)]] = np.asarray(array)
-                read.append(names[id(array)])
-                self.kept.append(array)
-            made = []
-            for item in outputs:
-                array = getattr(item, "value", item)
-                names[id(array)] = name = f"fresh_{len(names)}"
-                values[name] = np.asarray(array)
-                made.append(name)
-                self.kept.append(array)
-            self.nodes.append(onnx.helper.make_node(
-                schema.name, read, made, domain=schema.domain, **dict(attributes)))
-            return outputs
+    def record(schema: Any, inputs: Any, attributes: Any, outputs: Any) -> None:
+        read = []
+        for item in inputs:
+            array = getattr(item, "value", item)
+            if array is None:
+                read.append("")
+                continue
+            if id(array) not in names:
+                names[id(array)] = f"fresh_{len(names)}"
+                values[names[id(array)]] = np.asarray(array)
+            read.append(names[id(array)])
+            kept.append(array)
+        made = []
+        for item in outputs:
+            array = getattr(item, "value", item)
+            names[id(array)] = name = f"fresh_{len(names)}"
+            values[name] = np.asarray(array)
+            made.append(name)
+            kept.append(array)
+        nodes.append(onnx.helper.make_node(
+            schema.name, read, made, domain=schema.domain, **dict(attributes)))
 
-    return Recording()
+    try:
+        recorder = recording_evaluator(record)
+    except PrivateApiMissing as error:
+        raise CannotEvaluate(str(error)) from error
+    recorder.nodes, recorder.kept = nodes, kept
+    return recorder

@@ -21,6 +21,7 @@ import json
 import logging
 import pickle
 import sys
+import warnings
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -253,7 +254,12 @@ def _load_torchscript(path: Path) -> Any:
     # TorchScript archives are read by torch's own unpickler, which only builds torch
     # types and the classes compiled from the archive's code/: no Python pickle runs.
     try:
-        return torch.jit.load(str(path), map_location="cpu")
+        with warnings.catch_warnings():
+            # torch 2.13 deprecates torch.jit.load; the archive is what the user gave,
+            # and torch's advice (switch to torch.export) is for whoever writes one.
+            warnings.filterwarnings("ignore", message=r"`torch\.jit\.load` is deprecated",
+                                    category=DeprecationWarning)
+            return torch.jit.load(str(path), map_location="cpu")
     except Exception as error:
         raise ModelError(f"torch.jit.load could not read {path}: {type(error).__name__}: "
                          f"{one_line(error)}; save it again with torch.jit.save") from error

@@ -26,6 +26,7 @@ from fixtures.architectures import (
     unet,
     vit,
 )
+from tests.torch_warnings import DYNAMO_LEAFSPEC_DEPRECATED
 
 
 def run(model: nn.Module, inputs: dict[str, np.ndarray]) -> tuple[torch.Tensor, ...]:
@@ -233,6 +234,7 @@ def test_unet_upsamples_with_conv_transpose_and_bilinear_resize(monkeypatch):
 
 
 @pytest.mark.parametrize("name", ARCHITECTURES)
+@DYNAMO_LEAFSPEC_DEPRECATED
 def test_dynamo_export_matches_in_onnx_runtime(name):
     import onnxruntime as ort
 

@@ -30,6 +30,9 @@ from bisect_onnx.pipeline import onnx_vs_onnx
 from bisect_onnx.report import repro
 from bisect_onnx.runtime import onnx_side
 from bisect_onnx.runtime.sessions import create_session
+from tests.torch_warnings import DYNAMO_LEAFSPEC_DEPRECATED
+
+pytestmark = DYNAMO_LEAFSPEC_DEPRECATED
 
 MODULE_ROWS = bisect_onnx.SearchOptions(granularity="module")
 

@@ -15,6 +15,9 @@ import bisect_onnx
 from bisect_onnx.cli.command import main
 from fixtures.registry import FIXTURES, REPO_ROOT, repo_path
 from tests.planting import node_of_module, plant, scale_conv_weight
+from tests.torch_warnings import DYNAMO_LEAFSPEC_DEPRECATED, TORCH_JIT_DEPRECATED
+
+pytestmark = [TORCH_JIT_DEPRECATED, DYNAMO_LEAFSPEC_DEPRECATED]
 
 MODULE_ROWS = bisect_onnx.SearchOptions(granularity="module")
 

@@ -11,6 +11,7 @@ import pytest
 import bisect_onnx
 from bisect_onnx.events import BISECTION_STARTED, SESSION_CREATED
 from fixtures.registry import repo_path
+from tests.torch_warnings import DYNAMO_LEAFSPEC_DEPRECATED
 
 pytest_plugins = ["pytester"]
 
@@ -107,6 +108,7 @@ def test_plugin_options_are_in_one_group(pytester):
         assert option in help_text
 
 
+@DYNAMO_LEAFSPEC_DEPRECATED
 def test_an_onnx_program_is_checked_as_it_is(fixture_case):
     import numpy as np
     import onnx_ir

@@ -8,6 +8,7 @@ import torch
 
 from bisect_onnx.errors import ModelError, UsageError
 from bisect_onnx.pytorch.exporting import export_model
+from tests.torch_warnings import TORCH_JIT_DEPRECATED
 
 _STEP_TWO = ("Failed to decompose the FX graph for ONNX compatibility. \x1b[96mThis is step "
              "2/3\x1b[0m of exporting the model to ONNX. Next steps:\n- Create an issue ...")
@@ -59,6 +60,7 @@ def test_a_torchscript_failure_suggests_the_dynamo_exporter(monkeypatch, tmp_pat
     assert "--exporter dynamo" in message and "--onnx FILE" in message
 
 
+@TORCH_JIT_DEPRECATED
 def test_a_script_module_is_offered_only_a_file_made_elsewhere(monkeypatch, tmp_path):
     scripted = torch.jit.script(Tiny())
     _failing_export(monkeypatch, RuntimeError("cannot export this"))

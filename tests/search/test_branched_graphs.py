@@ -22,6 +22,9 @@ from bisect_onnx.runtime.memory import estimate_values_bytes
 from fixtures.models import shortcut_last_resnet
 from fixtures.registry import FIXTURES, repo_path
 from tests.planting import node_of_module, plant, scale_conv_weight, scale_initializer_input
+from tests.torch_warnings import DYNAMO_LEAFSPEC_DEPRECATED, LEGACY_EXPORTER_DEPRECATED
+
+pytestmark = [DYNAMO_LEAFSPEC_DEPRECATED, LEGACY_EXPORTER_DEPRECATED]
 
 # (module whose Conv is scaled, that Conv's TorchScript node name): the residual
 # branch, never the shortcut, at three depths (the last two in downsampling blocks).

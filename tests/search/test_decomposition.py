@@ -26,6 +26,9 @@ from bisect_onnx.search.decomposition import (
 )
 from fixtures.registry import FIXTURES, OPSET, build_model, load_inputs
 from tests.planting import node_of_module
+from tests.torch_warnings import DYNAMO_LEAFSPEC_DEPRECATED
+
+pytestmark = DYNAMO_LEAFSPEC_DEPRECATED
 
 RTOL, ATOL = 1e-3, 1e-5
 

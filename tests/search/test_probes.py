@@ -19,6 +19,9 @@ from bisect_onnx.runtime import capture_plan
 from bisect_onnx.runtime.memory import estimate_values_bytes, parse_size
 from fixtures.registry import FIXTURES, repo_path
 from tests.planting import plant, scale_conv_weight
+from tests.torch_warnings import DYNAMO_LEAFSPEC_DEPRECATED
+
+pytestmark = DYNAMO_LEAFSPEC_DEPRECATED
 
 
 @pytest.fixture(scope="module")

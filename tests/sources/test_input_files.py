@@ -13,6 +13,7 @@ import torch
 
 from bisect_onnx.errors import InputError
 from bisect_onnx.sources.input_files import is_torch_save_file, load_pt_inputs
+from tests.torch_warnings import TORCH_JIT_DEPRECATED
 
 
 class WritesMarker:
@@ -145,6 +146,7 @@ def test_unreadable_files_give_one_line(tmp_path, make, expected):
     assert expected in refusal(make(tmp_path))
 
 
+@TORCH_JIT_DEPRECATED
 def test_a_torchscript_archive_is_named_as_a_model(tmp_path):
     path = tmp_path / "scripted.pt"
     torch.jit.save(torch.jit.script(torch.nn.ReLU()), path)

@@ -20,6 +20,7 @@ from bisect_onnx.sources.model_forms import (
     detect_model_file,
     load_model_file,
 )
+from tests.torch_warnings import TORCH_JIT_DEPRECATED
 
 
 class Tiny(torch.nn.Module):
@@ -77,6 +78,7 @@ def test_exported_program_detected_and_loaded(pt2_file, model):
 
 @pytest.mark.parametrize("make", [torch.jit.script, lambda m: torch.jit.trace(m, (X,))],
                          ids=["script", "trace"])
+@TORCH_JIT_DEPRECATED
 def test_torchscript_detected_and_loaded(model, tmp_path, make):
     path = tmp_path / "model.pt2"  # a misleading extension
     torch.jit.save(make(model), path)

@@ -19,6 +19,7 @@ from bisect_onnx.sources.random_inputs import (
     synthesize_inputs,
     vocabulary_limits,
 )
+from tests.torch_warnings import DYNAMO_LEAFSPEC_DEPRECATED, LEGACY_EXPORTER_DEPRECATED
 
 
 def spec(name: str, dtype: str, shape) -> InputSpec:
@@ -199,6 +200,8 @@ class Embedder(torch.nn.Module):
 
 
 @pytest.mark.parametrize("dynamo", [True, False], ids=["dynamo", "torchscript"])
+@DYNAMO_LEAFSPEC_DEPRECATED
+@LEGACY_EXPORTER_DEPRECATED
 def test_vocabulary_limits_on_a_real_embedding_export(dynamo):
     model = Embedder().eval()
     ids = torch.zeros(2, 5, dtype=torch.int64)

@@ -1,0 +1,320 @@
+"""Every private (or undocumented) torch and onnxscript API bisect-onnx reaches, in one place.
+
+torch keeps several steps bisect-onnx needs to itself: the decompositions its dynamo
+exporter runs before translating (whose FX node names the ONNX values carry), its own
+table of ATen translations, running an edited TorchScript graph. onnxscript's eager
+evaluator has no public hook that sees each op it runs. These can change or vanish in
+any release, so no other module touches them (``tests/pytorch/test_private_apis.py``
+checks): each is reached through one accessor here, whose docstring says what it is
+for, which versions it was checked on and what is lost without it.
+
+An accessor whose API is missing either falls back to a public way that loses a
+little (said in its docstring), or raises :class:`PrivateApiMissing`, a
+:class:`~bisect_onnx.errors.BisectOnnxError` whose message names the API, the
+installed version and what the run does without it, which its caller turns into
+"module level only", "traced instead" and the like. An ``ImportError`` from here is
+never the CLI's exit 4 (a bug in bisect-onnx): a newer torch is not a bug of ours.
+
+Outside the versions of :data:`CHECKED_ON` the APIs are still used, and may still
+work: the first accessor that reaches one says so, once, in the log.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import logging
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from bisect_onnx.errors import BisectOnnxError
+
+__all__ = ["CHECKED_ON", "PrivateApiMissing", "prepare_for_export", "torch_translations",
+           "torchlib_translations", "recording_evaluator", "preload_translations",
+           "is_op_overload", "tree_flatten", "tree_unflatten", "tree_map",
+           "remove_mutation", "graph_function", "version_counter"]
+
+logger = logging.getLogger(__name__)
+
+#: (oldest, newest) ``major.minor`` each package's private APIs here were run on: the
+#: versions the test suite ran against when they were written (torch 2.13.0, onnxscript
+#: 0.7.2). Widen a range only after the suite has passed on the new version.
+CHECKED_ON: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
+    "torch": ((2, 13), (2, 13)),
+    "onnxscript": ((0, 7), (0, 7)),
+}
+
+
+class PrivateApiMissing(BisectOnnxError):
+    """A private torch or onnxscript API is not in the installed version.
+
+    The message says which one, the version, and what the run does without it.
+    """
+
+    def __init__(self, package: str, api: str, lost: str) -> None:
+        super().__init__(f"{api} is not in {package} {installed(package)}: {lost}")
+        self.package, self.api, self.lost = package, api, lost
+
+
+@functools.cache
+def installed(package: str) -> str:
+    """The installed version of ``package`` (``"unknown"`` when it has no metadata)."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+@functools.cache
+def _check_version(package: str) -> bool:
+    """Whether ``package``'s version is in :data:`CHECKED_ON`; logged once when it is not."""
+    version = installed(package)
+    match = re.match(r"(\d+)\.(\d+)", version)
+    oldest, newest = CHECKED_ON[package]
+    within = match is not None and oldest <= (int(match[1]), int(match[2])) <= newest
+    if not within:
+        logger.warning("bisect-onnx uses private %s APIs checked on %s %d.%d to %d.%d only; "
+                       "with %s %s a missing one narrows the run (said where it does)",
+                       package, package, *oldest, *newest, package, version)
+    return within
+
+
+def _reach(package: str, api: str, lost: str, find: Callable[[], Any]) -> Any:
+    """``find()``, or :class:`PrivateApiMissing` when the API it looks up is not there."""
+    _check_version(package)
+    try:
+        return find()
+    except (ImportError, AttributeError) as error:
+        logger.debug("%s: %s", api, error)
+        raise PrivateApiMissing(package, api, lost) from error
+
+
+# ---------------------------------------------------------------- the dynamo exporter
+
+
+def prepare_for_export() -> Callable[[Any], Any]:
+    """``program -> program`` after the decompositions the dynamo exporter runs first.
+
+    ``torch.onnx._internal.exporter._core._prepare_exported_program_for_export`` with
+    the registry ``_registration.ONNXRegistry.from_torchlib()``, checked on torch 2.13.
+    The ONNX value names of a dynamo export are the FX node names of that program.
+    Without it: no op level for a dynamo file compared with its model (module level
+    still runs), and no tracing of one module call alone.
+    """
+    def find() -> Callable[[Any], Any]:
+        from torch.onnx._internal.exporter import _core, _registration
+
+        prepare, registry = (_core._prepare_exported_program_for_export,
+                             _registration.ONNXRegistry.from_torchlib)
+        return lambda program: prepare(program, registry=registry())
+
+    return _reach("torch", "torch.onnx._internal.exporter._core."
+                  "_prepare_exported_program_for_export",
+                  "op level needs it for a dynamo file; module level only", find)
+
+
+def torch_translations(target: str) -> list[Any]:
+    """The exporter's own translation functions of ATen op ``target`` (``aten.add.Tensor``).
+
+    From ``torch.onnx._internal.exporter._torchlib._torchlib_registry.get_torchlib_ops``,
+    checked on torch 2.13: the translations torch prefers to onnxscript's. Without it a
+    culprit op is not looked inside from its translation alone: its module call is
+    traced instead, where the model is at hand.
+    """
+    def find() -> list[Any]:
+        from torch.onnx._internal.exporter._torchlib._torchlib_registry import (
+            get_torchlib_ops,
+        )
+
+        return [meta.onnx_function for meta in get_torchlib_ops()
+                if str(meta.fx_target) == target and not meta.is_complex]
+
+    return _reach("torch", "torch.onnx._internal.exporter._torchlib._torchlib_registry",
+                  "an op is looked inside only by tracing its module call", find)
+
+
+def torchlib_translations(qualified: str) -> list[Any]:
+    """onnxscript's torch_lib translations of ``aten::add.Tensor`` (undocumented registry).
+
+    ``onnxscript.function_libs.torch_lib.registration.default_registry``, filled by
+    importing ``torch_lib.ops``; checked on onnxscript 0.7.2. Without it as for
+    :func:`torch_translations`.
+    """
+    def find() -> list[Any]:
+        from onnxscript.function_libs.torch_lib import ops  # noqa: F401  (fills the registry)
+        from onnxscript.function_libs.torch_lib.registration import default_registry
+
+        return (list(default_registry[qualified].overloads)
+                if qualified in default_registry else [])
+
+    return _reach("onnxscript", "onnxscript.function_libs.torch_lib.registration",
+                  "an op is looked inside only by tracing its module call", find)
+
+
+def preload_translations() -> None:
+    """Import what :func:`torch_translations` and the eager evaluator need, ahead of use.
+
+    For :mod:`bisect_onnx.pytorch.exporter_imports`' thread; a missing module is left
+    for the accessor that needs it to report.
+    """
+    try:
+        from onnxscript import evaluator  # noqa: F401
+        from onnxscript.function_libs.torch_lib import ops  # noqa: F401
+        from torch.onnx._internal.exporter._torchlib import ops as torch_ops  # noqa: F401
+    except Exception as error:  # noqa: BLE001 - in a thread: the accessor that needs it says why
+        logger.debug("importing the exporter's translations ahead failed: %s", error)
+
+
+Recorder = Callable[[Any, Sequence[Any], Any, Sequence[Any]], None]
+
+
+def recording_evaluator(record: Recorder) -> Any:
+    """An onnxscript ONNX Runtime eager evaluator that calls ``record`` after each op.
+
+    ``record(schema, inputs, attributes, outputs)``. onnxscript has no public hook per
+    op: this overrides ``ORTEvaluator._eval``, checked on onnxscript 0.7.2. Without it
+    as for :func:`torch_translations`.
+    """
+    def find() -> Any:
+        from onnxscript import evaluator
+
+        base = evaluator.ORTEvaluator
+        base._eval  # noqa: B018 - the hook overridden below must be there
+
+        class Recording(base):
+            def _eval(self, schema: Any, inputs: Any, attributes: Any, closure: Any) -> Any:
+                outputs = super()._eval(schema, inputs, attributes, closure)
+                record(schema, inputs, attributes, outputs)
+                return outputs
+
+        return Recording()
+
+    return _reach("onnxscript", "onnxscript.evaluator.ORTEvaluator._eval",
+                  "an op is looked inside only by tracing its module call", find)
+
+
+# ---------------------------------------------------------------- torch.fx and pytrees
+
+
+def is_op_overload(target: Any) -> bool:
+    """Whether an FX node's target is an ATen (or custom) op overload, ``aten.linear.default``.
+
+    ``torch._ops.OpOverload``, checked on torch 2.13; without it, told by its public
+    ``overloadpacket`` and ``name()``, which lose nothing known.
+    """
+    _check_version("torch")
+    import torch
+
+    overload = getattr(getattr(torch, "_ops", None), "OpOverload", None)
+    if overload is not None:
+        return isinstance(target, overload)
+    return hasattr(target, "overloadpacket") and callable(getattr(target, "name", None))
+
+
+def _pytree() -> Any:
+    """``torch.utils._pytree`` (checked on torch 2.13), or ``None``."""
+    _check_version("torch")
+    try:
+        from torch.utils import _pytree
+    except ImportError:
+        logger.debug("no torch.utils._pytree: containers other than tuple, list and dict "
+                     "are taken whole")
+        return None
+    return _pytree
+
+
+def tree_flatten(tree: Any) -> tuple[list[Any], Any]:
+    """The leaves of nested arguments and how to put them back (:func:`tree_unflatten`).
+
+    ``torch.utils._pytree.tree_flatten``, checked on torch 2.13: it knows every
+    container torch registers (transformers' ``ModelOutput``). Without it only tuples,
+    lists and dicts are opened; anything else is one leaf.
+    """
+    pytree = _pytree()
+    if pytree is not None:
+        return pytree.tree_flatten(tree)
+    leaves: list[Any] = []
+    return leaves, _flatten(tree, leaves)
+
+
+def tree_unflatten(leaves: Sequence[Any], spec: Any) -> Any:
+    """The arguments :func:`tree_flatten` took apart, made again from ``leaves``."""
+    pytree = _pytree()
+    if pytree is not None:
+        return pytree.tree_unflatten(list(leaves), spec)
+    return _unflatten(iter(leaves), spec)
+
+
+def tree_map(function: Callable[[Any], Any], tree: Any) -> Any:
+    """``tree`` with ``function`` applied to each leaf (as :func:`tree_flatten` finds them)."""
+    leaves, spec = tree_flatten(tree)
+    return tree_unflatten([function(leaf) for leaf in leaves], spec)
+
+
+def _flatten(tree: Any, leaves: list[Any]) -> Any:
+    if type(tree) in (tuple, list):
+        return type(tree), [_flatten(item, leaves) for item in tree]
+    if type(tree) is dict:
+        return dict, {key: _flatten(value, leaves) for key, value in tree.items()}
+    leaves.append(tree)
+    return None
+
+
+def _unflatten(leaves: Any, spec: Any) -> Any:
+    if spec is None:
+        return next(leaves)
+    kind, children = spec
+    if kind is dict:
+        return {key: _unflatten(leaves, child) for key, child in children.items()}
+    return kind(_unflatten(leaves, child) for child in children)
+
+
+# ---------------------------------------------------------------- TorchScript and tensors
+
+
+def remove_mutation(graph: Any) -> None:
+    """Make a TorchScript graph's in-place ops functional where that is safe.
+
+    ``torch._C._jit_pass_remove_mutation``, checked on torch 2.13. Without it a value
+    an in-place op (``ReLU(inplace=True)``) later overwrites would be read after the
+    write, so a TorchScript model is not compared value by value at all.
+    """
+    import torch
+
+    run = _reach("torch", "torch._C._jit_pass_remove_mutation", _SCRIPT_LOST,
+                 lambda: torch._C._jit_pass_remove_mutation)
+    run(graph)
+
+
+def graph_function(graph: Any, model: Any) -> Callable[..., Any]:
+    """A callable running ``graph`` (an edited copy of ``model``'s) on ``model``'s weights.
+
+    ``torch._C._create_function_from_graph`` called with the ScriptModule's C++ object
+    (``model._c``) first, checked on torch 2.13. Without it as for
+    :func:`remove_mutation`.
+    """
+    import torch
+
+    def find() -> Callable[..., Any]:
+        function = torch._C._create_function_from_graph("bisect_onnx_capture", graph)
+        weights = model._c
+        return lambda *inputs: function(weights, *inputs)
+
+    return _reach("torch", "torch._C._create_function_from_graph", _SCRIPT_LOST, find)
+
+
+_SCRIPT_LOST = ("a TorchScript model's values cannot be recorded: give its nn.Module or "
+                "an ExportedProgram instead")
+
+
+def version_counter(tensor: Any) -> int | None:
+    """The tensor's in-place write counter (``None`` where it keeps none).
+
+    ``Tensor._version``, checked on torch 2.13. Without it (and on an inference-mode
+    tensor) a module output written in place after it was recorded is not noticed.
+    """
+    try:
+        return tensor._version
+    except (AttributeError, RuntimeError):  # an inference-mode tensor keeps none
+        return None
