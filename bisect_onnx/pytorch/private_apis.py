@@ -135,7 +135,7 @@ def torch_translations(target: str) -> list[Any]:
 
 
 def torchlib_translations(qualified: str) -> list[Any]:
-    """onnxscript's torch_lib translations of ``aten::add.Tensor`` (undocumented registry).
+    """The torch_lib translations (onnxscript's) of ``aten::add.Tensor`` (undocumented registry).
 
     ``onnxscript.function_libs.torch_lib.registration.default_registry``, filled by
     importing ``torch_lib.ops``; checked on onnxscript 0.7.2. Without it as for

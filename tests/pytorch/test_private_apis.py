@@ -148,10 +148,11 @@ def test_a_version_outside_the_checked_range_is_logged_once(monkeypatch, caplog)
         private_apis._check_version.cache_clear()
 
 
-def test_the_installed_versions_are_the_checked_ones():
-    # A failure here means the suite runs on a version CHECKED_ON does not list: once it
-    # passes there, widen CHECKED_ON.
-    assert private_apis._check_version("torch") and private_apis._check_version("onnxscript")
+def test_the_pinned_torch_is_a_checked_one():
+    # The install commands pin torch (README, .ci/run): a failure here means the pin moved
+    # past CHECKED_ON; once the suite passes there, widen it. onnxscript is not pinned, so
+    # a newer one only logs that it is outside the checked range.
+    assert private_apis._check_version("torch")
 
 
 def test_a_missing_api_names_itself_the_version_and_what_is_lost(monkeypatch):
