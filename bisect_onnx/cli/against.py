@@ -47,7 +47,7 @@ def bisect_from_args(args: argparse.Namespace) -> Report:
                          f"--against-reference-evaluator compare two ONNX models, and MODEL "
                          f"{args.model} is not an ONNX file; pass the reference .onnx as MODEL "
                          "(a PyTorch MODEL is compared with --onnx FILE)")
-    inputs = load_input_samples(args.input) if args.input else None
+    inputs = load_input_samples(args.input, onnx_model=model) if args.input else None
     return bisect_onnx.bisect_onnx_models(
         model,
         args.against,

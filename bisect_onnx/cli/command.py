@@ -81,8 +81,8 @@ def _run(args: argparse.Namespace) -> int:
                          "--onnx")
     random_inputs = RandomInputs(seed=args.seed, dims=parse_dim_options(args.dim),
                                  samples=args.samples)
-    inputs = (load_input_samples(args.input, max_memory=args.max_memory) if args.input
-              else None)
+    inputs = (load_input_samples(args.input, max_memory=args.max_memory,
+                                 onnx_model=args.onnx) if args.input else None)
     model = load_model(args.model, trust_pickle=args.trust_pickle)
     progress = (bisect_onnx.events.listening(show_progress)
                 if sys.stderr.isatty() and not args.quiet else contextlib.nullcontext())

@@ -66,6 +66,12 @@ def _object_array(tmp_path):
     return str(path)
 
 
+def _npz(tmp_path, name, **arrays):
+    path = tmp_path / name
+    np.savez(path, **arrays)
+    return str(path)
+
+
 BAD_INPUTS = {
     "missing model file": lambda t: ["nope/model.py:make", "--input", MLP.input_file],
     "missing factory": lambda t: ["fixtures/models.py:no_such_factory", "--input",
@@ -76,6 +82,9 @@ BAD_INPUTS = {
     "empty input": lambda t: [MLP.factory, "--input", _write(t, "empty.npy", b"")],
     "object array": lambda t: [MLP.factory, "--input", _object_array(t)],
     "wrong shape": lambda t: [MLP.factory, "--input", POOL.input_file, "--onnx", MLP.onnx_file],
+    "npz member of the wrong shape": lambda t: [
+        MLP.factory, "--input", _npz(t, "wrong.npz", x=np.zeros((3, 16, 5), np.float32)),
+        "--onnx", MLP.onnx_file],
     "wrong count": lambda t: [MLP.factory, "--input", MLP.input_file, "--input",
                               MLP.input_file, "--onnx", MLP.onnx_file],
     "wrong count, exporting": lambda t: [MLP.factory, "--input", MLP.input_file, "--input",

@@ -13,9 +13,9 @@ import pytest
 
 from bisect_onnx.errors import InputError, ModelError, UsageError
 from bisect_onnx.runtime.onnx_side import InputSpec
+from bisect_onnx.sources.graph_inputs import check_against_onnx
 from bisect_onnx.sources.loading import (
     arrange_inputs,
-    check_against_onnx,
     check_input_count,
     forward_parameters,
     load_input_files,
@@ -359,6 +359,83 @@ def test_second_input_error_names_its_position():
     arrays = [np.zeros((1, 3, 8), np.float32), np.zeros(2, np.int32)]
     message = raises_one_line(InputError, check_against_onnx, arrays, specs)
     assert "input 1 (ids)" in message
+
+
+# --- headers checked against the graph before the data is read --------------------------
+
+
+def _npz_lying_about_its_shape(path: Path, key: str, shape: tuple[int, ...]) -> Path:
+    """An archive whose member's header declares ``shape`` over far fewer bytes of data."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<f4", "fortran_order": False, "shape": shape})
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(f"{key}.npy", header.getvalue() + b"\0" * 64)
+    return path
+
+
+@pytest.fixture
+def data_never_read(monkeypatch):
+    """Loading any array's data fails the test: only headers may be read."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("the data was read")
+    monkeypatch.setattr(np, "load", refuse)
+
+
+@pytest.mark.parametrize("key", ["x", "arr_0"])
+def test_npz_member_of_the_wrong_shape_is_refused_from_its_header(tmp_path, key,
+                                                                   data_never_read):
+    # 40 GB declared, 64 bytes stored: reading it would fail as truncated, not as this.
+    path = _npz_lying_about_its_shape(tmp_path / "in.npz", key, (10_000, 1_000_000))
+    message = raises_one_line(InputError, load_input_files, [path], max_memory="1TiB",
+                              graph_inputs=[FLOAT_SPEC])
+    assert f"entry {key!r} of {path} (input 0, x)" in message
+    assert "rank 2, expected 3" in message and "x: float32[1,3,8]" in message
+
+
+def test_npz_member_of_the_wrong_dtype_is_refused_from_its_header(tmp_path, data_never_read):
+    path = tmp_path / "in.npz"
+    np.savez(path, x=np.zeros((1, 3, 8), np.float64))
+    message = raises_one_line(InputError, load_input_files, [path], graph_inputs=[FLOAT_SPEC])
+    assert "dtype float64, expected float32 (convert with .astype)" in message
+
+
+def test_npz_with_more_members_than_graph_inputs_is_refused_unread(tmp_path, data_never_read):
+    path = tmp_path / "in.npz"
+    np.savez(path, x=np.zeros((1, 3, 8), np.float32), y=np.zeros(2, np.float32))
+    message = raises_one_line(InputError, load_input_files, [path], graph_inputs=[FLOAT_SPEC])
+    assert "got 2 input array(s)" in message and "(x, y)" in message and "takes 1" in message
+
+
+def test_npz_members_that_fit_the_graph_load(tmp_path):
+    path = tmp_path / "in.npz"
+    big_endian = np.arange(24, dtype=">f4").reshape(1, 3, 8)  # made native before compared
+    np.savez(path, x=big_endian)
+    loaded = load_input_files([path], graph_inputs=[FLOAT_SPEC])
+    np.testing.assert_array_equal(loaded["x"], big_endian)
+
+
+def test_npz_keyed_by_forward_parameters_is_checked_only_after_loading(tmp_path):
+    # Which graph input "image" is, only forward's signature says: the model is not known yet.
+    path = tmp_path / "in.npz"
+    np.savez(path, image=np.zeros((5, 5), np.float32))
+    loaded = load_input_files([path], graph_inputs=[FLOAT_SPEC])
+    assert loaded["image"].shape == (5, 5)
+
+
+def test_npy_of_the_wrong_shape_is_refused_from_its_header(tmp_path, data_never_read):
+    path = tmp_path / "x.npy"
+    np.save(path, np.zeros((1, 4, 8), np.float32))
+    message = raises_one_line(InputError, load_input_files, [path], graph_inputs=[FLOAT_SPEC])
+    assert f"input {path} (input 0, x)" in message and "dimension 1 is 4, expected 3" in message
+
+
+def test_more_npy_files_than_graph_inputs_are_refused_unread(tmp_path, data_never_read):
+    paths = [tmp_path / "a.npy", tmp_path / "b.npy"]
+    for path in paths:
+        np.save(path, np.zeros((1, 3, 8), np.float32))
+    message = raises_one_line(InputError, load_input_files, paths, graph_inputs=[FLOAT_SPEC])
+    assert "got 2 input file(s)" in message and "takes 1" in message
 
 
 # --- load_model ---------------------------------------------------------------------------
