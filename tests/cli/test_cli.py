@@ -119,6 +119,36 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(case, tmp_path, capsys
     assert "Traceback" not in captured.err
 
 
+@pytest.mark.parametrize("onnx", [[], ["--onnx", MLP.onnx_file]], ids=["exporting", "--onnx"])
+def test_float64_input_for_a_float32_model_is_exit_2_with_the_astype_hint(onnx, tmp_path,
+                                                                         capsys, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    path = tmp_path / "x.npy"
+    np.save(path, np.load(REPO_ROOT / MLP.input_file).astype(np.float64))
+    status = main([MLP.factory, "--input", str(path), *onnx])
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert ".astype" in err and "float64" in err and "float32" in err
+    assert err.count("\n") == 1
+
+
+def test_a_model_that_casts_its_float64_input_is_not_refused(tmp_path):
+    import torch
+
+    from bisect_onnx import bisect
+
+    class Casts(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.fc(x.float())
+
+    report = bisect(Casts().eval(), [np.ones((1, 4), np.float64)])
+    assert not report.diverged
+
+
 def test_bad_input_in_a_real_process_has_no_traceback(tmp_path):
     result = cli(MLP.factory, "--input", MLP.input_file, "--onnx",
                  _write(tmp_path, "bad.onnx", b"not an onnx file"))
