@@ -9,12 +9,11 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
-import inspect
 import reprlib
 import sys
 import zipfile
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from tokenize import TokenError
 from typing import TYPE_CHECKING
@@ -24,7 +23,6 @@ import numpy as np
 from bisect_onnx.errors import InputError, ModelError, UsageError, one_line
 from bisect_onnx.sources.file_kinds import EMPTY_ZIP_MAGIC, NPY_MAGIC, ZIP_MAGIC, read_head
 from bisect_onnx.sources.graph_inputs import (
-    POSITIONAL_KEY,
     check_count,
     check_header,
     check_npz_members,
@@ -44,8 +42,7 @@ if TYPE_CHECKING:
 
     from bisect_onnx.runtime.onnx_side import InputSpec
 
-__all__ = ["load_model", "load_input_files", "arrange_inputs", "keyword_order",
-           "check_input_count", "check_writable", "forward_parameters"]
+__all__ = ["load_model", "load_input_files", "check_writable"]
 
 MODEL_FORMS = "FILE.py:FACTORY or package.module:FACTORY"
 SAVED_FORMS = ("a saved model (a .pt2 from torch.export.save, a torch.jit.save archive, or a "
@@ -282,96 +279,6 @@ def _load_npz(path: Path, budget: Budget,
 
 _OBJECT_ARRAY = ("input {path} holds Python objects (dtype=object), which cannot be loaded "
                  "without unpickling; save plain numeric arrays instead")
-
-
-def forward_parameters(model: torch.nn.Module) -> tuple[list[str], int, bool]:
-    """``forward``'s parameter names, how many are required, and whether it takes ``*args``."""
-    signature = inspect.signature(model.forward)
-    names, required, variadic = [], 0, False
-    for parameter in signature.parameters.values():
-        if parameter.kind is parameter.VAR_POSITIONAL:
-            variadic = True
-        elif parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD):
-            names.append(parameter.name)
-            required += parameter.default is parameter.empty
-    return names, required, variadic
-
-
-def arrange_inputs(
-    given: Sequence[np.ndarray] | Mapping[str, np.ndarray],
-    *,
-    forward_names: Sequence[str],
-    onnx_names: Sequence[str] | None = None,
-) -> list[np.ndarray]:
-    """Put the inputs in ``forward``'s order.
-
-    Positional inputs are taken as given. Named inputs (an ``.npz``) may name
-    ``forward``'s parameters, the ONNX graph's inputs, or be ``arr_0, arr_1, ...``.
-    """
-    if not isinstance(given, Mapping):
-        return [np.asarray(array) for array in given]
-    keys = list(given)
-    if keys and all(POSITIONAL_KEY.fullmatch(key) for key in keys):
-        order = sorted(keys, key=lambda key: int(key[4:]))
-        if order != [f"arr_{i}" for i in range(len(order))]:
-            raise InputError(f"the .npz keys {', '.join(order)} skip a position; "
-                             f"expected arr_0 to arr_{len(order) - 1}")
-        return [given[key] for key in order]
-    for names in (forward_names, onnx_names or []):
-        if names and set(keys) <= set(names) and _is_prefix_cover(keys, names):
-            return [given[name] for name in names if name in given]
-    expected = ", ".join(forward_names) or "(none)"
-    onnx = f"; ONNX inputs: {', '.join(onnx_names)}" if onnx_names else ""
-    missing = [name for name in forward_names if name not in given]
-    extra = [key for key in keys if key not in forward_names and key not in (onnx_names or [])]
-    detail = "; ".join(filter(None, [
-        f"missing {', '.join(missing)}" if missing else "",
-        f"unexpected {', '.join(extra)}" if extra else "",
-    ]))
-    raise InputError(f"the .npz keys ({', '.join(keys)}) do not match forward's parameters "
-                     f"({expected}{onnx}){': ' + detail if detail else ''}; "
-                     "name the arrays after them, or save them as arr_0, arr_1, ...")
-
-
-def keyword_order(
-    given: Sequence[np.ndarray] | Mapping[str, np.ndarray],
-    *,
-    forward_names: Sequence[str],
-    required: int,
-) -> list[str] | None:
-    """The parameters ``given`` names, in ``forward``'s order, when they must go by keyword.
-
-    That is when they skip a parameter that has a default (``input_ids`` and
-    ``token_type_ids`` without ``attention_mask``); a leading run of parameters
-    goes by position. ``None`` when the inputs are positional.
-    """
-    if not isinstance(given, Mapping) or not set(given) <= set(forward_names):
-        return None
-    if _is_prefix_cover(list(given), forward_names):
-        return None
-    missing = [name for name in forward_names[:required] if name not in given]
-    if missing:
-        raise InputError(f"the inputs name {', '.join(given)} but forward also requires "
-                         f"{', '.join(missing)}; give every required parameter")
-    return [name for name in forward_names if name in given]
-
-
-def _is_prefix_cover(keys: Sequence[str], names: Sequence[str]) -> bool:
-    """Whether ``keys`` name a leading run of ``names`` (later ones may have defaults)."""
-    return set(names[: len(keys)]) == set(keys)
-
-
-def check_input_count(
-    inputs: Sequence[np.ndarray], *, names: Sequence[str], required: int, variadic: bool,
-    owner: str,
-) -> None:
-    """Refuse an input count ``owner.forward`` (with these parameters) cannot take."""
-    if len(inputs) < required or (len(inputs) > len(names) and not variadic):
-        raise InputError(
-            f"got {len(inputs)} input(s) but {owner}.forward takes "
-            f"{required if required == len(names) else f'{required} to {len(names)}'} "
-            f"({', '.join(names)}); pass one --input per argument, in order"
-        )
 
 
 def check_writable(path: Path, option: str, *, creates_folder: bool = False) -> None:

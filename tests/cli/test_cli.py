@@ -149,6 +149,22 @@ def test_a_model_that_casts_its_float64_input_is_not_refused(tmp_path):
     assert not report.diverged
 
 
+def test_a_state_dict_as_input_is_described_as_the_model_s_weights(tmp_path, capsys,
+                                                                    monkeypatch):
+    import torch
+
+    from fixtures.registry import build_model
+
+    monkeypatch.chdir(REPO_ROOT)
+    path = tmp_path / "weights.pt"
+    torch.save(build_model(MLP).state_dict(), path)
+    status = main([MLP.factory, "--input", str(path)])
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert "the model's weights (a state_dict)" in err and "forward takes (x)" in err
+    assert ".npz keys" not in err
+
+
 def test_bad_input_in_a_real_process_has_no_traceback(tmp_path):
     result = cli(MLP.factory, "--input", MLP.input_file, "--onnx",
                  _write(tmp_path, "bad.onnx", b"not an onnx file"))

@@ -1,4 +1,4 @@
-"""Unit tests for bisect_onnx.sources.loading: input files, their arrangement, and MODEL specs."""
+"""Unit tests for bisect_onnx.sources: input files, their arrangement and checks, MODEL specs."""
 
 from __future__ import annotations
 
@@ -13,14 +13,9 @@ import pytest
 
 from bisect_onnx.errors import InputError, ModelError, UsageError
 from bisect_onnx.runtime.onnx_side import InputSpec
+from bisect_onnx.sources.arrangement import arrange_inputs, check_input_count, forward_parameters
 from bisect_onnx.sources.graph_inputs import check_against_onnx
-from bisect_onnx.sources.loading import (
-    arrange_inputs,
-    check_input_count,
-    forward_parameters,
-    load_input_files,
-    load_model,
-)
+from bisect_onnx.sources.loading import load_input_files, load_model
 
 
 def raises_one_line(error_type, call, *args, **kwargs):
@@ -291,6 +286,20 @@ def test_extra_named_input_is_an_input_error_naming_it():
     given = {"x": np.zeros(1), "bogus": np.zeros(1)}
     message = raises_one_line(InputError, arrange_inputs, given, forward_names=["x"])
     assert "unexpected bogus" in message
+
+
+def test_optional_parameters_are_not_listed_as_missing():
+    message = raises_one_line(InputError, arrange_inputs, {"q": np.zeros(1)},
+                              forward_names=["x", "y", "mask"], required=2)
+    assert "missing x, y;" in message and "optional: mask" in message
+
+
+def test_a_state_dict_given_as_inputs_is_named_as_such():
+    weights = {"fc1.weight": np.zeros((2, 2)), "fc1.bias": np.zeros(2)}
+    message = raises_one_line(InputError, arrange_inputs, weights, forward_names=["x"],
+                              weight_names=["fc1.weight", "fc1.bias", "fc2.weight"])
+    assert "the model's weights (a state_dict)" in message
+    assert "forward takes (x)" in message and ".npz" not in message
 
 
 def test_mismatched_keys_error_lists_forward_and_onnx_names():
@@ -595,7 +604,13 @@ def test_forward_count_refuses_too_few_inputs():
     message = raises_one_line(InputError, check_forward_count, [], model)
     assert "got 0 input(s)" in message
     assert "1 to 2" in message
-    assert "x, mask" in message
+    assert "(x; optional: mask): missing x" in message
+
+
+def test_forward_count_names_the_missing_required_inputs_apart_from_optional_ones():
+    model = _module(lambda self, x, y, mask=None, scale=1.0: x)
+    message = raises_one_line(InputError, check_forward_count, [np.zeros(1)], model)
+    assert "(x, y; optional: mask, scale): missing y;" in message
 
 
 def test_forward_count_refuses_too_many_inputs():
