@@ -61,10 +61,11 @@ def bisect_from_args(args: argparse.Namespace) -> Report:
     # promotes every value).
     runtime = RuntimeOptions.from_args(args)
     random_inputs = RandomInputs.from_args(args)
+    inputs = load_input_samples(args.input, onnx_model=model) if args.input else None
     return bisect_onnx.bisect_onnx_models(
         model,
         args.against,
-        load_input_samples(args.input) if args.input else random_inputs,
+        inputs if inputs is not None else random_inputs,
         reference_runtime=(REFERENCE_EVALUATOR if args.against_reference_evaluator
                            else replace(runtime, promote=RuntimeOptions.promote)),
         candidate_runtime=replace(runtime, provider=args.against_provider or runtime.provider,

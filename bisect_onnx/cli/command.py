@@ -74,8 +74,8 @@ def _run(args: argparse.Namespace) -> int:
                "search": SearchOptions.from_args(args), "output": OutputOptions.from_args(args)}
     random_inputs = RandomInputs.from_args(args)
     _check_files(args, against=False)  # before anything runs or is written
-    inputs = (load_input_samples(args.input, max_memory=args.max_memory) if args.input
-              else random_inputs)
+    inputs = (load_input_samples(args.input, max_memory=args.max_memory, onnx_model=args.onnx)
+              if args.input else random_inputs)
     model = load_model(args.model, trust_pickle=args.trust_pickle)
     progress = (bisect_onnx.events.listening(show_progress)
                 if sys.stderr.isatty() and not args.quiet else contextlib.nullcontext())

@@ -66,10 +66,11 @@ from bisect_onnx.runtime.heap import give_back, kept_in_heap
 from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
 from bisect_onnx.runtime.reference_side import ReferenceEvaluatorSide, reference_side
 from bisect_onnx.search.blame import attribute_divergence
+from bisect_onnx.sources.arrangement import arrange_inputs
 from bisect_onnx.sources.file_kinds import check_onnx_file
+from bisect_onnx.sources.graph_inputs import check_against_onnx
 from bisect_onnx.sources.input_samples import Samples
 from bisect_onnx.sources.input_sizes import input_budget
-from bisect_onnx.sources.loading import arrange_inputs, check_against_onnx
 from bisect_onnx.sources.output_paths import check_run_files
 
 if TYPE_CHECKING:

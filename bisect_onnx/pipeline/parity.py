@@ -32,7 +32,7 @@ from bisect_onnx.pytorch.parking import parking_for
 from bisect_onnx.pytorch.reference import exit_is_a_model_error, reference_for
 from bisect_onnx.report.json import write_json
 from bisect_onnx.runtime.heap import kept_in_heap
-from bisect_onnx.sources.loading import check_against_onnx
+from bisect_onnx.sources.graph_inputs import check_against_onnx
 from bisect_onnx.sources.output_paths import check_run_files
 
 __all__ = ["assert_parity"]

@@ -36,7 +36,7 @@ from bisect_onnx.pytorch.reference import (
 )
 from bisect_onnx.runtime.onnx_side import NodeInfo, OnnxRuntimeSide
 from bisect_onnx.runtime.sides import Capture
-from bisect_onnx.sources.loading import arrange_inputs, check_input_count, keyword_order
+from bisect_onnx.sources.arrangement import arrange_inputs, check_input_count, keyword_order
 
 __all__ = ["PreparedCandidate", "prepare_candidate", "resolve_export", "arrange_for",
            "names_the_values", "onnx_model_path"]
@@ -263,13 +263,22 @@ def arrange_for(reference: Reference, candidate: OnnxRuntimeSide | None,
     if keywords:
         return [given[name] for name in keywords]
     onnx_names = [spec.name for spec in candidate.inputs] if candidate else None
-    arrays = arrange_inputs(given, forward_names=reference.input_names, onnx_names=onnx_names)
+    arrays = arrange_inputs(given, forward_names=reference.input_names, onnx_names=onnx_names,
+                            required=reference.required_inputs,
+                            weight_names=_weight_names(reference) if isinstance(given, dict)
+                            else ())
     if candidate is None:
         check_input_count(arrays, names=reference.input_names,
                           required=reference.required_inputs,
                           variadic=reference.takes_varargs, owner=reference.side.describe()
                           .get("class", "model"))
     return arrays
+
+
+def _weight_names(reference: Reference) -> list[str]:
+    """The model's state_dict keys: a module's method, an ExportedProgram's attribute."""
+    state = getattr(reference.exportable, "state_dict", None)
+    return list(state() if callable(state) else state or {})
 
 
 def _dynamic_batch(exporter: str, reference: Reference,

@@ -80,8 +80,8 @@ from bisect_onnx.search.modes import (
     references_by_value,
 )
 from bisect_onnx.search.probes import ProbeBisection, checkpoints_for
+from bisect_onnx.sources.graph_inputs import check_against_onnx
 from bisect_onnx.sources.input_sizes import Budget, input_budget
-from bisect_onnx.sources.loading import check_against_onnx
 from bisect_onnx.sources.output_paths import check_run_files
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bisect_onnx.errors import ModelError, one_line
+from bisect_onnx.errors import InputError, ModelError, one_line
 from bisect_onnx.graph.provenance import Provenance
 from bisect_onnx.pytorch.calls import call_name, input_name
 from bisect_onnx.pytorch.private_apis import version_counter
@@ -75,6 +75,13 @@ class TorchModuleSide:
             with buffers_restored(self.model), torch.no_grad():
                 result = self.model(*args, **kwargs)
         except Exception as error:
+            mismatch = _dtype_mismatch(self.model, inputs)
+            if mismatch:  # the usual reason: a float64 array saved for a float32 model
+                position, dtype, weights = mismatch
+                raise InputError(
+                    f"input {position} is {dtype} but the model's weights are {weights}, and "
+                    f"forward raised {type(error).__name__}: {one_line(error)}; convert the "
+                    f"input with .astype(numpy.{weights})") from error
             raise ModelError(
                 f"the PyTorch model's forward raised {type(error).__name__} on inputs "
                 f"{describe_arrays(inputs)}: {one_line(error)}; check that the inputs "
@@ -87,6 +94,25 @@ class TorchModuleSide:
                     sum(recorder.calls.values()))
         return Capture(values=recorder.values,
                        outputs=final_outputs(result, type(self.model).__name__))
+
+
+def _dtype_mismatch(model: torch.nn.Module,
+                    inputs: Sequence[np.ndarray]) -> tuple[int, np.dtype, str] | None:
+    """The first floating input whose dtype is not the model's weights', with theirs.
+
+    Only where the floating weights agree on one dtype numpy has: a mixed-precision
+    model may take either, and no numpy array can be bfloat16.
+    """
+    dtypes = {str(tensor.dtype).removeprefix("torch.")
+              for tensor in [*model.parameters(), *model.buffers()] if tensor.is_floating_point()}
+    if len(dtypes) != 1 or not dtypes <= {"float16", "float32", "float64"}:
+        return None
+    (weights,) = dtypes
+    for position, array in enumerate(inputs):
+        dtype = np.asarray(array).dtype
+        if dtype.kind == "f" and dtype.name != weights:
+            return position, dtype, weights
+    return None
 
 
 class _CallRecorder:

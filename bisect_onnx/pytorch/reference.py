@@ -26,7 +26,7 @@ from bisect_onnx.pytorch.module_side import TorchModuleSide, training_mode_warni
 from bisect_onnx.pytorch.program_side import ExportedProgramSide
 from bisect_onnx.pytorch.script_side import ScriptModuleSide
 from bisect_onnx.runtime.sides import Side
-from bisect_onnx.sources.loading import forward_parameters
+from bisect_onnx.sources.arrangement import forward_parameters
 from bisect_onnx.sources.model_forms import EXPORTED_PROGRAM, TORCHSCRIPT, load_model_file
 
 __all__ = ["Reference", "reference_for", "exit_is_a_model_error", "MODULE",

@@ -201,18 +201,34 @@ def _point_title(record: Record) -> str:
             f"max abs {figure}, {record.status}")
 
 
-def marked_record(report: Report) -> tuple[str, Record] | None:
-    """What the chart marks, and what to call it; ``None`` when there is nothing to mark.
+def marked_record(report: Report) -> tuple[str, Record, Record] | None:
+    """What the chart marks: what to call it, its row on the chart, the record it names.
 
     The culprit, else the first divergence, else (at parity) the first hidden
-    divergence, whichever is on the chart first.
+    divergence, whichever is on the chart first. A culprit found inside a fused kernel
+    is no row of its own: it is marked at the kernel's row, named as itself (the module
+    the verdict names). ``None`` when there is nothing to mark.
     """
     candidates = [("culprit", report.culprit), ("first divergence", report.first_divergence),
                   ("hidden divergence", next(iter(report.hidden_divergences), None))]
     for what, record in candidates:
-        if record is not None and any(row is record for row in report.comparisons):
-            return what, record
+        row = _row_of(report, record)
+        if row is not None:
+            return what, row, record
     return None
+
+
+def _row_of(report: Report, record: Record | None) -> Record | None:
+    """The chart's row for ``record``: itself, or the fused kernel's output it lies inside."""
+    if record is None:
+        return None
+    if any(row is record for row in report.comparisons):
+        return record
+    kernel = (report.attribution or {}).get("inside_kernel") or {}
+    if record is not report.culprit or kernel.get("value") != record.onnx_value:
+        return None
+    return next((row for row in report.comparisons
+                 if row.onnx_value == kernel.get("kernel_output")), None)
 
 
 def _culprit_mark(scale: _Scale, report: Report) -> str:
@@ -220,14 +236,14 @@ def _culprit_mark(scale: _Scale, report: Report) -> str:
     marked = marked_record(report)
     if marked is None:
         return ""
-    what, record = marked
-    x = scale.x(record.index)
-    y = scale.y(record.max_abs_error)
+    what, row, named = marked
+    x = scale.x(row.index)
+    y = scale.y(row.max_abs_error)
     guide = element("line", x1=_fmt(x), x2=_fmt(x), y1=_TOP - 12, y2=_HEIGHT - _BOTTOM,
                     class_="culprit-guide")
     ring = element("circle", cx=_fmt(x), cy=_fmt(y), r=9, class_="culprit-ring")
     on_right = x > _WIDTH / 2
-    label = element("text", escaped(f"{what}: {module_label(record)}"),
+    label = element("text", escaped(f"{what}: {module_label(named)}"),
                     x=_fmt(x - 6 if on_right else x + 6), y=_TOP - 14, class_="culprit-label",
                     text_anchor="end" if on_right else "start")
     return element("g", guide + ring + label, id="chart-culprit")

@@ -38,8 +38,9 @@ from bisect_onnx.runtime.sides import Capture, CapturedValue
 if TYPE_CHECKING:
     import onnx
 
-__all__ = ["InputSpec", "NodeInfo", "OnnxRuntimeSide", "load_onnx_model", "create_session",
-           "CPU_PROVIDER", "DEFAULT_OPT_LEVEL", "OPT_LEVELS", "graph_tensors", "subgraphs"]
+__all__ = ["InputSpec", "NodeInfo", "OnnxRuntimeSide", "load_onnx_model", "input_specs",
+           "create_session", "CPU_PROVIDER", "DEFAULT_OPT_LEVEL", "OPT_LEVELS", "graph_tensors",
+           "subgraphs"]
 
 logger = logging.getLogger(__name__)
 
@@ -153,10 +154,7 @@ class OnnxRuntimeSide:
         production's node for node (then production is not run again)."""
         self.model = load_onnx_model(self.path)
         graph = self.model.graph
-        initializers = {init.name for init in graph.initializer}
-        self.inputs = [
-            _input_spec(value) for value in graph.input if value.name not in initializers
-        ]
+        self.inputs = input_specs(graph)
         self.nodes = [
             NodeInfo(
                 index=index,
@@ -382,6 +380,12 @@ def node_provenance(node: NodeInfo, position: int) -> Provenance:
     )
 
 
+def input_specs(graph: onnx.GraphProto) -> list[InputSpec]:
+    """The inputs a graph must be fed: its inputs that no initializer provides."""
+    initializers = {init.name for init in graph.initializer}
+    return [_input_spec(value) for value in graph.input if value.name not in initializers]
+
+
 def _input_spec(value: onnx.ValueInfoProto) -> InputSpec:
     import onnx
 
@@ -389,10 +393,6 @@ def _input_spec(value: onnx.ValueInfoProto) -> InputSpec:
     dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type))
     if not tensor_type.HasField("shape"):
         return InputSpec(value.name, dtype, None)
-    dims: list[int | str | None] = []
-    for dim in tensor_type.shape.dim:
-        if dim.HasField("dim_value"):
-            dims.append(dim.dim_value)
-        else:
-            dims.append(dim.dim_param or None)
+    dims = [dim.dim_value if dim.HasField("dim_value") else dim.dim_param or None
+            for dim in tensor_type.shape.dim]
     return InputSpec(value.name, dtype, tuple(dims))

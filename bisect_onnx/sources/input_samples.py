@@ -11,11 +11,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bisect_onnx.errors import UsageError
 from bisect_onnx.sources.file_kinds import NPY_MAGIC, read_head
 from bisect_onnx.sources.loading import load_input_files
+
+if TYPE_CHECKING:
+    from bisect_onnx.runtime.onnx_side import InputSpec
 
 __all__ = ["Samples", "load_input_samples", "SAMPLE_SUFFIXES"]
 
@@ -50,21 +53,33 @@ class Samples:
                                                              strict=True), start=1)]
 
 
-def load_input_samples(paths: Sequence[Path], *, max_memory: int | str | None = None) -> Any:
+def load_input_samples(paths: Sequence[Path], *, max_memory: int | str | None = None,
+                       onnx_model: Path | None = None) -> Any:
     """``--input`` as given: one sample's inputs, or :class:`Samples` of several.
 
     Several files each holding a whole sample (``.npz``, ``.pt``), or one folder of them,
     are several samples; anything else is one sample (``.npy`` per argument, one file).
+    ``onnx_model``: the ``.onnx`` file the inputs are for, when known; each file's
+    headers are then checked against its graph's inputs before the data is read.
     """
+    graph_inputs = _graph_inputs(Path(onnx_model)) if onnx_model is not None else None
     paths = [Path(path) for path in paths]
     if len(paths) == 1 and paths[0].is_dir():
         files = _sample_files(paths[0])
     elif len(paths) > 1 and not any(_is_npy(path) for path in paths):
         files = paths
     else:
-        return load_input_files(paths, max_memory=max_memory)
-    return Samples([load_input_files([path], max_memory=max_memory) for path in files],
+        return load_input_files(paths, max_memory=max_memory, graph_inputs=graph_inputs)
+    return Samples([load_input_files([path], max_memory=max_memory, graph_inputs=graph_inputs)
+                    for path in files],
                    labels=[str(path) for path in files])
+
+
+def _graph_inputs(onnx_model: Path) -> list[InputSpec]:
+    from bisect_onnx.runtime.onnx_side import input_specs, load_onnx_model
+
+    # The graph alone (no external weights); the run reads the file again for its sessions.
+    return input_specs(load_onnx_model(onnx_model).graph)
 
 
 def _sample_files(folder: Path) -> list[Path]:

@@ -9,13 +9,11 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
-import inspect
-import re
 import reprlib
 import sys
 import zipfile
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from tokenize import TokenError
 from typing import TYPE_CHECKING
@@ -23,8 +21,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from bisect_onnx.errors import InputError, ModelError, UsageError, one_line
-from bisect_onnx.pytorch.module_side import describe_arrays
 from bisect_onnx.sources.file_kinds import EMPTY_ZIP_MAGIC, NPY_MAGIC, ZIP_MAGIC, read_head
+from bisect_onnx.sources.graph_inputs import (
+    check_count,
+    check_header,
+    check_npz_members,
+)
 from bisect_onnx.sources.input_files import load_pt_inputs, torch_file_kind
 from bisect_onnx.sources.input_sizes import (
     Budget,
@@ -40,11 +42,8 @@ if TYPE_CHECKING:
 
     from bisect_onnx.runtime.onnx_side import InputSpec
 
-__all__ = ["load_model", "load_input_files", "arrange_inputs", "keyword_order",
-           "check_against_onnx",
-           "check_input_count", "check_writable", "forward_parameters"]
+__all__ = ["load_model", "load_input_files", "check_writable"]
 
-_POSITIONAL_KEY = re.compile(r"arr_(\d+)")
 MODEL_FORMS = "FILE.py:FACTORY or package.module:FACTORY"
 SAVED_FORMS = ("a saved model (a .pt2 from torch.export.save, a torch.jit.save archive, or a "
                "torch.save(model) file with --trust-pickle)")
@@ -148,25 +147,32 @@ def _import_location(location: str):  # noqa: ANN202 - returns a module
 
 
 def load_input_files(paths: Sequence[Path], *, max_memory: int | str | None = None,
+                     graph_inputs: Sequence[InputSpec] | None = None,
                      ) -> list[np.ndarray] | dict[str, np.ndarray]:
     """Read ``.npy`` files (positional inputs) or one ``.npz`` (named inputs).
 
     Each file's size once loaded is checked against ``max_memory`` (by default most
-    of the memory available) before it is read.
+    of the memory available) before it is read. ``graph_inputs``, when the ONNX
+    graph is known already: ``.npy`` and ``.npz`` headers are checked against its
+    inputs before their data is read.
     """
     if not paths:
         raise UsageError("no inputs: pass --input FILE.npy once per forward argument, "
                          "or one --input FILE.npz")
     budget = input_budget(max_memory)
+    paths = [Path(path) for path in paths]
+    kinds = [_sniff(path) for path in paths]
+    if graph_inputs is not None and set(kinds) == {"npy"}:
+        check_count(len(paths), "file(s)", graph_inputs)
     arrays: list[np.ndarray] = []
-    for path in map(Path, paths):
-        kind = _sniff(path)
+    for path, kind in zip(paths, kinds, strict=True):
         if kind == "npy":
-            arrays.append(_load_npy(path, budget))
+            arrays.append(_load_npy(path, budget, graph_inputs, position=len(arrays)))
             continue
         if kind == "pt":  # torch.save stores tensors uncompressed: the file bounds them
             budget.check(path.stat().st_size, f"input {path}", "pass smaller inputs")
-        loaded = _load_npz(path, budget) if kind == "npz" else load_pt_inputs(path)
+        loaded = (_load_npz(path, budget, graph_inputs) if kind == "npz"
+                  else load_pt_inputs(path))
         if isinstance(loaded, list) and len(loaded) == 1:
             arrays.extend(loaded)  # a .pt of one tensor stands for one input, like a .npy
         elif len(paths) > 1:
@@ -197,8 +203,11 @@ def _sniff(path: Path) -> str:
                      "with numpy.save or numpy.savez, or tensors with torch.save")
 
 
-def _load_npy(path: Path, budget: Budget) -> np.ndarray:
-    _check_npy_size(path, budget)
+def _load_npy(path: Path, budget: Budget, graph_inputs: Sequence[InputSpec] | None,
+              position: int) -> np.ndarray:
+    header = _check_npy_size(path, budget)
+    if header is not None and graph_inputs is not None and position < len(graph_inputs):
+        check_header(f"input {path}", position, *header, graph_inputs)
     try:
         return np.load(path, allow_pickle=False)
     except ValueError as error:
@@ -211,11 +220,12 @@ def _load_npy(path: Path, budget: Budget) -> np.ndarray:
                          "save it again with numpy.save") from error
 
 
-def _check_npy_size(path: Path, budget: Budget) -> None:
+def _check_npy_size(path: Path, budget: Budget) -> tuple[tuple[int, ...], np.dtype] | None:
     """Refuse a ``.npy`` whose header promises more data than the file holds, or the budget.
 
     numpy would first try to allocate the promised size (a MemoryError for a
-    corrupt header) before noticing the file is short.
+    corrupt header) before noticing the file is short. The header's shape and dtype,
+    where it could be read (``None`` for an object array: loading refuses it).
     """
     try:
         with path.open("rb") as handle:
@@ -223,24 +233,28 @@ def _check_npy_size(path: Path, budget: Budget) -> None:
             offset = handle.tell()
     except ValueError as error:
         if "allow_pickle" in str(error) or "object" in str(error):
-            return  # np.load gives the precise refusal
+            return None  # np.load gives the precise refusal
         raise InputError(f"input {path} has a corrupt .npy header ({error}); "
                          "save it again with numpy.save") from error
     except (SyntaxError, TokenError, EOFError) as error:  # numpy parses the header as Python
         raise InputError(f"input {path} has a corrupt .npy header ({type(error).__name__}); "
                          "save it again with numpy.save") from error
     if dtype.hasobject:
-        return
+        return None
     needed = array_bytes(shape, dtype)
     available = path.stat().st_size - offset
     if needed > available:
         raise InputError(f"input {path} is truncated: its header describes {needed} bytes of "
                          f"data but the file holds {available}; save it again with numpy.save")
     budget.check(needed, f"input {path} ({dtype} {list(shape)})", "pass smaller inputs")
+    return shape, dtype
 
 
-def _load_npz(path: Path, budget: Budget) -> dict[str, np.ndarray]:
+def _load_npz(path: Path, budget: Budget,
+              graph_inputs: Sequence[InputSpec] | None = None) -> dict[str, np.ndarray]:
     check_npz_size(path, budget)  # a member can inflate a thousandfold
+    if graph_inputs is not None:
+        check_npz_members(path, graph_inputs)
     arrays: dict[str, np.ndarray] = {}
     try:
         with np.load(path, allow_pickle=False) as archive:
@@ -265,119 +279,6 @@ def _load_npz(path: Path, budget: Budget) -> dict[str, np.ndarray]:
 
 _OBJECT_ARRAY = ("input {path} holds Python objects (dtype=object), which cannot be loaded "
                  "without unpickling; save plain numeric arrays instead")
-
-
-def forward_parameters(model: torch.nn.Module) -> tuple[list[str], int, bool]:
-    """``forward``'s parameter names, how many are required, and whether it takes ``*args``."""
-    signature = inspect.signature(model.forward)
-    names, required, variadic = [], 0, False
-    for parameter in signature.parameters.values():
-        if parameter.kind is parameter.VAR_POSITIONAL:
-            variadic = True
-        elif parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD):
-            names.append(parameter.name)
-            required += parameter.default is parameter.empty
-    return names, required, variadic
-
-
-def arrange_inputs(
-    given: Sequence[np.ndarray] | Mapping[str, np.ndarray],
-    *,
-    forward_names: Sequence[str],
-    onnx_names: Sequence[str] | None = None,
-) -> list[np.ndarray]:
-    """Put the inputs in ``forward``'s order.
-
-    Positional inputs are taken as given. Named inputs (an ``.npz``) may name
-    ``forward``'s parameters, the ONNX graph's inputs, or be ``arr_0, arr_1, ...``.
-    """
-    if not isinstance(given, Mapping):
-        return [np.asarray(array) for array in given]
-    keys = list(given)
-    if keys and all(_POSITIONAL_KEY.fullmatch(key) for key in keys):
-        order = sorted(keys, key=lambda key: int(key[4:]))
-        if order != [f"arr_{i}" for i in range(len(order))]:
-            raise InputError(f"the .npz keys {', '.join(order)} skip a position; "
-                             f"expected arr_0 to arr_{len(order) - 1}")
-        return [given[key] for key in order]
-    for names in (forward_names, onnx_names or []):
-        if names and set(keys) <= set(names) and _is_prefix_cover(keys, names):
-            return [given[name] for name in names if name in given]
-    expected = ", ".join(forward_names) or "(none)"
-    onnx = f"; ONNX inputs: {', '.join(onnx_names)}" if onnx_names else ""
-    missing = [name for name in forward_names if name not in given]
-    extra = [key for key in keys if key not in forward_names and key not in (onnx_names or [])]
-    detail = "; ".join(filter(None, [
-        f"missing {', '.join(missing)}" if missing else "",
-        f"unexpected {', '.join(extra)}" if extra else "",
-    ]))
-    raise InputError(f"the .npz keys ({', '.join(keys)}) do not match forward's parameters "
-                     f"({expected}{onnx}){': ' + detail if detail else ''}; "
-                     "name the arrays after them, or save them as arr_0, arr_1, ...")
-
-
-def keyword_order(
-    given: Sequence[np.ndarray] | Mapping[str, np.ndarray],
-    *,
-    forward_names: Sequence[str],
-    required: int,
-) -> list[str] | None:
-    """The parameters ``given`` names, in ``forward``'s order, when they must go by keyword.
-
-    That is when they skip a parameter that has a default (``input_ids`` and
-    ``token_type_ids`` without ``attention_mask``); a leading run of parameters
-    goes by position. ``None`` when the inputs are positional.
-    """
-    if not isinstance(given, Mapping) or not set(given) <= set(forward_names):
-        return None
-    if _is_prefix_cover(list(given), forward_names):
-        return None
-    missing = [name for name in forward_names[:required] if name not in given]
-    if missing:
-        raise InputError(f"the inputs name {', '.join(given)} but forward also requires "
-                         f"{', '.join(missing)}; give every required parameter")
-    return [name for name in forward_names if name in given]
-
-
-def _is_prefix_cover(keys: Sequence[str], names: Sequence[str]) -> bool:
-    """Whether ``keys`` name a leading run of ``names`` (later ones may have defaults)."""
-    return set(names[: len(keys)]) == set(keys)
-
-
-def check_input_count(
-    inputs: Sequence[np.ndarray], *, names: Sequence[str], required: int, variadic: bool,
-    owner: str,
-) -> None:
-    """Refuse an input count ``owner.forward`` (with these parameters) cannot take."""
-    if len(inputs) < required or (len(inputs) > len(names) and not variadic):
-        raise InputError(
-            f"got {len(inputs)} input(s) but {owner}.forward takes "
-            f"{required if required == len(names) else f'{required} to {len(names)}'} "
-            f"({', '.join(names)}); pass one --input per argument, in order"
-        )
-
-
-def check_against_onnx(inputs: Sequence[np.ndarray], specs: Sequence[InputSpec]) -> None:
-    """Refuse inputs whose count, dtype, rank or fixed dimensions differ from the graph's."""
-    expected = "; ".join(str(spec) for spec in specs)
-    if len(inputs) != len(specs):
-        raise InputError(f"got {len(inputs)} input(s) ({describe_arrays(inputs)}) but the ONNX "
-                         f"graph takes {len(specs)}: {expected}")
-    for position, (array, spec) in enumerate(zip(inputs, specs, strict=True)):
-        problem = None
-        if array.dtype != spec.dtype:
-            problem = f"dtype {array.dtype}, expected {spec.dtype} (convert with .astype)"
-        elif spec.shape is not None and array.ndim != len(spec.shape):
-            problem = f"rank {array.ndim}, expected {len(spec.shape)}"
-        elif spec.shape is not None:
-            for axis, (have, want) in enumerate(zip(array.shape, spec.shape, strict=True)):
-                if isinstance(want, int) and have != want:
-                    problem = f"dimension {axis} is {have}, expected {want}"
-                    break
-        if problem:
-            raise InputError(f"input {position} ({spec.name}) has shape "
-                             f"{list(array.shape)} and {problem}; the ONNX graph takes: "
-                             f"{expected}")
 
 
 def check_writable(path: Path, option: str, *, creates_folder: bool = False) -> None:

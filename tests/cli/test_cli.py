@@ -66,6 +66,12 @@ def _object_array(tmp_path):
     return str(path)
 
 
+def _npz(tmp_path, name, **arrays):
+    path = tmp_path / name
+    np.savez(path, **arrays)
+    return str(path)
+
+
 BAD_INPUTS = {
     "missing model file": lambda t: ["nope/model.py:make", "--input", MLP.input_file],
     "missing factory": lambda t: ["fixtures/models.py:no_such_factory", "--input",
@@ -76,6 +82,9 @@ BAD_INPUTS = {
     "empty input": lambda t: [MLP.factory, "--input", _write(t, "empty.npy", b"")],
     "object array": lambda t: [MLP.factory, "--input", _object_array(t)],
     "wrong shape": lambda t: [MLP.factory, "--input", POOL.input_file, "--onnx", MLP.onnx_file],
+    "npz member of the wrong shape": lambda t: [
+        MLP.factory, "--input", _npz(t, "wrong.npz", x=np.zeros((3, 16, 5), np.float32)),
+        "--onnx", MLP.onnx_file],
     "wrong count": lambda t: [MLP.factory, "--input", MLP.input_file, "--input",
                               MLP.input_file, "--onnx", MLP.onnx_file],
     "wrong count, exporting": lambda t: [MLP.factory, "--input", MLP.input_file, "--input",
@@ -108,6 +117,52 @@ def test_bad_input_is_one_line_exit_2_and_changes_nothing(case, tmp_path, capsys
     assert len(lines) == 1, captured.err
     assert lines[0].startswith("bisect-onnx: error: ")
     assert "Traceback" not in captured.err
+
+
+@pytest.mark.parametrize("onnx", [[], ["--onnx", MLP.onnx_file]], ids=["exporting", "--onnx"])
+def test_float64_input_for_a_float32_model_is_exit_2_with_the_astype_hint(onnx, tmp_path,
+                                                                         capsys, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    path = tmp_path / "x.npy"
+    np.save(path, np.load(REPO_ROOT / MLP.input_file).astype(np.float64))
+    status = main([MLP.factory, "--input", str(path), *onnx])
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert ".astype" in err and "float64" in err and "float32" in err
+    assert err.count("\n") == 1
+
+
+def test_a_model_that_casts_its_float64_input_is_not_refused(tmp_path):
+    import torch
+
+    from bisect_onnx import bisect
+
+    class Casts(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.fc(x.float())
+
+    report = bisect(Casts().eval(), [np.ones((1, 4), np.float64)])
+    assert not report.diverged
+
+
+def test_a_state_dict_as_input_is_described_as_the_model_s_weights(tmp_path, capsys,
+                                                                    monkeypatch):
+    import torch
+
+    from fixtures.registry import build_model
+
+    monkeypatch.chdir(REPO_ROOT)
+    path = tmp_path / "weights.pt"
+    torch.save(build_model(MLP).state_dict(), path)
+    status = main([MLP.factory, "--input", str(path)])
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert "the model's weights (a state_dict)" in err and "forward takes (x)" in err
+    assert ".npz keys" not in err
 
 
 def test_bad_input_in_a_real_process_has_no_traceback(tmp_path):

@@ -100,6 +100,29 @@ def test_overlay_keys_are_ids_of_the_nodes_the_model_explorer_adapter_draws(plan
     assert outputs <= set(graph["results"])
 
 
+def test_overlay_keys_unnamed_nodes_as_the_model_explorer_adapter_names_them(tmp_path,
+                                                                             monkeypatch):
+    adapter = pytest.importorskip("model_explorer_onnx.main")
+    pool = FIXTURES["avgpool_divisor"]
+    model = onnx.load(repo_path(pool.onnx_file.replace(".onnx", ".torchscript.onnx")))
+    for node in model.graph.node:
+        node.name = ""
+    # A named node taking the adapter's first choice shifts its numbering of the others.
+    model.graph.node[-1].name = "node"
+    onnx.save(model, tmp_path / "unnamed.onnx")
+    monkeypatch.chdir(REPO_ROOT)
+    assert main([pool.factory, "--input", pool.input_file, "--onnx",
+                 str(tmp_path / "unnamed.onnx"), "--model-explorer",
+                 str(tmp_path / "node_data.json"), "--quiet"]) == 1
+    (graph,) = adapter.ONNXAdapter().convert(str(tmp_path / "unnamed.onnx"), {})["graphs"]
+    ((_, data),) = json.loads((tmp_path / "node_data.json").read_text()).items()
+    assert set(data["results"]) <= {node.id for node in graph.nodes}
+    (pool_node,) = [node.id for node in graph.nodes if node.label == "AveragePool"]
+    assert "bgColor" in data["results"][pool_node], "the culprit is coloured"
+    op_nodes = [node for node in graph.nodes if not node.id.startswith("[value] ")]
+    assert len(data["results"]) >= len(op_nodes) - 1, "unnamed nodes are not left out"
+
+
 def test_quiet_prints_only_the_verdict(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(REPO_ROOT)
     pool = FIXTURES["avgpool_divisor"]

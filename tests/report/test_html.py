@@ -12,6 +12,7 @@ import bisect_onnx
 from bisect_onnx.errors import InputError
 from bisect_onnx.judge.records import Record, Report
 from bisect_onnx.report.html import render_html, write_html
+from bisect_onnx.report.html_chart import marked_record
 from tests.made_reports import made_report, with_rows
 
 
@@ -143,6 +144,19 @@ def test_a_hidden_divergence_gets_the_mark_on_the_chart():
     culprit_too = render_html(_hand_made(rows, verdict="parity", hidden_divergences=[rows[1]],
                                          culprit=rows[1]))
     assert "culprit: m1" in culprit_too
+
+
+def test_a_culprit_inside_a_fused_kernel_is_marked_at_the_kernel_s_row_by_its_own_module():
+    rows = [record(0, 1e-9), record(1, 0.5, "fail"), record(2, 0.7, "fail")]
+    # The culprit computes v9 inside the kernel whose output is row 1 (the first divergence).
+    inside = dataclasses.replace(record(1, 0.3, "fail"), onnx_value="v9", torch_module="bn")
+    report = _hand_made(rows, first_divergence=rows[1], culprit=inside,
+                        attribution={"inside_kernel": {"value": "v9", "node": "node_9",
+                                                       "kernel_output": "v1"}})
+    page = render_html(report)
+    chart = page[page.index("<svg"):page.index("</svg>")]
+    assert "culprit: bn" in chart and "first divergence: m1" not in chart
+    assert marked_record(report) == ("culprit", rows[1], inside)
 
 
 def test_figures_and_op_names_never_wrap_and_long_names_wrap_at_separators():

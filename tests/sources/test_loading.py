@@ -1,4 +1,4 @@
-"""Unit tests for bisect_onnx.sources.loading: input files, their arrangement, and MODEL specs."""
+"""Unit tests for bisect_onnx.sources: input files, their arrangement and checks, MODEL specs."""
 
 from __future__ import annotations
 
@@ -13,14 +13,9 @@ import pytest
 
 from bisect_onnx.errors import InputError, ModelError, UsageError
 from bisect_onnx.runtime.onnx_side import InputSpec
-from bisect_onnx.sources.loading import (
-    arrange_inputs,
-    check_against_onnx,
-    check_input_count,
-    forward_parameters,
-    load_input_files,
-    load_model,
-)
+from bisect_onnx.sources.arrangement import arrange_inputs, check_input_count, forward_parameters
+from bisect_onnx.sources.graph_inputs import check_against_onnx
+from bisect_onnx.sources.loading import load_input_files, load_model
 
 
 def raises_one_line(error_type, call, *args, **kwargs):
@@ -293,6 +288,20 @@ def test_extra_named_input_is_an_input_error_naming_it():
     assert "unexpected bogus" in message
 
 
+def test_optional_parameters_are_not_listed_as_missing():
+    message = raises_one_line(InputError, arrange_inputs, {"q": np.zeros(1)},
+                              forward_names=["x", "y", "mask"], required=2)
+    assert "missing x, y;" in message and "optional: mask" in message
+
+
+def test_a_state_dict_given_as_inputs_is_named_as_such():
+    weights = {"fc1.weight": np.zeros((2, 2)), "fc1.bias": np.zeros(2)}
+    message = raises_one_line(InputError, arrange_inputs, weights, forward_names=["x"],
+                              weight_names=["fc1.weight", "fc1.bias", "fc2.weight"])
+    assert "the model's weights (a state_dict)" in message
+    assert "forward takes (x)" in message and ".npz" not in message
+
+
 def test_mismatched_keys_error_lists_forward_and_onnx_names():
     message = raises_one_line(InputError, arrange_inputs, {"q": np.zeros(1)},
                               forward_names=["x"], onnx_names=["input_0"])
@@ -359,6 +368,83 @@ def test_second_input_error_names_its_position():
     arrays = [np.zeros((1, 3, 8), np.float32), np.zeros(2, np.int32)]
     message = raises_one_line(InputError, check_against_onnx, arrays, specs)
     assert "input 1 (ids)" in message
+
+
+# --- headers checked against the graph before the data is read --------------------------
+
+
+def _npz_lying_about_its_shape(path: Path, key: str, shape: tuple[int, ...]) -> Path:
+    """An archive whose member's header declares ``shape`` over far fewer bytes of data."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<f4", "fortran_order": False, "shape": shape})
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(f"{key}.npy", header.getvalue() + b"\0" * 64)
+    return path
+
+
+@pytest.fixture
+def data_never_read(monkeypatch):
+    """Loading any array's data fails the test: only headers may be read."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("the data was read")
+    monkeypatch.setattr(np, "load", refuse)
+
+
+@pytest.mark.parametrize("key", ["x", "arr_0"])
+def test_npz_member_of_the_wrong_shape_is_refused_from_its_header(tmp_path, key,
+                                                                   data_never_read):
+    # 40 GB declared, 64 bytes stored: reading it would fail as truncated, not as this.
+    path = _npz_lying_about_its_shape(tmp_path / "in.npz", key, (10_000, 1_000_000))
+    message = raises_one_line(InputError, load_input_files, [path], max_memory="1TiB",
+                              graph_inputs=[FLOAT_SPEC])
+    assert f"entry {key!r} of {path} (input 0, x)" in message
+    assert "rank 2, expected 3" in message and "x: float32[1,3,8]" in message
+
+
+def test_npz_member_of_the_wrong_dtype_is_refused_from_its_header(tmp_path, data_never_read):
+    path = tmp_path / "in.npz"
+    np.savez(path, x=np.zeros((1, 3, 8), np.float64))
+    message = raises_one_line(InputError, load_input_files, [path], graph_inputs=[FLOAT_SPEC])
+    assert "dtype float64, expected float32 (convert with .astype)" in message
+
+
+def test_npz_with_more_members_than_graph_inputs_is_refused_unread(tmp_path, data_never_read):
+    path = tmp_path / "in.npz"
+    np.savez(path, x=np.zeros((1, 3, 8), np.float32), y=np.zeros(2, np.float32))
+    message = raises_one_line(InputError, load_input_files, [path], graph_inputs=[FLOAT_SPEC])
+    assert "got 2 input array(s)" in message and "(x, y)" in message and "takes 1" in message
+
+
+def test_npz_members_that_fit_the_graph_load(tmp_path):
+    path = tmp_path / "in.npz"
+    big_endian = np.arange(24, dtype=">f4").reshape(1, 3, 8)  # made native before compared
+    np.savez(path, x=big_endian)
+    loaded = load_input_files([path], graph_inputs=[FLOAT_SPEC])
+    np.testing.assert_array_equal(loaded["x"], big_endian)
+
+
+def test_npz_keyed_by_forward_parameters_is_checked_only_after_loading(tmp_path):
+    # Which graph input "image" is, only forward's signature says: the model is not known yet.
+    path = tmp_path / "in.npz"
+    np.savez(path, image=np.zeros((5, 5), np.float32))
+    loaded = load_input_files([path], graph_inputs=[FLOAT_SPEC])
+    assert loaded["image"].shape == (5, 5)
+
+
+def test_npy_of_the_wrong_shape_is_refused_from_its_header(tmp_path, data_never_read):
+    path = tmp_path / "x.npy"
+    np.save(path, np.zeros((1, 4, 8), np.float32))
+    message = raises_one_line(InputError, load_input_files, [path], graph_inputs=[FLOAT_SPEC])
+    assert f"input {path} (input 0, x)" in message and "dimension 1 is 4, expected 3" in message
+
+
+def test_more_npy_files_than_graph_inputs_are_refused_unread(tmp_path, data_never_read):
+    paths = [tmp_path / "a.npy", tmp_path / "b.npy"]
+    for path in paths:
+        np.save(path, np.zeros((1, 3, 8), np.float32))
+    message = raises_one_line(InputError, load_input_files, paths, graph_inputs=[FLOAT_SPEC])
+    assert "got 2 input file(s)" in message and "takes 1" in message
 
 
 # --- load_model ---------------------------------------------------------------------------
@@ -518,7 +604,13 @@ def test_forward_count_refuses_too_few_inputs():
     message = raises_one_line(InputError, check_forward_count, [], model)
     assert "got 0 input(s)" in message
     assert "1 to 2" in message
-    assert "x, mask" in message
+    assert "(x; optional: mask): missing x" in message
+
+
+def test_forward_count_names_the_missing_required_inputs_apart_from_optional_ones():
+    model = _module(lambda self, x, y, mask=None, scale=1.0: x)
+    message = raises_one_line(InputError, check_forward_count, [np.zeros(1)], model)
+    assert "(x, y; optional: mask, scale): missing y;" in message
 
 
 def test_forward_count_refuses_too_many_inputs():
