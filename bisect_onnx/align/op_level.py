@@ -19,6 +19,7 @@ from bisect_onnx.align.ops import OpAlignment, align_ops
 from bisect_onnx.judge.findings import Refinement
 from bisect_onnx.judge.records import Record, Report
 from bisect_onnx.judge.tolerance_judge import ToleranceJudge
+from bisect_onnx.judge.tolerances import Judge
 from bisect_onnx.pytorch.op_values import OpCapture
 from bisect_onnx.runtime.onnx_side import NodeInfo
 from bisect_onnx.runtime.sides import CapturedValue
@@ -107,6 +108,7 @@ def look_inside_first_divergence(
     candidate_values: Mapping[str, Any],
     *,
     opset: int | None,
+    tolerance: Judge,
 ) -> Refinement | None:
     """Name the ONNX node inside a multi-node op where the culprit's error starts.
 
@@ -122,7 +124,7 @@ def look_inside_first_divergence(
         from bisect_onnx.align.script_inside import look_inside_script_op
 
         inside, found = look_inside_script_op(report, segments, ops, model, candidate_values,
-                                              opset=opset)
+                                              opset=opset, tolerance=tolerance)
         return None if inside is None else Refinement(inside_op=inside, node=named_node(found))
     record = report.culprit or report.first_divergence
     if record is None or record.fx_node is None:
@@ -138,7 +140,8 @@ def look_inside_first_divergence(
     reference.update(ops.graph_inputs)
     finding = localize_in_segment(
         fx_node, program, reference, [model.graph.node[node.index] for node in segment],
-        candidate_values, rtol=report.rtol, atol=report.atol, opset=opset)
+        candidate_values, rtol=tolerance.of(record).rtol, atol=tolerance.of(record).atol,
+        opset=opset)
     logger.info("inside %s: %s", record.fx_node, finding.how)
     inside = {"fx_node": record.fx_node, "nodes": [node.name for node in segment],
               "node": finding.node, "value": finding.value, "how": finding.how,

@@ -25,6 +25,7 @@ import numpy as np
 from bisect_onnx.errors import BisectOnnxError, one_line
 from bisect_onnx.judge.compare import compare_arrays
 from bisect_onnx.judge.records import Report
+from bisect_onnx.judge.tolerances import Judge
 from bisect_onnx.pytorch.script_ops import ScriptOp, ScriptOpCapture
 from bisect_onnx.runtime.onnx_side import NodeInfo
 
@@ -46,7 +47,8 @@ def references_by_onnx_value(segments: Mapping[str, Sequence[NodeInfo]],
 def look_inside_script_op(report: Report, segments: Mapping[str, Sequence[NodeInfo]],
                           ops: ScriptOpCapture, model: onnx.ModelProto,
                           candidate_values: Mapping[str, np.ndarray], *,
-                          opset: int | None) -> tuple[dict[str, Any] | None, NodeInfo | None]:
+                          opset: int | None, tolerance: Judge,
+                          ) -> tuple[dict[str, Any] | None, NodeInfo | None]:
     """What was done inside the culprit's op, and the node where its error starts.
 
     ``(None, None)`` where nothing was looked at; the node is ``None`` where none can
@@ -60,7 +62,8 @@ def look_inside_script_op(report: Report, segments: Mapping[str, Sequence[NodeIn
     if len(segment) < 2 or op is None:
         return None, None
     node, value, how = _localize(op, ops, [model.graph.node[item.index] for item in segment],
-                                 candidate_values, rtol=report.rtol, atol=report.atol,
+                                 candidate_values, rtol=tolerance.of(record).rtol,
+                                 atol=tolerance.of(record).atol,
                                  opset=opset)
     logger.info("inside %s: %s", op.name, how)
     inside = {"fx_node": op.name, "nodes": [item.name for item in segment],

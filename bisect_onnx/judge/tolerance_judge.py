@@ -16,7 +16,7 @@ import numpy as np
 from bisect_onnx.align.modules import Pair
 from bisect_onnx.judge.compare import ArrayComparison, check_tolerances, compare_arrays
 from bisect_onnx.judge.records import Record, make_record
-from bisect_onnx.judge.tolerances import Tolerance, ToleranceRule, rule_for
+from bisect_onnx.judge.tolerances import Tolerance, ToleranceRule, judged_by, rule_for
 from bisect_onnx.judge.vocabulary import ReportWarning
 
 if TYPE_CHECKING:
@@ -71,6 +71,10 @@ class ToleranceJudge:
             pair.reference.array, pair.candidate.array, rtol=tolerance.rtol,
             atol=tolerance.atol), final=final)
         return self.mark(record, tolerance)
+
+    def of(self, record: Record | None) -> Tolerance:
+        """The tolerance ``record`` was judged by (its rule's, else the base)."""
+        return judged_by(record, self.base)
 
     def mark(self, record: Record, tolerance: Tolerance) -> Record:
         """``record`` with the tolerance it was judged by, where that is not the base."""

@@ -21,7 +21,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from bisect_onnx.errors import InputError
 from bisect_onnx.judge.compare import DEFAULT_ATOL, DEFAULT_RTOL, check_tolerances
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Tolerance", "ToleranceRule", "PRECISION_DEFAULTS", "QUANTIZED", "QUANT_STEPS",
            "precision_of", "default_tolerance", "quantized_tolerance", "read_tolerance_file",
-           "rule_for", "tolerance_rules"]
+           "rule_for", "tolerance_rules", "judged_by", "Judge"]
 
 QUANTIZED = "int8 (QDQ)"
 
@@ -99,6 +99,26 @@ def default_tolerance(*precisions: str) -> tuple[Tolerance, str]:
 def quantized_tolerance(base: Tolerance, scale: float) -> Tolerance:
     """A quantized value's tolerance: ``QUANT_STEPS`` steps of its scale, at least ``base``."""
     return Tolerance(base.rtol, max(base.atol, QUANT_STEPS * scale))
+
+
+class Judge(Protocol):
+    """What a stage needs of a run's tolerance: the base, and what a record was judged by.
+
+    :class:`~bisect_onnx.judge.tolerance_judge.ToleranceJudge` (against PyTorch) and
+    :class:`~bisect_onnx.judge.value_judge.PairJudge` (against ONNX) are the two.
+    """
+
+    base: Tolerance
+
+    def of(self, record: Any) -> Tolerance:
+        """The tolerance ``record`` was judged by."""
+
+
+def judged_by(record: Any, base: Tolerance) -> Tolerance:
+    """The tolerance ``record`` was judged by: its own (a rule's, a scale's), else ``base``."""
+    if record is None or record.rtol is None or record.atol is None:
+        return base
+    return Tolerance(record.rtol, record.atol)
 
 
 @dataclass(frozen=True)

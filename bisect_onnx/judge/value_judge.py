@@ -17,7 +17,13 @@ from bisect_onnx.align.modules import Pair
 from bisect_onnx.align.onnx_pairs import ValuePair
 from bisect_onnx.judge.compare import ArrayComparison, compare_arrays
 from bisect_onnx.judge.records import Record, make_record
-from bisect_onnx.judge.tolerances import Tolerance, ToleranceRule, quantized_tolerance, rule_for
+from bisect_onnx.judge.tolerances import (
+    Tolerance,
+    ToleranceRule,
+    judged_by,
+    quantized_tolerance,
+    rule_for,
+)
 from bisect_onnx.runtime.onnx_side import NodeInfo, node_provenance
 from bisect_onnx.runtime.sides import CapturedValue
 
@@ -45,6 +51,10 @@ class PairJudge:
         if pair.quantization is not None and self.scale_tolerance:
             return quantized_tolerance(self.base, pair.quantization.step)
         return self.base
+
+    def of(self, record: Record | None) -> Tolerance:
+        """The tolerance ``record`` was judged by (a rule's, a quantization step's, the base)."""
+        return judged_by(record, self.base)
 
     def compare(self, reference: np.ndarray, candidate: np.ndarray,
                 pair: ValuePair | None = None, tolerance: Tolerance | None = None,

@@ -11,6 +11,7 @@ from bisect_onnx.report.context import culprit_context
 
 if TYPE_CHECKING:
     from bisect_onnx.judge.records import Report
+    from bisect_onnx.judge.tolerances import Tolerance
     from bisect_onnx.pipeline.options import ExportOptions
     from bisect_onnx.pipeline.prepare import PreparedCandidate
     from bisect_onnx.pipeline.production import CandidateRun
@@ -21,13 +22,14 @@ __all__ = ["describe_run"]
 
 def describe_run(report: Report, prepared: PreparedCandidate, export: ExportOptions,
                  reference_side: Side, run: CandidateRun, description: str,
-                 torch_capture: Capture, onnx_capture: Capture) -> RunDescription:
+                 torch_capture: Capture, onnx_capture: Capture, *,
+                 tolerance: Tolerance) -> RunDescription:
     """What was compared, how, and where, for ``report`` (its culprit's node in its graph)."""
     candidate = prepared.candidate
     capture = candidate.describe_capture()
     warnings = []
     warning = capture_warning(candidate, capture,
-                              share=run.tolerance_used(report.rtol, report.atol))
+                              share=run.tolerance_used(tolerance.rtol, tolerance.atol))
     if warning:
         warnings.append(warning)
     if export.opset is not None and candidate.opset != export.opset:

@@ -22,6 +22,7 @@ from bisect_onnx.align.op_level import named_node
 from bisect_onnx.graph.provenance import fx_node_text
 from bisect_onnx.judge.findings import Refinement
 from bisect_onnx.judge.records import Report
+from bisect_onnx.judge.tolerances import Judge
 from bisect_onnx.pipeline.call_ops import checked_segment
 from bisect_onnx.search.decomposition import compare_segment
 from bisect_onnx.search.translation_eval import (
@@ -46,7 +47,8 @@ class _Op(NamedTuple):
 
 def look_inside_module_culprit(report: Report, candidate: Any, model: Any,
                                references: Mapping[str, np.ndarray],
-                               candidate_values: Mapping[str, np.ndarray]) -> Refinement | None:
+                               candidate_values: Mapping[str, np.ndarray], *,
+                               tolerance: Judge) -> Refinement | None:
     """The node inside ``report``'s culprit's op that goes wrong first, if it can be told.
 
     ``references``: PyTorch's values by ONNX name; ``candidate_values``: what the
@@ -74,7 +76,7 @@ def look_inside_module_culprit(report: Report, candidate: Any, model: Any,
         return None
     finding = compare_segment(_Op(fx_name, call.target), protos, fresh_nodes, fresh_values,
                               references, candidate_values,
-                              rtol=report.rtol, atol=report.atol)
+                              rtol=tolerance.of(record).rtol, atol=tolerance.of(record).atol)
     logger.info("inside %s: %s", fx_name, finding.how)
     if finding.node is None:
         return None

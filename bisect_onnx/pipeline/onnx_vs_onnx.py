@@ -28,7 +28,7 @@ from bisect_onnx.events import BISECTION_STARTED, CAPTURE_STARTED, emit
 from bisect_onnx.judge.assembly import assemble
 from bisect_onnx.judge.findings import Findings, RunDescription
 from bisect_onnx.judge.records import Report
-from bisect_onnx.judge.tolerances import ToleranceRule
+from bisect_onnx.judge.tolerances import Judge, ToleranceRule
 from bisect_onnx.pipeline.environment import environment
 from bisect_onnx.pipeline.onnx_comparison import (
     SampleValues,
@@ -215,14 +215,14 @@ class _Models:
         run = run_candidate(self.candidate, candidate_arrays, fall_back=True)
         self.candidate = run.side
         self.fell_back = self.fell_back or run.fallback
-        report, values = self._report(run, reference_capture, arrays, candidate_arrays,
-                                      description)
+        report, values, judge = self._report(run, reference_capture, arrays,
+                                             candidate_arrays, description)
         return report, partial(_write_repro, report=report, candidate=self.candidate,
-                               values=values)
+                               values=values, tolerance=judge)
 
     def _report(self, run: CandidateRun, reference_capture: Any, arrays: Sequence[np.ndarray],
                 candidate_arrays: Sequence[np.ndarray],
-                description: str) -> tuple[Report, SampleValues]:
+                description: str) -> tuple[Report, SampleValues, Judge]:
         """Compare, probe production where needed, attribute: the sample's report.
 
         One step: each stage's findings, then the report assembled from them.
@@ -237,10 +237,11 @@ class _Models:
         report = assemble(findings)
         candidate_values = {name: value.array for name, value in run.capture.values.items()}
         pairs = list(paired.pairs)
-        if wants_probes(report, run):
+        if wants_probes(report, run, paired.judge.base):
             plan = probe_checkpoints(paired, candidate, reference_capture)
             probed = probe_production(report, run, candidate_arrays, plan.checkpoints,
-                                      compare=plan.compare, make_row=plan.make_row)
+                                      tolerance=paired.judge.base, compare=plan.compare,
+                                      make_row=plan.make_row)
             if probed is not None:
                 bisection, search = probed
                 findings = replace(findings, search=search)
@@ -260,7 +261,7 @@ class _Models:
         if report.diverged or report.hidden_divergences:  # hidden ones have culprits too
             attribution, local_values = attribute_divergence(
                 report, candidate, values.reference, values.candidate, values.graph_inputs,
-                everything=self.all_culprits,
+                tolerance=paired.judge, everything=self.all_culprits,
                 compare=local_judge(paired.judge, pairs, reference_capture),
                 kernel_references=kernel_references(paired, reference_capture))
             if attribution is not None:
@@ -269,7 +270,8 @@ class _Models:
                 report = assemble(findings)
         capture = candidate.describe_capture()
         warning = capture_warning(candidate, capture,
-                                  share=run.tolerance_used(report.rtol, report.atol))
+                                  share=run.tolerance_used(paired.judge.base.rtol,
+                                                           paired.judge.base.atol))
         findings = replace(findings, description=RunDescription(
             environment=environment(candidate, exporter="unknown",
                                     reference=_reference_runtime(reference)),
@@ -280,7 +282,7 @@ class _Models:
                                          candidate, reference_capture, judged,
                                          report.comparisons),
             warnings=(warning,) if warning else ()))
-        return assemble(findings), values
+        return assemble(findings), values, paired.judge
 
 
 def _reference_runtime(reference: Any) -> dict[str, Any]:
@@ -292,7 +294,7 @@ def _reference_runtime(reference: Any) -> dict[str, Any]:
 
 
 def _write_repro(folder: Path, report: Report, candidate: OnnxRuntimeSide,
-                 values: SampleValues) -> dict[str, Any]:
+                 values: SampleValues, tolerance: Judge) -> dict[str, Any]:
     """Write the first culprit's minimal repro, the reference's values as the expected."""
     record = report.culprit or report.first_divergence
     if record.onnx_value not in values.candidate:
@@ -301,8 +303,7 @@ def _write_repro(folder: Path, report: Report, candidate: OnnxRuntimeSide,
         folder, report=report, candidate=candidate, failing_value=record.onnx_value,
         reference_values=values.reference, candidate_values=values.candidate,
         graph_inputs=values.graph_inputs,
-        rtol=report.rtol if record.rtol is None else record.rtol,
-        atol=report.atol if record.atol is None else record.atol,
+        rtol=tolerance.of(record).rtol, atol=tolerance.of(record).atol,
         reference_label="the reference model")
 
 

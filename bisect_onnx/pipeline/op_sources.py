@@ -91,7 +91,7 @@ def later_op_values(settings: Any, arrays: Sequence[np.ndarray], report: Report,
     report's findings (module level here). Where production must be probed for the first
     divergence, the module-level one may not be it: the whole model is traced, as before.
     """
-    probes, prepared = wants_probes(report, run), settings.prepared
+    probes, prepared = wants_probes(report, run, settings.judge.base), settings.prepared
     if not probes and (prepared.wants_program or prepared.script is not None
                        or prepared.program is not None):
         # PyTorch runs again, and ONNX Runtime's whole-model sessions are gone: parked

@@ -16,6 +16,7 @@ import numpy as np
 from bisect_onnx.judge.compare import ArrayComparison
 from bisect_onnx.judge.findings import SearchFindings
 from bisect_onnx.judge.records import Record, Report
+from bisect_onnx.judge.tolerances import Tolerance
 from bisect_onnx.judge.vocabulary import ReportWarning
 from bisect_onnx.pipeline.torch_comparison import NOTHING_ALIGNED
 from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
@@ -79,13 +80,14 @@ class CandidateRun:
         return modes.tolerance_share(self.capture.outputs, self.production, rtol=rtol,
                                      atol=atol)
 
-    def capture_matters(self, report: Report) -> bool:
+    def capture_matters(self, tolerance: Tolerance) -> bool:
         """Whether the capture's outputs differ from production's by enough to matter.
 
-        Under :data:`~bisect_onnx.search.modes.FAITHFUL_SHARE` of the report's tolerance
-        the captured values stand (another layout's rounding), and nothing is probed.
+        Under :data:`~bisect_onnx.search.modes.FAITHFUL_SHARE` of the run's base
+        ``tolerance`` the captured values stand (another layout's rounding), and nothing
+        is probed.
         """
-        return self.tolerance_used(report.rtol, report.atol) > modes.FAITHFUL_SHARE
+        return self.tolerance_used(tolerance.rtol, tolerance.atol) > modes.FAITHFUL_SHARE
 
     def judged_capture(self) -> Capture:
         """The captured values with production's final outputs: what the verdict judges."""
@@ -122,7 +124,7 @@ def run_candidate(candidate: OnnxRuntimeSide, arrays: Sequence[np.ndarray], *,
 
 
 def probe_production(report: Report, run: CandidateRun, arrays: Sequence[np.ndarray],
-                     checkpoints: Sequence[Checkpoint], *,
+                     checkpoints: Sequence[Checkpoint], *, tolerance: Tolerance,
                      compare: Callable[[Checkpoint, np.ndarray], ArrayComparison] | None = None,
                      make_row: Callable[[str, CapturedValue], Record] | None = None,
                      ) -> tuple[ProbeBisection, SearchFindings] | None:
@@ -140,9 +142,10 @@ def probe_production(report: Report, run: CandidateRun, arrays: Sequence[np.ndar
     logger.info("bisecting %d checkpoints with probes of the production graph",
                 len(checkpoints))
     # What the capture saw fail is probed first: evidence is never thrown away.
-    bisection = run.runner.bisect(checkpoints, rtol=report.rtol, atol=report.atol,
+    bisection = run.runner.bisect(checkpoints, rtol=tolerance.rtol, atol=tolerance.atol,
                                   compare=compare, suspects=modes.capture_suspects(report))
-    reason = modes.CAPTURE_DIFFERS if run.capture_matters(report) else modes.NO_VALUE_FAILS
+    reason = (modes.CAPTURE_DIFFERS if run.capture_matters(tolerance)
+              else modes.NO_VALUE_FAILS)
     search = modes.adopt_bisection(
         report, bisection, reason,
         {checkpoint.name: checkpoint.reference for checkpoint in checkpoints},
@@ -151,9 +154,10 @@ def probe_production(report: Report, run: CandidateRun, arrays: Sequence[np.ndar
     return bisection, search
 
 
-def wants_probes(report: Report, run: CandidateRun) -> bool:
+def wants_probes(report: Report, run: CandidateRun, tolerance: Tolerance) -> bool:
     """Whether the capture may not show the first divergence production computes."""
-    return report.diverged and (run.capture_matters(report) or modes.no_value_fails(report))
+    return report.diverged and (run.capture_matters(tolerance)
+                                or modes.no_value_fails(report))
 
 
 def capture_warning(candidate: OnnxRuntimeSide, capture: dict, *,

@@ -282,12 +282,13 @@ def _run_sample(settings: Settings, arrays: list[np.ndarray], description: str):
     report = assemble(findings)
     report = assemble(replace(findings, description=describe_run(
         report, settings.prepared, settings.export, settings.reference.side, run,
-        description, torch_capture, onnx_capture)))
+        description, torch_capture, onnx_capture, tolerance=settings.judge.base)))
     return report, partial(write_torch_repro, report=report, candidate=candidate,
                            reference_values=values.reference,
                            candidate_values=values.candidate, torch_capture=torch_capture,
                            onnx_capture=onnx_capture,
-                           graph_inputs=graph_inputs(candidate, arrays))
+                           graph_inputs=graph_inputs(candidate, arrays),
+                           tolerance=settings.judge)
 
 
 def _search_production(settings: Settings, findings: Findings, run: Any,
@@ -300,9 +301,10 @@ def _search_production(settings: Settings, findings: Findings, run: Any,
         search = memory_bisection(report, bisection, memory_reason)
     elif memory_reason:
         search = nothing_fetched(report, memory_reason)
-    elif wants_probes(report, run):
+    elif wants_probes(report, run, settings.judge.base):
         probed = probe_production(report, run, arrays,
                                   checkpoints_for(settings.prepared.candidate, references),
+                                  tolerance=settings.judge.base,
                                   compare=settings.judge.probe_comparer())
         if probed is None:
             return findings, None

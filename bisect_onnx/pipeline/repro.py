@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from bisect_onnx.judge.records import Report
+from bisect_onnx.judge.tolerances import Judge
 from bisect_onnx.report.repro import write_repro
 from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
 from bisect_onnx.runtime.sides import Capture
@@ -42,17 +43,21 @@ def write_sample_repro(folder: Path, *, report: Report, candidate: OnnxRuntimeSi
 def write_torch_repro(folder: Path, *, report: Report, candidate: OnnxRuntimeSide,
                       reference_values: Mapping[str, np.ndarray],
                       candidate_values: Mapping[str, np.ndarray], torch_capture: Capture,
-                      onnx_capture: Capture,
-                      graph_inputs: Mapping[str, np.ndarray]) -> dict[str, Any]:
-    """The PyTorch form's repro: PyTorch's values as the expected, outputs included."""
+                      onnx_capture: Capture, graph_inputs: Mapping[str, np.ndarray],
+                      tolerance: Judge) -> dict[str, Any]:
+    """The PyTorch form's repro: PyTorch's values as the expected, outputs included.
+
+    Judged at the tolerance of the culprit's row (``tolerance``, the run's judge).
+    """
     expected = dict(reference_values)
     expected.update({cand.name: ref.array for ref, cand in
                      zip(torch_capture.outputs, onnx_capture.outputs, strict=False)})
+    judged = tolerance.of(report.culprit or report.first_divergence)
     return write_sample_repro(
         folder, report=report, candidate=candidate,
         failing_value=_repro_value(report, onnx_capture), reference_values=expected,
         candidate_values=candidate_values, graph_inputs=graph_inputs,
-        rtol=report.rtol, atol=report.atol, reference_label="PyTorch")
+        rtol=judged.rtol, atol=judged.atol, reference_label="PyTorch")
 
 
 def _repro_value(report: Report, onnx_capture: Capture) -> str:

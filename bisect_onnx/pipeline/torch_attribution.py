@@ -65,7 +65,7 @@ def attribute_sample(settings: Any, findings: Findings, arrays: Sequence[np.ndar
     module_level = float64 is not None and ops is None  # PyTorch's side is its module calls
     attribution, local_values = attribute_divergence(
         report, candidate, values.reference, values.candidate,
-        graph_inputs(candidate, arrays), program=program,
+        graph_inputs(candidate, arrays), tolerance=settings.judge, program=program,
         ops=None if script else ops, modules=(torch_capture, prepared.call_index),
         everything=settings.all_culprits,
         kernel_references=references_by_onnx_value(segments, ops) if script else None,
@@ -78,7 +78,7 @@ def attribute_sample(settings: Any, findings: Findings, arrays: Sequence[np.ndar
         inside = look_inside_module_culprit(
             report, candidate, settings.reference.exportable,
             {**values.reference, **graph_inputs(candidate, arrays)},
-            {**values.candidate, **local_values})
+            {**values.candidate, **local_values}, tolerance=settings.judge)
         refinement = replace(inside or Refinement(), fx_nodes=name_the_ops(report, candidate))
     elif (report.coverage.granularity == Granularity.OP and report.first_divergence is not None
             and prepared.template is None):
@@ -86,7 +86,8 @@ def attribute_sample(settings: Any, findings: Findings, arrays: Sequence[np.ndar
         # leaves out; the captured ones serve otherwise.
         refinement = look_inside_first_divergence(
             report, segments, ops, program, candidate.model,
-            {**values.candidate, **local_values}, opset=candidate.opset)
+            {**values.candidate, **local_values}, opset=candidate.opset,
+            tolerance=settings.judge)
     return replace(findings, refinement=refinement), values
 
 

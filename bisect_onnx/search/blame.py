@@ -24,6 +24,7 @@ from bisect_onnx.graph.segments import embed_external_data, segment_model
 from bisect_onnx.judge.compare import ArrayComparison, Status, compare_arrays
 from bisect_onnx.judge.findings import KERNEL_VALUES, AttributionFindings, LocalFigures, RowRef
 from bisect_onnx.judge.records import Record, Report, make_record
+from bisect_onnx.judge.tolerances import Judge, Tolerance
 from bisect_onnx.pytorch.op_values import OpCapture
 from bisect_onnx.runtime.sides import CapturedValue
 from bisect_onnx.search.attribution import CulpritSearch, LocalResult
@@ -49,6 +50,7 @@ def attribute_divergence(
     candidate_values: Mapping[str, np.ndarray],
     graph_inputs: Mapping[str, np.ndarray],
     *,
+    tolerance: Judge,
     program: Any = None,
     ops: OpCapture | None = None,
     modules: Any = None,
@@ -71,9 +73,11 @@ def attribute_divergence(
     ``kernel_references`` are the reference's values of the values ONNX Runtime fused
     away (ONNX against ONNX: the reference model computes them), by the candidate's
     names, to name the node that went wrong inside a fused kernel as ``ops`` do.
-    ``torch_float64`` gives PyTorch's float64 value of a checked segment where no
-    program does (module level: its enclosing module call rerun). ``op_segments``
-    (op name -> its ONNX nodes) tells a check of one op's nodes from one of several ops.
+    ``tolerance`` is the run's judge: each value is checked and classified at the
+    tolerance its row was judged by. ``torch_float64`` gives PyTorch's float64 value of a
+    checked segment where no program does (module level: its enclosing module call
+    rerun). ``op_segments`` (op name -> its ONNX nodes) tells a check of one op's nodes
+    from one of several ops.
     """
     failing = [record for record in report.comparisons if record.failed]
     if (report.search or {}).get("first_failing") and report.first_divergence in failing:
@@ -86,11 +90,11 @@ def attribute_divergence(
     checker = _LocalChecker(report, candidate, failing, reference_values, candidate_values,
                             graph_inputs, program=program, torch_values=torch_values,
                             everything=everything, compare=compare,
-                            torch_float64=torch_float64)
+                            torch_float64=torch_float64, tolerance=tolerance)
     attribution = CulpritSearch([record.onnx_value for record in failing], checker).run(
         everything=everything)
     findings = attribution_findings(report.comparisons, attribution, checker.checks,
-                                    checker.kinds, candidate.nodes, atol=report.atol,
+                                    checker.kinds, candidate.nodes, atol=tolerance.base.atol,
                                     everything=everything, op_segments=op_segments,
                                     torch_ops=checker.torch_ops if program else None)
     first = attribution.culprit
@@ -104,7 +108,7 @@ def attribute_divergence(
             inner_references = {**_module_references(modules, checker.checks, candidate,
                                                      candidate_values), **inner_references}
         findings = _name_inside_kernels(report, findings, first, checker.checks, candidate,
-                                        inner_references, op_segments)
+                                        inner_references, op_segments, tolerance)
     return findings, checker.checks[first].values
 
 
@@ -120,8 +124,10 @@ class _LocalChecker:
                  graph_inputs: Mapping[str, np.ndarray], *, program: Any,
                  torch_values: Mapping[str, np.ndarray], everything: bool,
                  compare: Callable[[str, np.ndarray], ArrayComparison] | None,
-                 torch_float64: Callable[[LocalCheck], np.ndarray | None] | None) -> None:
-        self.report, self.candidate, self.program = report, candidate, program
+                 torch_float64: Callable[[LocalCheck], np.ndarray | None] | None,
+                 tolerance: Judge) -> None:
+        self.candidate, self.program = candidate, program
+        self.tolerance = tolerance
         self.torch_float64 = torch_float64
         self.reference_values, self.candidate_values = reference_values, candidate_values
         self.graph_inputs, self.torch_values = graph_inputs, torch_values
@@ -137,11 +143,12 @@ class _LocalChecker:
 
     def __call__(self, names: Sequence[str]) -> dict[str, LocalResult | None]:
         """Run ``names`` locally in one session, and say how each fares."""
-        report, candidate = self.report, self.candidate
+        candidate = self.candidate
         self.checks.update(run_locally(
             candidate.model, candidate.path.resolve().parent, names,
             reference_values=self.reference_values, candidate_values=self.candidate_values,
-            graph_inputs=self.graph_inputs, rtol=report.rtol, atol=report.atol,
+            graph_inputs=self.graph_inputs, rtol=self.tolerance.base.rtol,
+            atol=self.tolerance.base.atol,
             provider=candidate.provider, opt_level=candidate.opt_level, compare=self.compare))
         # In order: whether one is classified depends on the culprits found before it.
         return {name: self._result(name) for name in names}
@@ -165,12 +172,13 @@ class _LocalChecker:
         if fails and (self.everything or not self.found):
             self.kinds[name] = _classify(self.checks[name], self.by_value[name], self.candidate,
                                          self.reference_values, self.program, self.torch_values,
-                                         self.fx_names, self.report, self.torch_float64)
+                                         self.fx_names, self.tolerance.of(self.by_value[name]),
+                                         self.torch_float64)
         noise = fails and name in self.kinds and self.kinds[name].kind == Kind.FLOAT_PRECISION
         if fails and not noise:
             self.found.append(name)
         # A record judged by a tolerance of its own (ONNX against ONNX) counts by it.
-        atol = tolerance_of(self.by_value[name], self.report)["atol"]
+        atol = self.tolerance.of(self.by_value[name]).atol
         return LocalResult(fails=fails, excess=_excess(local.min_passing_atol, atol),
                            noise=noise)
 
@@ -179,7 +187,7 @@ def _name_inside_kernels(report: Report, findings: AttributionFindings, first: s
                          checks: Mapping[str, LocalCheck], candidate: Any,
                          references: Mapping[str, CapturedValue],
                          op_segments: Mapping[str, Sequence[Any]] | None,
-                         ) -> AttributionFindings:
+                         tolerance: Judge) -> AttributionFindings:
     """Where a culprit's segment holds a fused kernel, name the failing value inside it.
 
     The value inside is a culprit only where the nodes that computed it from values
@@ -192,7 +200,8 @@ def _name_inside_kernels(report: Report, findings: AttributionFindings, first: s
     for ref in culprits:
         found = (_inside_kernel(replace(rows[ref.value],  # the kernel's classification
                                         classification=checked[ref.value].classification),
-                                checks[ref.value], candidate, references, report)
+                                checks[ref.value], candidate, references,
+                                tolerance.of(rows[ref.value]))
                  if ref.value in rows else None)
         if found is None:
             refs.append(ref)
@@ -210,7 +219,7 @@ def _name_inside_kernels(report: Report, findings: AttributionFindings, first: s
         checked[inner.onnx_value] = LocalFigures(
             introduced_here=True, local_max_abs_error=inner.local_max_abs_error,
             local_status=inner.local_status, local_nan_mismatch=inner.nan_mismatch,
-            local_exceeds=exceeds_record(inner, tolerance_of(inner, report)["atol"]),
+            local_exceeds=exceeds_record(inner, tolerance.of(inner).atol),
             classification=inner.classification,
             compute_nodes=tuple(node.name for node in compute), isolation=kind)
         refs.append(RowRef(inner.onnx_value, KERNEL_VALUES))
@@ -225,17 +234,11 @@ def _name_inside_kernels(report: Report, findings: AttributionFindings, first: s
                    kernel_values=tuple(kernel_values), evidence=evidence)
 
 
-def tolerance_of(record: Record, report: Report) -> dict[str, float]:
-    """The tolerance ``record`` was judged by: its own rule's, else the report's base."""
-    return {"rtol": report.rtol if record.rtol is None else record.rtol,
-            "atol": report.atol if record.atol is None else record.atol}
-
-
 def _classify(check: LocalCheck, record: Record, candidate: Any,
               reference_values: Mapping[str, np.ndarray], program: Any,
               torch_values: Mapping[str, np.ndarray], fx_names: Mapping[str, str],
-              report: Report, torch_float64: Callable[[LocalCheck], Any] | None) -> Any:
-    """Which side is wrong: the culprit rerun in float64 on both sides."""
+              tolerance: Tolerance, torch_float64: Callable[[LocalCheck], Any] | None) -> Any:
+    """Which side is wrong: the culprit rerun in float64 on both sides, at its tolerance."""
     from bisect_onnx.search.classify import classify
 
     try:
@@ -248,7 +251,7 @@ def _classify(check: LocalCheck, record: Record, candidate: Any,
         torch64 = onnx64 = None
     return classify(torch64=torch64, onnx64=onnx64,
                     torch32=np.asarray(reference_values[check.value]),
-                    ort32=np.asarray(check.local), **tolerance_of(record, report))
+                    ort32=np.asarray(check.local), rtol=tolerance.rtol, atol=tolerance.atol)
 
 
 def _float64_reruns(check: LocalCheck, record: Record, candidate: Any, program: Any,
@@ -338,7 +341,7 @@ def _module_references(modules: Any, checks: Mapping[str, LocalCheck], candidate
 
 def _inside_kernel(record: Record, check: LocalCheck, candidate: Any,
                    references: Mapping[str, CapturedValue],
-                   report: Report) -> tuple[Record, list[int]] | None:
+                   tolerance: Tolerance) -> tuple[Record, list[int]] | None:
     """The first value inside the culprit's segment that PyTorch has and that fails.
 
     The segment reaches back through values ONNX Runtime fused away (a Conv's output
@@ -363,7 +366,8 @@ def _inside_kernel(record: Record, check: LocalCheck, candidate: Any,
                     or reference.array.shape != local.shape):
                 continue
             # At the culprit's own tolerance (a per-value rule), not the report's base.
-            comparison = compare_arrays(reference.array, local, **tolerance_of(record, report))
+            comparison = compare_arrays(reference.array, local, rtol=tolerance.rtol,
+                                        atol=tolerance.atol)
             if comparison.status != Status.PASS:
                 value = CapturedValue(output, local, node_provenance(node, record.index))
                 inner = make_record(record.index, Pair(reference, value), comparison)
