@@ -37,9 +37,12 @@ code, td { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace
 .card { background: #fff; border: 1px solid var(--line); border-radius: 6px; padding: 4px 12px 10px;
         overflow-wrap: break-word; min-width: 0; }
 .card dl { margin: 0; }
-dl { display: grid; grid-template-columns: max-content 1fr; gap: 2px 12px; }
+/* Neither a term nor a value may push the card wider than its grid column, so
+   that long values (a platform, a path) wrap inside the card instead of running past it. */
+dl { display: grid; grid-template-columns: minmax(0, max-content) minmax(0, 1fr);
+     gap: 2px 12px; }
 dt { color: var(--muted); }
-dd { margin: 0; }
+dd { margin: 0; min-width: 0; }
 .chart { width: 100%; height: auto; background: #fff; border: 1px solid var(--line);
          border-radius: 6px; }
 .chart .grid { stroke: #eaeef2; }
@@ -66,7 +69,10 @@ dd { margin: 0; }
 .controls input { width: 320px; padding: 5px 8px; border: 1px solid var(--line);
                   border-radius: 6px; font: inherit; }
 table { border-collapse: collapse; background: #fff; border: 1px solid var(--line); }
-table.records { width: 100%; }
+/* Fixed layout: the figure columns keep their widths, the names share the rest and wrap
+   (break-word breaks a long one only in a fixed layout), so the status stays in view. */
+table.records { width: 100%; table-layout: fixed; }
+table.records th { white-space: normal; }
 th, td { padding: 4px 8px; border-bottom: 1px solid #eaeef2; text-align: left;
          vertical-align: top; }
 th { background: #f6f8fa; font-weight: 600; white-space: nowrap; }

@@ -29,7 +29,7 @@ _SEPARATORS = re.compile(r"([./])")
 
 #: The comparison rule in words, for the figures card and the chart legend.
 TOLERANCE_RULE = "|onnx − torch| > atol + rtol · |torch|"
-_VOID_ELEMENTS = frozenset({"input", "meta", "wbr"})
+_VOID_ELEMENTS = frozenset({"col", "input", "meta", "wbr"})
 
 
 def escaped(value: object) -> str:

@@ -40,6 +40,9 @@ class _Column:
     """Whether the cell is coloured by the record's status."""
     name: bool = False
     """A long name that may wrap after its separators; other cells never wrap."""
+    width: str | None = None
+    """A cell that never wraps: the width its longest usual text takes (the names share
+    the rest, so that the table fits the page and its status column stays in view)."""
 
 
 def _torch_op(record: Record) -> str:
@@ -66,23 +69,26 @@ def _sort_number(value: float | None) -> str:
     return repr(value).replace("inf", "Infinity")
 
 
+# Widths in characters of the page's font: a figure is 8 ("7.36e-03"), a status up to 14
+# ("shape_mismatch"), an op type usually under 16; a longer one overflows into its gutter.
+_FIGURE = "9ch"
 _COLUMNS = (
-    _Column("#", lambda r: str(r.index), lambda r: str(r.index), numeric=True),
+    _Column("#", lambda r: str(r.index), lambda r: str(r.index), numeric=True, width="5ch"),
     _Column("torch op", _torch_op, _torch_op, name=True),
     _Column("torch module", module_label, module_label, name=True),
     _Column("ONNX node", lambda r: r.onnx_node or r.onnx_value,
             lambda r: r.onnx_node or r.onnx_value, name=True),
-    _Column("op", lambda r: r.onnx_op or "", lambda r: r.onnx_op or ""),
-    _Column("shape", format_record_shape, format_record_shape),
+    _Column("op", lambda r: r.onnx_op or "", lambda r: r.onnx_op or "", width="16ch"),
+    _Column("shape", format_record_shape, format_record_shape, width="15ch"),
     _Column("max abs", lambda r: format_number(r.max_abs_error),
-            lambda r: _sort_number(r.max_abs_error), numeric=True),
+            lambda r: _sort_number(r.max_abs_error), numeric=True, width=_FIGURE),
     _Column("max rel", lambda r: format_number(r.max_rel_error),
-            lambda r: _sort_number(r.max_rel_error), numeric=True),
+            lambda r: _sort_number(r.max_rel_error), numeric=True, width=_FIGURE),
     _Column("mismatch", lambda r: _fraction(r.mismatch_fraction),
-            lambda r: _sort_number(r.mismatch_fraction), numeric=True),
+            lambda r: _sort_number(r.mismatch_fraction), numeric=True, width=_FIGURE),
     _Column("min passing atol", lambda r: _passing_atol(r.min_passing_atol),
-            lambda r: _sort_number(r.min_passing_atol), numeric=True),
-    _Column("status", lambda r: r.status, lambda r: r.status, status=True),
+            lambda r: _sort_number(r.min_passing_atol), numeric=True, width=_FIGURE),
+    _Column("status", lambda r: r.status, lambda r: r.status, status=True, width="16ch"),
 )
 
 
@@ -105,7 +111,9 @@ def records_table(records: Sequence[Record], report: Report, *, table_id: str,
         previous = record.index
     if hidden_hint is not None and last_index is not None and previous < last_index:
         rows.append(_gap_row(last_index - previous, hidden_hint))
-    table = element("table", element("thead", element("tr", head))
+    widths = "".join(element("col", "", style=f"width: {column.width}" if column.width
+                             else None) for column in _COLUMNS)
+    table = element("table", element("colgroup", widths) + element("thead", element("tr", head))
                     + element("tbody", "".join(rows)), id=table_id, class_="records sortable")
     return element("div", table, class_="scroll")
 

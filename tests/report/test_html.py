@@ -159,6 +159,22 @@ def test_a_culprit_inside_a_fused_kernel_is_marked_at_the_kernel_s_row_by_its_ow
     assert marked_record(report) == ("culprit", rows[1], inside)
 
 
+def test_the_table_fits_the_page_with_its_status_column_and_cards_wrap_long_values():
+    rows = [dataclasses.replace(record(0, 24.8, "fail"),
+                                torch_op="aten._native_batch_norm_legit_no_training.default")]
+    page = render_html(_hand_made(rows, first_divergence=rows[0]))
+    # A fixed layout sizes columns by the <col> widths, not by the longest name in them.
+    assert "table.records { width: 100%; table-layout: fixed; }" in page
+    table = page[page.index('<table id="comparisons"'):]
+    cols = re.findall(r"<col(?: style=\"width: ([^\"]+)\")?>", table[:table.index("</colgroup>")])
+    headers = re.findall(r"<th [^>]*>([^<]+)</th>", table[:table.index("</thead>")])
+    assert len(cols) == len(headers) and headers[-1] == "status" and cols[-1]
+    names = {"torch op", "torch module", "ONNX node"}
+    assert all(bool(width) != (header in names)
+               for width, header in zip(cols, headers, strict=True))
+    assert "grid-template-columns: minmax(0, max-content) minmax(0, 1fr)" in page
+
+
 def test_figures_and_op_names_never_wrap_and_long_names_wrap_at_separators():
     rows = [dataclasses.replace(record(0, 24.8, "fail"), onnx_op="ReduceSum",
                                 torch_module="encoder.layer.1.attention.self.query")]
