@@ -29,6 +29,7 @@ from typing import Any
 from bisect_onnx.judge.findings import (
     COMPARISONS,
     FINAL_OUTPUTS,
+    KERNEL_VALUES,
     AttributionFindings,
     Findings,
     LocalFigures,
@@ -71,7 +72,7 @@ def assemble(findings: Findings) -> Report:
             for row in comparison.comparisons]
     kernel_values = list(attribution.kernel_values) if attribution is not None else []
     tables = {COMPARISONS: rows, FINAL_OUTPUTS: list(comparison.final_outputs),
-              "kernel_values": kernel_values}
+              KERNEL_VALUES: kernel_values}
     said: list[Any] = []
     refinement = findings.refinement
     narrowed_to_node = refinement is not None and refinement.node is not None
@@ -166,7 +167,8 @@ def _shown_culprits(attribution: AttributionFindings | None, tables: dict[str, l
         return []
     shown = []
     for number, ref in enumerate(attribution.culprits):
-        figures = attribution.checked.get(ref.value)
+        figures = (attribution.kernel_checked if ref.table == KERNEL_VALUES
+                   else attribution.checked).get(ref.value)
         why = _unshown(ref, figures, _find(tables, ref),
                        narrowed_to_node=narrowed_to_node and number == 0)
         if why is None:

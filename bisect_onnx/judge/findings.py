@@ -129,7 +129,10 @@ class AttributionFindings:
     evidence: Mapping[str, Any] = field(default_factory=dict)
     """How the culprit was found, for the JSON report's ``attribution``."""
     kernel_values: tuple[Record, ...] = ()
-    """Records of values inside a fused kernel that a culprit names."""
+    """Records a culprit names that are no table row: a value inside a fused kernel, or
+    a PyTorch computation the ONNX graph has no node for."""
+    kernel_checked: Mapping[str, LocalFigures] = field(default_factory=dict)
+    """What shows each of ``kernel_values`` to introduce the error, by ONNX value."""
     segment: Mapping[str, Any] | None = None
     """Where the first failing value's check ran several ops and nothing inside could
     be shown to fail alone: the segment (``from``, ``to``, ``nodes``), named instead."""

@@ -97,8 +97,8 @@ def name_the_ops(report: Report, candidate: Any) -> dict[str, str]:
     producers = {output: node for node in candidate.nodes for output in node.outputs}
     named = {}
     for record in (report.culprit, report.first_divergence):
-        if record is None or record.fx_node is not None:
-            continue
+        if record is None or record.fx_node is not None or record.onnx_node is None:
+            continue  # already an op's, or a PyTorch computation with no ONNX node
         node = producers.get(record.onnx_value)
         if node is not None and node.torch and node.torch.fx_node == record.onnx_value:
             named[record.onnx_value] = record.onnx_value

@@ -19,6 +19,7 @@ from bisect_onnx.judge.assembly import assemble
 from bisect_onnx.judge.findings import Findings, Refinement
 from bisect_onnx.judge.vocabulary import Granularity
 from bisect_onnx.pipeline.inside_op import look_inside_module_culprit, name_the_ops
+from bisect_onnx.pytorch.module_side import in_training_mode
 from bisect_onnx.pytorch.script_ops import ScriptOpCapture
 from bisect_onnx.search.blame import attribute_divergence
 
@@ -70,7 +71,8 @@ def attribute_sample(settings: Any, findings: Findings, arrays: Sequence[np.ndar
         everything=settings.all_culprits,
         kernel_references=references_by_onnx_value(segments, ops) if script else None,
         compare=settings.judge.local_comparer(report, values.reference),
-        torch_float64=float64 if module_level else None, op_segments=segments)
+        torch_float64=float64 if module_level else None, op_segments=segments,
+        training=in_training_mode(settings.reference.exportable))
     findings = replace(findings, attribution=attribution)
     report = assemble(findings)
     refinement = None

@@ -27,7 +27,8 @@ from bisect_onnx.runtime.sides import Capture, CapturedValue
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["TorchModuleSide", "flatten_outputs", "training_mode_warning", "describe_arrays",
+__all__ = ["TorchModuleSide", "flatten_outputs", "training_mode_warning", "in_training_mode",
+           "describe_arrays",
            "to_tensor", "to_numpy", "same_tensor", "split_keywords", "buffers_restored",
            "final_outputs"]
 
@@ -289,13 +290,20 @@ def flatten_outputs(output: Any, suffix: str = "") -> Iterator[tuple[str, torch.
             yield from flatten_outputs(item, f"{suffix}[{index}]")
 
 
+def in_training_mode(model: Any) -> dict[str, str]:
+    """The mode-dependent modules (Dropout, BatchNorm...) left in training mode, by path.
+
+    Path -> class name; empty for anything that is not an ``nn.Module``.
+    """
+    if not hasattr(model, "named_modules"):
+        return {}
+    return {path: _class_name(module) for path, module in model.named_modules()
+            if module.training and any(kind in _class_name(module) for kind in _MODE_DEPENDENT)}
+
+
 def training_mode_warning(model: torch.nn.Module) -> str | None:
     """A warning naming the train-mode modules likely to explain a divergence."""
-    suspects = [
-        f"{path} ({_class_name(module)})"
-        for path, module in model.named_modules()
-        if module.training and any(kind in _class_name(module) for kind in _MODE_DEPENDENT)
-    ]
+    suspects = [f"{path} ({kind})" for path, kind in in_training_mode(model).items()]
     if not suspects:
         return None
     shown = ", ".join(suspects[:6])

@@ -67,7 +67,17 @@ def _diverged_line(report: Report, basis: str) -> str:
     record = report.first_divergence
     assert record is not None
     culprit, segment = report.culprit, report.culprit_segment
-    if culprit is not None:
+    nodeless = (report.attribution or {}).get("nodeless")
+    if culprit is not None and nodeless:
+        lines = [f"DIVERGED: culprit {describe_origin(culprit)}, which has no ONNX node: "
+                 f"{_advice(report)}",
+                 f"it changes the value in PyTorch while ONNX hands its input on: ONNX value "
+                 f"{culprit.onnx_value!r} equals PyTorch's {nodeless['before']!r} and is off "
+                 f"by {format_number(culprit.max_abs_error)} from PyTorch's output of it"]
+        if culprit.onnx_value != record.onnx_value:
+            lines.append(f"first failing value: {_where(report, record)} <- "
+                         f"{describe_origin(record)}: {_describe_error(record)}")
+    elif culprit is not None:
         lines = [f"DIVERGED: culprit ONNX node {culprit.onnx_node!r} ({culprit.onnx_op}) <- "
                  f"{describe_origin(culprit)}: {_advice(report)}",
                  *_culprit_evidence(report, culprit)]

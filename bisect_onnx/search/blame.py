@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -34,9 +34,17 @@ from bisect_onnx.search.claims import (
     exceeds_record,
     isolation,
     narrowed_segment,
+    with_nodeless,
 )
 from bisect_onnx.search.classify import Kind
 from bisect_onnx.search.local import LocalCheck, run_locally
+from bisect_onnx.search.nodeless import (
+    Nodeless,
+    at_module_level,
+    at_op_level,
+    classification,
+    fx_span,
+)
 
 __all__ = ["attribute_divergence"]
 
@@ -59,6 +67,7 @@ def attribute_divergence(
     kernel_references: Mapping[str, CapturedValue] | None = None,
     torch_float64: Callable[[LocalCheck], np.ndarray | None] | None = None,
     op_segments: Mapping[str, Sequence[Any]] | None = None,
+    training: Collection[str] = (),
 ) -> tuple[AttributionFindings | None, dict[str, np.ndarray]]:
     """Find which failing values were introduced where they fail, and classify them.
 
@@ -77,7 +86,8 @@ def attribute_divergence(
     tolerance its row was judged by. ``torch_float64`` gives PyTorch's float64 value of a
     checked segment where no program does (module level: its enclosing module call
     rerun). ``op_segments`` (op name -> its ONNX nodes) tells a check of one op's nodes
-    from one of several ops.
+    from one of several ops. ``training``: module paths of mode-dependent modules left
+    in training mode (a computation with no ONNX node there is PyTorch's mode).
     """
     failing = [record for record in report.comparisons if record.failed]
     if (report.search or {}).get("first_failing") and report.first_divergence in failing:
@@ -97,6 +107,12 @@ def attribute_divergence(
                                     checker.kinds, candidate.nodes, atol=tolerance.base.atol,
                                     everything=everything, op_segments=op_segments,
                                     torch_ops=checker.torch_ops if program else None)
+    nodeless = _nodeless(failing[0], checker, report, candidate_values, program=program,
+                         ops=ops, modules=modules, op_segments=op_segments,
+                         tolerance=tolerance.of(failing[0]), training=training)
+    if nodeless is not None:  # the first failing value's check was fed the wrong value
+        return with_nodeless(findings, nodeless, failing[0], classification(nodeless),
+                             atol=tolerance.of(failing[0]).atol), {}
     first = attribution.culprit
     if first is None:
         return findings, {}
@@ -110,6 +126,26 @@ def attribute_divergence(
         findings = _name_inside_kernels(report, findings, first, checker.checks, candidate,
                                         inner_references, op_segments, tolerance)
     return findings, checker.checks[first].values
+
+
+def _nodeless(first: Record, checker: _LocalChecker, report: Report,
+              candidate_values: Mapping[str, np.ndarray], *, program: Any,
+              ops: OpCapture | None, modules: Any, op_segments: Any, tolerance: Tolerance,
+              training: Collection[str]) -> Nodeless | None:
+    """A PyTorch computation ONNX has no node for, where it explains ``first``'s failure."""
+    check = checker.checks.get(first.onnx_value)
+    if check is None or check.comparison is None or check.comparison.status == Status.PASS:
+        return None
+    if ops is not None and program is not None and check.segment is not None:
+        inputs = {name: checker.fx_names.get(name, name) for name in check.segment.inputs}
+        return at_op_level(first, program, ops.values, inputs, candidate_values,
+                           set(op_segments or ()), tolerance, training)
+    if ops is None and modules is not None:
+        names = [first.onnx_value, *(check.segment.inputs if check.segment else ())]
+        candidates = {name: candidate_values[name] for name in names
+                      if name in candidate_values}
+        return at_module_level(first, modules[0].values, candidates, tolerance, training)
+    return None
 
 
 class _LocalChecker:
@@ -160,7 +196,7 @@ class _LocalChecker:
                 or check.segment is None):
             return None
         frontier = {self.fx_names.get(value, value) for value in check.segment.inputs}
-        span = _fx_span(self.program, record.fx_node, frontier)
+        span = fx_span(self.program, record.fx_node, frontier)
         return None if span is None else len(span)
 
     def _result(self, name: str) -> LocalResult | None:
@@ -195,11 +231,12 @@ def _name_inside_kernels(report: Report, findings: AttributionFindings, first: s
     """
     rows = {record.onnx_value: record for record in reversed(report.comparisons)}
     culprits = list(findings.culprits) or [RowRef(first)]
-    checked, kernel_values, evidence = dict(findings.checked), [], dict(findings.evidence)
+    checked, kernel_values, evidence = dict(findings.kernel_checked), [], dict(findings.evidence)
     refs = []
     for ref in culprits:
         found = (_inside_kernel(replace(rows[ref.value],  # the kernel's classification
-                                        classification=checked[ref.value].classification),
+                                        classification=findings.checked[
+                                            ref.value].classification),
                                 checks[ref.value], candidate, references,
                                 tolerance.of(rows[ref.value]))
                  if ref.value in rows else None)
@@ -230,7 +267,7 @@ def _name_inside_kernels(report: Report, findings: AttributionFindings, first: s
         refs = [ref for ref in refs if ref.table == KERNEL_VALUES]
         if refs:
             findings = replace(findings, segment=None)
-    return replace(findings, checked=checked, culprits=tuple(refs),
+    return replace(findings, kernel_checked=checked, culprits=tuple(refs),
                    kernel_values=tuple(kernel_values), evidence=evidence)
 
 
@@ -262,7 +299,7 @@ def _float64_reruns(check: LocalCheck, record: Record, candidate: Any, program: 
     torch64 = None
     if program is not None and record.fx_node is not None and check.segment is not None:
         frontier = {fx_names.get(name, name) for name in check.segment.inputs}
-        span = _fx_span(program, record.fx_node, frontier)
+        span = fx_span(program, record.fx_node, frontier)
         values64 = dict(torch_values)
         for node in span or ():
             if isinstance(node.meta.get("val"), (tuple, list)):
@@ -281,38 +318,6 @@ def _float64_reruns(check: LocalCheck, record: Record, candidate: Any, program: 
             embed_external_data(tensor, candidate.path.resolve().parent)
         onnx64 = onnx_segment_in_float64(model, check.feeds, check.value)
     return torch64, onnx64
-
-
-#: Past this many ops the torch side of a segment is not rerun (unclassified instead):
-#: a segment that long is a module call or a cut, not a culprit worth a float64 rerun.
-_MAX_SPAN = 64
-
-
-def _fx_span(program: Any, output: str, frontier: set[str]) -> list[Any] | None:
-    """The ops that compute ``output`` from the segment's inputs, in graph order.
-
-    The ONNX segment may hold several ops (a kernel ONNX Runtime fused, a Conv the
-    exporter folded a BatchNorm into): the torch side must compute the same span, not
-    the last op alone, for the two float64 results to be comparable.
-    """
-    nodes = {node.name: node for node in program.graph.nodes}
-    order = {name: index for index, name in enumerate(nodes)}
-    span: set[str] = set()
-    stack = [output]
-    while stack:
-        name = stack.pop()
-        if name in span or (name in frontier and name != output):
-            continue
-        node = nodes.get(name)
-        if node is None:
-            return None
-        if node.op != "call_function":
-            continue  # an input or a weight: the rerun reads it directly
-        span.add(name)
-        if len(span) > _MAX_SPAN:
-            return None
-        stack.extend(source.name for source in node.all_input_nodes)
-    return sorted((nodes[name] for name in span), key=lambda node: order[node.name])
 
 
 def _module_references(modules: Any, checks: Mapping[str, LocalCheck], candidate: Any,

@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from bisect_onnx.judge.compare import ArrayComparison, Status
-from bisect_onnx.judge.findings import AttributionFindings, LocalFigures, RowRef
+from bisect_onnx.judge.findings import KERNEL_VALUES, AttributionFindings, LocalFigures, RowRef
 from bisect_onnx.judge.records import Record
 from bisect_onnx.search.attribution import Attribution
 from bisect_onnx.search.local import LocalCheck
+from bisect_onnx.search.nodeless import NO_ONNX_NODE
 
 __all__ = ["attribution_findings", "compute_nodes", "isolation", "exceeds", "exceeds_record",
-           "narrowed_segment", "NODE", "OP"]
+           "narrowed_segment", "with_nodeless", "NODE", "OP", "NO_ONNX_NODE"]
 
 NODE = "node"
 OP = "op"
@@ -162,6 +163,30 @@ def narrowed_segment(nodes: Sequence[Any], indices: Sequence[int], compute: Sequ
             "nodes": [node.name for node in compute],
             "local_max_abs_error": inner.max_abs_error,
             "local_nan_mismatch": inner.nan_mismatch}
+
+
+def with_nodeless(findings: AttributionFindings, found: Any, first: Record,
+                  classified: Mapping[str, Any], *, atol: float) -> AttributionFindings:
+    """The findings with a PyTorch computation that has no ONNX node as the culprit.
+
+    The first failing value's own check is left undecided: it was fed PyTorch's value
+    before that computation, not what its torch op read.
+    """
+    record = found.record
+    checked = dict(findings.checked)
+    if first.onnx_value in checked:
+        checked[first.onnx_value] = replace(checked[first.onnx_value], introduced_here=None)
+    figures = LocalFigures(
+        introduced_here=True, local_max_abs_error=record.max_abs_error,
+        local_status=record.status, local_nan_mismatch=record.nan_mismatch,
+        local_exceeds=exceeds_record(record, atol), isolation=NO_ONNX_NODE)
+    evidence = {**findings.evidence, "classification": dict(classified), "inside_kernel": None,
+                "nodeless": {"value": record.onnx_value, "module": record.torch_module,
+                             "op": record.torch_op, "before": found.before}}
+    return replace(findings, checked=checked, culprits=(RowRef(record.onnx_value,
+                                                               KERNEL_VALUES),),
+                   kernel_values=(record,), kernel_checked={record.onnx_value: figures},
+                   segment=None, evidence=evidence)
 
 
 def _isolation(name: str, compute: Sequence[Any],

@@ -203,7 +203,8 @@ def test_without_the_exporters_decompositions_a_dynamo_file_is_compared_by_modul
     model, inputs, exported = fixture_case("tiny_mlp")
     monkeypatch.delattr(_core, "_prepare_exported_program_for_export")
     with pytest.warns(BisectOnnxWarning, match="op granularity needs"):
-        report = bisect_onnx.bisect(model, inputs, onnx_model=exported, granularity="op")
+        report = bisect_onnx.bisect(model, inputs, onnx_model=exported,
+                                    search=bisect_onnx.SearchOptions(granularity="op"))
     assert report.verdict == "parity"
     assert report.coverage.granularity == "module" and NO_OP_LEVEL in report.warnings
     assert any("_prepare_exported_program_for_export is not in torch" in item.getMessage()

@@ -1,0 +1,176 @@
+"""Computations PyTorch runs that the ONNX graph has no node for, as culprits.
+
+A Dropout left in training mode, an op the trace dropped: PyTorch changes the data
+there and the ONNX graph, having no node for it, hands its input on. A local check
+cannot see this: it feeds the failing value's nodes the reference's value *by ONNX
+name*, which is PyTorch's value before the computation, and compares with PyTorch's
+value after it, so the innocent nodes fail. The torch values tell it: the computation
+changes its input beyond tolerance, and ONNX's value equals PyTorch's before it.
+Then that computation is the culprit, named by its module and op, with no ONNX node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from bisect_onnx.align.modules import Pair
+from bisect_onnx.judge.compare import Status, compare_arrays
+from bisect_onnx.judge.records import Record, make_record
+from bisect_onnx.judge.tolerances import Tolerance
+from bisect_onnx.pytorch.calls import input_of
+from bisect_onnx.runtime.sides import CapturedValue
+
+__all__ = ["Nodeless", "NO_ONNX_NODE", "at_module_level", "at_op_level", "fx_span",
+           "classification"]
+
+#: The isolation of a culprit that is a PyTorch computation with no ONNX node.
+NO_ONNX_NODE = "no ONNX node"
+
+#: Past this many ops the torch side of a segment is not followed: a segment that long
+#: is a module call or a cut, not one op.
+MAX_SPAN = 64
+
+
+@dataclass(frozen=True)
+class Nodeless:
+    """A computation PyTorch ran that ONNX has no node for, and that changed the data."""
+
+    record: Record
+    """ONNX's value (the computation's input, handed on) against PyTorch's output of it."""
+    before: str
+    """PyTorch's value the computation changed (which ONNX's value equals)."""
+    training: bool
+    """The computation is a mode-dependent module (Dropout, BatchNorm) in training mode."""
+
+
+def classification(found: Nodeless) -> dict[str, Any]:
+    """What the verdict says of it: which side differs, and what to do."""
+    module = found.record.torch_module or "the model"
+    if found.training:
+        return {"kind": "pytorch mode", "detail": f"{module} runs in training mode in "
+                "PyTorch; the export is in eval mode and has no node for it",
+                "file_with": f"PyTorch's side differs: call model.eval() (or {module}.eval()) "
+                "before comparing", "torch_vs_onnx64": None, "ort_error": None,
+                "torch_error": None}
+    return {"kind": "missing in the export", "detail": f"PyTorch changes the value in "
+            f"{module}, and the ONNX graph has no node for it (a branch or op the trace "
+            "left out, an identity-like export)",
+            "file_with": "file it with the exporter (pytorch/pytorch, label \"module: onnx\"), "
+            "or fix the model so that the export keeps the computation",
+            "torch_vs_onnx64": None, "ort_error": None, "torch_error": None}
+
+
+def at_module_level(first: Record, values: Mapping[str, CapturedValue],
+                    candidates: Mapping[str, np.ndarray], tolerance: Tolerance,
+                    training: Collection[str]) -> Nodeless | None:
+    """A module call ONNX has no node for, whose output the failing ``first`` row reads.
+
+    Its output is what ``first`` compares (a module row handed it on), or what
+    ``first``'s module read (an op row inside it). ``values``: PyTorch's module
+    capture; ``candidates``: ONNX's values that may stand for the call's input (the row's
+    own, and its check's inputs). ONNX's value equal to the call's input where PyTorch
+    reads its output shows that the graph has no node for it, whatever the alignment.
+    """
+    read = [values[name].array for name in (first.torch_module or "",
+                                            f"{first.torch_module} (input)")
+            if name in values]
+    calls = [name for name in values if input_of(name) is None
+             and f"{name} (input)" in values and name != first.torch_module]
+    for name in calls:
+        output, entering = values[name], values[f"{name} (input)"]
+        if not any(np.array_equal(output.array, array, equal_nan=True) for array in read):
+            continue
+        # Named as the module call it is, not after an op the capture mapped it to.
+        call = CapturedValue(output.name, output.array,
+                             replace(output.provenance, fx_node=None))
+        for onnx_name, array in candidates.items():
+            candidate = CapturedValue(onnx_name, np.asarray(array), replace(
+                call.provenance, node=None, node_op=None))
+            found = _changed_here(entering, call, candidate, tolerance, first.index,
+                                  name.partition("@")[0] in training)
+            if found is not None:
+                return found
+    return None
+
+
+def at_op_level(first: Record, program: Any, op_values: Mapping[str, CapturedValue],
+                inputs: Mapping[str, str], candidate_values: Mapping[str, np.ndarray],
+                has_nodes: Collection[str], tolerance: Tolerance,
+                training: Collection[str]) -> Nodeless | None:
+    """Ops between the failing op's checked inputs and it that ONNX has no node for.
+
+    The failing op read a value (``getitem`` of a ``native_dropout``, say) that ops with
+    no ONNX node made from one of the checked segment's inputs. ``inputs``: the
+    segment's ONNX inputs -> the FX names they stand for; ``has_nodes``: the FX names
+    that have ONNX nodes.
+    """
+    span = fx_span(program, first.fx_node, set(inputs.values())) if first.fx_node else None
+    if not span:
+        return None
+    in_span = {node.name for node in span}
+    op = next(node for node in span if node.name == first.fx_node)
+    for read in op.all_input_nodes:
+        output = op_values.get(read.name)
+        if read.name not in in_span or read.name in has_nodes or output is None:
+            continue
+        for onnx_name, fx_name in inputs.items():
+            entering = op_values.get(fx_name)
+            if entering is None or onnx_name not in candidate_values:
+                continue
+            candidate = CapturedValue(onnx_name, np.asarray(candidate_values[onnx_name]),
+                                      output.provenance)
+            module = output.provenance.scopes[-1] if output.provenance.scopes else ""
+            found = _changed_here(entering, output, candidate, tolerance, first.index,
+                                  module in training)
+            if found is not None:
+                return found
+    return None
+
+
+def _changed_here(entering: CapturedValue, output: CapturedValue, candidate: CapturedValue,
+                  tolerance: Tolerance, index: int, training: bool) -> Nodeless | None:
+    """The computation from ``entering`` to ``output``, where it alone explains the failure.
+
+    It changes its input beyond tolerance, and ONNX's value equals its input.
+    """
+    if (entering.array.shape != output.array.shape
+            or candidate.array.shape != entering.array.shape):
+        return None
+    rtol, atol = tolerance.rtol, tolerance.atol
+    if compare_arrays(entering.array, output.array, rtol=rtol, atol=atol).status == Status.PASS:
+        return None  # it hands its input on: not where the data changes
+    if compare_arrays(entering.array, candidate.array, rtol=rtol,
+                      atol=atol).status != Status.PASS:
+        return None  # ONNX already differs before it: the error is upstream
+    against = compare_arrays(output.array, candidate.array, rtol=rtol, atol=atol)
+    return Nodeless(make_record(index, Pair(output, candidate), against), entering.name,
+                    training)
+
+
+def fx_span(program: Any, output: str, frontier: set[str]) -> list[Any] | None:
+    """The ops that compute ``output`` from ``frontier``'s values, in graph order.
+
+    ``None`` where the walk leaves the program or passes :data:`MAX_SPAN` ops.
+    """
+    nodes = {node.name: node for node in program.graph.nodes}
+    order = {name: index for index, name in enumerate(nodes)}
+    span: set[str] = set()
+    stack = [output]
+    while stack:
+        name = stack.pop()
+        if name in span or (name in frontier and name != output):
+            continue
+        node = nodes.get(name)
+        if node is None:
+            return None
+        if node.op != "call_function":
+            continue  # an input or a weight: read directly
+        span.add(name)
+        if len(span) > MAX_SPAN:
+            return None
+        stack.extend(source.name for source in node.all_input_nodes)
+    return sorted((nodes[name] for name in span), key=lambda node: order[node.name])
