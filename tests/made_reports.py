@@ -13,6 +13,7 @@ from typing import Any
 from bisect_onnx.judge.assembly import amended, assemble
 from bisect_onnx.judge.findings import (
     FINAL_OUTPUTS,
+    KERNEL_VALUES,
     AttributionFindings,
     ComparisonFindings,
     Findings,
@@ -37,13 +38,19 @@ def made_report(rows: list[Record], final_outputs: list[Record], *, verdict: str
         note=note)
     checked = None
     if culprit is not None:
-        checked = AttributionFindings(
-            checked={culprit.onnx_value: LocalFigures(
-                introduced_here=True,
-                local_max_abs_error=culprit.local_max_abs_error or culprit.max_abs_error,
-                local_status="fail", local_exceeds=True, isolation="node",
-                classification=culprit.classification)},
-            culprits=(RowRef(culprit.onnx_value),), evidence=attribution or {})
+        figures = {culprit.onnx_value: LocalFigures(
+            introduced_here=True,
+            local_max_abs_error=culprit.local_max_abs_error or culprit.max_abs_error,
+            local_status="fail", local_exceeds=True, isolation="node",
+            classification=culprit.classification)}
+        if culprit in rows:
+            checked = AttributionFindings(checked=figures, culprits=(RowRef(culprit.onnx_value),),
+                                          evidence=attribution or {})
+        else:  # a value inside a fused kernel: no row of the table
+            checked = AttributionFindings(
+                checked={}, kernel_checked=figures, kernel_values=(culprit,),
+                culprits=(RowRef(culprit.onnx_value, KERNEL_VALUES),),
+                evidence=attribution or {})
     return assemble(Findings(comparison, attribution=checked,
                              description=RunDescription(**description)))
 

@@ -238,7 +238,7 @@ def test_without_running_an_edited_graph_a_torchscript_file_loses_only_op_level(
     monkeypatch.delattr(torch._C, "_jit_pass_remove_mutation")
     with pytest.warns(BisectOnnxWarning, match="op granularity needs"):
         report = bisect_onnx.bisect(
-            model, inputs, granularity="op",
+            model, inputs, search=bisect_onnx.SearchOptions(granularity="op"),
             onnx_model=repo_path(FIXTURES["tiny_mlp"].torchscript_onnx_file))
     assert report.verdict == "parity" and report.coverage.granularity == "module"
     assert any("no op level for the TorchScript file" in item.getMessage()
