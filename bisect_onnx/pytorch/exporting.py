@@ -152,8 +152,34 @@ def export_failure(exporter: str, model: Any, error: BaseException) -> str:
     name = getattr(model, "original_name", None) or type(model).__name__
     step = _failed_step(error) if exporter == "dynamo" else None
     where = f" ({step})" if step else ""
+    cache = _cache_output(error)
+    if cache is not None:
+        return (f"the {exporter} exporter could not export {name}{where}: its forward "
+                f"returns a {cache} (the key-value cache of use_cache=True), which "
+                "neither exporter takes as an output; set model.config.use_cache = False "
+                "before bisecting, or wrap the model in a module whose forward passes "
+                "use_cache=False (or flattens the cache) and returns tensors only")
     return (f"the {exporter} exporter could not export {name}{where}: {_summarize(error)}; "
             f"{_next_steps(exporter, model)}")
+
+
+# A Hugging Face decoder's default use_cache=True returns a Cache object: torch.export
+# finds no pytree for it, and the TorchScript tracer takes only tensors, tuples, lists
+# and dicts. Each exporter's advice is to try the other, which fails the same way.
+_CACHE_OUTPUT = re.compile(r"Found <class '(?:[\w.]+\.)?(\w*Cache)'> in output"
+                           r"|received an input of unsupported type: (\w*Cache)\b")
+
+
+def _cache_output(error: BaseException) -> str | None:
+    """The cache class a failed export stopped at (``DynamicCache``), if that is why."""
+    for _ in range(10):  # a bound, in case of a cycle
+        found = _CACHE_OUTPUT.search(str(error))
+        if found:
+            return found.group(1) or found.group(2)
+        if error.__cause__ is None:
+            return None
+        error = error.__cause__
+    return None
 
 
 # The dynamo exporter's own words for its steps, and ours.

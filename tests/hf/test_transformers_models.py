@@ -191,3 +191,19 @@ def test_random_inputs_from_an_onnx_file_go_to_forward_by_the_graphs_input_names
     assert report.final_outputs[0].max_abs_error == pytest.approx(float(error), rel=1e-3,
                                                                   abs=1e-7)
     assert report.comparisons
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_decoder_left_at_use_cache_true_is_told_to_turn_it_off(exporter):
+    import torch
+
+    from tests.hf.architectures import gpt2
+
+    torch.manual_seed(0)
+    model = gpt2(use_cache=True)  # the default of every Hugging Face decoder
+    tokens = {"input_ids": ARCHITECTURES["bert"].make_input(np.random.default_rng(0))}
+    with pytest.raises(bisect_onnx.ModelError) as caught:
+        bisect_onnx.bisect(model, tokens, export=bisect_onnx.ExportOptions(exporter=exporter))
+    message = str(caught.value)
+    assert "returns a DynamicCache" in message and "model.config.use_cache = False" in message
+    assert "--exporter" not in message  # the other exporter fails the same way
