@@ -172,13 +172,10 @@ _CACHE_OUTPUT = re.compile(r"Found <class '(?:[\w.]+\.)?(\w*Cache)'> in output"
 
 def _cache_output(error: BaseException) -> str | None:
     """The cache class a failed export stopped at (``DynamicCache``), if that is why."""
-    for _ in range(10):  # a bound, in case of a cycle
-        found = _CACHE_OUTPUT.search(str(error))
+    for each in _chain(error):
+        found = _CACHE_OUTPUT.search(str(each))
         if found:
             return found.group(1) or found.group(2)
-        if error.__cause__ is None:
-            return None
-        error = error.__cause__
     return None
 
 
@@ -195,14 +192,20 @@ _ELSEWHERE = ("export the model with a tool that works for it and compare that f
 
 def _failed_step(error: BaseException) -> str | None:
     """Which of the dynamo exporter's steps an error comes from, in words."""
-    for _ in range(10):  # the step is said by the outermost exporter error; a bound
-        found = _STEP.search(str(error))
+    for each in _chain(error):  # the step is said by the outermost exporter error
+        found = _STEP.search(str(each))
         if found:
             return _STEPS.get(found.group(1))
-        if error.__cause__ is None:
-            return None
-        error = error.__cause__
     return None
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    """``error`` and its causes, outermost first."""
+    for _ in range(10):  # a bound, in case of a cycle
+        yield error
+        if error.__cause__ is None:
+            return
+        error = error.__cause__
 
 
 def _next_steps(exporter: str, model: Any) -> str:
