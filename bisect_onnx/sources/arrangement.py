@@ -122,7 +122,7 @@ def graph_keyword_order(onnx_names: Sequence[str], *, forward_names: Sequence[st
 
     Inputs the tool draws from the graph (or a list checked against it) are in the
     graph's order: where the graph's input names are ``forward``'s parameters but not
-    its leading ones (GPT-2's ``input_ids, attention_mask`` skip ``past_key_values``),
+    its leading ones (GPT-2's ``input_ids, attention_mask`` skip its ``cache``),
     position would put the mask in the cache's place, so every input goes by name, in
     the graph's order. Empty (by position) when the names are a leading run, name
     something else (``input.1``), or leave out a required parameter.
