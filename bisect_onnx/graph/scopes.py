@@ -5,9 +5,11 @@
   is known only from the ExportedProgram (``nn_module_stack`` keys ``relu@1``).
 - The TorchScript exporter writes them into node names: ``/layer2/downsample/
   downsample.0/Conv``. Each component is a module's name without its parents, except
-  that a numeric name keeps its container (``downsample.0``, ``blocks.0``); a
-  repeated call gets a suffix (``act_1``). Components are resolved against the
-  module paths the PyTorch side actually called.
+  that a numeric name keeps its container (``downsample.0``, ``blocks.0``) when an
+  ``nn.Module`` is exported; an export of a ``torch.jit.trace`` archive shows the bare
+  attribute name (``/layer2/downsample/0/Conv``). A repeated call gets a suffix
+  (``act_1``). Components are resolved against the module paths the PyTorch side
+  actually called.
 """
 
 from __future__ import annotations
@@ -100,11 +102,16 @@ def _torchscript_scope(node: NodeInfo, module_paths: frozenset[str]) -> NodeScop
 
 
 def _child(parent: str, component: str, module_paths: frozenset[str]) -> str | None:
-    """The shallowest module under ``parent`` whose unqualified name is ``component``."""
+    """The shallowest module under ``parent`` that ``component`` names.
+
+    By its unqualified name (``downsample.0``), or by its attribute name alone (``0``),
+    which is how the scopes of an exported ScriptModule show a Sequential's children.
+    """
     prefix = f"{parent}." if parent else ""
     matches = [
         path for path in module_paths
-        if path.startswith(prefix) and unqualified_name(path) == component
+        if path.startswith(prefix)
+        and component in (unqualified_name(path), path.rpartition(".")[2])
     ]
     return min(matches, key=lambda path: path.count("."), default=None)
 

@@ -8,7 +8,7 @@ the ONNX value names kept for op-level alignment.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,12 @@ from bisect_onnx.pytorch.reference import (
 )
 from bisect_onnx.runtime.onnx_side import NodeInfo, OnnxRuntimeSide
 from bisect_onnx.runtime.sides import Capture
-from bisect_onnx.sources.arrangement import arrange_inputs, check_input_count, keyword_order
+from bisect_onnx.sources.arrangement import (
+    arrange_inputs,
+    check_input_count,
+    graph_keyword_order,
+    keyword_order,
+)
 
 __all__ = ["PreparedCandidate", "prepare_candidate", "resolve_export", "arrange_for",
            "names_the_values", "onnx_model_path"]
@@ -142,6 +147,8 @@ def prepare_candidate(reference: Reference, given: Any, onnx_model: Any,
         candidate, source, program = _given_candidate(reference, onnx_model, folder,
                                                       runtime or RuntimeOptions())
         exporter = detect_exporter(candidate.nodes)
+        if not isinstance(given, Mapping):  # random draws or a list: in the graph's order
+            keywords = _graph_keywords(reference, candidate)
         return PreparedCandidate(candidate, source, exporter, call_index_from_program(program),
                                  keywords, program=program if exporter == "dynamo" else None)
     candidate, capture, exported = _export_candidate(reference, given, export, folder,
@@ -254,6 +261,15 @@ def _keywords(reference: Reference, given: Any) -> list[str]:
         return []
     return keyword_order(given, forward_names=reference.input_names,
                          required=reference.required_inputs) or []
+
+
+def _graph_keywords(reference: Reference, candidate: OnnxRuntimeSide) -> list[str]:
+    """Names for inputs in the graph's order, when they must go to ``forward`` by name."""
+    if reference.kind != MODULE:  # a program's inputs are the graph's; TorchScript's positional
+        return []
+    return graph_keyword_order([spec.name for spec in candidate.inputs],
+                               forward_names=reference.input_names,
+                               required=reference.required_inputs)
 
 
 def arrange_for(reference: Reference, candidate: OnnxRuntimeSide | None,

@@ -152,8 +152,31 @@ def export_failure(exporter: str, model: Any, error: BaseException) -> str:
     name = getattr(model, "original_name", None) or type(model).__name__
     step = _failed_step(error) if exporter == "dynamo" else None
     where = f" ({step})" if step else ""
+    cache = _cache_output(error)
+    if cache is not None:
+        return (f"the {exporter} exporter could not export {name}{where}: its forward "
+                f"returns a {cache} (the key-value cache of use_cache=True), which "
+                "neither exporter takes as an output; set model.config.use_cache = False "
+                "before bisecting, or wrap the model in a module whose forward passes "
+                "use_cache=False (or flattens the cache) and returns tensors only")
     return (f"the {exporter} exporter could not export {name}{where}: {_summarize(error)}; "
             f"{_next_steps(exporter, model)}")
+
+
+# A Hugging Face decoder's default use_cache=True returns a Cache object: torch.export
+# finds no pytree for it, and the TorchScript tracer takes only tensors, tuples, lists
+# and dicts. Each exporter's advice is to try the other, which fails the same way.
+_CACHE_OUTPUT = re.compile(r"Found <class '(?:[\w.]+\.)?(\w*Cache)'> in output"
+                           r"|received an input of unsupported type: (\w*Cache)\b")
+
+
+def _cache_output(error: BaseException) -> str | None:
+    """The cache class a failed export stopped at (``DynamicCache``), if that is why."""
+    for each in _chain(error):
+        found = _CACHE_OUTPUT.search(str(each))
+        if found:
+            return found.group(1) or found.group(2)
+    return None
 
 
 # The dynamo exporter's own words for its steps, and ours.
@@ -169,14 +192,20 @@ _ELSEWHERE = ("export the model with a tool that works for it and compare that f
 
 def _failed_step(error: BaseException) -> str | None:
     """Which of the dynamo exporter's steps an error comes from, in words."""
-    for _ in range(10):  # the step is said by the outermost exporter error; a bound
-        found = _STEP.search(str(error))
+    for each in _chain(error):  # the step is said by the outermost exporter error
+        found = _STEP.search(str(each))
         if found:
             return _STEPS.get(found.group(1))
-        if error.__cause__ is None:
-            return None
-        error = error.__cause__
     return None
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    """``error`` and its causes, outermost first."""
+    for _ in range(10):  # a bound, in case of a cycle
+        yield error
+        if error.__cause__ is None:
+            return
+        error = error.__cause__
 
 
 def _next_steps(exporter: str, model: Any) -> str:

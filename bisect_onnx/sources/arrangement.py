@@ -19,7 +19,8 @@ from bisect_onnx.sources.graph_inputs import POSITIONAL_KEY
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["forward_parameters", "arrange_inputs", "keyword_order", "check_input_count"]
+__all__ = ["forward_parameters", "arrange_inputs", "keyword_order", "graph_keyword_order",
+           "check_input_count"]
 
 
 def forward_parameters(model: torch.nn.Module) -> tuple[list[str], int, bool]:
@@ -113,6 +114,25 @@ def keyword_order(
         raise InputError(f"the inputs name {', '.join(given)} but forward also requires "
                          f"{', '.join(missing)}; give every required parameter")
     return [name for name in forward_names if name in given]
+
+
+def graph_keyword_order(onnx_names: Sequence[str], *, forward_names: Sequence[str],
+                        required: int) -> list[str]:
+    """The names under which inputs in the ONNX graph's order go to ``forward``.
+
+    Inputs the tool draws from the graph (or a list checked against it) are in the
+    graph's order: where the graph's input names are ``forward``'s parameters but not
+    its leading ones (GPT-2's ``input_ids, attention_mask`` skip its ``cache``),
+    position would put the mask in the cache's place, so every input goes by name, in
+    the graph's order. Empty (by position) when the names are a leading run, name
+    something else (``input.1``), or leave out a required parameter.
+    """
+    names = list(onnx_names)
+    if (not names or len(set(names)) != len(names) or not set(names) <= set(forward_names)
+            or _is_prefix_cover(names, forward_names)
+            or not set(forward_names[:required]) <= set(names)):
+        return []
+    return names
 
 
 def _is_prefix_cover(keys: Sequence[str], names: Sequence[str]) -> bool:

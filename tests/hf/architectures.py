@@ -68,6 +68,16 @@ def _llama() -> torch.nn.Module:
     return Wrapper(LlamaModel(config), "input_ids")
 
 
+def gpt2(*, use_cache: bool = False) -> torch.nn.Module:
+    """GPT-2 unwrapped: ``forward(input_ids, cache, attention_mask, ...)``, so an
+    ``attention_mask`` given by position lands in the cache's place."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(n_layer=LAYERS, n_embd=HIDDEN, n_head=2, vocab_size=100,
+                        n_positions=64, use_cache=use_cache)
+    return GPT2LMHeadModel(config).eval()
+
+
 def _vit() -> torch.nn.Module:
     from transformers import ViTConfig, ViTModel
 

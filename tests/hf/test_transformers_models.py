@@ -21,6 +21,8 @@ pytest.importorskip("transformers")
 import bisect_onnx  # noqa: E402
 from bisect_onnx.events import CAPTURE_STARTED  # noqa: E402
 from bisect_onnx.graph.provenance import read_torch_metadata  # noqa: E402
+from bisect_onnx.runtime.onnx_side import input_specs  # noqa: E402
+from bisect_onnx.sources.random_inputs import synthesize_inputs, vocabulary_limits  # noqa: E402
 from tests.hf.architectures import ARCHITECTURES, T5_ENCODER  # noqa: E402
 
 CASES = [(name, exporter) for name, arch in ARCHITECTURES.items() for exporter in arch.exporters]
@@ -159,3 +161,49 @@ def test_t5_under_the_dynamo_exporter_is_pointed_at_the_torchscript_exporter():
     else:
         pytest.skip("this torch's dynamo exporter exports T5 (pytorch/pytorch #136543 fixed)")
     assert "step 2 of 3" in message and "--exporter torchscript" in message
+
+
+def test_random_inputs_from_an_onnx_file_go_to_forward_by_the_graphs_input_names(tmp_path):
+    import onnxruntime
+    import torch
+
+    from tests.hf.architectures import gpt2
+
+    torch.manual_seed(0)
+    model = gpt2()
+    path = tmp_path / "gpt2.onnx"
+    tokens = torch.zeros((1, 8), dtype=torch.int64)
+    torch.onnx.export(model, (tokens,), path, kwargs={"attention_mask": torch.ones_like(tokens)},
+                      input_names=["input_ids", "attention_mask"], dynamo=True, verbose=False)
+    seed = bisect_onnx.RandomInputs(seed=0)
+    # By position, the mask would be forward's second parameter, the cache: exit 3.
+    report = bisect_onnx.bisect(model, seed, onnx_model=path)
+    graph = onnx.load(str(path))
+    specs = input_specs(graph.graph)
+    drawn = dict(zip([spec.name for spec in specs],
+                     synthesize_inputs(specs, seed=seed.seed, int_high=vocabulary_limits(graph)),
+                     strict=True))
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    with torch.no_grad():
+        expected = model(**{name: torch.from_numpy(array) for name, array in drawn.items()})
+    error = np.abs(session.run(None, drawn)[0] - expected.logits.numpy()).max()
+    # The report's output error is forward's, fed the draws by name.
+    assert report.final_outputs[0].max_abs_error == pytest.approx(float(error), rel=1e-3,
+                                                                  abs=1e-7)
+    assert report.comparisons
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_decoder_left_at_use_cache_true_is_told_to_turn_it_off(exporter):
+    import torch
+
+    from tests.hf.architectures import gpt2
+
+    torch.manual_seed(0)
+    model = gpt2(use_cache=True)  # the default of every Hugging Face decoder
+    tokens = {"input_ids": ARCHITECTURES["bert"].make_input(np.random.default_rng(0))}
+    with pytest.raises(bisect_onnx.ModelError) as caught:
+        bisect_onnx.bisect(model, tokens, export=bisect_onnx.ExportOptions(exporter=exporter))
+    message = str(caught.value)
+    assert "returns a DynamicCache" in message and "model.config.use_cache = False" in message
+    assert "--exporter" not in message  # the other exporter fails the same way

@@ -221,6 +221,38 @@ def test_keyword_inputs_that_skip_a_parameter(tmp_path):
     assert {record.torch_module for record in report.comparisons} == {"embed", "segment"}
 
 
+CACHE_BEFORE_MASK = """
+import torch
+class Decoder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(20, 4)
+    def forward(self, input_ids, cache=None, attention_mask=None):
+        out = self.embed(input_ids)
+        if cache is not None:  # a [2, 5] mask here cannot broadcast with [2, 5, 4]
+            out = out + cache
+        return out * attention_mask.unsqueeze(-1)
+def make():
+    torch.manual_seed(0)
+    return Decoder().eval()
+"""
+
+
+def test_random_inputs_go_to_forward_by_the_graphs_input_names(tmp_path):
+    factory = _write_model(tmp_path, CACHE_BEFORE_MASK)
+    from bisect_onnx.sources.loading import load_model
+
+    ids = torch.zeros((2, 5), dtype=torch.int64)
+    torch.onnx.export(load_model(factory), (ids,), tmp_path / "decoder.onnx", dynamo=True,
+                      kwargs={"attention_mask": torch.ones_like(ids)}, verbose=False)
+    assert [i.name for i in onnx.load(str(tmp_path / "decoder.onnx")).graph.input] == [
+        "input_ids", "attention_mask"]
+    # By position the mask was forward's cache, and forward raised: exit 3.
+    status, report = run_cli(tmp_path, factory, "--onnx", tmp_path / "decoder.onnx")
+    assert status == 0 and report["verdict"] == "parity"
+    assert report["reference"]["inputs"].startswith("random")
+
+
 def _write_model(tmp_path, source: str) -> str:
     (tmp_path / "inline_model.py").write_text(source)
     return f"{tmp_path}/inline_model.py:make"

@@ -105,3 +105,25 @@ def test_a_forward_that_rejects_its_arguments_while_traced_is_a_model_error(tmp_
     message = _export_error(Picky(), tmp_path, "torchscript")
     assert "the torchscript exporter could not export Picky" in message
     assert "multiple values" in message
+
+
+class DynamicCache:
+    """Stands in for transformers' cache: an object holding tensors, no pytree for it."""
+
+    def __init__(self, key: torch.Tensor) -> None:
+        self.key = key
+
+
+class Decoder(torch.nn.Module):
+    def forward(self, x):
+        return x * 2, DynamicCache(x + 1)  # what use_cache=True returns beside the logits
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_cache_in_the_output_names_use_cache_not_the_other_exporter(tmp_path, exporter):
+    message = _export_error(Decoder(), tmp_path, exporter)
+    assert f"the {exporter} exporter could not export Decoder" in message
+    assert "returns a DynamicCache" in message
+    assert "model.config.use_cache = False" in message and "returns tensors only" in message
+    # The other exporter fails the same way: suggesting it sends the user in a circle.
+    assert "--exporter" not in message

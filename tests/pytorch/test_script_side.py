@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import numpy as np
+import onnx
 import pytest
+import torch
 
 import bisect_onnx
 from bisect_onnx.cli.command import main
 from fixtures.registry import FIXTURES, REPO_ROOT, repo_path
 from tests.planting import plant, scale_conv_weight, set_attribute, shift_bias
+from tests.torch_warnings import TORCH_JIT_DEPRECATED
 
 MODULE_ROWS = bisect_onnx.SearchOptions(granularity="module")
 
@@ -99,3 +103,65 @@ def test_cli_exports_with_the_torchscript_exporter(tmp_path, capsys, monkeypatch
     assert status == 0
     assert '"exporter": "torchscript"' in (tmp_path / "r.json").read_text()
     assert "layer1.bn1" in capsys.readouterr().out
+
+
+class SequentialNet(torch.nn.Module):
+    """Numeric children: a traced archive's export scopes them ``/body/0/Conv``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                                        torch.nn.Conv2d(8, 8, 3, padding=1))
+        self.pool = torch.nn.AdaptiveAvgPool2d(1)
+        self.head = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.head(self.pool(self.body(x)).flatten(1))
+
+
+@pytest.fixture
+def traced_sequential(tmp_path):
+    """The module, its traced archive, an input, and the archive's own export."""
+    torch.manual_seed(0)
+    model = SequentialNet().eval()
+    x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    archive = tmp_path / "archive.pt"
+    torch.jit.save(torch.jit.trace(model, torch.from_numpy(x)), archive)
+    exported = tmp_path / "archive.onnx"
+    bisect_onnx.bisect(str(archive), x, export=bisect_onnx.ExportOptions(save_to=exported))
+    return model, archive, x, exported
+
+
+SEQUENTIAL_CHILDREN = {"body.0", "body.1", "body.2"}
+
+
+@TORCH_JIT_DEPRECATED
+def test_a_traced_archives_sequential_children_are_aligned_by_their_scopes(traced_sequential):
+    model, archive, x, exported = traced_sequential
+    assert "/body/0/Conv" in {node.name for node in onnx.load(str(exported)).graph.node}
+    paths = {name for name, _ in model.named_modules() if name}
+    compared = {}
+    for form in (str(archive), model):
+        report = bisect_onnx.bisect(form, x, onnx_model=exported, search=MODULE_ROWS,
+                                    runtime=bisect_onnx.RuntimeOptions(promote="all"))
+        assert report.verdict == "parity"
+        assert not [item for item in report.unaligned if item.name in SEQUENTIAL_CHILDREN]
+        compared[type(form).__name__] = {record.torch_module for record in report.comparisons
+                                         if record.torch_module in paths}
+    assert SEQUENTIAL_CHILDREN <= compared["str"]
+    # The module form's hooks also record a module's input ("head (input)"); its
+    # module rows are the archive's.
+    assert compared["str"] == compared["SequentialNet"]
+
+
+@TORCH_JIT_DEPRECATED
+def test_a_planted_weight_in_a_traced_archives_sequential_is_found_at_its_conv(
+        traced_sequential, tmp_path):
+    model, archive, x, exported = traced_sequential
+    planted = tmp_path / "planted.onnx"
+    node_name, _ = plant(exported, planted, scale_conv_weight("/body/2/Conv", 1.5))
+    for form in (str(archive), model):
+        report = bisect_onnx.bisect(form, x, onnx_model=planted)
+        assert report.verdict == "diverged"
+        assert report.culprit is not None, report.summary()
+        assert (report.culprit.onnx_node, report.culprit.torch_module) == (node_name, "body.2")

@@ -13,7 +13,12 @@ import pytest
 
 from bisect_onnx.errors import InputError, ModelError, UsageError
 from bisect_onnx.runtime.onnx_side import InputSpec
-from bisect_onnx.sources.arrangement import arrange_inputs, check_input_count, forward_parameters
+from bisect_onnx.sources.arrangement import (
+    arrange_inputs,
+    check_input_count,
+    forward_parameters,
+    graph_keyword_order,
+)
 from bisect_onnx.sources.graph_inputs import check_against_onnx
 from bisect_onnx.sources.loading import load_input_files, load_model
 
@@ -262,6 +267,25 @@ def test_named_inputs_may_use_onnx_input_names():
 def test_named_inputs_may_leave_out_trailing_parameters():
     arranged = arrange_inputs({"x": np.array([1])}, forward_names=["x", "scale"])
     assert len(arranged) == 1
+
+
+GPT2_FORWARD = ["input_ids", "cache", "attention_mask", "token_type_ids"]
+
+
+def test_graph_inputs_that_skip_a_parameter_go_by_name_in_the_graphs_order():
+    order = graph_keyword_order(["attention_mask", "input_ids"], forward_names=GPT2_FORWARD,
+                                required=1)
+    assert order == ["attention_mask", "input_ids"]
+
+
+@pytest.mark.parametrize("onnx_names", [
+    ["input_ids"],                      # a leading run: by position
+    ["input_ids", "cache"],
+    ["input.1", "attention_mask"],      # a name forward does not take
+    ["attention_mask"],                 # leaves out the required input_ids
+])
+def test_graph_inputs_go_by_position_unless_names_must_be_used(onnx_names):
+    assert graph_keyword_order(onnx_names, forward_names=GPT2_FORWARD, required=1) == []
 
 
 def test_positional_npz_keys_are_ordered_numerically():
