@@ -52,7 +52,8 @@ def synthesize_inputs(
 
     Floats are standard normal, booleans fair coin flips, integers uniform in
     ``[0, high)`` with ``high`` from ``int_high[name]`` or a default by name
-    (2 for masks and ``token_type_ids``, else ``DEFAULT_INT_HIGH``). Free
+    (2 for ``token_type_ids``, else ``DEFAULT_INT_HIGH``); a mask (by name) is ones for a
+    random length of at least one, then zeros, as a padded batch's. Free
     dimensions take their value from ``dims[dim_param]``. The arrays' size is checked
     against ``budget`` (by default most of the memory available) before any is made.
     """
@@ -149,6 +150,8 @@ def _random_array(rng: np.random.Generator, spec: InputSpec, shape: tuple[int, .
         return rng.standard_normal(shape).astype(dtype)
     if dtype.kind == "c":
         return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+    if _is_mask(spec.name, shape) and spec.name not in int_high and dtype.kind in "biu":
+        return _padding_mask(rng, shape).astype(dtype)
     if dtype.kind == "b":
         return rng.integers(0, 2, size=shape).astype(bool)
     if dtype.kind in "iu":
@@ -157,6 +160,21 @@ def _random_array(rng: np.random.Generator, spec: InputSpec, shape: tuple[int, .
         return rng.integers(0, high, size=shape, dtype=dtype)
     raise InputError(f"input {spec.name!r} has dtype {dtype}, for which no random input is "
                      "made; pass --input with real data")
+
+
+def _is_mask(name: str, shape: tuple[int, ...]) -> bool:
+    return "mask" in name.lower() and len(shape) >= 1 and shape[-1] > 0
+
+
+def _padding_mask(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Ones for a random length of at least one, then zeros: a padded batch's mask.
+
+    Coin flips would mask every key of some query (the first position masked, with a
+    causal mask): a softmax over nothing, which PyTorch and ONNX Runtime fill in
+    differently, a divergence no real input has.
+    """
+    lengths = rng.integers(1, shape[-1] + 1, size=shape[:-1])
+    return np.arange(shape[-1]) < np.asarray(lengths)[..., None]
 
 
 def _default_int_high(name: str) -> int:

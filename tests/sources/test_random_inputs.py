@@ -220,3 +220,14 @@ def test_vocabulary_limits_on_a_real_embedding_export(dynamo):
     session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
     (got,) = session.run(None, {"ids": tokens})
     np.testing.assert_allclose(got, model(torch.from_numpy(tokens)).detach().numpy())
+
+
+def test_masks_are_a_padded_batchs_ones_then_zeros():
+    specs = [spec("attention_mask", "int64", [64, 16]), spec("pad_mask", "bool", [64, 16])]
+    for mask in synthesize_inputs(specs):
+        rows = mask.astype(np.int64)
+        assert (rows[:, 0] == 1).all()  # no query sees nothing: at least one key is kept
+        assert (np.diff(rows, axis=1) <= 0).all()  # ones, then zeros
+        assert len(set(rows.sum(axis=1))) > 1  # lengths vary
+    (segments,) = synthesize_inputs([spec("token_type_ids", "int64", [64, 16])])
+    assert (segments[:, 0] == 0).any()  # segment ids stay coin flips
