@@ -108,9 +108,11 @@ def compare_sample(
                                                      alignment.unaligned, judge)
         onnx_unaligned = op_alignment.onnx_only
     elif granularity == "op" and op_alignment is not None:
-        # Module rows are not shown: their comparisons (the costly part) are skipped.
-        comparisons, pairs, unaligned = op_rows, op_alignment.pairs, op_alignment.torch_only
-        onnx_unaligned = op_alignment.onnx_only
+        # Module rows an op row stands for are not shown (their comparisons are the
+        # costly part); one whose value no op row holds (an op the pairing does not know)
+        # stays: op level refines module level, it never drops what module level compares.
+        comparisons, pairs = _op_rows_and_the_rest(pairs, op_rows, op_alignment.pairs, judge)
+        unaligned, onnx_unaligned = op_alignment.torch_only, op_alignment.onnx_only
     else:
         comparisons = _module_rows(pairs, judge)
         if op_alignment is not None:
@@ -165,6 +167,32 @@ def _scoped_rows(pairs: Sequence[Pair], op_rows: Sequence[Record], op_alignment:
     return ([replace(row, index=index) for index, (_, _, _, row) in enumerate(rows)],
             [pair for _, _, pair, _ in rows] + list(scope.boundary),
             [*kept, *op_alignment.torch_only])
+
+
+def _op_rows_and_the_rest(module_pairs: Sequence[Pair], op_rows: Sequence[Record],
+                          op_pairs: Sequence[Pair], judge: ToleranceJudge,
+                          ) -> tuple[list[Record], list[Pair]]:
+    """Op rows, and the module rows of values no op row holds, in graph order.
+
+    A kept module row is named by its module call, not by an op its value maps to.
+    """
+    covered = {pair.candidate.name for pair in op_pairs}
+    kept: dict[str, Pair] = {}  # one row per value: the first call that holds it
+    for pair in module_pairs:
+        if pair.candidate.name not in covered and pair.candidate.name not in kept:
+            call = replace(pair.reference, provenance=replace(pair.reference.provenance,
+                                                              fx_node=None))
+            kept[pair.candidate.name] = Pair(call, pair.candidate)
+    kept = list(kept.values())
+    if not kept:
+        return list(op_rows), list(op_pairs)
+    rows = sorted([(pair.candidate.provenance.position, 0, pair, row)
+                   for pair, row in zip(op_pairs, op_rows, strict=True)]
+                  + [(pair.candidate.provenance.position, 1, pair, row)
+                     for pair, row in zip(kept, _module_rows(kept, judge), strict=True)],
+                  key=lambda item: item[:2])
+    return ([replace(row, index=index) for index, (_, _, _, row) in enumerate(rows)],
+            [pair for _, _, pair, _ in rows])
 
 
 def _module_rows(pairs: Sequence[Pair], judge: ToleranceJudge) -> list[Record]:
