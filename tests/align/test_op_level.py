@@ -15,7 +15,8 @@ from bisect_onnx.pipeline.torch_comparison import NO_OP_LEVEL
 from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
 from fixtures.architectures import ARCHITECTURES
 from fixtures.registry import FIXTURES, repo_path
-from tests.planting import fx_segment, plant, scale_initializer_input
+from tests.planting import fx_segment, plant, scale_initializer_input, set_attribute
+from tests.torch_warnings import LEGACY_EXPORTER_DEPRECATED, TORCH_JIT_DEPRECATED
 
 MODULE_ROWS = bisect_onnx.SearchOptions(granularity="module")
 OP_ROWS = bisect_onnx.SearchOptions(granularity="op")
@@ -241,3 +242,47 @@ def test_a_file_exported_elsewhere_is_traced_again_only_when_it_diverges(fixture
         report = bisect_onnx.bisect(model, inputs, onnx_model=exported)
     assert report.verdict == "parity" and report.coverage.granularity == "module"
     assert "pytorch ops" not in [event.detail for event in seen]
+
+
+@pytest.mark.parametrize("kind", ["onnx_file", "torchscript_onnx_file"])
+@pytest.mark.parametrize("name", ["tiny_transformer", "functional_attention", "resnet_like"])
+def test_op_level_compares_every_value_module_level_compares(fixture_case, name, kind):
+    model, inputs, _ = fixture_case(name)
+    path = repo_path(getattr(FIXTURES[name], kind))
+    by = {rows.granularity: bisect_onnx.bisect(model, inputs, onnx_model=path, search=rows)
+          for rows in (MODULE_ROWS, OP_ROWS)}
+    assert by["op"].coverage.granularity == "op"
+    modules = {row.onnx_value for row in by["module"].comparisons}
+    ops = {row.onnx_value for row in by["op"].comparisons}
+    assert modules <= ops, sorted(modules - ops)
+
+
+class _OneCall(torch.nn.Module):
+    """A module whose forward is one call the TorchScript op pairing does not know."""
+
+    def forward(self, x):
+        return torch.cumsum(x, -1)
+
+
+class _AroundOneCall(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.op, self.fc2 = torch.nn.Linear(8, 8), _OneCall(), torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.fc2(self.op(self.fc1(x)))
+
+
+@LEGACY_EXPORTER_DEPRECATED
+@TORCH_JIT_DEPRECATED
+def test_an_op_the_pairing_does_not_know_keeps_its_modules_row_and_its_culprit(tmp_path):
+    torch.manual_seed(0)
+    model, x = _AroundOneCall().eval(), torch.randn(2, 8)
+    exported, planted = tmp_path / "model.onnx", tmp_path / "planted.onnx"
+    torch.onnx.export(model, (x,), str(exported), dynamo=False)
+    node, _ = plant(exported, planted, set_attribute("/op/CumSum", "CumSum", "reverse", 1))
+    report = bisect_onnx.bisect(model, x.numpy(), onnx_model=planted)
+    assert report.coverage.granularity == "op"
+    assert "op" in {row.torch_module for row in report.comparisons}  # the module's row
+    assert report.culprit is not None and report.culprit.onnx_node == node
+    assert report.culprit.torch_module == "op"
