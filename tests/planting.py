@@ -108,3 +108,25 @@ def fx_segment(model: onnx.ModelProto, fx_node: str) -> list[onnx.NodeProto]:
     return [node for node in model.graph.node
             if (meta := read_torch_metadata({p.key: p.value for p in node.metadata_props}))
             and meta.fx_node == fx_node]
+
+
+def insert_mul(node_name: str, factor: float):
+    """Insert ``Mul`` by ``factor`` after ``node_name``'s first output (no counterpart)."""
+
+    def edit(model: onnx.ModelProto) -> onnx.NodeProto:
+        index, node = next((index, node) for index, node in enumerate(model.graph.node)
+                           if node.name == node_name)
+        value, scaled = node.output[0], f"{node.output[0]}_inserted"
+        for other in model.graph.node:
+            other.input[:] = [scaled if name == value else name for name in other.input]
+        for output in model.graph.output:
+            if output.name == value:
+                output.name = scaled
+        model.graph.initializer.append(onnx.numpy_helper.from_array(
+            np.asarray(factor, dtype=np.float32), f"{scaled}_factor"))
+        inserted = onnx.helper.make_node("Mul", [value, f"{scaled}_factor"], [scaled],
+                                         name="inserted_mul")
+        model.graph.node.insert(index + 1, inserted)
+        return inserted
+
+    return edit

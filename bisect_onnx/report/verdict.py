@@ -77,6 +77,16 @@ def _diverged_line(report: Report, basis: str) -> str:
         if culprit.onnx_value != record.onnx_value:
             lines.append(f"first failing value: {_where(report, record)} <- "
                          f"{describe_origin(record)}: {_describe_error(record)}")
+    elif culprit is not None and (report.attribution or {}).get("unpaired"):
+        reads = report.attribution["unpaired"]["reads"]
+        lines = [f"DIVERGED: culprit ONNX node {culprit.onnx_node!r} ({culprit.onnx_op}), which "
+                 f"has no counterpart in the reference (it reads value {reads!r}): "
+                 f"{_advice(report)}",
+                 f"taken through (its output fed the reference's value of {reads!r}), the "
+                 f"values after it agree; it changes that value by "
+                 f"{format_number(culprit.max_abs_error)}",
+                 f"first failing value: {_where(report, record)} <- "
+                 f"{describe_origin(record)}: {_describe_error(record)}"]
     elif culprit is not None:
         lines = [f"DIVERGED: culprit ONNX node {culprit.onnx_node!r} ({culprit.onnx_op}) <- "
                  f"{describe_origin(culprit)}: {_advice(report)}",

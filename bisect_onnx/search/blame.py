@@ -13,6 +13,7 @@ import logging
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,7 @@ from bisect_onnx.search.claims import (
     with_nodeless,
 )
 from bisect_onnx.search.classify import Kind
+from bisect_onnx.search.inserted import narrow_to_unpaired
 from bisect_onnx.search.local import LocalCheck, run_locally
 from bisect_onnx.search.nodeless import (
     Nodeless,
@@ -116,15 +118,21 @@ def attribute_divergence(
     first = attribution.culprit
     if first is None:
         return findings, {}
-    if ops is not None or modules is not None or kernel_references is not None:
-        inner_references = (dict(ops.values) if ops is not None
-                            else dict(kernel_references or {}))
-        if ops is None and modules is not None:
-            # Module calls stand where no op is paired (a TorchScript trace's unknown ops).
-            inner_references = {**_module_references(modules, checker.checks, candidate,
-                                                     candidate_values), **inner_references}
-        findings = _name_inside_kernels(report, findings, first, checker.checks, candidate,
-                                        inner_references, op_segments, tolerance)
+    inner_references = (dict(ops.values) if ops is not None else dict(kernel_references or {}))
+    if ops is None and modules is not None:
+        # Module calls stand where no op is paired (a TorchScript trace's unknown ops).
+        inner_references = {**_module_references(modules, checker.checks, candidate,
+                                                 candidate_values), **inner_references}
+    findings = _name_inside_kernels(report, findings, first, checker.checks, candidate,
+                                    inner_references, op_segments, tolerance)
+    findings = narrow_to_unpaired(
+        findings, checker.checks[first], candidate,
+        {**{name: value.array for name, value in inner_references.items()},
+         **reference_values}, candidate_values, tolerance.base, partial(
+            run_locally, candidate.model, candidate.path.resolve().parent,
+            graph_inputs=graph_inputs, rtol=tolerance.base.rtol, atol=tolerance.base.atol,
+            provider=candidate.provider, opt_level=candidate.opt_level, compare=compare),
+        failing[0].index)
     return findings, checker.checks[first].values
 
 

@@ -1,0 +1,118 @@
+"""A node with no counterpart in the reference, as the culprit of a failing segment.
+
+A tool or a hand edit inserts a node (a ``Mul`` after a ``ReduceMean``): its output has
+no reference value, so the local check of the value after it runs it together with its
+consumer, and no single node is shown to fail. Taken through as the reference takes
+it (its output fed the reference's value of its input, the value its consumer's
+counterpart read), the segment passes: the inserted node introduced the error, and its
+consumer only inherited it. Polygraphy's mark-all comparison names the consumer here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from bisect_onnx.align.modules import Pair
+from bisect_onnx.graph.provenance import Provenance
+from bisect_onnx.judge.compare import Status, compare_arrays
+from bisect_onnx.judge.findings import KERNEL_VALUES, AttributionFindings, LocalFigures, RowRef
+from bisect_onnx.judge.records import Record, make_record
+from bisect_onnx.judge.tolerances import Tolerance
+from bisect_onnx.runtime.sides import CapturedValue
+from bisect_onnx.search.claims import exceeds_record
+
+__all__ = ["UNPAIRED", "unpaired_culprit", "narrow_to_unpaired", "classification"]
+
+#: The isolation of a culprit that is a node the reference has no counterpart of.
+UNPAIRED = "no counterpart"
+
+#: Reruns values locally (``run_locally`` with its model and settings bound): values,
+#: then ``reference_values=`` and ``candidate_values=`` by keyword -> their checks.
+Rerun = Callable[..., Mapping[str, Any]]
+
+
+def classification() -> dict[str, Any]:
+    """What the verdict says of a node with no counterpart: whoever added it."""
+    return {"kind": "graph edit", "detail": "the node has no counterpart in the reference: "
+            "taken through, the values after it agree",
+            "file_with": "remove or fix the inserted node (a graph tool's rewrite or a hand "
+            "edit added it)", "torch_vs_onnx64": None, "ort_error": None, "torch_error": None}
+
+
+def unpaired_culprit(segment: Mapping[str, Any], check: Any, nodes: Sequence[Any],
+                     initializers: set[str], references: Mapping[str, np.ndarray],
+                     candidate_values: Mapping[str, np.ndarray], tolerance: Tolerance,
+                     rerun: Rerun, index: int) -> Record | None:
+    """The node of ``segment`` with no counterpart that alone explains its failure, if any.
+
+    ``check``: the segment value's local check (what each node computed from exact
+    inputs); ``references``: the reference's values by ONNX name, values inside the
+    segment included where the reference has them.
+    """
+    by_name = {node.name: node for node in nodes}
+    for name in segment["nodes"]:
+        node = by_name.get(name)
+        if node is None or node.torch is not None or len(node.outputs) != 1:
+            continue  # the exporter's node: it has a counterpart
+        data = [value for value in node.inputs if value and value not in initializers]
+        output = node.outputs[0]
+        before, computed = (references.get(data[0]) if len(data) == 1 else None,
+                            check.values.get(output))
+        if before is None or computed is None or np.shape(before) != np.shape(computed):
+            continue
+        changes = compare_arrays(before, computed, rtol=tolerance.rtol, atol=tolerance.atol)
+        if changes.status == Status.PASS:
+            continue  # it hands its input on: not what changes the data
+        taken_through = rerun([segment["to"]],
+                              reference_values={**references, output: np.asarray(before)},
+                              candidate_values={**candidate_values,
+                                                output: np.asarray(computed)})
+        result = taken_through[segment["to"]].comparison
+        if result is None or result.status != Status.PASS:
+            continue  # still fails without it: not the one to blame
+        record = make_record(index, Pair(
+            CapturedValue(data[0], np.asarray(before), Provenance(position=index)),
+            CapturedValue(output, np.asarray(computed), Provenance(
+                position=index, node=node.name, node_op=node.op_type))), changes)
+        return replace(record, torch_module=None, torch_op=None, source=None, fx_node=None,
+                       reference_value=data[0])
+    return None
+
+
+def narrow_to_unpaired(findings: AttributionFindings, check: Any, candidate: Any,
+                       references: Mapping[str, np.ndarray],
+                       candidate_values: Mapping[str, np.ndarray], tolerance: Tolerance,
+                       rerun: Rerun, index: int) -> AttributionFindings:
+    """The findings with a segment's node that has no counterpart as the culprit.
+
+    Unchanged where the findings name no segment, or no such node explains it.
+    """
+    if findings.segment is None or findings.culprits or check is None:
+        return findings
+    initializers = {tensor.name for tensor in candidate.model.graph.initializer}
+    record = unpaired_culprit(findings.segment, check, candidate.nodes, initializers,
+                              references, candidate_values, tolerance, rerun, index)
+    if record is None:
+        return findings
+    figures = LocalFigures(introduced_here=True, local_max_abs_error=record.max_abs_error,
+                           local_status=record.status, local_nan_mismatch=record.nan_mismatch,
+                           local_exceeds=exceeds_record(record, tolerance.atol),
+                           compute_nodes=(record.onnx_node,), isolation=UNPAIRED)
+    evidence = {**findings.evidence, "classification": classification(),
+                "unpaired": {"node": record.onnx_node, "value": record.onnx_value,
+                             "reads": record.reference_value}}
+    # The segment's own check ran the inserted node too: what it says of its last value is
+    # not decided by it (taken through, that value agrees).
+    checked = dict(findings.checked)
+    if findings.segment["to"] in checked:
+        checked[findings.segment["to"]] = replace(checked[findings.segment["to"]],
+                                                  introduced_here=None)
+    return replace(findings, checked=checked,
+                   culprits=(RowRef(record.onnx_value, KERNEL_VALUES),),
+                   kernel_values=(*findings.kernel_values, record),
+                   kernel_checked={**findings.kernel_checked, record.onnx_value: figures},
+                   segment=None, evidence=evidence)
