@@ -108,9 +108,8 @@ def compare_sample(
                                                      alignment.unaligned, judge)
         onnx_unaligned = op_alignment.onnx_only
     elif granularity == "op" and op_alignment is not None:
-        # Module rows an op row stands for are not shown (their comparisons are the
-        # costly part); one whose value no op row holds (an op the pairing does not know)
-        # stays: op level refines module level, it never drops what module level compares.
+        # Module rows an op row stands for are not shown (the costly part); one whose value
+        # no op row holds stays: op level never drops what module level compares.
         comparisons, pairs = _op_rows_and_the_rest(pairs, op_rows, op_alignment.pairs, judge)
         unaligned, onnx_unaligned = op_alignment.torch_only, op_alignment.onnx_only
     else:
