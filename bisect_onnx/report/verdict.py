@@ -67,37 +67,8 @@ def _diverged_line(report: Report, basis: str) -> str:
     record = report.first_divergence
     assert record is not None
     culprit, segment = report.culprit, report.culprit_segment
-    nodeless = (report.attribution or {}).get("nodeless")
-    if culprit is not None and nodeless:
-        lines = [f"DIVERGED: culprit {describe_origin(culprit)}, which has no ONNX node: "
-                 f"{_advice(report)}",
-                 f"it changes the value in PyTorch while ONNX hands its input on: ONNX value "
-                 f"{culprit.onnx_value!r} equals PyTorch's {nodeless['before']!r} and is off "
-                 f"by {format_number(culprit.max_abs_error)} from PyTorch's output of it"]
-        if culprit.onnx_value != record.onnx_value:
-            lines.append(f"first failing value: {_where(report, record)} <- "
-                         f"{describe_origin(record)}: {_describe_error(record)}")
-    elif culprit is not None and (report.attribution or {}).get("unpaired"):
-        reads = report.attribution["unpaired"]["reads"]
-        lines = [f"DIVERGED: culprit ONNX node {culprit.onnx_node!r} ({culprit.onnx_op}), which "
-                 f"has no counterpart in the reference (it reads value {reads!r}): "
-                 f"{_advice(report)}",
-                 f"taken through (its output fed the reference's value of {reads!r}), the "
-                 f"values after it agree; it changes that value by "
-                 f"{format_number(culprit.max_abs_error)}",
-                 f"first failing value: {_where(report, record)} <- "
-                 f"{describe_origin(record)}: {_describe_error(record)}"]
-    elif culprit is not None:
-        lines = [f"DIVERGED: culprit ONNX node {culprit.onnx_node!r} ({culprit.onnx_op}) <- "
-                 f"{describe_origin(culprit)}: {_advice(report)}",
-                 *_culprit_evidence(report, culprit)]
-        if culprit.onnx_value == record.onnx_value:
-            lines.append(f"its value {record.onnx_value!r}: {_describe_error(record)}")
-        else:
-            lines.append(f"its value {culprit.onnx_value!r}; first failing value: "
-                         f"{_where(report, record)} <- "
-                         f"{describe_origin(record)}: {_describe_error(record)}; "
-                         f"{_carries_only(report, record)}")
+    if culprit is not None:
+        lines = _culprit_lines(report, culprit, record)
     elif segment is not None:
         lines = [f"DIVERGED: {_segment_headline(segment)}",
                  f"fed {fed_description(report)} the segment is off by "
@@ -130,6 +101,42 @@ def _diverged_line(report: Report, basis: str) -> str:
         lines.append(search)
     lines.append(f"tolerance: {basis.strip('()')}")
     return "\n  ".join(lines)
+
+
+def _culprit_lines(report: Report, culprit: Record, record: Record) -> list[str]:
+    """The headline naming the culprit, its evidence, and the first failing value."""
+    nodeless = (report.attribution or {}).get("nodeless")
+    if nodeless:
+        lines = [f"DIVERGED: culprit {describe_origin(culprit)}, which has no ONNX node: "
+                 f"{_advice(report)}",
+                 f"it changes the value in PyTorch while ONNX hands its input on: ONNX value "
+                 f"{culprit.onnx_value!r} equals PyTorch's {nodeless['before']!r} and is off "
+                 f"by {format_number(culprit.max_abs_error)} from PyTorch's output of it"]
+        if culprit.onnx_value != record.onnx_value:
+            lines.append(f"first failing value: {_where(report, record)} <- "
+                         f"{describe_origin(record)}: {_describe_error(record)}")
+    elif (report.attribution or {}).get("unpaired"):
+        reads = report.attribution["unpaired"]["reads"]
+        lines = [f"DIVERGED: culprit ONNX node {culprit.onnx_node!r} ({culprit.onnx_op}), which "
+                 f"has no counterpart in the reference (it reads value {reads!r}): "
+                 f"{_advice(report)}",
+                 f"taken through (its output fed the reference's value of {reads!r}), the "
+                 f"values after it agree; it changes that value by "
+                 f"{format_number(culprit.max_abs_error)}",
+                 f"first failing value: {_where(report, record)} <- "
+                 f"{describe_origin(record)}: {_describe_error(record)}"]
+    else:
+        lines = [f"DIVERGED: culprit ONNX node {culprit.onnx_node!r} ({culprit.onnx_op}) <- "
+                 f"{describe_origin(culprit)}: {_advice(report)}",
+                 *_culprit_evidence(report, culprit)]
+        if culprit.onnx_value == record.onnx_value:
+            lines.append(f"its value {record.onnx_value!r}: {_describe_error(record)}")
+        else:
+            lines.append(f"its value {culprit.onnx_value!r}; first failing value: "
+                         f"{_where(report, record)} <- "
+                         f"{describe_origin(record)}: {_describe_error(record)}; "
+                         f"{_carries_only(report, record)}")
+    return lines
 
 
 def _advice(report: Report) -> str:

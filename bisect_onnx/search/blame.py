@@ -40,13 +40,7 @@ from bisect_onnx.search.claims import (
 from bisect_onnx.search.classify import Kind
 from bisect_onnx.search.inserted import narrow_to_unpaired
 from bisect_onnx.search.local import LocalCheck, run_locally
-from bisect_onnx.search.nodeless import (
-    Nodeless,
-    at_module_level,
-    at_op_level,
-    classification,
-    fx_span,
-)
+from bisect_onnx.search.nodeless import classification, fx_span, nodeless_culprit
 
 __all__ = ["attribute_divergence"]
 
@@ -109,9 +103,10 @@ def attribute_divergence(
                                     checker.kinds, candidate.nodes, atol=tolerance.base.atol,
                                     everything=everything, op_segments=op_segments,
                                     torch_ops=checker.torch_ops if program else None)
-    nodeless = _nodeless(failing[0], checker, report, candidate_values, program=program,
-                         ops=ops, modules=modules, op_segments=op_segments,
-                         tolerance=tolerance.of(failing[0]), training=training)
+    nodeless = nodeless_culprit(failing[0], checker.checks.get(failing[0].onnx_value),
+                                checker.fx_names, candidate_values, program=program, ops=ops,
+                                modules=modules, op_segments=op_segments,
+                                tolerance=tolerance.of(failing[0]), training=training)
     if nodeless is not None:  # the first failing value's check was fed the wrong value
         return with_nodeless(findings, nodeless, failing[0], classification(nodeless),
                              atol=tolerance.of(failing[0]).atol), {}
@@ -128,32 +123,17 @@ def attribute_divergence(
     findings = narrow_to_unpaired(
         findings, checker.checks[first], candidate,
         {**{name: value.array for name, value in inner_references.items()},
-         **reference_values}, candidate_values, tolerance.base, partial(
-            run_locally, candidate.model, candidate.path.resolve().parent,
-            graph_inputs=graph_inputs, rtol=tolerance.base.rtol, atol=tolerance.base.atol,
-            provider=candidate.provider, opt_level=candidate.opt_level, compare=compare),
-        failing[0].index)
+         **reference_values}, candidate_values, tolerance.base,
+        _rerun(candidate, graph_inputs, tolerance.base, compare), failing[0].index)
     return findings, checker.checks[first].values
 
 
-def _nodeless(first: Record, checker: _LocalChecker, report: Report,
-              candidate_values: Mapping[str, np.ndarray], *, program: Any,
-              ops: OpCapture | None, modules: Any, op_segments: Any, tolerance: Tolerance,
-              training: Collection[str]) -> Nodeless | None:
-    """A PyTorch computation ONNX has no node for, where it explains ``first``'s failure."""
-    check = checker.checks.get(first.onnx_value)
-    if check is None or check.comparison is None or check.comparison.status == Status.PASS:
-        return None
-    if ops is not None and program is not None and check.segment is not None:
-        inputs = {name: checker.fx_names.get(name, name) for name in check.segment.inputs}
-        return at_op_level(first, program, ops.values, inputs, candidate_values,
-                           set(op_segments or ()), tolerance, training)
-    if ops is None and modules is not None:
-        names = [first.onnx_value, *(check.segment.inputs if check.segment else ())]
-        candidates = {name: candidate_values[name] for name in names
-                      if name in candidate_values}
-        return at_module_level(first, modules[0].values, candidates, tolerance, training)
-    return None
+def _rerun(candidate: Any, graph_inputs: Mapping[str, np.ndarray], tolerance: Tolerance,
+           compare: Callable[[str, np.ndarray], ArrayComparison] | None) -> Callable[..., Any]:
+    """Local checks of the candidate's values with other references (one run each)."""
+    return partial(run_locally, candidate.model, candidate.path.resolve().parent,
+                   graph_inputs=graph_inputs, rtol=tolerance.rtol, atol=tolerance.atol,
+                   provider=candidate.provider, opt_level=candidate.opt_level, compare=compare)
 
 
 class _LocalChecker:

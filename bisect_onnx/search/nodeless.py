@@ -24,8 +24,8 @@ from bisect_onnx.judge.tolerances import Tolerance
 from bisect_onnx.pytorch.calls import input_of
 from bisect_onnx.runtime.sides import CapturedValue
 
-__all__ = ["Nodeless", "NO_ONNX_NODE", "at_module_level", "at_op_level", "fx_span",
-           "classification"]
+__all__ = ["Nodeless", "NO_ONNX_NODE", "nodeless_culprit", "at_module_level", "at_op_level",
+           "fx_span", "classification"]
 
 #: The isolation of a culprit that is a PyTorch computation with no ONNX node.
 NO_ONNX_NODE = "no ONNX node"
@@ -128,6 +128,30 @@ def at_op_level(first: Record, program: Any, op_values: Mapping[str, CapturedVal
                                   module in training)
             if found is not None:
                 return found
+    return None
+
+
+def nodeless_culprit(first: Record, check: Any, fx_names: Mapping[str, str],
+                     candidate_values: Mapping[str, np.ndarray], *, program: Any, ops: Any,
+                     modules: Any, op_segments: Any, tolerance: Tolerance,
+                     training: Collection[str]) -> Nodeless | None:
+    """A computation ONNX has no node for, where it explains ``first``'s failing ``check``.
+
+    At op level through the program's ops (``ops``, ``op_segments``: those with ONNX
+    nodes), else through the module calls (``modules``: the module capture and its
+    call index). ``fx_names``: ONNX value -> the FX name it was paired with.
+    """
+    if check is None or check.comparison is None or check.comparison.status == Status.PASS:
+        return None
+    if ops is not None and program is not None and check.segment is not None:
+        inputs = {name: fx_names.get(name, name) for name in check.segment.inputs}
+        return at_op_level(first, program, ops.values, inputs, candidate_values,
+                           set(op_segments or ()), tolerance, training)
+    if ops is None and modules is not None:
+        names = [first.onnx_value, *(check.segment.inputs if check.segment else ())]
+        candidates = {name: candidate_values[name] for name in names
+                      if name in candidate_values}
+        return at_module_level(first, modules[0].values, candidates, tolerance, training)
     return None
 
 
