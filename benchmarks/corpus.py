@@ -322,6 +322,18 @@ def _before(model: onnx.ModelProto, first: str, second: str) -> bool:
     return order.get(first, -1) < order.get(second, -1)
 
 
+def _segment_ops(model: onnx.ModelProto, names: list[str]) -> str:
+    """``segment of 2: MatMul, Add``."""
+    ops = {n.name: n.op_type for n in model.graph.node}
+    return f"segment of {len(names)}: " + ", ".join(ops.get(name, "?") for name in names)
+
+
+def _fast_path(case: Case) -> str:
+    """A note when the model holds a module eager PyTorch runs on its fast path."""
+    return ("; fast-path attention in the model"
+            if {"EncoderLayer", "Attention"} & set(case.blocks) else "")
+
+
 def score(case: Case, report, planted_model: onnx.ModelProto) -> None:
     """Fill in ``case.score``, ``named`` and ``cause`` from the report."""
     culprit = report.culprit
@@ -339,6 +351,7 @@ def score(case: Case, report, planted_model: onnx.ModelProto) -> None:
     neighbours = _neighbours(planted_model, case.planted)
     if culprit is None and case.planted in (segment.get("nodes") or ()):
         case.score, case.cause = "near", f"segment not narrowed ({where})"
+        case.named = _segment_ops(planted_model, segment["nodes"])
         return
     if culprit is not None and case.named in neighbours:
         side = "consumer" if _before(planted_model, case.planted, case.named) else "producer"
@@ -355,8 +368,7 @@ def score(case: Case, report, planted_model: onnx.ModelProto) -> None:
         case.cause = f"downstream node named ({where})"
     if not compared:
         case.cause += "; planted node's value not compared"
-    if {"EncoderLayer", "Attention"} & set(case.blocks):
-        case.cause += "; fast-path attention in the model"
+    case.cause += _fast_path(case)
 
 
 def bisect_case(case: Case, model, x: np.ndarray, clean_path: Path, planted_path: Path,
@@ -369,7 +381,8 @@ def bisect_case(case: Case, model, x: np.ndarray, clean_path: Path, planted_path
         else:
             report = bisect_onnx.bisect_onnx_models(clean_path, planted_path, [x])
     except Exception as error:  # noqa: BLE001 - a crash is a miss, recorded as such
-        case.score, case.cause = "wrong", f"error: {type(error).__name__}: {error}"[:200]
+        case.score = "wrong"
+        case.cause = f"error: {type(error).__name__}: {error}"[:160] + _fast_path(case)
     else:
         score(case, report, planted_model)
     case.seconds = time.perf_counter() - started
