@@ -30,7 +30,8 @@ itself (``bisect_onnx_models(original, simplified)``): the expected answer is pa
 with no hidden divergence and no culprit.
 
 ``--time-limit`` stops drawing new models once that many minutes have passed; what
-was done is reported. The JSON file holds every case.
+was done is reported. The JSON file holds every case; ``--from-json FILE`` prints a
+saved run's tables again.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import io
 import json
 import logging
 import random
+import re
 import sys
 import tempfile
 import time
@@ -320,8 +322,8 @@ def _segment_ops(model: onnx.ModelProto, names: list[str]) -> str:
 
 def _fast_path(case: Case) -> str:
     """A note when the model holds a module eager PyTorch runs on its fast path."""
-    return ("; fast-path attention in the model"
-            if {"EncoderLayer", "Attention"} & set(case.blocks) else "")
+    fast = any("EncoderLayer" in block or "Attention" in block for block in case.blocks)
+    return "; fast-path attention in the model" if fast else ""
 
 
 def score(case: Case, report, planted_model: onnx.ModelProto) -> None:
@@ -506,8 +508,14 @@ def _mean(values) -> str:
     return f"{sum(values) / len(values):.2f}" if values else "-"
 
 
-def table(cases: list[Case], simplified: list[Simplified]) -> str:
-    """The markdown tables: cases by form, exporter and kind; simplifiers; misses."""
+def _cause_group(cause: str) -> str:
+    """A miss's cause without the details that differ from case to case (input shapes)."""
+    cause = re.sub(r"float32\[[0-9,]+\]", "float32[...]", cause)
+    return re.sub(r" \(at least[^;]*", "", cause)
+
+
+def summary(cases: list[Case], simplified: list[Simplified], discards: Counter) -> str:
+    """Cases by form, exporter and kind; simplifiers; miss causes; discards."""
     lines = ["| form | exporter | plant | cases | exact | near | wrong | exact % | mean s |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for form in FORMS:
@@ -528,28 +536,36 @@ def table(cases: list[Case], simplified: list[Simplified]) -> str:
         for exporter in EXPORTERS:
             chosen = [s for s in simplified if s.tool == tool and s.exporter == exporter]
             outcomes = Counter(s.outcome for s in chosen)
-            ran = [s for s in chosen if s.nodes != (0, 0)]
+            ran = [s for s in chosen if tuple(s.nodes) != (0, 0)]
             before, after = sum(s.nodes[0] for s in ran), sum(s.nodes[1] for s in ran)
             lines.append(f"| {tool} | {exporter} | {len(chosen)} | {outcomes['parity']} | "
                          f"{outcomes['claims']} | {outcomes['diverged']} | "
                          f"{outcomes['simplifier failed']} | {outcomes['error']} | "
                          f"{before} → {after} |")
-    misses = [c for c in cases if c.score != "exact"]
-    if misses:
-        lines += ["", "| seed | exporter | form | plant | planted node | edit | named | score "
-                  "| cause |", "|---:|---|---|---|---|---|---|---|---|"]
-        for c in misses:
-            lines.append(f"| {c.seed} | {c.exporter} | {c.form} | {c.kind} | {c.planted} "
-                         f"({c.planted_op}) | {c.edit} | {c.named} | {c.score} | {c.cause} |")
-        causes = Counter(c.cause for c in misses)
-        lines += ["", "| miss cause | cases |", "|---|---:|"]
-        lines += [f"| {cause} | {count} |" for cause, count in causes.most_common()]
-    odd = [s for s in simplified if s.outcome != "parity"]
-    if odd:
-        lines += ["", "| seed | exporter | simplifier | outcome | detail |",
-                  "|---:|---|---|---|---|"]
-        lines += [f"| {s.seed} | {s.exporter} | {s.tool} | {s.outcome} | {s.detail} |"
-                  for s in odd]
+    causes = Counter((c.form, c.exporter, c.kind, c.score, _cause_group(c.cause))
+                     for c in cases if c.score != "exact")
+    if causes:
+        lines += ["", "| form | exporter | plant | score | miss cause | cases |",
+                  "|---|---|---|---|---|---:|"]
+        lines += [f"| {form} | {exporter} | {kind} | {score} | {cause} | {count} |"
+                  for (form, exporter, kind, score, cause), count in sorted(
+                      causes.items(), key=lambda item: (item[0][:3], -item[1]))]
+    if discards:
+        lines += ["", "| discarded | count |", "|---|---:|"]
+        lines += [f"| {reason} | {count} |" for reason, count in discards.most_common()]
+    return "\n".join(lines)
+
+
+def every_miss(cases: list[Case], simplified: list[Simplified]) -> str:
+    """Each missed case and each simplified file not at clean parity, one row each."""
+    lines = ["| seed | exporter | form | plant | planted node | edit | named | score | cause |",
+             "|---:|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {c.seed} | {c.exporter} | {c.form} | {c.kind} | {c.planted} "
+              f"({c.planted_op}) | {c.edit} | {c.named} | {c.score} | {c.cause} |"
+              for c in cases if c.score != "exact"]
+    lines += ["", "| seed | exporter | simplifier | outcome | detail |", "|---:|---|---|---|---|"]
+    lines += [f"| {s.seed} | {s.exporter} | {s.tool} | {s.outcome} | {s.detail} |"
+              for s in simplified if s.outcome != "parity"]
     return "\n".join(lines)
 
 
@@ -562,7 +578,14 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=20.0, metavar="MINUTES")
     parser.add_argument("--out", type=Path)
     parser.add_argument("-v", "--verbose", action="store_true", help="a line per case")
+    parser.add_argument("--from-json", type=Path, metavar="FILE",
+                        help="print the tables of a run saved with --out; run nothing")
     args = parser.parse_args()
+    if args.from_json:
+        saved = json.loads(args.from_json.read_text())
+        print_run(saved, [Case(**c) for c in saved["cases"]],
+                  [Simplified(**s) for s in saved["simplified"]])
+        return
     warnings.simplefilter("ignore")
     logging.disable(logging.WARNING)
     if args.verbose:
@@ -587,26 +610,32 @@ def main() -> None:
             run_model(seed, args.plants_per_model, Path(folder), discards, kept, cases,
                       simplified)
             done += 1
-    seconds = time.perf_counter() - started
-    kinds = vocabulary()
+    run = {"models": done, "asked": args.models, "first_seed": args.seed,
+           "seconds": time.perf_counter() - started, "vocabulary": vocabulary(),
+           "bisect_onnx": f"{bisect_onnx.__version__} from {Path(bisect_onnx.__file__).parent}",
+           "kept": dict(kept), "discards": dict(discards)}
+    print_run(run, cases, simplified)
+    if args.out:
+        args.out.write_text(json.dumps({**run, "cases": [asdict(c) for c in cases],
+                                        "simplified": [asdict(s) for s in simplified]},
+                                       indent=1))
+
+
+def print_run(run: dict, cases: list[Case], simplified: list[Simplified]) -> None:
+    """The run's header, its summary tables, then every miss."""
+    kinds = run["vocabulary"]
+    done, first = run["models"], run["first_seed"]
     print(f"grammar: {len(kinds)} ATen ops and module kinds "
           f"({sum(k.startswith('aten.') for k in kinds)} ATen ops)")
-    print(f"models: {done} of {args.models} (seeds {args.seed}..{args.seed + done - 1}), "
-          f"{len(cases)} cases, {seconds / 60:.1f} minutes, bisect-onnx "
-          f"{bisect_onnx.__version__} from {Path(bisect_onnx.__file__).parent}")
+    print(f"models: {done} of {run['asked']} (seeds {first}..{first + done - 1}), "
+          f"{len(cases)} cases, {run['seconds'] / 60:.1f} minutes, bisect-onnx "
+          f"{run['bisect_onnx']}")
     print("clean exports kept (exported, at parity): "
-          + ", ".join(f"{exporter} {kept[exporter]}" for exporter in EXPORTERS) + "\n")
-    print(table(cases, simplified))
-    if discards:
-        print("\n| discarded | count |\n|---|---:|")
-        for reason, count in discards.most_common():
-            print(f"| {reason} | {count} |")
-    if args.out:
-        args.out.write_text(json.dumps({
-            "models": done, "seconds": seconds, "vocabulary": kinds,
-            "cases": [asdict(c) for c in cases],
-            "simplified": [asdict(s) for s in simplified],
-            "kept": dict(kept), "discards": dict(discards)}, indent=1))
+          + ", ".join(f"{exporter} {run['kept'].get(exporter, 0)}" for exporter in EXPORTERS)
+          + "\n")
+    print(summary(cases, simplified, Counter(run["discards"])))
+    print("\n#### Every miss\n")
+    print(every_miss(cases, simplified))
 
 
 if __name__ == "__main__":

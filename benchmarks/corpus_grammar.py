@@ -818,7 +818,10 @@ def generate(seed: int) -> tuple[Generated, torch.Tensor]:
             block = draw.block(rng, width)
         if block.out_width == width and isinstance(block, KEEPS_WIDTH):
             reusable.append((width, block))
-        names.append(type(block).__name__.removesuffix("Block"))
+        name = type(block).__name__.removesuffix("Block")
+        if isinstance(block, ResidualBlock):
+            name += f"({type(block.body).__name__.removesuffix('Block')})"
+        names.append(name)
         blocks.append(block)
         width = block.out_width
     return Generated(blocks, names).eval(), x
