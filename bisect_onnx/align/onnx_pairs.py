@@ -56,6 +56,10 @@ NOT_IN_CANDIDATE = (
 NOT_CAPTURED = (
     "its candidate value is not among the captured values (inside a kernel ONNX Runtime "
     "fused; --promote all captures it)")
+RESHAPED = (
+    "the candidate's value of this name has another shape ({candidate} against {reference}): "
+    "a rewrite (a simplifier turning a 3-D MatMul into a 2-D Gemm) kept the name for "
+    "another tensor, so the two are not compared")
 NO_STRUCTURAL_MATCH = (
     "no value of the candidate graph is named so or matches it by structure (fused, "
     "folded or renamed beyond recognition)")
@@ -251,6 +255,11 @@ def pair_graphs(
                              reference_names)
         if pair is None:
             pairing.unpaired.append(Unaligned(name, NOT_CAPTURED, "runtime-fused"))
+        elif _reshaped(pair, array, candidate_values):
+            # Another tensor under the same name: comparing it would claim a divergence.
+            pairing.unpaired.append(Unaligned(name, RESHAPED.format(
+                candidate=list(np.shape(candidate_values[pair.candidate])),
+                reference=list(np.shape(array))), "unmatched"))
         else:
             pairing.pairs.append(pair)
     found = len(reference_values) - len(missing)
@@ -269,6 +278,14 @@ def pair_graphs(
     order = {name: index for index, name in enumerate(reference_values)}
     pairing.pairs.sort(key=lambda pair: order[pair.reference])
     return pairing
+
+
+def _reshaped(pair: ValuePair, reference: np.ndarray,
+              candidate_values: Mapping[str, np.ndarray]) -> bool:
+    """A pair by name whose candidate holds another shape (not a quantized form of it)."""
+    candidate = candidate_values.get(pair.candidate)
+    return (candidate is not None and pair.how == "name"
+            and np.shape(candidate) != np.shape(reference))
 
 
 def pair_uncaptured(reference: onnx.ModelProto, reference_values: Mapping[str, np.ndarray],

@@ -601,3 +601,37 @@ def test_a_tolerance_file_saved_with_a_byte_order_mark_reads_alike(tmp_path):
     path.write_bytes(b"\xef\xbb\xbffc*\t1e-2\t1e-3\n")
     (rule,) = read_tolerance_file(path)
     assert rule.pattern == "fc*"
+
+
+def _relu_graph(path, *, flattened: bool):
+    """x -> Relu (named r) -> ReduceSum; ``flattened`` computes r as [8, 8], then back."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes, initializers = [], []
+    source = "x"
+    if flattened:  # as a simplifier might, with the same value name for another shape
+        initializers += [numpy_helper.from_array(np.array([8, 8], np.int64), "flat"),
+                         numpy_helper.from_array(np.array([2, 4, 8], np.int64), "back")]
+        nodes.append(helper.make_node("Reshape", ["x", "flat"], ["x_flat"], name="to_flat"))
+        source = "x_flat"
+    nodes.append(helper.make_node("Relu", [source], ["r"], name="relu"))
+    relu = "r"
+    if flattened:
+        nodes.append(helper.make_node("Reshape", ["r", "back"], ["r_back"], name="to_back"))
+        relu = "r_back"
+    nodes.append(helper.make_node("ReduceSum", [relu], ["out"], name="sum", keepdims=0))
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 8])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [])], initializers)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def test_a_name_kept_for_another_shape_is_not_compared(tmp_path):
+    reference, candidate = tmp_path / "reference.onnx", tmp_path / "candidate.onnx"
+    _relu_graph(reference, flattened=False)
+    _relu_graph(candidate, flattened=True)
+    x = np.random.default_rng(0).standard_normal((2, 4, 8)).astype(np.float32)
+    report = bisect_onnx.bisect_onnx_models(reference, candidate, x)
+    assert report.verdict == "parity" and not report.hidden_divergences
+    (declined,) = [item for item in report.unaligned if item.name == "r"]
+    assert "another shape ([8, 8] against [2, 4, 8])" in declined.reason
