@@ -28,6 +28,7 @@ from bisect_onnx.pipeline.prepare import arrange_for, prepare_candidate, resolve
 from bisect_onnx.pipeline.pytorch_vs_onnx import Settings, run_prepared
 from bisect_onnx.pipeline.samples import as_arrays
 from bisect_onnx.pipeline.torch_comparison import compare_final_outputs, is_vacuity
+from bisect_onnx.pytorch.fast_paths import as_the_exporter_runs
 from bisect_onnx.pytorch.parking import parking_for
 from bisect_onnx.pytorch.reference import exit_is_a_model_error, reference_for
 from bisect_onnx.report.json import write_json
@@ -81,7 +82,8 @@ def assert_parity(
     label = output.label or reference.side.describe().get("class", "model")
     given = as_arrays(inputs)
     with (tempfile.TemporaryDirectory(prefix="bisect-onnx-parity-") as workdir,
-          parking_for(reference.exportable, Path(workdir)) as parking):
+          parking_for(reference.exportable, Path(workdir)) as parking,
+          as_the_exporter_runs()):  # as bisect runs it: the exporters' path
         prepared = prepare_candidate(reference, given, onnx_model, export, Path(workdir))
         arrays = arrange_for(reference, prepared.candidate, given)
         check_against_onnx(arrays, prepared.candidate.inputs)

@@ -68,6 +68,7 @@ from bisect_onnx.pipeline.torch_comparison import (
     subgraph_warnings,
 )
 from bisect_onnx.pytorch.exporter_imports import imported_meanwhile
+from bisect_onnx.pytorch.fast_paths import as_the_exporter_runs
 from bisect_onnx.pytorch.op_values import OpCapture
 from bisect_onnx.pytorch.parking import WeightParking, parking_for
 from bisect_onnx.pytorch.reference import Reference, exit_is_a_model_error, reference_for
@@ -156,7 +157,8 @@ def bisect(
     export = resolve_export(reference, onnx_model, export)
     given = given_input_sets(inputs)
     with (tempfile.TemporaryDirectory(prefix="bisect-onnx-") as workdir,
-          parking_for(reference.exportable, Path(workdir)) as parking):
+          parking_for(reference.exportable, Path(workdir)) as parking,
+          as_the_exporter_runs()):  # attention layers' fast paths have no ONNX graph
         # The export is made on the first input set (and PyTorch's run on it kept).
         prepared = prepare_candidate(reference, given[0][0] if given else None, onnx_model,
                                      export, Path(workdir), runtime)
