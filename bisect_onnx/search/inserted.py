@@ -67,11 +67,13 @@ def unpaired_culprit(segment: Mapping[str, Any], check: Any, nodes: Sequence[Any
         changes = compare_arrays(before, computed, rtol=tolerance.rtol, atol=tolerance.atol)
         if changes.status == Status.PASS:
             continue  # it hands its input on: not what changes the data
-        taken_through = rerun([segment["to"]],
+        # The checked value itself (the segment may have been narrowed inside it): the
+        # one whose reference the run's judge knows.
+        taken_through = rerun([check.value],
                               reference_values={**references, output: np.asarray(before)},
                               candidate_values={**candidate_values,
                                                 output: np.asarray(computed)})
-        result = taken_through[segment["to"]].comparison
+        result = taken_through[check.value].comparison
         if result is None or result.status != Status.PASS:
             continue  # still fails without it: not the one to blame
         record = make_record(index, Pair(
