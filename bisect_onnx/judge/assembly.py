@@ -77,7 +77,8 @@ def assemble(findings: Findings) -> Report:
     refinement = findings.refinement
     narrowed_to_node = refinement is not None and refinement.node is not None
     segment = attribution.segment if attribution is not None else None
-    if segment is not None and narrowed_to_node and refinement.node[0] in segment["nodes"]:
+    if (segment is not None and narrowed_to_node and refinement.node[0] in segment["nodes"]
+            and segment["to"] in checked):
         # The node inside the segment that differs from the op's own translation, fed
         # the same exact inputs, with every node before it agreeing: it is isolated.
         attribution = replace(attribution, segment=None,
