@@ -75,15 +75,13 @@ def assemble(findings: Findings) -> Report:
               KERNEL_VALUES: kernel_values}
     said: list[Any] = []
     refinement = findings.refinement
-    narrowed_to_node = refinement is not None and refinement.node is not None
-    segment = attribution.segment if attribution is not None else None
-    if (segment is not None and narrowed_to_node and refinement.node[0] in segment["nodes"]
-            and segment["to"] in checked):
+    narrowed = _narrowed_in(attribution, refinement)
+    if narrowed == "segment":
         # The node inside the segment that differs from the op's own translation, fed
         # the same exact inputs, with every node before it agreeing: it is isolated.
-        attribution = replace(attribution, segment=None,
-                              culprits=(RowRef(segment["to"]), *attribution.culprits))
-    culprit_refs = _shown_culprits(attribution, tables, said, narrowed_to_node)
+        attribution = replace(attribution, segment=None, culprits=(
+            RowRef(attribution.segment["to"]), *attribution.culprits))
+    culprit_refs = _shown_culprits(attribution, tables, said, narrowed is not None)
     first = comparison.first_divergence
     _check_first_divergence(comparison.verdict, first, tables, comparison.final_outputs)
     if refinement is not None:
@@ -123,7 +121,9 @@ def assemble(findings: Findings) -> Report:
         culprit_segment=(dict(attribution.segment) if attribution is not None
                          and attribution.segment is not None else None),
         first_divergence_ref=first,
-        culprit_ref=culprit_refs[0] if culprit_refs else None,
+        # A segment named first: later culprits are listed, none is *the* culprit.
+        culprit_ref=(culprit_refs[0] if culprit_refs and (
+            attribution is None or attribution.segment is None) else None),
         culprit_refs=(tuple(culprit_refs) if attribution is not None and attribution.listed_all
                       else None),
         nan_origin_ref=comparison.nan_origin,
@@ -134,6 +134,39 @@ def assemble(findings: Findings) -> Report:
 def amended(report: Report, **changes: Any) -> Report:
     """``report`` assembled again with some of its findings changed (``repro=...``)."""
     return assemble(replace(report.findings, **changes))
+
+
+#: Ops that only move data: where a segment's nodes outside the op found wrong inside it
+#: are all of these, the op's inputs are its segment's inputs, rearranged.
+_DATA_MOVEMENT = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten",
+                            "Expand", "Identity", "Slice", "Split", "Concat", "Gather"})
+
+
+def _narrowed_in(attribution: AttributionFindings | None, refinement: Any) -> str | None:
+    """What the refinement's node isolates: ``culprit``, ``segment`` or ``None``.
+
+    ``culprit``: the first culprit's checked nodes hold it; ``segment``: the segment
+    named instead of a culprit holds it. A node found inside an op stands for the
+    segment only where the segment's other nodes only move data: a compute node
+    upstream could have fed the op wrong inputs.
+    """
+    if attribution is None or refinement is None or refinement.node is None:
+        return None
+    node = refinement.node[0]
+    segment = attribution.segment
+    if segment is not None:
+        inside = set((refinement.inside_op or {}).get("nodes") or ())
+        outside = [name for name in segment["nodes"] if name not in inside]
+        ops = segment.get("ops") or {}
+        if (node in segment["nodes"] and segment["to"] in attribution.checked
+                and all(ops.get(name) in _DATA_MOVEMENT for name in outside)):
+            return "segment"
+        return None
+    if attribution.culprits:
+        figures = attribution.checked.get(attribution.culprits[0].value)
+        if figures is not None and (node in figures.compute_nodes or not figures.compute_nodes):
+            return "culprit"
+    return None
 
 
 def _strict() -> bool:
@@ -214,8 +247,7 @@ def _refine(tables: dict[str, list[Record]], refinement: Any, culprit: RowRef | 
     """The node found inside the culprit's op (else the first divergence's), and op names."""
     targets = [ref for ref in (culprit, first) if ref is not None]
     if refinement.node is not None and targets:
-        _rename(tables, targets[0], onnx_node=refinement.node[0],
-                onnx_op=refinement.node[1], also=first if targets[0] == culprit else None)
+        _rename(tables, targets[0], onnx_node=refinement.node[0], onnx_op=refinement.node[1])
     for ref in targets:
         fx_node = refinement.fx_nodes.get(ref.value)
         row = _find(tables, ref)
@@ -223,9 +255,8 @@ def _refine(tables: dict[str, list[Record]], refinement: Any, culprit: RowRef | 
             _rename(tables, ref, fx_node=fx_node)
 
 
-def _rename(tables: dict[str, list[Record]], ref: RowRef, *, also: RowRef | None = None,
-            **fields: Any) -> None:
-    """Give the record ``ref`` names (and ``also``'s, where it is the same record)."""
+def _rename(tables: dict[str, list[Record]], ref: RowRef, **fields: Any) -> None:
+    """Give the record ``ref`` names, in every list that holds it."""
     row = _find(tables, ref)
     if row is None:
         return

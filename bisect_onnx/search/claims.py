@@ -112,11 +112,13 @@ def attribution_findings(rows: Sequence[Record], attribution: Attribution,
     for record in rows:
         records.setdefault(record.onnx_value, record)
     checked: dict[str, LocalFigures] = {}
+    op_types: dict[str, dict[str, str]] = {}
     for name, result in attribution.checked.items():
         check, kind = checks.get(name), kinds.get(name)
         local = check.comparison if check else None
         compute = (compute_nodes(nodes, check.segment.nodes)
                    if check is not None and check.segment is not None else [])
+        op_types[name] = {node.name: node.op_type for node in compute}
         record_atol = records[name].atol if name in records else None
         checked[name] = LocalFigures(
             introduced_here=None if result is None else result.fails,
@@ -131,7 +133,8 @@ def attribution_findings(rows: Sequence[Record], attribution: Attribution,
     culprits = [RowRef(name) for name in attribution.culprits]
     segment = None
     if culprits and checked[culprits[0].value].isolation is None:
-        segment = _segment(checks[culprits[0].value], checked[culprits[0].value])
+        segment = _segment(checks[culprits[0].value], checked[culprits[0].value],
+                           op_types[culprits[0].value])
         culprits = culprits[1:] if everything else []
     first = attribution.culprit
     evidence = {
@@ -161,6 +164,7 @@ def narrowed_segment(nodes: Sequence[Any], indices: Sequence[int], compute: Sequ
                 if name and name not in computed]
     return {"from": list(dict.fromkeys(entering)), "to": inner.onnx_value,
             "nodes": [node.name for node in compute],
+            "ops": {node.name: node.op_type for node in compute},
             "local_max_abs_error": inner.max_abs_error,
             "local_nan_mismatch": inner.nan_mismatch}
 
@@ -198,10 +202,11 @@ def _isolation(name: str, compute: Sequence[Any],
     return found
 
 
-def _segment(check: LocalCheck, figures: LocalFigures) -> dict[str, Any]:
+def _segment(check: LocalCheck, figures: LocalFigures,
+             op_types: Mapping[str, str]) -> dict[str, Any]:
     """The segment a check ran, as the report names it."""
     return {"from": list(check.segment.inputs) if check.segment else [],
-            "to": check.value, "nodes": list(figures.compute_nodes),
+            "to": check.value, "nodes": list(figures.compute_nodes), "ops": dict(op_types),
             "local_max_abs_error": figures.local_max_abs_error,
             "local_nan_mismatch": figures.local_nan_mismatch}
 

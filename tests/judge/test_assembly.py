@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from bisect_onnx.judge.assembly import STRICT_ENV, InvariantError, assemble
@@ -71,17 +73,25 @@ def test_a_culprit_its_evidence_does_not_hold_is_an_error_in_strict_runs(local, 
 
 
 def test_a_node_found_inside_a_checked_segment_is_the_culprit():
-    segment = {"from": ["v0"], "to": "v1", "nodes": ["node_a", "node_1"]}
+    segment = {"from": ["v0"], "to": "v1", "nodes": ["node_t", "node_a", "node_1"],
+               "ops": {"node_t": "Transpose", "node_a": "Mul", "node_1": "Add"}}
     attribution = AttributionFindings(
         checked={"v1": figures(isolation=None, compute_nodes=("node_a", "node_1"))},
         segment=segment)
     alone = assemble(Findings(comparison(), attribution=attribution))
     assert alone.culprit is None and alone.culprit_segment == segment
-    narrowed = assemble(Findings(comparison(), attribution=attribution,
-                                 refinement=Refinement(node=("node_a", "Mul"))))
+    inside_op = {"nodes": ["node_a", "node_1"]}  # the op's nodes; node_t only moves data
+    narrowed = assemble(Findings(comparison(), attribution=attribution, refinement=Refinement(
+        inside_op=inside_op, node=("node_a", "Mul"))))
     assert narrowed.culprit_segment is None
     assert (narrowed.culprit.onnx_node, narrowed.culprit.onnx_op) == ("node_a", "Mul")
     assert narrowed.first_divergence is narrowed.culprit
+    # Another compute node upstream of the op could have fed it wrong inputs: no culprit.
+    upstream = replace(attribution, segment={**segment, "ops": {**segment["ops"],
+                                                                "node_t": "MatMul"}})
+    kept = assemble(Findings(comparison(), attribution=upstream, refinement=Refinement(
+        inside_op=inside_op, node=("node_a", "Mul"))))
+    assert kept.culprit is None and kept.culprit_segment is not None
 
 
 def test_a_coverage_the_rows_do_not_hold_is_counted_from_the_rows(monkeypatch):
