@@ -262,6 +262,7 @@ class _Models:
             attribution, local_values = attribute_divergence(
                 report, candidate, values.reference, values.candidate, values.graph_inputs,
                 tolerance=paired.judge, everything=self.all_culprits,
+                has_counterpart=_in_graph(reference.model),
                 compare=local_judge(paired.judge, pairs, reference_capture),
                 kernel_references=kernel_references(paired, reference_capture))
             if attribution is not None:
@@ -283,6 +284,12 @@ class _Models:
                                          report.comparisons),
             warnings=(warning,) if warning else ()))
         return assemble(findings), values, paired.judge
+
+
+def _in_graph(model: Any) -> Any:
+    """Whether a candidate node is one the reference graph holds (by name)."""
+    names = {node.name for node in model.graph.node if node.name}
+    return lambda node: node.name in names
 
 
 def _reference_runtime(reference: Any) -> dict[str, Any]:

@@ -59,6 +59,8 @@ def attribute_sample(settings: Any, findings: Findings, arrays: Sequence[np.ndar
         values.reference.update(bisection.references)
         values.candidate.update({name: value.array for name, value
                                  in bisection.capture.values.items()})
+    # Attributed afresh: what an earlier attribution found is not carried over.
+    findings = replace(findings, attribution=None, refinement=None)
     report = assemble(findings)
     if not (report.diverged or report.hidden_divergences):  # hidden ones have culprits too
         return findings, values

@@ -38,7 +38,7 @@ from bisect_onnx.search.claims import (
     with_nodeless,
 )
 from bisect_onnx.search.classify import Kind
-from bisect_onnx.search.inserted import narrow_to_unpaired
+from bisect_onnx.search.inserted import exporters_node, narrow_to_unpaired
 from bisect_onnx.search.local import LocalCheck, run_locally
 from bisect_onnx.search.nodeless import classification, fx_span, nodeless_culprit
 
@@ -64,6 +64,7 @@ def attribute_divergence(
     torch_float64: Callable[[LocalCheck], np.ndarray | None] | None = None,
     op_segments: Mapping[str, Sequence[Any]] | None = None,
     training: Collection[str] = (),
+    has_counterpart: Callable[[Any], bool] | None = None,
 ) -> tuple[AttributionFindings | None, dict[str, np.ndarray]]:
     """Find which failing values were introduced where they fail, and classify them.
 
@@ -84,6 +85,7 @@ def attribute_divergence(
     rerun). ``op_segments`` (op name -> its ONNX nodes) tells a check of one op's nodes
     from one of several ops. ``training``: module paths of mode-dependent modules left
     in training mode (a computation with no ONNX node there is PyTorch's mode).
+    ``has_counterpart``: whether the reference has a node (default: the exporter made it).
     """
     failing = [record for record in report.comparisons if record.failed]
     if (report.search or {}).get("first_failing") and report.first_divergence in failing:
@@ -103,10 +105,10 @@ def attribute_divergence(
                                     checker.kinds, candidate.nodes, atol=tolerance.base.atol,
                                     everything=everything, op_segments=op_segments,
                                     torch_ops=checker.torch_ops if program else None)
-    nodeless = nodeless_culprit(failing[0], checker.checks.get(failing[0].onnx_value),
-                                checker.fx_names, candidate_values, program=program, ops=ops,
-                                modules=modules, op_segments=op_segments,
-                                tolerance=tolerance.of(failing[0]), training=training)
+    nodeless = _safely(None, "a computation with no ONNX node", partial(
+        nodeless_culprit, failing[0], checker.checks.get(failing[0].onnx_value),
+        checker.fx_names, candidate_values, program=program, ops=ops, modules=modules,
+        op_segments=op_segments, tolerance=tolerance.of(failing[0]), training=training))
     if nodeless is not None:  # the first failing value's check was fed the wrong value
         return with_nodeless(findings, nodeless, failing[0], classification(nodeless),
                              atol=tolerance.of(failing[0]).atol), {}
@@ -118,14 +120,25 @@ def attribute_divergence(
         # Module calls stand where no op is paired (a TorchScript trace's unknown ops).
         inner_references = {**_module_references(modules, checker.checks, candidate,
                                                  candidate_values), **inner_references}
-    findings = _name_inside_kernels(report, findings, first, checker.checks, candidate,
-                                    inner_references, op_segments, tolerance)
-    findings = narrow_to_unpaired(
-        findings, checker.checks[first], candidate,
+    findings = _safely(findings, "the value inside a kernel", partial(
+        _name_inside_kernels, report, findings, first, checker.checks, candidate,
+        inner_references, op_segments, tolerance))
+    findings = _safely(findings, "a node with no counterpart", partial(
+        narrow_to_unpaired, findings, checker.checks[first], candidate,
         {**{name: value.array for name, value in inner_references.items()},
          **reference_values}, candidate_values, tolerance.base,
-        _rerun(candidate, graph_inputs, tolerance.base, compare), failing[0].index)
+        _rerun(candidate, graph_inputs, tolerance.base, compare), failing[0].index,
+        has_counterpart or exporters_node))
     return findings, checker.checks[first].values
+
+
+def _safely(fallback: Any, what: str, step: Callable[[], Any]) -> Any:
+    """A refinement's result, or ``fallback`` where it fails: it must not cost the report."""
+    try:
+        return step()
+    except Exception:  # any failure of a refinement leaves the findings as they were
+        logger.info("could not look for %s", what, exc_info=True)
+        return fallback
 
 
 def _rerun(candidate: Any, graph_inputs: Mapping[str, np.ndarray], tolerance: Tolerance,

@@ -25,7 +25,8 @@ from bisect_onnx.judge.tolerances import Tolerance
 from bisect_onnx.runtime.sides import CapturedValue
 from bisect_onnx.search.claims import exceeds_record
 
-__all__ = ["UNPAIRED", "unpaired_culprit", "narrow_to_unpaired", "classification"]
+__all__ = ["UNPAIRED", "unpaired_culprit", "narrow_to_unpaired", "classification",
+           "exporters_node"]
 
 #: The isolation of a culprit that is a node the reference has no counterpart of.
 UNPAIRED = "no counterpart"
@@ -43,27 +44,37 @@ def classification() -> dict[str, Any]:
             "edit added it)", "torch_vs_onnx64": None, "ort_error": None, "torch_error": None}
 
 
+def exporters_node(node: Any) -> bool:
+    """Whether a node is the exporter's: dynamo metadata, or a TorchScript scope name."""
+    return node.torch is not None or node.name.startswith("/")
+
+
 def unpaired_culprit(segment: Mapping[str, Any], check: Any, nodes: Sequence[Any],
                      initializers: set[str], references: Mapping[str, np.ndarray],
                      candidate_values: Mapping[str, np.ndarray], tolerance: Tolerance,
-                     rerun: Rerun, index: int) -> Record | None:
+                     rerun: Rerun, index: int,
+                     has_counterpart: Callable[[Any], bool]) -> Record | None:
     """The node of ``segment`` with no counterpart that alone explains its failure, if any.
 
     ``check``: the segment value's local check (what each node computed from exact
     inputs); ``references``: the reference's values by ONNX name, values inside the
-    segment included where the reference has them.
+    segment included where the reference has them; ``has_counterpart``: whether the
+    reference has the node (the exporter made it, or the reference graph holds it).
     """
     by_name = {node.name: node for node in nodes}
     for name in segment["nodes"]:
         node = by_name.get(name)
-        if node is None or node.torch is not None or len(node.outputs) != 1:
-            continue  # the exporter's node: it has a counterpart
+        if node is None or len(node.outputs) != 1 or has_counterpart(node):
+            continue
         data = [value for value in node.inputs if value and value not in initializers]
         output = node.outputs[0]
+        if output in references:
+            continue  # the reference computes its value: it has a counterpart
         before, computed = (references.get(data[0]) if len(data) == 1 else None,
                             check.values.get(output))
-        if before is None or computed is None or np.shape(before) != np.shape(computed):
-            continue
+        if (before is None or computed is None or np.shape(before) != np.shape(computed)
+                or np.asarray(before).dtype != np.asarray(computed).dtype):
+            continue  # another shape or type (a Cast): its consumers cannot read its input
         changes = compare_arrays(before, computed, rtol=tolerance.rtol, atol=tolerance.atol)
         if changes.status == Status.PASS:
             continue  # it hands its input on: not what changes the data
@@ -88,7 +99,9 @@ def unpaired_culprit(segment: Mapping[str, Any], check: Any, nodes: Sequence[Any
 def narrow_to_unpaired(findings: AttributionFindings, check: Any, candidate: Any,
                        references: Mapping[str, np.ndarray],
                        candidate_values: Mapping[str, np.ndarray], tolerance: Tolerance,
-                       rerun: Rerun, index: int) -> AttributionFindings:
+                       rerun: Rerun, index: int,
+                       has_counterpart: Callable[[Any], bool] = exporters_node,
+                       ) -> AttributionFindings:
     """The findings with a segment's node that has no counterpart as the culprit.
 
     Unchanged where the findings name no segment, or no such node explains it.
@@ -97,7 +110,8 @@ def narrow_to_unpaired(findings: AttributionFindings, check: Any, candidate: Any
         return findings
     initializers = {tensor.name for tensor in candidate.model.graph.initializer}
     record = unpaired_culprit(findings.segment, check, candidate.nodes, initializers,
-                              references, candidate_values, tolerance, rerun, index)
+                              references, candidate_values, tolerance, rerun, index,
+                              has_counterpart)
     if record is None:
         return findings
     figures = LocalFigures(introduced_here=True, local_max_abs_error=record.max_abs_error,
@@ -110,9 +124,8 @@ def narrow_to_unpaired(findings: AttributionFindings, check: Any, candidate: Any
     # The segment's own check ran the inserted node too: what it says of its last value is
     # not decided by it (taken through, that value agrees).
     checked = dict(findings.checked)
-    if findings.segment["to"] in checked:
-        checked[findings.segment["to"]] = replace(checked[findings.segment["to"]],
-                                                  introduced_here=None)
+    if check.value in checked:
+        checked[check.value] = replace(checked[check.value], introduced_here=None)
     return replace(findings, checked=checked,
                    culprits=(RowRef(record.onnx_value, KERNEL_VALUES),),
                    kernel_values=(*findings.kernel_values, record),

@@ -117,7 +117,13 @@ def at_op_level(first: Record, program: Any, op_values: Mapping[str, CapturedVal
         output = op_values.get(read.name)
         if read.name not in in_span or read.name in has_nodes or output is None:
             continue
+        # Only the checked inputs ``read`` is made from, through ops with no ONNX node: a
+        # weight-only op (a permute of a parameter, folded into an initializer) reaches
+        # none, and explains nothing.
+        sources = _made_from(read, set(inputs.values()), has_nodes)
         for onnx_name, fx_name in inputs.items():
+            if fx_name not in sources:
+                continue
             entering = op_values.get(fx_name)
             if entering is None or onnx_name not in candidate_values:
                 continue
@@ -153,6 +159,28 @@ def nodeless_culprit(first: Record, check: Any, fx_names: Mapping[str, str],
                       if name in candidate_values}
         return at_module_level(first, modules[0].values, candidates, tolerance, training)
     return None
+
+
+def _made_from(node: Any, frontier: set[str], has_nodes: Collection[str]) -> set[str]:
+    """The ``frontier`` values ``node`` is computed from through ops with no ONNX node.
+
+    Empty where the walk meets an op that has ONNX nodes first (then that op, not a
+    missing one, stands between).
+    """
+    reached, stack, seen = set(), [node], set()
+    while stack:
+        current = stack.pop()
+        for source in current.all_input_nodes:
+            if source.name in seen:
+                continue
+            seen.add(source.name)
+            if source.name in frontier:
+                reached.add(source.name)
+            elif source.op == "call_function":
+                if source.name in has_nodes:
+                    return set()
+                stack.append(source)
+    return reached
 
 
 def _changed_here(entering: CapturedValue, output: CapturedValue, candidate: CapturedValue,
