@@ -115,11 +115,8 @@ def attribute_divergence(
     first = attribution.culprit
     if first is None:
         return findings, {}
-    inner_references = (dict(ops.values) if ops is not None else dict(kernel_references or {}))
-    if ops is None and modules is not None:
-        # Module calls stand where no op is paired (a TorchScript trace's unknown ops).
-        inner_references = {**_module_references(modules, checker.checks, candidate,
-                                                 candidate_values), **inner_references}
+    inner_references = _inner_references(ops, kernel_references, modules, checker.checks,
+                                         candidate, candidate_values)
     findings = _safely(findings, "the value inside a kernel", partial(
         _name_inside_kernels, report, findings, first, checker.checks, candidate,
         inner_references, op_segments, tolerance))
@@ -130,6 +127,17 @@ def attribute_divergence(
         _rerun(candidate, graph_inputs, tolerance.base, compare), failing[0].index,
         has_counterpart or exporters_node))
     return findings, checker.checks[first].values
+
+
+def _inner_references(ops: OpCapture | None, kernel_references: Any, modules: Any,
+                      checks: Mapping[str, LocalCheck], candidate: Any,
+                      candidate_values: Mapping[str, np.ndarray]) -> dict[str, CapturedValue]:
+    """PyTorch's values of what the failing values' segments compute inside them."""
+    inner = dict(ops.values) if ops is not None else dict(kernel_references or {})
+    if ops is None and modules is not None:
+        # Module calls stand where no op is paired (a TorchScript trace's unknown ops).
+        inner = {**_module_references(modules, checks, candidate, candidate_values), **inner}
+    return inner
 
 
 def _safely(fallback: Any, what: str, step: Callable[[], Any]) -> Any:
