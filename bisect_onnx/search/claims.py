@@ -197,7 +197,11 @@ def _isolation(name: str, compute: Sequence[Any],
                op_segments: Mapping[str, Sequence[Any]] | None,
                torch_ops: Callable[[str], int | None] | None) -> str | None:
     found = isolation(compute, op_segments)
-    if found is None and torch_ops is not None and torch_ops(name) == 1:
+    # One torch op between the segment's inputs and its value stands for all its nodes
+    # only where none of them lacks the metadata the others carry: such a node (inserted
+    # by a tool) has no counterpart in that op.
+    uniform = len({node.torch is None for node in compute}) <= 1
+    if found is None and uniform and torch_ops is not None and torch_ops(name) == 1:
         return OP
     return found
 
