@@ -32,7 +32,7 @@ from bisect_onnx.search.attribution import CulpritSearch, LocalResult
 from bisect_onnx.search.claims import (
     attribution_findings,
     compute_nodes,
-    exceeds_record,
+    exceeds,
     isolation,
     narrowed_segment,
     with_nodeless,
@@ -265,7 +265,7 @@ def _name_inside_kernels(report: Report, findings: AttributionFindings, first: s
         checked[inner.onnx_value] = LocalFigures(
             introduced_here=True, local_max_abs_error=inner.local_max_abs_error,
             local_status=inner.local_status, local_nan_mismatch=inner.nan_mismatch,
-            local_exceeds=exceeds_record(inner, tolerance.of(inner).atol),
+            local_exceeds=exceeds(inner, tolerance.of(inner).atol),
             classification=inner.classification,
             compute_nodes=tuple(node.name for node in compute), isolation=kind)
         refs.append(RowRef(inner.onnx_value, KERNEL_VALUES))

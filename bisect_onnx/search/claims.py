@@ -20,7 +20,7 @@ from bisect_onnx.search.attribution import Attribution
 from bisect_onnx.search.local import LocalCheck
 from bisect_onnx.search.nodeless import NO_ONNX_NODE
 
-__all__ = ["attribution_findings", "compute_nodes", "isolation", "exceeds", "exceeds_record",
+__all__ = ["attribution_findings", "compute_nodes", "isolation", "exceeds",
            "narrowed_segment", "with_nodeless", "NODE", "OP", "NO_ONNX_NODE"]
 
 NODE = "node"
@@ -68,28 +68,21 @@ def isolation(compute: Sequence[Any],
     return None
 
 
-def exceeds(local: ArrayComparison | None, atol: float) -> bool:
-    """Whether a local result is out of its tolerance by a figure the report can state.
+def exceeds(local: ArrayComparison | Record | None, atol: float) -> bool:
+    """Whether a result is out of its tolerance by a figure the report can state.
 
     A failing status alone is not enough: the figure printed beside the claim (the
-    smallest passing atol, or NaN/Inf in other places) must show it.
+    smallest passing atol, or NaN/Inf in other places) must show it. ``local`` is a
+    local run's comparison, or a record's own figures (a value inside a fused kernel,
+    judged at its own atol where a rule set one).
     """
     if local is None or local.status == Status.PASS:
         return False
     if local.nan_mismatch or local.status in (Status.SHAPE_MISMATCH, Status.DTYPE_MISMATCH):
         return True
+    own = getattr(local, "atol", None)  # a record judged by a rule of its own
     needed = local.min_passing_atol
-    return needed is None or math.isinf(needed) or needed > atol
-
-
-def exceeds_record(record: Record, atol: float) -> bool:
-    """:func:`exceeds` for a record's own figures (a value inside a fused kernel)."""
-    if not record.failed:
-        return False
-    if record.nan_mismatch or record.status in (Status.SHAPE_MISMATCH, Status.DTYPE_MISMATCH):
-        return True
-    needed = record.min_passing_atol
-    return needed is None or needed > (atol if record.atol is None else record.atol)
+    return needed is None or math.isinf(needed) or needed > (atol if own is None else own)
 
 
 def attribution_findings(rows: Sequence[Record], attribution: Attribution,
@@ -183,7 +176,7 @@ def with_nodeless(findings: AttributionFindings, found: Any, first: Record,
     figures = LocalFigures(
         introduced_here=True, local_max_abs_error=record.max_abs_error,
         local_status=record.status, local_nan_mismatch=record.nan_mismatch,
-        local_exceeds=exceeds_record(record, atol), isolation=NO_ONNX_NODE)
+        local_exceeds=exceeds(record, atol), isolation=NO_ONNX_NODE)
     evidence = {**findings.evidence, "classification": dict(classified), "inside_kernel": None,
                 "nodeless": {"value": record.onnx_value, "module": record.torch_module,
                              "op": record.torch_op, "before": found.before}}

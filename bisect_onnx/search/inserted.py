@@ -23,7 +23,7 @@ from bisect_onnx.judge.findings import KERNEL_VALUES, AttributionFindings, Local
 from bisect_onnx.judge.records import Record, make_record
 from bisect_onnx.judge.tolerances import Tolerance
 from bisect_onnx.runtime.sides import CapturedValue
-from bisect_onnx.search.claims import exceeds_record
+from bisect_onnx.search.claims import exceeds
 
 __all__ = ["UNPAIRED", "unpaired_culprit", "narrow_to_unpaired", "classification",
            "exporters_node"]
@@ -116,7 +116,7 @@ def narrow_to_unpaired(findings: AttributionFindings, check: Any, candidate: Any
         return findings
     figures = LocalFigures(introduced_here=True, local_max_abs_error=record.max_abs_error,
                            local_status=record.status, local_nan_mismatch=record.nan_mismatch,
-                           local_exceeds=exceeds_record(record, tolerance.atol),
+                           local_exceeds=exceeds(record, tolerance.atol),
                            compute_nodes=(record.onnx_node,), isolation=UNPAIRED)
     evidence = {**findings.evidence, "classification": classification(),
                 "unpaired": {"node": record.onnx_node, "value": record.onnx_value,
