@@ -208,7 +208,8 @@ class Report:
     session), or ``bisection`` (probes of the production graph, a few values each),
     with why, each probe and what it found."""
     kernel_values: list[Record] = field(default_factory=list)
-    """Values inside a kernel ONNX Runtime fused that a culprit names (no table row)."""
+    """Records a culprit names that are no table row: a value inside a kernel ONNX
+    Runtime fused, a PyTorch computation with no ONNX node, an inserted node's value."""
     culprit_segment: dict[str, Any] | None = None
     """Where only a segment of several nodes could be shown to introduce the error (no
     single node): its first and last values and its nodes (``from``, ``to``, ``nodes``)."""
