@@ -87,6 +87,19 @@ def _vit() -> torch.nn.Module:
     return Wrapper(ViTModel(config), "pixel_values")
 
 
+def _gpt2_wrapped() -> torch.nn.Module:
+    return Wrapper(gpt2(), "input_ids")
+
+
+def _swin() -> torch.nn.Module:
+    from transformers import SwinConfig, SwinModel
+
+    # Two stages of one block each: shifted windows, relative position bias, patch merging.
+    config = SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1],
+                        num_heads=[2, 2], window_size=4)
+    return Wrapper(SwinModel(config), "pixel_values")
+
+
 def _resnet() -> torch.nn.Module:
     from transformers import ResNetConfig, ResNetModel
 
@@ -103,6 +116,11 @@ ARCHITECTURES = {
     "vit": Architecture("vit", "modeling_vit.py", _vit, _image, ("dynamo", "torchscript")),
     "resnet": Architecture("resnet", "modeling_resnet.py", _resnet, _image,
                            ("dynamo", "torchscript")),
+    # The TorchScript exporter has no aten::diff (GPT-2's position ids from the mask).
+    "gpt2": Architecture("gpt2", "modeling_gpt2.py", _gpt2_wrapped, _tokens, ("dynamo",)),
+    # torch 2.13's dynamo exporter fails on Swin and T5 in its decompositions (a view on
+    # non-contiguous strides); the TorchScript exporter takes both.
+    "swin": Architecture("swin", "modeling_swin.py", _swin, _image, ("torchscript",)),
 }
 
 
@@ -116,3 +134,4 @@ def _t5_encoder() -> torch.nn.Module:
 
 #: torch 2.13's dynamo exporter fails on T5 in its decompositions (pytorch/pytorch #136543).
 T5_ENCODER = Architecture("t5", "modeling_t5.py", _t5_encoder, _tokens, ("torchscript",))
+ARCHITECTURES["t5"] = T5_ENCODER
