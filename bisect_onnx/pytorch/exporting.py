@@ -274,20 +274,40 @@ def as_translated(program: Any) -> Any:
     The ONNX value names are the FX node names of that program, not of the one the
     user saved (``batch_norm`` there becomes ``_native_batch_norm_legit_no_training``
     and a ``getitem``). torch keeps this step private
-    (:func:`~bisect_onnx.pytorch.private_apis.prepare_for_export`); ``None`` when it
-    is not there, or cannot decompose the program.
+    (:func:`~bisect_onnx.pytorch.private_apis.prepare_for_export`), so where it is
+    missing or refuses the program, the exporter's own public path runs instead
+    (:func:`_through_the_exporter`). ``None`` when neither can decompose the program.
     """
     try:
         prepare = prepare_for_export()
     except PrivateApiMissing as error:
-        logger.info("%s", error)
-        return None
+        logger.info("%s; taking the exporter's public path", error)
+        return _through_the_exporter(program)
     try:
         with quiet_exporter():
             return prepare(program)
-    except Exception:  # a program it cannot decompose: the caller goes without
+    except Exception:  # a program it cannot decompose: the exporter may still
         logger.debug("could not run the exporter's decompositions", exc_info=True)
+        return _through_the_exporter(program)
+
+
+def _through_the_exporter(program: Any) -> Any:
+    """The program ``torch.onnx.export`` translates, from a whole export of ``program``.
+
+    Public and sure to match what the exporter does, but it pays for the translation
+    to ONNX too (seconds on a large model), so it is the fallback, not the way.
+    """
+    import torch
+
+    try:
+        with quiet_exporter():
+            exported = torch.onnx.export(program, dynamo=True, optimize=False, verbose=False)
+    except Exception as error:  # the exporter fails on it too: op level goes without
+        logger.info("op level: the dynamo exporter cannot decompose the traced program "
+                    "(%s: %s); module level compares the file", type(error).__name__,
+                    one_line(error))
         return None
+    return getattr(exported, "exported_program", None)
 
 
 @contextlib.contextmanager

@@ -99,8 +99,8 @@ def prepare_for_export() -> Callable[[Any], Any]:
     ``torch.onnx._internal.exporter._core._prepare_exported_program_for_export`` with
     the registry ``_registration.ONNXRegistry.from_torchlib()``, checked on torch 2.13.
     The ONNX value names of a dynamo export are the FX node names of that program.
-    Without it: no op level for a dynamo file compared with its model (module level
-    still runs), and no tracing of one module call alone.
+    Without it, :func:`~bisect_onnx.pytorch.exporting.as_translated` takes the same
+    program from a whole ``torch.onnx.export`` (public, but it translates to ONNX too).
     """
     def find() -> Callable[[Any], Any]:
         from torch.onnx._internal.exporter import _core, _registration
@@ -111,7 +111,7 @@ def prepare_for_export() -> Callable[[Any], Any]:
 
     return _reach("torch", "torch.onnx._internal.exporter._core."
                   "_prepare_exported_program_for_export",
-                  "op level needs it for a dynamo file; module level only", find)
+                  "op level takes the exporter's slower public path", find)
 
 
 def torch_translations(target: str) -> list[Any]:

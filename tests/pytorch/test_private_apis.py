@@ -163,7 +163,7 @@ def test_a_missing_api_names_itself_the_version_and_what_is_lost(monkeypatch):
         private_apis.prepare_for_export()
     message = str(caught.value)
     assert "_prepare_exported_program_for_export is not in torch 2." in message
-    assert message.endswith("module level only")
+    assert message.endswith("op level takes the exporter's slower public path")
     assert isinstance(caught.value, bisect_onnx.BisectOnnxError)
 
 
@@ -201,6 +201,7 @@ def test_without_the_exporters_decompositions_a_dynamo_file_is_compared_by_modul
 
     caplog.set_level(logging.INFO, logger="bisect_onnx")
     model, inputs, exported = fixture_case("tiny_mlp")
+    # Deleted, it is gone from the exporter's own path too: that fallback fails as well.
     monkeypatch.delattr(_core, "_prepare_exported_program_for_export")
     with pytest.warns(BisectOnnxWarning, match="op granularity needs"):
         report = bisect_onnx.bisect(model, inputs, onnx_model=exported,
@@ -208,7 +209,7 @@ def test_without_the_exporters_decompositions_a_dynamo_file_is_compared_by_modul
     assert report.verdict == "parity"
     assert report.coverage.granularity == "module" and NO_OP_LEVEL in report.warnings
     assert any("_prepare_exported_program_for_export is not in torch" in item.getMessage()
-               and "module level only" in item.getMessage() for item in caplog.records)
+               and "public path" in item.getMessage() for item in caplog.records)
 
 
 def test_without_torchs_translations_the_culprit_module_call_is_still_found(fixture_case, tmp_path,
@@ -261,3 +262,27 @@ def test_without_it_a_torchscript_model_is_a_user_error_not_a_bug(fixture_case, 
     assert "_create_function_from_graph is not in torch" in error
     assert "give its nn.Module" in error
 
+
+
+def test_without_the_private_decompositions_op_level_takes_the_exporters_public_path(
+        monkeypatch, fixture_case, tmp_path):
+    from bisect_onnx.pytorch import exporting
+    from tests.planting import plant, scale_conv_weight
+
+    model, inputs, exported = fixture_case("resnet_like")
+    planted = tmp_path / "planted.onnx"  # op level runs once a value diverges
+    node, _ = plant(exported, planted, scale_conv_weight("layer2.bn1", 1.003))
+    op_rows = bisect_onnx.SearchOptions(granularity="op")
+    usual = bisect_onnx.bisect(model, inputs, onnx_model=planted, search=op_rows)
+
+    def missing():
+        raise PrivateApiMissing("torch", "_prepare_exported_program_for_export", "gone")
+
+    monkeypatch.setattr(exporting, "prepare_for_export", missing)
+    public = bisect_onnx.bisect(model, inputs, onnx_model=planted, search=op_rows)
+    assert public.coverage.granularity == usual.coverage.granularity == "op"
+    # The same ops, named the same: the program torch.onnx.export translates.
+    assert [r.onnx_value for r in public.comparisons] == [r.onnx_value for r in usual.comparisons]
+    assert [r.torch_op for r in public.comparisons] == [r.torch_op for r in usual.comparisons]
+    assert any(r.torch_op for r in public.comparisons)
+    assert public.culprit.onnx_node == usual.culprit.onnx_node == node
