@@ -8,7 +8,7 @@ Usage (from the repo root; about 30 minutes on 2 cores, more with the 3B decoder
     python benchmarks/run.py --workdir /tmp/bench             # exports kept and reused
 
 Rows (``--only`` picks the groups ``resnet50``, ``bert_base``, ``decoder-1b``,
-``decoder-3b``; random weights, float32, nothing downloaded):
+``decoder-3b``, ``bert_tiny_hf``; random weights, float32, nothing downloaded):
 
 - ``resnet50`` and ``bert_base`` (``fixtures/architectures.py`` at full size): the CLI
   process given the model's factory and its dynamo export (``--onnx``), at parity; then
@@ -96,6 +96,9 @@ GROUPS = {group.name: group for group in (
           "benchmarks/models.py:resnet50_full_inputs", plant="conv"),
     Group("bert_base", "benchmarks/models.py:bert_base_full",
           "benchmarks/models.py:bert_base_full_inputs", plant="linear_matmul"),
+    # Tiny models included: a diverged run must stay within 1.5x its floor there too.
+    Group("bert_tiny_hf", "benchmarks/models.py:bert_tiny_hf",
+          "benchmarks/models.py:bert_tiny_hf_inputs", plant="linear_matmul"),
     Group("decoder-1b", "benchmarks/scale.py:decoder_1b", "benchmarks/scale.py:decoder_inputs",
           layers=scale.LAYERS_1B),
     Group("decoder-3b", "benchmarks/scale.py:decoder_3b", "benchmarks/scale.py:decoder_inputs",
