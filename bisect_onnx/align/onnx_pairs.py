@@ -231,6 +231,7 @@ def pair_graphs(
     *,
     graph_inputs: Mapping[str, np.ndarray] | None = None,
     agree: Callable[[np.ndarray, np.ndarray], bool] | None = None,
+    reference_dir: str = ".",
 ) -> Pairing:
     """Pair each captured reference value with a captured candidate value.
 
@@ -242,6 +243,7 @@ def pair_graphs(
         graph_inputs: The inputs both ran on, by the reference's input names.
         agree: Whether a candidate and a reference array hold the same tensor; it
             breaks structural ties only (see :func:`bisect_onnx.align.structural.match_graphs`).
+        reference_dir: The folder of the reference's file, where its external data lives.
     """
     candidate = groups.model
     pairing = Pairing()
@@ -267,8 +269,8 @@ def pair_graphs(
         pairing.structural = True
         taken = {pair.candidate for pair in pairing.pairs}
         matched = _pair_by_structure(reference, candidate, reference_values, candidate_values,
-                                     set(missing), taken, groups.base_dir, graph_inputs or {},
-                                     agree)
+                                     set(missing), taken, (reference_dir, groups.base_dir),
+                                     graph_inputs or {}, agree)
         pairing.pairs.extend(matched)
         missing = [name for name in missing if name not in {p.reference for p in matched}]
         logger.info("structural fallback: %d of %d renamed values paired", len(matched),
@@ -357,13 +359,16 @@ def _pair_by_name(name: str, dtype: np.dtype, groups: CandidateGroups,
 
 def _pair_by_structure(reference: Any, candidate: Any, reference_values: Mapping[str, Any],
                        candidate_values: Mapping[str, Any], wanted: set[str], taken: set[str],
-                       candidate_dir: str, graph_inputs: Mapping[str, Any],
+                       folders: tuple[str, str], graph_inputs: Mapping[str, Any],
                        agree: Any) -> list[ValuePair]:
     from bisect_onnx.align.graph_description import describe_model
     from bisect_onnx.align.structural import match_graphs
 
     inputs = list(graph_inputs.values())  # the same arrays on both sides
-    template = describe_model(reference, reference_values, graph_inputs=inputs)
+    # Each side's external data lies beside its own file, not in the working folder.
+    reference_dir, candidate_dir = folders
+    template = describe_model(reference, reference_values, base_dir=reference_dir,
+                              graph_inputs=inputs)
     foreign = describe_model(candidate, candidate_values, base_dir=candidate_dir,
                              graph_inputs=inputs)
     producers = {output: node for node in candidate.graph.node for output in node.output}

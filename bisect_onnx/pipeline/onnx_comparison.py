@@ -106,12 +106,12 @@ def compare_sample(reference: Any, candidate: OnnxRuntimeSide, reference_capture
                       converted=precision != "float32" or candidate_precision != precision_of(
                           reference.model))
     groups = CandidateGroups(candidate.model, str(candidate.path.resolve().parent))
-    graph_inputs = {spec.name: array for spec, array in zip(reference.inputs, arrays,
-                                                            strict=True)}
+    graph_inputs = dict(zip((spec.name for spec in reference.inputs), arrays, strict=True))
     reference_arrays = {name: value.array for name, value in reference_capture.values.items()}
     candidate_arrays = {name: value.array for name, value in candidate_capture.values.items()}
     pairing = pair_graphs(reference.model, groups, reference_arrays, candidate_arrays,
                           graph_inputs=graph_inputs,
+                          reference_dir=str(reference.path.resolve().parent),
                           agree=lambda cand, ref: judge.compare(ref, cand)[0].passed)
     if pairing.structural:
         warnings.append(STRUCTURAL)

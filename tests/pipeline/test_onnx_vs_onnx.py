@@ -253,8 +253,8 @@ def test_reference_evaluator_refuses_a_contrib_op_by_name(tmp_path):
 
 # names that do not survive: the structural fallback ---------------------------------------
 
-def test_renamed_candidate_is_matched_by_structure(tmp_path):
-    model = onnx.load(str(RESNET))
+def _renamed(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with every intermediate value renamed: no name survives to pair by."""
     renames = {}
     for index, node in enumerate(model.graph.node):
         del node.metadata_props[:]
@@ -264,6 +264,11 @@ def test_renamed_candidate_is_matched_by_structure(tmp_path):
                 node.output[position] = renames[output]
     for node in model.graph.node:
         node.input[:] = [renames.get(name, name) for name in node.input]
+    return model
+
+
+def test_renamed_candidate_is_matched_by_structure(tmp_path):
+    model = _renamed(onnx.load(str(RESNET)))
     path = tmp_path / "renamed.onnx"
     onnx.save(model, str(path))
     report = bisect_onnx.bisect_onnx_models(RESNET, path, np.load(RESNET_INPUT),
@@ -274,6 +279,22 @@ def test_renamed_candidate_is_matched_by_structure(tmp_path):
     matched = [record for record in report.comparisons if record.matched_by]
     assert len(matched) >= 20
     assert matched[0].onnx_value.startswith("t") and matched[0].reference_value == "getitem"
+
+
+def test_structural_pairing_reads_the_reference_external_data_beside_its_file(tmp_path):
+    # Seed 72 of the corpus: the reference's weights live in a .data file beside it, not
+    # in the working folder; reading them from there raised a raw ValidationError.
+    reference = tmp_path / "reference" / "model.onnx"
+    reference.parent.mkdir()
+    onnx.save(onnx.load(str(RESNET)), str(reference), save_as_external_data=True,
+              location="model.onnx.data")  # small tensors stay inline, as ORT needs
+    candidate = tmp_path / "renamed.onnx"
+    onnx.save(_renamed(onnx.load(str(RESNET))), str(candidate))
+    report = bisect_onnx.bisect_onnx_models(reference, candidate, np.load(RESNET_INPUT),
+                                            candidate_runtime=bisect_onnx.RuntimeOptions(
+                                                opt_level="disabled", promote="all"))
+    assert report.verdict == "parity"
+    assert any(record.matched_by for record in report.comparisons)
 
 
 # tolerances ---------------------------------------------------------------------------
