@@ -17,6 +17,8 @@ What a search gets (all read-only: it works on copies, never on these objects):
 - ``inputs``: the sample, ONNX input name -> array, exactly as the run fed it.
 - ``reference_outputs``: the reference's final outputs, in the candidate's output
   order; a rerun is compared with them through ``output_figures``.
+- ``candidate_outputs``: the candidate's final outputs as the run computed them (a
+  fix on the reference side, such as ``model.eval()``, is compared with these).
 - ``before``: the run's own figures (``OutputFigures``), the ``FixResult.before`` of
   every result.
 - ``tolerance``: the run's judge's ``.base`` (a ``Tolerance``: ``rtol``, ``atol``);
@@ -69,6 +71,7 @@ class FixContext:
     before: OutputFigures
     tolerance: Any
     reference: Any = None
+    candidate_outputs: Sequence[np.ndarray] = ()
     reference_path: Path | None = None
     candidate_path: Path | None = None
     torch_model: Any = None
