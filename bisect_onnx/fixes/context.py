@@ -24,7 +24,8 @@ What a search gets (all read-only: it works on copies, never on these objects):
 - ``tolerance``: the run's judge's ``.base`` (a ``Tolerance``: ``rtol``, ``atol``);
   ``output_figures(..., rtol=tolerance.rtol, atol=tolerance.atol)``.
 - ``torch_model``: the user's ``nn.Module`` where there is one (never modify it: deep
-  copy it, or restore its state); ``torch_inputs``: its positional inputs.
+  copy it, or restore its state); ``torch_inputs``: its positional inputs
+  (tensors) and ``torch_keywords`` its keyword inputs.
 - ``culprit_nodes``: the ONNX node names the culprit names (first culprit first);
   ``culprit_module``: its PyTorch module path where known.
 - ``session_keywords``: the keyword arguments the run made its ORT sessions with
@@ -76,6 +77,7 @@ class FixContext:
     candidate_path: Path | None = None
     torch_model: Any = None
     torch_inputs: tuple[Any, ...] = ()
+    torch_keywords: Mapping[str, Any] = field(default_factory=dict)
     culprit_nodes: tuple[str, ...] = ()
     culprit_module: str | None = None
     session_keywords: Mapping[str, Any] = field(default_factory=dict)

@@ -38,7 +38,8 @@ def search_eval_mode(context: FixContext) -> list[FixResult]:
         target = trial.get_submodule(module_path) if module_path else trial
         target.eval()
         with torch.no_grad():
-            outputs = _flat_arrays(trial(*context.torch_inputs))
+            outputs = _flat_arrays(trial(*context.torch_inputs,
+                                            **context.torch_keywords))
         after = output_figures(outputs, context.candidate_outputs,
                                rtol=context.tolerance.rtol, atol=context.tolerance.atol)
         change = f"call model.{module_path}.eval()" if module_path else "call model.eval()"

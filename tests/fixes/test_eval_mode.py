@@ -53,3 +53,36 @@ def test_without_a_known_module_the_whole_model_is_switched():
     assert [r.change for r in results] == ["call model.eval()"]
     assert results[0].reaches_parity
     assert np.isfinite(results[0].factor) or results[0].after.max_abs == 0
+
+
+class Dropped(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+        self.drop = torch.nn.Dropout(0.5)
+        self.out = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.out(self.drop(self.linear(x)))
+
+
+def test_bisect_of_a_model_in_training_mode_suggests_eval_checked(recwarn):
+    import bisect_onnx
+
+    torch.manual_seed(0)
+    model = Dropped().train()
+    report = bisect_onnx.bisect(model, torch.randn(4, 8).numpy(), suggest_fix=True)
+    assert report.diverged
+    fixes = [fix for fix in report.fixes if fix.reaches_parity]
+    assert fixes and fixes[0].change in ("call model.drop.eval()", "call model.eval()")
+    assert fixes[0].before.max_abs > fixes[0].after.max_abs
+    assert report.to_dict()["fixes"][0]["reaches_parity"] is True
+    assert model.training and model.drop.training
+
+
+def test_without_suggest_fix_no_fix_is_searched(recwarn):
+    import bisect_onnx
+
+    torch.manual_seed(0)
+    report = bisect_onnx.bisect(Dropped().train(), torch.randn(4, 8).numpy())
+    assert report.fixes == () and report.fix_notes == ()
