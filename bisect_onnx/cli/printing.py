@@ -17,6 +17,7 @@ __all__ = ["print_report", "colour_wanted", "show_progress"]
 
 def print_report(args: argparse.Namespace, report: Report) -> int:
     """Print the report as the options ask, write its files; the exit status it means."""
+    from bisect_onnx.report.fixes_text import fixes_section
     from bisect_onnx.report.json import write_json
 
     for warning in report.warnings:
@@ -26,6 +27,9 @@ def print_report(args: argparse.Namespace, report: Report) -> int:
         print(_paint_table(report.table(show=args.show), colour))
         print()
     print(_paint(report.summary(), _RED if report.diverged else _GREEN, colour))
+    fixes = fixes_section(report)
+    if fixes:
+        print(f"\n{fixes}")
     if args.json is not None:
         write_json(report, args.json)
     if args.html is not None:

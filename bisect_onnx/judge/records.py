@@ -348,4 +348,7 @@ class Report:
         return notebook_html(self)
 
     def __str__(self) -> str:
-        return f"{self.table()}\n\n{self.summary()}"
+        from bisect_onnx.report.fixes_text import fixes_section
+
+        fixes = fixes_section(self)
+        return f"{self.table()}\n\n{self.summary()}" + (f"\n\n{fixes}" if fixes else "")

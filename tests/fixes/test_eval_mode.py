@@ -86,3 +86,25 @@ def test_without_suggest_fix_no_fix_is_searched(recwarn):
     torch.manual_seed(0)
     report = bisect_onnx.bisect(Dropped().train(), torch.randn(4, 8).numpy())
     assert report.fixes == () and report.fix_notes == ()
+
+
+def test_the_text_report_lists_the_checked_fix_with_its_figures(recwarn):
+    import bisect_onnx
+
+    torch.manual_seed(0)
+    report = bisect_onnx.bisect(Dropped().train(), torch.randn(4, 8).numpy(), suggest_fix=True)
+    fix = next(fix for fix in report.fixes if fix.reaches_parity)
+    section = str(report).split("fixes (each applied to a copy and checked by a rerun):\n")[1]
+    first, figures = section.splitlines()[:2]
+    assert first == f"  FIX, reaches parity: {fix.change}"
+    assert figures == (f"    final outputs: max abs {fix.before.max_abs:.2e}, 1 of 1 outputs out "
+                       f"of tolerance -> max abs {fix.after.max_abs:.2e}, 0 of 1 outputs out "
+                       "of tolerance")
+
+
+def test_no_fixes_section_without_suggest_fix(recwarn):
+    import bisect_onnx
+
+    torch.manual_seed(0)
+    report = bisect_onnx.bisect(Dropped().train(), torch.randn(4, 8).numpy())
+    assert "fixes (" not in str(report)
