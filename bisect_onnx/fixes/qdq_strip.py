@@ -1,0 +1,91 @@
+"""Leaving nodes of a QDQ model unquantized, in a copy: their Q/DQ pairs removed.
+
+A node left unquantized reads, for each input that came through a DequantizeLinear,
+the float value from before the matching QuantizeLinear; a weight's DequantizeLinear is
+replaced by the float weight (the reference's, by name, where it has one; otherwise the
+dequantized values). Q/DQ nodes nobody reads any more are dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+__all__ = ["without_qdq"]
+
+_WEIGHT_SUFFIXES = ("_quantized", "_DequantizeLinear_Output")
+
+
+def without_qdq(model: onnx.ModelProto, nodes: Collection[str],
+                reference: onnx.ModelProto | None = None) -> onnx.ModelProto:
+    """A copy of ``model`` in which the named nodes read float values."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    graph = copy.graph
+    producer = {out: node for node in graph.node for out in node.output}
+    weights = {t.name: t for t in graph.initializer}
+    float_weights = {t.name: t for t in (reference.graph.initializer if reference else [])}
+    for node in graph.node:
+        if node.name not in nodes:
+            continue
+        for index, name in enumerate(node.input):
+            dequantize = producer.get(name)
+            if dequantize is None or dequantize.op_type != "DequantizeLinear":
+                continue
+            quantize = producer.get(dequantize.input[0])
+            if quantize is not None and quantize.op_type == "QuantizeLinear":
+                node.input[index] = quantize.input[0]
+            elif dequantize.input[0] in weights:
+                tensor = _float_weight(dequantize, weights, float_weights)
+                graph.initializer.append(tensor)
+                node.input[index] = tensor.name
+    _drop_unread(graph)
+    return copy
+
+
+def _float_weight(dequantize: onnx.NodeProto, weights, float_weights) -> onnx.TensorProto:
+    """The float weight behind a weight's DequantizeLinear."""
+    quantized = dequantize.input[0]
+    base = quantized
+    for suffix in _WEIGHT_SUFFIXES:
+        base = base.removesuffix(suffix)
+    if base in float_weights:
+        values = numpy_helper.to_array(float_weights[base])
+    else:
+        values = _dequantized(dequantize, weights)
+    return numpy_helper.from_array(values.astype(np.float32), f"{base}__float")
+
+
+def _dequantized(dequantize: onnx.NodeProto, weights) -> np.ndarray:
+    """The DequantizeLinear's values, computed (per-tensor or per-axis)."""
+    values = numpy_helper.to_array(weights[dequantize.input[0]]).astype(np.float32)
+    scale = numpy_helper.to_array(weights[dequantize.input[1]]).astype(np.float32)
+    zero = (numpy_helper.to_array(weights[dequantize.input[2]]).astype(np.float32)
+            if len(dequantize.input) > 2 and dequantize.input[2] else np.zeros_like(scale))
+    axis = next((a.i for a in dequantize.attribute if a.name == "axis"), 1)
+    if scale.ndim == 1 and scale.size > 1:
+        shape = [1] * values.ndim
+        shape[axis] = scale.size
+        scale, zero = scale.reshape(shape), zero.reshape(shape)
+    return (values - zero) * scale
+
+
+def _drop_unread(graph: onnx.GraphProto) -> None:
+    """Remove Q/DQ nodes (and initializers) whose outputs nothing reads."""
+    outputs = {value.name for value in graph.output}
+    while True:
+        read = {name for node in graph.node for name in node.input} | outputs
+        unread = [node for node in graph.node
+                  if node.op_type in ("QuantizeLinear", "DequantizeLinear")
+                  and not any(out in read for out in node.output)]
+        if not unread:
+            break
+        for node in unread:
+            graph.node.remove(node)
+    read = {name for node in graph.node for name in node.input} | outputs
+    kept = [t for t in graph.initializer if t.name in read]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)

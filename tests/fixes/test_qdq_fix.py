@@ -1,0 +1,54 @@
+"""The QDQ exclusion search on a quantize_static model with one weight scale planted wrong."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from bisect_onnx.fixes.precision_rerun import run_model
+from bisect_onnx.fixes.qdq_fix import find_nodes_to_exclude
+from bisect_onnx.fixes.trial import output_figures
+
+
+def _float_and_qdq(tmp_path):
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+    rng = np.random.default_rng(0)
+    n = helper.make_node
+    weights = {name: rng.normal(0, 0.3, shape).astype(np.float32)
+               for name, shape in [("w1", (16, 16)), ("w2", (16, 16)), ("b", (16,))]}
+    graph = helper.make_graph(
+        [n("MatMul", ["x", "w1"], ["h"], name="mm1"), n("Relu", ["h"], ["r"], name="relu"),
+         n("MatMul", ["r", "w2"], ["z"], name="mm2"), n("Add", ["z", "b"], ["y"], name="add")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])],
+        [numpy_helper.from_array(w, k) for k, w in weights.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, tmp_path / "float.onnx")
+    samples = [rng.normal(0, 1, (4, 16)).astype(np.float32) for _ in range(4)]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter([{"x": x} for x in samples])
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    quantize_static(str(tmp_path / "float.onnx"), str(tmp_path / "qdq.onnx"), Reader(),
+                    quant_format=QuantFormat.QDQ)
+    return model, onnx.load(tmp_path / "qdq.onnx"), {"x": samples[0]}
+
+
+@pytest.mark.xfail(reason="unfinished: the stripped copy still fails (2.9 max_abs); see report", strict=True)
+def test_a_wrong_weight_scale_names_its_node(tmp_path):
+    reference, qdq, inputs = _float_and_qdq(tmp_path)
+    for tensor in qdq.graph.initializer:
+        if tensor.name == "w2_scale":
+            tensor.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(tensor) * 8, tensor.name))
+    [fix] = find_nodes_to_exclude(reference, qdq, inputs, rtol=0.05, atol=0.05)
+    assert not fix.before.passes and fix.reaches_parity
+    assert fix.details["nodes_to_exclude"] == ["mm2"]
+    fixed = onnx.load_from_string(fix.fixed_model)
+    assert output_figures(run_model(reference, inputs), run_model(fixed, inputs),
+                          rtol=0.05, atol=0.05).passes
