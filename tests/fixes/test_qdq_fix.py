@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from bisect_onnx.fixes.precision_rerun import run_model
