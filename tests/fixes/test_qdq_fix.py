@@ -40,7 +40,8 @@ def _float_and_qdq(tmp_path):
     return model, onnx.load(tmp_path / "qdq.onnx"), {"x": samples[0]}
 
 
-@pytest.mark.xfail(reason="unfinished: the stripped copy still fails (2.9 max_abs); see report", strict=True)
+@pytest.mark.xfail(reason="unfinished: the stripped copy still fails (2.9 max_abs)",
+                   strict=True)
 def test_a_wrong_weight_scale_names_its_node(tmp_path):
     reference, qdq, inputs = _float_and_qdq(tmp_path)
     for tensor in qdq.graph.initializer:
