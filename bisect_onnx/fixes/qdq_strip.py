@@ -37,13 +37,51 @@ def without_qdq(model: onnx.ModelProto, nodes: Collection[str],
                 continue
             quantize = producer.get(dequantize.input[0])
             if quantize is not None and quantize.op_type == "QuantizeLinear":
-                node.input[index] = quantize.input[0]
+                node.input[index] = _saturated(graph, quantize, weights)
             elif dequantize.input[0] in weights:
                 tensor = _float_weight(dequantize, weights, float_weights)
                 graph.initializer.append(tensor)
                 node.input[index] = tensor.name
+    _clips_after_their_input(graph)
     _drop_unread(graph)
     return copy
+
+
+def _clips_after_their_input(graph: onnx.GraphProto) -> None:
+    """Move each added Clip right after the node producing its input (topological order)."""
+    nodes = [node for node in graph.node if not node.name.endswith("__saturated_clip")]
+    for clip in (node for node in graph.node if node.name.endswith("__saturated_clip")):
+        at = next((i + 1 for i, node in enumerate(nodes) if clip.input[0] in node.output), 0)
+        nodes.insert(at, clip)
+    copies = [onnx.NodeProto() for _ in nodes]
+    for copy, node in zip(copies, nodes, strict=True):
+        copy.CopyFrom(node)
+    del graph.node[:]
+    graph.node.extend(copies)
+
+
+def _saturated(graph: onnx.GraphProto, quantize: onnx.NodeProto, weights) -> str:
+    """The activation clipped to the range its QuantizeLinear saturates to, unrounded.
+
+    quantize_static folds a Relu (or Clip) into the quantizer's range and drops the node,
+    so bypassing the pair alone would also drop the Relu; the Clip keeps it.
+    """
+    scale = numpy_helper.to_array(weights[quantize.input[1]]).astype(np.float32)
+    zero = (numpy_helper.to_array(weights[quantize.input[2]])
+            if len(quantize.input) > 2 and quantize.input[2] else np.zeros((), np.uint8))
+    if scale.size != 1:
+        return quantize.input[0]
+    limits = np.iinfo(zero.dtype)
+    low = (float(limits.min) - float(zero.reshape(-1)[0])) * float(scale.reshape(-1)[0])
+    high = (float(limits.max) - float(zero.reshape(-1)[0])) * float(scale.reshape(-1)[0])
+    name = f"{quantize.input[0]}__saturated"
+    if name not in {out for node in graph.node for out in node.output}:
+        graph.initializer.extend([numpy_helper.from_array(np.float32(low), f"{name}_min"),
+                                  numpy_helper.from_array(np.float32(high), f"{name}_max")])
+        graph.node.append(onnx.helper.make_node(
+            "Clip", [quantize.input[0], f"{name}_min", f"{name}_max"], [name],
+            name=f"{name}_clip"))
+    return name
 
 
 def _float_weight(dequantize: onnx.NodeProto, weights, float_weights) -> onnx.TensorProto:
