@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 import warnings
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -58,6 +59,7 @@ def _median_time(call, repeats: int):
 
 
 def main() -> None:
+    """Print the table of docs/benchmarks.md's fix-search section."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
@@ -65,10 +67,9 @@ def main() -> None:
     print("| case | fix | nodes | whole op types (nodes, passes) | plain s | with fix s | ratio |")
     print("|---|---|---|---|---|---|---|")
     for name, reference, candidate, inputs in _cases():
-        plain, _ = _median_time(lambda: bisect_onnx.bisect_onnx_models(
-            reference, candidate, inputs), args.repeats)
-        fixing, report = _median_time(lambda: bisect_onnx.bisect_onnx_models(
-            reference, candidate, inputs, suggest_fix=True), args.repeats)
+        compare = partial(bisect_onnx.bisect_onnx_models, reference, candidate, inputs)
+        plain, _ = _median_time(compare, args.repeats)
+        fixing, report = _median_time(partial(compare, suggest_fix=True), args.repeats)
         fix = next((f for f in report.fixes if f.reaches_parity), None)
         if fix is None:
             print(f"| {name} | none found | - | - | {plain:.2f} | {fixing:.2f} | "
