@@ -18,6 +18,11 @@ __all__ = ["without_qdq"]
 
 _WEIGHT_SUFFIXES = ("_quantized", "_DequantizeLinear_Output")
 
+_T = onnx.TensorProto
+#: The range a QuantizeLinear saturates to, by its zero point's type.
+_INTEGER_RANGES = {_T.INT8: (-128, 127), _T.UINT8: (0, 255), _T.INT16: (-32768, 32767),
+                   _T.UINT16: (0, 65535), _T.INT4: (-8, 7), _T.UINT4: (0, 15)}
+
 
 def without_qdq(model: onnx.ModelProto, nodes: Collection[str],
                 reference: onnx.ModelProto | None = None) -> onnx.ModelProto:
@@ -66,14 +71,16 @@ def _saturated(graph: onnx.GraphProto, quantize: onnx.NodeProto, weights) -> str
     quantize_static folds a Relu (or Clip) into the quantizer's range and drops the node,
     so bypassing the pair alone would also drop the Relu; the Clip keeps it.
     """
-    scale = numpy_helper.to_array(weights[quantize.input[1]]).astype(np.float32)
-    zero = (numpy_helper.to_array(weights[quantize.input[2]])
-            if len(quantize.input) > 2 and quantize.input[2] else np.zeros((), np.uint8))
-    if scale.size != 1:
+    scale = weights.get(quantize.input[1])
+    zero = weights.get(quantize.input[2]) if len(quantize.input) > 2 and quantize.input[2] \
+        else None
+    # Without a zero point the output is uint8; a float8 or unknown type is not clipped.
+    limits = _INTEGER_RANGES.get(zero.data_type if zero is not None else onnx.TensorProto.UINT8)
+    if scale is None or limits is None or (scale.dims and np.prod(scale.dims) != 1):
         return quantize.input[0]
-    limits = np.iinfo(zero.dtype)
-    low = (float(limits.min) - float(zero.reshape(-1)[0])) * float(scale.reshape(-1)[0])
-    high = (float(limits.max) - float(zero.reshape(-1)[0])) * float(scale.reshape(-1)[0])
+    step = float(numpy_helper.to_array(scale).reshape(-1)[0])
+    offset = float(numpy_helper.to_array(zero).reshape(-1)[0]) if zero is not None else 0.0
+    low, high = (limits[0] - offset) * step, (limits[1] - offset) * step
     name = f"{quantize.input[0]}__saturated"
     if name not in {out for node in graph.node for out in node.output}:
         graph.initializer.extend([numpy_helper.from_array(np.float32(low), f"{name}_min"),

@@ -8,6 +8,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from bisect_onnx.fixes.precision_rerun import run_model
 from bisect_onnx.fixes.qdq_fix import find_nodes_to_exclude
+from bisect_onnx.fixes.qdq_strip import without_qdq
 from bisect_onnx.fixes.trial import output_figures
 from bisect_onnx.judge.tolerances import PRECISION_DEFAULTS, QUANTIZED, quantized_tolerance
 
@@ -56,3 +57,13 @@ def test_a_wrong_weight_scale_names_its_node(tmp_path):
     fixed = onnx.load_from_string(fix.fixed_model)
     assert output_figures(run_model(reference, inputs), run_model(fixed, inputs),
                           rtol=tolerance.rtol, atol=tolerance.atol).passes
+
+
+def test_stripping_keeps_the_relu_folded_into_the_quantizer(tmp_path):
+    # quantize_static drops the Relu after mm1 (its quantizer's range starts at 0).
+    reference, qdq, inputs = _float_and_qdq(tmp_path)
+    assert "Relu" not in {node.op_type for node in qdq.graph.node}
+    stripped = without_qdq(qdq, ["mm1", "mm2", "add"], reference)
+    onnx.checker.check_model(stripped)  # the added Clip sits in topological order
+    want, got = run_model(reference, inputs), run_model(stripped, inputs)
+    assert np.abs(got[0] - want[0]).max() < np.abs(want[0]).max() * 0.05
