@@ -60,3 +60,23 @@ def test_a_float16_candidate_gets_a_checked_keep_list(build):
     again = bisect_onnx.bisect_onnx_models(reference, onnx.load_from_string(fix.fixed_model),
                                            inputs)
     assert not again.diverged
+
+
+def test_write_fixed_writes_the_fixed_model_and_refuses_an_input(tmp_path):
+    from bisect_onnx.errors import UsageError
+
+    reference, qdq, inputs = _float_and_qdq(tmp_path)
+    for tensor in qdq.graph.initializer:
+        if tensor.name == "w2_scale":
+            tensor.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(tensor) * 8, tensor.name))
+    onnx.save(qdq, tmp_path / "planted.onnx")
+    with pytest.raises(UsageError, match="never written"):
+        bisect_onnx.bisect_onnx_models(
+            tmp_path / "float.onnx", tmp_path / "planted.onnx", inputs,
+            suggest_fix=bisect_onnx.FixOptions(suggest=True,
+                                               write_fixed=tmp_path / "planted.onnx"))
+    bisect_onnx.bisect_onnx_models(
+        tmp_path / "float.onnx", tmp_path / "planted.onnx", inputs,
+        suggest_fix=bisect_onnx.FixOptions(suggest=True, write_fixed=tmp_path / "fixed.onnx"))
+    fixed = onnx.load(tmp_path / "fixed.onnx")
+    assert not bisect_onnx.bisect_onnx_models(reference, fixed, inputs).diverged
