@@ -12,7 +12,7 @@ from bisect_onnx.fixes.precision_rerun import run_model
 from bisect_onnx.fixes.registry import searches_for
 from bisect_onnx.fixes.stage import with_fixes  # noqa: F401  (imports the registrations)
 from bisect_onnx.fixes.trial import output_figures
-from tests.fixes.precision_models import cancellation_model, large_weight_model
+from tests.fixes.precision_models import cancellation_model, large_weight_model, to_bfloat16
 from tests.fixes.test_qdq_fix import _float_and_qdq
 
 
@@ -80,3 +80,16 @@ def test_write_fixed_writes_the_fixed_model_and_refuses_an_input(tmp_path):
         suggest_fix=bisect_onnx.FixOptions(suggest=True, write_fixed=tmp_path / "fixed.onnx"))
     fixed = onnx.load(tmp_path / "fixed.onnx")
     assert not bisect_onnx.bisect_onnx_models(reference, fixed, inputs).diverged
+
+
+def test_a_bfloat16_candidate_gets_a_checked_keep_list():
+    reference = cancellation_model()
+    inputs = {"x": np.random.default_rng(0).normal(0, 1, (4, 32)).astype(np.float32)}
+    report = bisect_onnx.bisect_onnx_models(reference, to_bfloat16(reference), inputs,
+                                            suggest_fix=True)
+    assert report.diverged
+    [fix] = [fix for fix in report.fixes if fix.reaches_parity]
+    assert fix.details["precision"] == "bfloat16"
+    again = bisect_onnx.bisect_onnx_models(reference, onnx.load_from_string(fix.fixed_model),
+                                           inputs)
+    assert not again.diverged
