@@ -27,7 +27,9 @@ __all__ = ["add_against_options", "against_requested", "bisect_from_args"]
 _TORCH_ONLY_OPTIONS = {"onnx": "--onnx", "exporter": "--exporter", "opset": "--opset",
                        "dynamic": "--dynamic", "save_onnx": "--save-onnx",
                        "granularity": "--granularity", "trust_pickle": "--trust-pickle",
-                       "max_memory": "--max-memory"}
+                       "max_memory": "--max-memory",
+                       # bisect_onnx_models has no fix search yet (issue 33, step 2)
+                       "suggest_fix": "--suggest-fix", "write_fixed": "--write-fixed"}
 
 
 def against_requested(args: argparse.Namespace) -> bool:

@@ -52,8 +52,10 @@ def _log_to_stderr(verbosity: int) -> None:
 def _run(args: argparse.Namespace) -> int:
     import bisect_onnx
     from bisect_onnx.cli.against import against_requested, bisect_from_args
+    from bisect_onnx.fixes.stage import check_write_fixed
     from bisect_onnx.pipeline.options import (
         ExportOptions,
+        FixOptions,
         OutputOptions,
         RandomInputs,
         RuntimeOptions,
@@ -74,6 +76,8 @@ def _run(args: argparse.Namespace) -> int:
                "search": SearchOptions.from_args(args), "output": OutputOptions.from_args(args)}
     random_inputs = RandomInputs.from_args(args)
     _check_files(args, against=False)  # before anything runs or is written
+    options["suggest_fix"] = FixOptions.from_args(args)
+    check_write_fixed(args.write_fixed, (args.model, args.onnx, *args.input, args.tolerances))
     inputs = (load_input_samples(args.input, max_memory=args.max_memory, onnx_model=args.onnx)
               if args.input else random_inputs)
     model = load_model(args.model, trust_pickle=args.trust_pickle)

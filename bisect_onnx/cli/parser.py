@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The command-line interface, each options object adding its own arguments."""
     from bisect_onnx.pipeline.options import (
         ExportOptions,
+        FixOptions,
         OutputOptions,
         RandomInputs,
         RuntimeOptions,
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     RuntimeOptions.add_arguments(parser)
     add_against_options(parser)
     SearchOptions.add_arguments(parser)
+    FixOptions.add_arguments(parser)
     _add_report_options(parser)
     OutputOptions.add_arguments(parser)
     _add_verbosity(parser)
