@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bisect_onnx.errors import UsageError
-from bisect_onnx.fixes import eval_mode  # noqa: F401  (registers its search)
+from bisect_onnx.fixes import eval_mode, onnx_searches  # noqa: F401  (register searches)
 from bisect_onnx.fixes.context import FixContext
 from bisect_onnx.fixes.registry import suggest_fixes
 from bisect_onnx.fixes.trial import FixResult, output_figures

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import tempfile
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,11 +25,13 @@ import numpy as np
 
 from bisect_onnx.errors import InputError, UsageError
 from bisect_onnx.events import BISECTION_STARTED, CAPTURE_STARTED, emit
+from bisect_onnx.fixes.stage import check_write_fixed, write_fixed
 from bisect_onnx.judge.assembly import assemble
 from bisect_onnx.judge.findings import Findings, RunDescription
 from bisect_onnx.judge.records import Report
 from bisect_onnx.judge.tolerances import Judge, ToleranceRule
 from bisect_onnx.pipeline.environment import environment
+from bisect_onnx.pipeline.fix_onnx import sample_fixes
 from bisect_onnx.pipeline.onnx_comparison import (
     SampleValues,
     as_candidate_values,
@@ -40,6 +42,7 @@ from bisect_onnx.pipeline.onnx_comparison import (
     show_kernel_culprit,
 )
 from bisect_onnx.pipeline.options import (
+    FixOptions,
     OutputOptions,
     RandomInputs,
     RuntimeOptions,
@@ -111,6 +114,7 @@ def bisect_onnx_models(
     tolerance: Tolerance | tuple[float, float] | None = None,
     search: SearchOptions | None = None,
     output: OutputOptions | None = None,
+    suggest_fix: bool | FixOptions | None = None,
 ) -> Report:
     """Compare two ONNX models (or one model run two ways), value by value.
 
@@ -139,11 +143,16 @@ def bisect_onnx_models(
             (``repro_dir``; ``<dir>/sample-<k>`` for each diverging random sample),
             the reference's values fed to the candidate's nodes; ``label`` names the
             reference in the progress events.
+        suggest_fix: ``True`` (or a :class:`~bisect_onnx.FixOptions`): for a float16,
+            bfloat16 or QDQ candidate, search the nodes to keep in float32 or leave
+            unquantized, each checked by a rerun (``report.fixes``).
 
     Returns:
         The :class:`~bisect_onnx.judge.records.Report`, as :func:`bisect_onnx.bisect` gives.
     """
     tolerance = Tolerance.of(tolerance)
+    fixes = FixOptions.of(suggest_fix)
+    check_write_fixed(fixes.write_fixed, (reference, candidate))
     search = search or SearchOptions()
     output = output or OutputOptions()
     if search.granularity is not None:
@@ -175,16 +184,18 @@ def bisect_onnx_models(
                            opt_level=reference_runtime.opt_level, evaluator=evaluator),
             OnnxRuntimeSide(candidate_path, **candidate_runtime.session_keywords()),
             labels=(reference_label, candidate_label), rtol=tolerance.rtol,
-            atol=tolerance.atol, rules=rules, all_culprits=search.all_culprits)
+            atol=tolerance.atol, rules=rules, all_culprits=search.all_culprits,
+            fixes=fixes, user_paths=(reference, candidate))
         # A large model's sessions are made in the heap, each making's buffers reusing
         # one another's pages (runtime/heap.py); what it kept is given back at the end.
         large = any(isinstance(side, OnnxRuntimeSide) and side.holds_weights_once
                     for side in (models.reference, models.candidate))
         try:
             with kept_in_heap(large):
-                return compare_samples(
+                report = compare_samples(
                     _reference_inputs(models.reference, inputs, random_inputs),
                     models.run_sample, repro_dir=output.repro_dir, kind=samples_kind(inputs))
+                return write_fixed(report, fixes.write_fixed, (reference, candidate))
         finally:
             give_back()
 
@@ -202,6 +213,8 @@ class _Models:
     atol: float | None
     rules: Sequence[ToleranceRule]
     all_culprits: bool
+    fixes: FixOptions = field(default_factory=FixOptions)
+    user_paths: tuple[Any, ...] = ()
     fell_back: str | None = None
     """The promote-all fallback's warning, said in every sample once it happened."""
 
@@ -217,6 +230,10 @@ class _Models:
         self.fell_back = self.fell_back or run.fallback
         report, values, judge = self._report(run, reference_capture, arrays,
                                              candidate_arrays, description)
+        if self.fixes.suggest:
+            report = sample_fixes(report, self.reference.path, self.candidate.path,
+                                  self.candidate.inputs, candidate_arrays, values,
+                                  judge.base, self.user_paths)
         return report, partial(_write_repro, report=report, candidate=self.candidate,
                                values=values, tolerance=judge)
 
