@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from bisect_onnx.errors import UsageError
 from bisect_onnx.pipeline.options import (
+    FixOptions,
     OutputOptions,
     RandomInputs,
     RuntimeOptions,
@@ -27,9 +28,7 @@ __all__ = ["add_against_options", "against_requested", "bisect_from_args"]
 _TORCH_ONLY_OPTIONS = {"onnx": "--onnx", "exporter": "--exporter", "opset": "--opset",
                        "dynamic": "--dynamic", "save_onnx": "--save-onnx",
                        "granularity": "--granularity", "trust_pickle": "--trust-pickle",
-                       "max_memory": "--max-memory",
-                       # bisect_onnx_models has no fix search yet (issue 33, step 2)
-                       "suggest_fix": "--suggest-fix", "write_fixed": "--write-fixed"}
+                       "max_memory": "--max-memory"}
 
 
 def against_requested(args: argparse.Namespace) -> bool:
@@ -63,6 +62,10 @@ def bisect_from_args(args: argparse.Namespace) -> Report:
     # promotes every value).
     runtime = RuntimeOptions.from_args(args)
     random_inputs = RandomInputs.from_args(args)
+    from bisect_onnx.fixes.stage import check_write_fixed
+
+    # Before anything runs: the fixed model is never written over a file the run reads.
+    check_write_fixed(args.write_fixed, (model, args.against, *args.input, args.tolerances))
     inputs = load_input_samples(args.input, onnx_model=model) if args.input else None
     return bisect_onnx.bisect_onnx_models(
         model,
@@ -75,6 +78,7 @@ def bisect_from_args(args: argparse.Namespace) -> Report:
         tolerance=Tolerance.from_args(args),
         search=SearchOptions.from_args(args),
         output=OutputOptions.from_args(args),
+        suggest_fix=FixOptions.from_args(args),
     )
 
 

@@ -16,7 +16,8 @@ REFUSED = {
                                 "--write-fixed", MLP.onnx_file],
     "missing folder": lambda t: [MLP.factory, "--onnx", MLP.onnx_file,
                                  "--write-fixed", str(t / "absent" / "fixed.onnx")],
-    "onnx against onnx": lambda t: [MLP.onnx_file, "--against", MLP.onnx_file, "--suggest-fix"],
+    "onto the candidate": lambda t: [MLP.onnx_file, "--against", MLP.onnx_file,
+                                     "--write-fixed", MLP.onnx_file],
 }
 
 
@@ -48,3 +49,27 @@ def test_suggest_fix_runs_in_the_pytorch_form(tmp_path, capsys, monkeypatch):
                    "--write-fixed", str(tmp_path / "fixed.onnx")])
     assert status == 0, capsys.readouterr().err
     assert not (tmp_path / "fixed.onnx").exists()  # parity: nothing to fix, nothing written
+
+
+def test_suggest_fix_against_a_bfloat16_candidate_prints_and_writes_the_checked_fix(
+        tmp_path, capsys):
+    import numpy as np
+    import onnx
+
+    import bisect_onnx
+    from tests.fixes.precision_models import cancellation_model, to_bfloat16
+
+    reference = cancellation_model()
+    onnx.save(reference, tmp_path / "float.onnx")
+    onnx.save(to_bfloat16(reference), tmp_path / "bf16.onnx")
+    inputs = {"x": np.random.default_rng(0).normal(0, 1, (4, 32)).astype(np.float32)}
+    np.savez(tmp_path / "x.npz", **inputs)
+    status = main([str(tmp_path / "float.onnx"), "--against", str(tmp_path / "bf16.onnx"),
+                   "--input", str(tmp_path / "x.npz"), "--quiet",
+                   "--write-fixed", str(tmp_path / "fixed.onnx")])
+    out = capsys.readouterr().out
+    assert status == 1  # the candidate diverges; the fix is a suggestion, not a pass
+    assert "fixes (each applied to a copy and checked by a rerun):" in out
+    assert "FIX, reaches parity: " in out
+    fixed = onnx.load(tmp_path / "fixed.onnx")
+    assert not bisect_onnx.bisect_onnx_models(reference, fixed, inputs).diverged
