@@ -20,6 +20,7 @@ from bisect_onnx.judge.records import Coverage, Record, Report
 from bisect_onnx.pipeline.onnx_vs_onnx import bisect_onnx_models
 from bisect_onnx.pipeline.options import (
     ExportOptions,
+    FixOptions,
     OutputOptions,
     RandomInputs,
     RuntimeOptions,
@@ -41,6 +42,7 @@ __all__ = [
     "ExportOptions",
     "RuntimeOptions",
     "SearchOptions",
+    "FixOptions",
     "OutputOptions",
     "DEFAULT_RTOL",
     "DEFAULT_ATOL",

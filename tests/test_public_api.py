@@ -16,6 +16,7 @@ def test_public_names_are_exactly_these():
     assert sorted(bisect_onnx.__all__) == sorted([
         "bisect", "bisect_onnx_models", "Samples", "RandomInputs", "Tolerance",
         "ExportOptions", "RuntimeOptions", "SearchOptions", "OutputOptions",
+        "FixOptions",
         "DEFAULT_RTOL", "DEFAULT_ATOL",
         "Report", "Record", "Coverage", "assert_parity", "ParityError", "events",
         "BisectOnnxError", "UsageError", "InputError", "ModelError", "BisectOnnxWarning",

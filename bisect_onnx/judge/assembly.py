@@ -127,6 +127,8 @@ def assemble(findings: Findings) -> Report:
         culprit_refs=(tuple(culprit_refs) if attribution is not None and attribution.listed_all
                       else None),
         nan_origin_ref=comparison.nan_origin,
+        fixes=tuple(findings.fixes),
+        fix_notes=tuple(findings.fix_notes),
         findings=findings,
     )
 

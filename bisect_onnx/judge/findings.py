@@ -176,6 +176,10 @@ class Findings:
     repro: Mapping[str, Any] | None = None
     repro_warnings: tuple[Any, ...] = ()
     samples_note: str | None = None
+    fixes: tuple[Any, ...] = ()
+    """The fix stage's checked results (:class:`~bisect_onnx.fixes.trial.FixResult`)."""
+    fix_notes: tuple[str, ...] = ()
+    """Why a fix search could not run, and what was tried, one line each."""
     """Which of several samples this is (the worst one's report says so)."""
 
     @property

@@ -213,6 +213,12 @@ class Report:
     culprit_segment: dict[str, Any] | None = None
     """Where only a segment of several nodes could be shown to introduce the error (no
     single node): its first and last values and its nodes (``from``, ``to``, ``nodes``)."""
+    fixes: tuple[Any, ...] = ()
+    """With ``suggest_fix``: each candidate fix tried on a copy and checked by a rerun
+    (:class:`~bisect_onnx.fixes.trial.FixResult`; ``reaches_parity`` tells fixes from
+    improvements)."""
+    fix_notes: tuple[str, ...] = ()
+    """Why a fix search could not run, or what was tried, one line each."""
     first_divergence_ref: Any = field(default=None, repr=False)
     culprit_ref: Any = field(default=None, repr=False)
     culprit_refs: Any = field(default=None, repr=False)
@@ -298,6 +304,8 @@ class Report:
             "repro": self.repro,
             "tolerance_basis": self.tolerance_basis,
             "search": self.search,
+            "fixes": [fix.as_dict() for fix in self.fixes],
+            "fix_notes": list(self.fix_notes),
             "culprit_segment": self.culprit_segment,
         }
 

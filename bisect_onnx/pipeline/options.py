@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from bisect_onnx.judge.tolerances import ToleranceRule
 
 __all__ = ["Tolerance", "ExportOptions", "RuntimeOptions", "RandomInputs", "SearchOptions",
-           "OutputOptions"]
+           "OutputOptions", "FixOptions"]
 
 
 @dataclass(frozen=True)
@@ -307,3 +307,37 @@ class OutputOptions:
     def from_args(cls, args: argparse.Namespace) -> OutputOptions:
         """Where the command line's repro goes; the model named as it was given."""
         return cls(repro_dir=args.repro_dir, label=args.model)
+
+
+@dataclass(frozen=True)
+class FixOptions:
+    """Whether to search for a fix of the culprit, and where the fixed model goes."""
+
+    suggest: bool = False
+    """For the culprit's class, try candidate fixes on a copy and rerun the comparison;
+    ``report.fixes`` lists each, checked (only those that reach parity are fixes)."""
+    write_fixed: str | Path | None = None
+    """Write the best fix's fixed ONNX model there (never onto an input file)."""
+
+    @staticmethod
+    def add_arguments(parser: Arguments) -> None:
+        """``--suggest-fix``, ``--write-fixed``."""
+        parser.add_argument("--suggest-fix", action="store_true",
+                            help="try fixes for the culprit's class on a copy, rerun the "
+                            "comparison and report each fix the rerun checked")
+        parser.add_argument("--write-fixed", type=Path, metavar="PATH",
+                            help="with --suggest-fix: write the best fix's fixed ONNX model "
+                            "to PATH (never onto an input file)")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> FixOptions:
+        """The fix settings the command line gives (``--write-fixed`` implies a search)."""
+        return cls(suggest=bool(args.suggest_fix or args.write_fixed),
+                   write_fixed=args.write_fixed)
+
+    @classmethod
+    def of(cls, suggest_fix: bool | FixOptions | None) -> FixOptions:
+        """The options from ``suggest_fix=True`` or an option object."""
+        if isinstance(suggest_fix, FixOptions):
+            return suggest_fix
+        return cls(suggest=bool(suggest_fix))

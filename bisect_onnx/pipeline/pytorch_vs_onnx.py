@@ -20,6 +20,7 @@ import numpy as np
 
 from bisect_onnx.align.op_level import align_op_values
 from bisect_onnx.events import BISECTION_STARTED, CAPTURE_STARTED, emit
+from bisect_onnx.fixes.stage import check_write_fixed, write_fixed
 from bisect_onnx.judge.assembly import assemble
 from bisect_onnx.judge.compare import DEFAULT_ATOL, DEFAULT_RTOL
 from bisect_onnx.judge.findings import Findings
@@ -28,10 +29,12 @@ from bisect_onnx.judge.tolerance_judge import ToleranceJudge
 from bisect_onnx.judge.vocabulary import Granularity
 from bisect_onnx.pipeline.call_ops import alignment_inputs, op_scope, traces_one_call
 from bisect_onnx.pipeline.description import describe_run
+from bisect_onnx.pipeline.fix_torch import sample_fixes
 from bisect_onnx.pipeline.module_float64 import module_float64
 from bisect_onnx.pipeline.op_sources import later_op_values, op_values
 from bisect_onnx.pipeline.options import (
     ExportOptions,
+    FixOptions,
     OutputOptions,
     RandomInputs,
     RuntimeOptions,
@@ -105,6 +108,7 @@ def bisect(
     runtime: RuntimeOptions | None = None,
     search: SearchOptions | None = None,
     output: OutputOptions | None = None,
+    suggest_fix: bool | FixOptions | None = None,
 ) -> Report:
     """Compare a PyTorch model with its ONNX export in ONNX Runtime, layer by layer.
 
@@ -135,6 +139,9 @@ def bisect(
         output: Where a divergence's standalone repro is written (``repro_dir``;
             ``<dir>/sample-<k>`` for each diverging random sample) and how the report
             names the model (``label``).
+        suggest_fix: ``True`` (or a :class:`~bisect_onnx.FixOptions`, which can name a
+            ``write_fixed`` path): for the culprit's class, try fixes on a copy and
+            rerun; ``report.fixes`` holds each, checked by its rerun.
 
     Returns:
         The :class:`~bisect_onnx.judge.records.Report`; ``report.verdict`` is ``parity``
@@ -145,6 +152,7 @@ def bisect(
     runtime = runtime or RuntimeOptions()
     search = search or SearchOptions()
     output = output or OutputOptions()
+    fixes = FixOptions.of(suggest_fix)
     random_inputs = inputs if isinstance(inputs, RandomInputs) else RandomInputs()
     inputs = None if isinstance(inputs, RandomInputs) else inputs
     check_run_files({"output.repro_dir": output.repro_dir,
@@ -152,6 +160,7 @@ def bisect(
                     model=model, onnx_models={"onnx_model": onnx_model},
                     tolerances=tolerance.rules, folders={"output.repro_dir"},
                     makes_parents={"export.save_to"})
+    check_write_fixed(fixes.write_fixed, (model, onnx_model))
     emit(BISECTION_STARTED, output.label or "")
     reference = reference_for(model, label=output.label)
     export = resolve_export(reference, onnx_model, export)
@@ -166,9 +175,11 @@ def bisect(
                             granularity=search.granularity,
                             all_culprits=search.all_culprits,
                             budget=runtime.budget(),  # what is left once the model is loaded
-                            input_budget=input_budget(runtime.max_memory), parking=parking)
-        return run_prepared(settings, given, random_inputs, repro_dir=output.repro_dir,
-                            kind=samples_kind(inputs))
+                            input_budget=input_budget(runtime.max_memory), parking=parking,
+                            fixes=fixes)
+        report = run_prepared(settings, given, random_inputs, repro_dir=output.repro_dir,
+                              kind=samples_kind(inputs))
+    return write_fixed(report, fixes.write_fixed, (model, onnx_model))
 
 
 @dataclass
@@ -191,6 +202,7 @@ class Settings:
     """What one sample's inputs may take (``--max-memory``, else most of the memory)."""
     parking: WeightParking = field(default_factory=lambda: WeightParking(None, Path()))
     """Where a large model's weights wait while ONNX Runtime holds its copy."""
+    fixes: FixOptions = field(default_factory=FixOptions)
 
     @property
     def rtol(self) -> float:
@@ -285,6 +297,8 @@ def _run_sample(settings: Settings, arrays: list[np.ndarray], description: str):
     report = assemble(replace(findings, description=describe_run(
         report, settings.prepared, settings.export, settings.reference.side, run,
         description, torch_capture, onnx_capture, tolerance=settings.judge.base)))
+    if settings.fixes.suggest:
+        report = sample_fixes(report, settings, arrays, torch_capture.outputs, run.production)
     return report, partial(write_torch_repro, report=report, candidate=candidate,
                            reference_values=values.reference,
                            candidate_values=values.candidate, torch_capture=torch_capture,

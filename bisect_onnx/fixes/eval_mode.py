@@ -1,0 +1,78 @@
+"""A module left in training mode: ``.eval()`` on a copy, checked by rerunning PyTorch.
+
+The culprit class "pytorch mode" (``search/nodeless.py``) says a Dropout or BatchNorm
+ran in training mode in PyTorch while the export is in eval mode. The search switches
+a deep copy to eval mode, first the culprit's module alone, then the whole model, and
+compares the copy's outputs with the candidate's (ONNX Runtime's) outputs. The user's
+model object is never touched.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+import numpy as np
+
+from bisect_onnx.fixes.context import FixContext, FixUnavailable
+from bisect_onnx.fixes.registry import register
+from bisect_onnx.fixes.trial import FixKind, FixResult, output_figures
+
+__all__ = ["search_eval_mode"]
+
+
+def search_eval_mode(context: FixContext) -> list[FixResult]:
+    """Try ``model.<culprit module>.eval()``, then ``model.eval()``; stop at a fix."""
+    import torch
+
+    model = context.torch_model
+    if not isinstance(model, torch.nn.Module):
+        raise FixUnavailable("no PyTorch module to switch to eval mode")
+    if not context.candidate_outputs:
+        raise FixUnavailable("no candidate outputs to compare an eval-mode rerun with")
+    results: list[FixResult] = []
+    for module_path in _targets(model, context.culprit_module):
+        started = time.perf_counter()
+        trial = copy.deepcopy(model)
+        target = trial.get_submodule(module_path) if module_path else trial
+        target.eval()
+        with torch.no_grad():
+            outputs = _flat_arrays(trial(*context.torch_inputs,
+                                            **context.torch_keywords))
+        after = output_figures(outputs, context.candidate_outputs,
+                               rtol=context.tolerance.rtol, atol=context.tolerance.atol)
+        change = f"call model.{module_path}.eval()" if module_path else "call model.eval()"
+        results.append(FixResult(FixKind.EVAL_MODE, change, context.before, after,
+                                 details={"module": module_path or None},
+                                 seconds=time.perf_counter() - started))
+        if results[-1].reaches_parity:
+            break
+    return results
+
+
+def _targets(model: Any, culprit_module: str | None) -> list[str]:
+    """The culprit's module (where it names one of the model's), then the whole model."""
+    targets = []
+    if culprit_module:
+        names = dict(model.named_modules())
+        if culprit_module in names and culprit_module:
+            targets.append(culprit_module)
+    targets.append("")
+    return targets
+
+
+def _flat_arrays(output: Any) -> list[np.ndarray]:
+    """A forward's tensors, depth first in order, as numpy arrays."""
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return [output.detach().cpu().numpy()]
+    if isinstance(output, dict):
+        return [array for value in output.values() for array in _flat_arrays(value)]
+    if isinstance(output, (list, tuple)):
+        return [array for value in output for array in _flat_arrays(value)]
+    return []
+
+
+register("pytorch mode", search_eval_mode)

@@ -1,0 +1,107 @@
+"""The fix stage: the report's culprit class, the searches for it, the report amended.
+
+Runs only with ``suggest_fix``; every result it adds to the report is a
+:class:`~bisect_onnx.fixes.trial.FixResult`, made from a rerun's figures.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from bisect_onnx.errors import UsageError
+from bisect_onnx.fixes import eval_mode  # noqa: F401  (registers its search)
+from bisect_onnx.fixes.context import FixContext
+from bisect_onnx.fixes.registry import suggest_fixes
+from bisect_onnx.fixes.trial import FixResult, output_figures
+from bisect_onnx.judge.assembly import amended
+
+__all__ = ["culprit_class", "with_fixes", "check_write_fixed", "write_fixed", "best_fix"]
+
+logger = logging.getLogger(__name__)
+
+
+def culprit_class(report: Any, *, precision: str | None = None) -> str | None:
+    """The class a fix search starts from: the culprit's classification's kind.
+
+    ``precision``: for ONNX against ONNX, the candidate's precision ("float16",
+    "bfloat16", "qdq") where it is narrower than the reference's; it names the class
+    whatever the culprit's node, since the conversion is what a fix undoes.
+    """
+    if precision:
+        return precision
+    kind = ((report.attribution or {}).get("classification") or {}).get("kind")
+    return kind or None
+
+
+def with_fixes(report: Any, precision: str | None = None, also: tuple[str, ...] = (),
+               **context: Any) -> Any:
+    """``report`` amended with the fix searches' results for its culprit (a diverged run).
+
+    ``context``: the :class:`FixContext` fields besides the culprit's class and
+    ``before`` (computed here from ``reference_outputs`` and ``candidate_outputs``).
+    ``also``: classes searched whatever the culprit's (a model in training mode is one
+    whatever node its divergence first shows in).
+    """
+    if not report.diverged:
+        return amended(report, fix_notes=("no fix searched: the outputs agree",))
+    found = culprit_class(report, precision=precision)
+    classes = [kind for kind in dict.fromkeys((found, *also)) if kind]
+    if not classes:
+        return amended(report, fix_notes=("no fix search: the culprit is not classified",))
+    tolerance = context["tolerance"]
+    before = output_figures(context["reference_outputs"], context.get("candidate_outputs", ()),
+                            rtol=tolerance.rtol, atol=tolerance.atol)
+    culprit = report.culprit
+    context.setdefault("culprit_nodes", (culprit.onnx_node,) if culprit and
+                       culprit.onnx_node else ())
+    context.setdefault("culprit_module", culprit.torch_module if culprit else None)
+    outcomes = [suggest_fixes(FixContext(culprit_class=kind, before=before, **context))
+                for kind in classes]
+    results = tuple(result for outcome in outcomes for result in outcome.results)
+    tried = [name for outcome in outcomes for name in outcome.tried]
+    # A class with no search is only worth a note where nothing else was tried.
+    notes = [reason for outcome in outcomes for reason in outcome.reasons
+             if tried == [] or not reason.startswith("no fix search for")]
+    if not any(result.reaches_parity for result in results):
+        notes.append(f"no checked fix found (tried: {', '.join(tried) or 'nothing'})")
+    return amended(report, fixes=results, fix_notes=tuple(notes))
+
+
+def best_fix(fixes: tuple[FixResult, ...]) -> FixResult | None:
+    """The fix to write: parity reached, a model to write, smallest remaining error."""
+    models = [fix for fix in fixes if fix.reaches_parity and fix.fixed_model is not None]
+    return min(models, key=lambda fix: fix.after.max_abs, default=None)
+
+
+def check_write_fixed(path: str | Path | None, user_paths: tuple[Any, ...]) -> None:
+    """Refuse ``--write-fixed`` onto a user's file, or into a folder that does not exist."""
+    if path is None:
+        return
+    target = Path(path).expanduser().resolve()
+    for user in user_paths:
+        if user is not None and isinstance(user, (str, Path)) and \
+                Path(user).expanduser().resolve() == target:
+            raise UsageError(f"--write-fixed {path} is one of the input files; the user's files "
+                             "are never written: choose another path")
+    if not target.parent.is_dir():
+        raise UsageError(f"--write-fixed {path}: the folder {target.parent} does not exist; "
+                         "create it or choose another path")
+
+
+def write_fixed(report: Any, path: str | Path | None, user_paths: tuple[Any, ...]) -> Any:
+    """Write the best fix's model to ``path``; the report, with a note of what was written."""
+    if path is None:
+        return report
+    check_write_fixed(path, user_paths)
+    fix = best_fix(report.fixes)
+    if fix is None:
+        note = f"--write-fixed {path}: nothing written, no checked fix is a model"
+    else:
+        Path(path).write_bytes(fix.fixed_model)
+        note = f"the fixed model ({fix.change}) was written to {path}"
+    logger.info(note)
+    return amended(report, fix_notes=(*report.fix_notes, note))
+
+

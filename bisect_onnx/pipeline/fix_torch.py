@@ -1,0 +1,38 @@
+"""The fix stage of a PyTorch-against-ONNX run: its context from one sample's values."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["sample_fixes"]
+
+
+def sample_fixes(report: Any, settings: Any, arrays: Sequence[np.ndarray],
+                 torch_outputs: Sequence[Any], onnx_outputs: Sequence[Any]) -> Any:
+    """``report`` with the fix searches' checked results for its culprit.
+
+    ``torch_outputs`` / ``onnx_outputs``: the final outputs the verdict compared
+    (``CapturedValue``s), the figures every fix's ``before`` is made from.
+    """
+    from bisect_onnx.fixes.stage import with_fixes
+    from bisect_onnx.pytorch.module_side import split_keywords, to_tensor
+
+    prepared = settings.prepared
+    args, kwargs = split_keywords([to_tensor(array) for array in arrays], prepared.keywords)
+    candidate = prepared.candidate
+    model = settings.reference.exportable
+    training = any(getattr(module, "training", False) for module in
+                   (model.modules() if hasattr(model, "modules") else ()))
+    return with_fixes(
+        report, also=("pytorch mode",) if training else (), candidate=candidate.model,
+        candidate_path=candidate.path,
+        inputs={value.name: array for value, array in zip(candidate.inputs, arrays,
+                                                          strict=False)
+                if hasattr(value, "name")},
+        reference_outputs=[value.array for value in torch_outputs],
+        candidate_outputs=[value.array for value in onnx_outputs],
+        tolerance=settings.judge.base, torch_model=settings.reference.exportable,
+        torch_inputs=tuple(args), torch_keywords=kwargs, memory_budget=settings.budget)
