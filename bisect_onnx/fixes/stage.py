@@ -11,7 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from bisect_onnx.errors import UsageError
-from bisect_onnx.fixes import eval_mode, onnx_searches  # noqa: F401  (register searches)
+from bisect_onnx.fixes import (  # noqa: F401  (each registers its searches)
+    eval_mode,
+    exporter_search,
+    onnx_searches,
+)
 from bisect_onnx.fixes.context import FixContext
 from bisect_onnx.fixes.registry import suggest_fixes
 from bisect_onnx.fixes.trial import FixResult, output_figures
@@ -32,7 +36,12 @@ def culprit_class(report: Any, *, precision: str | None = None) -> str | None:
     if precision:
         return precision
     kind = ((report.attribution or {}).get("classification") or {}).get("kind")
-    return kind or None
+    return _CLASS_OF_KIND.get(kind, kind) or None
+
+
+# A classification's kind where the fix searches name the class otherwise: against
+# PyTorch, a graph that means something else than the torch op is the exporter's doing.
+_CLASS_OF_KIND = {"graph semantics": "exporter"}
 
 
 def with_fixes(report: Any, precision: str | None = None, also: tuple[str, ...] = (),
