@@ -13,9 +13,8 @@ import copy
 import time
 from typing import Any
 
-import numpy as np
-
 from bisect_onnx.fixes.context import FixContext, FixUnavailable
+from bisect_onnx.fixes.exporter_trials import torch_outputs
 from bisect_onnx.fixes.registry import register
 from bisect_onnx.fixes.trial import FixKind, FixResult, output_figures
 
@@ -37,9 +36,7 @@ def search_eval_mode(context: FixContext) -> list[FixResult]:
         trial = copy.deepcopy(model)
         target = trial.get_submodule(module_path) if module_path else trial
         target.eval()
-        with torch.no_grad():
-            outputs = _flat_arrays(trial(*context.torch_inputs,
-                                            **context.torch_keywords))
+        outputs = torch_outputs(trial, context.torch_inputs, context.torch_keywords)
         after = output_figures(outputs, context.candidate_outputs,
                                rtol=context.tolerance.rtol, atol=context.tolerance.atol)
         change = f"call model.{module_path}.eval()" if module_path else "call model.eval()"
@@ -60,19 +57,6 @@ def _targets(model: Any, culprit_module: str | None) -> list[str]:
             targets.append(culprit_module)
     targets.append("")
     return targets
-
-
-def _flat_arrays(output: Any) -> list[np.ndarray]:
-    """A forward's tensors, depth first in order, as numpy arrays."""
-    import torch
-
-    if isinstance(output, torch.Tensor):
-        return [output.detach().cpu().numpy()]
-    if isinstance(output, dict):
-        return [array for value in output.values() for array in _flat_arrays(value)]
-    if isinstance(output, (list, tuple)):
-        return [array for value in output for array in _flat_arrays(value)]
-    return []
 
 
 register("pytorch mode", search_eval_mode)
