@@ -25,7 +25,6 @@ import numpy as np
 
 from bisect_onnx.errors import InputError, UsageError
 from bisect_onnx.events import BISECTION_STARTED, CAPTURE_STARTED, emit
-from bisect_onnx.fixes.stage import check_write_fixed, write_fixed
 from bisect_onnx.judge.assembly import assemble
 from bisect_onnx.judge.findings import Findings, RunDescription
 from bisect_onnx.judge.records import Report
@@ -152,9 +151,9 @@ def bisect_onnx_models(
     """
     tolerance = Tolerance.of(tolerance)
     fixes = FixOptions.of(suggest_fix)
+    from bisect_onnx.fixes.stage import check_write_fixed, write_fixed  # imports onnx: lazily
     check_write_fixed(fixes.write_fixed, (reference, candidate))
-    search = search or SearchOptions()
-    output = output or OutputOptions()
+    search, output = search or SearchOptions(), output or OutputOptions()
     if search.granularity is not None:
         raise UsageError(NO_GRANULARITY)
     evaluator = _runs_in_evaluator(reference_runtime)

@@ -20,7 +20,6 @@ import numpy as np
 
 from bisect_onnx.align.op_level import align_op_values
 from bisect_onnx.events import BISECTION_STARTED, CAPTURE_STARTED, emit
-from bisect_onnx.fixes.stage import check_write_fixed, write_fixed
 from bisect_onnx.judge.assembly import assemble
 from bisect_onnx.judge.compare import DEFAULT_ATOL, DEFAULT_RTOL
 from bisect_onnx.judge.findings import Findings
@@ -160,6 +159,8 @@ def bisect(
                     model=model, onnx_models={"onnx_model": onnx_model},
                     tolerances=tolerance.rules, folders={"output.repro_dir"},
                     makes_parents={"export.save_to"})
+    from bisect_onnx.fixes.stage import check_write_fixed, write_fixed  # imports onnx: lazily
+
     check_write_fixed(fixes.write_fixed, (model, onnx_model))
     emit(BISECTION_STARTED, output.label or "")
     reference = reference_for(model, label=output.label)

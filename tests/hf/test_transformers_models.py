@@ -82,7 +82,9 @@ def test_dynamo_records_point_at_the_modeling_file_and_the_wrappers_call(exporte
     modeling = [source for source in sources if _installed(source.file)]
     # Not one record is left pointing at the user's wrapper in place of the model's line.
     assert len(modeling) == len(sources) > 0
-    assert all("/transformers/" in source.file for source in modeling)
+    # transformers 5.25 swaps some layers' forward for the `kernels` package's (RMSNorm).
+    assert all("/transformers/" in source.file or "/kernels/" in source.file
+               for source in modeling)
     assert any(source.file.endswith(ARCHITECTURES[name].modeling_file) for source in modeling)
     assert all(source.call_site is not None and source.call_site.file.endswith(WRAPPER_FILE)
                for source in modeling)
