@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from bisect_onnx.pytorch.private_apis import is_op_overload
+
 __all__ = ["CannotIsolate", "TensorSpec", "CulpritOp", "locate_culprit_op"]
 
 
@@ -106,7 +108,7 @@ def _as_call(node: Any, module: str | None) -> CulpritOp:
     else:
         node_called = node
     target = node_called.target
-    if not isinstance(target, torch._ops.OpOverload):
+    if not is_op_overload(target):
         raise CannotIsolate(f"the culprit {node.name} calls {target!r}, not an ATen op")
     inputs: dict[str, TensorSpec] = {}
 
