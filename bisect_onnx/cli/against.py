@@ -34,7 +34,8 @@ _TORCH_ONLY_OPTIONS = {"onnx": "--onnx", "exporter": "--exporter", "opset": "--o
 def against_requested(args: argparse.Namespace) -> bool:
     """Whether the command line asks for an ONNX-against-ONNX comparison."""
     return bool(args.against is not None or args.against_opt_level is not None
-                or args.against_provider is not None or args.against_reference_evaluator)
+                or args.against_provider is not None or args.against_reference_evaluator
+                or args.against_runtime is not None)
 
 
 def bisect_from_args(args: argparse.Namespace) -> Report:
@@ -51,16 +52,17 @@ def bisect_from_args(args: argparse.Namespace) -> Report:
     head = b"" if _names_a_factory(args.model) and not model.exists() else read_head(
         model, 16, label="MODEL file", expected="an .onnx file")
     if not looks_like_onnx(head):
-        raise UsageError(f"--against, --against-opt-level, --against-provider and "
-                         f"--against-reference-evaluator compare two ONNX models, and MODEL "
-                         f"{args.model} is not an ONNX file; pass the reference .onnx as MODEL "
-                         "(a PyTorch MODEL is compared with --onnx FILE)")
+        raise UsageError(f"--against, --against-opt-level, --against-provider, "
+                         f"--against-runtime and --against-reference-evaluator compare two "
+                         f"ONNX models, and MODEL {args.model} is not an ONNX file; pass "
+                         "the reference .onnx as MODEL (a PyTorch MODEL is compared with "
+                         "--onnx FILE)")
     from bisect_onnx.pipeline.onnx_vs_onnx import REFERENCE_EVALUATOR
 
-    # --provider and --opt-level are the reference's, and the candidate's unless its
-    # own --against-* say otherwise; --promote is the candidate's (the reference
-    # promotes every value).
-    runtime = RuntimeOptions.from_args(args)
+    # --runtime, --provider and --opt-level are the reference's, and the candidate's
+    # unless its own --against-* say otherwise; --promote is the candidate's (the
+    # reference promotes every value).
+    reference_runtime, candidate_runtime = _side_runtimes(args)
     random_inputs = RandomInputs.from_args(args)
     from bisect_onnx.fixes.stage import check_write_fixed
 
@@ -72,14 +74,56 @@ def bisect_from_args(args: argparse.Namespace) -> Report:
         args.against,
         inputs if inputs is not None else random_inputs,
         reference_runtime=(REFERENCE_EVALUATOR if args.against_reference_evaluator
-                           else replace(runtime, promote=RuntimeOptions.promote)),
-        candidate_runtime=replace(runtime, provider=args.against_provider or runtime.provider,
-                                  opt_level=args.against_opt_level or runtime.opt_level),
+                           else reference_runtime),
+        candidate_runtime=candidate_runtime,
         tolerance=Tolerance.from_args(args),
         search=SearchOptions.from_args(args),
         output=OutputOptions.from_args(args),
         suggest_fix=FixOptions.from_args(args),
     )
+
+
+def _side_runtimes(args: argparse.Namespace) -> tuple[RuntimeOptions, RuntimeOptions]:
+    """The reference's and the candidate's runtime options from the command line.
+
+    ``--ov-precision`` goes to the side (or sides) OpenVINO runs; ``--provider`` and
+    ``--opt-level`` to those ONNX Runtime runs.
+    """
+    from bisect_onnx.runtime.runtimes import OPENVINO
+
+    names = (args.runtime, args.against_runtime or args.runtime)
+    if args.ov_precision is not None and OPENVINO not in names or (
+            names == (OPENVINO, OPENVINO)):
+        RuntimeOptions.from_args(args)  # its one-line errors (a precision without OpenVINO)
+    if names[1] == OPENVINO and (args.against_provider or args.against_opt_level):
+        raise UsageError("--against-provider and --against-opt-level are ONNX Runtime's; "
+                         "drop them with --against-runtime openvino")
+    shared = RuntimeOptions.from_args(_namespace_with(args, runtime="onnxruntime",
+                                                        ov_precision=None))
+    reference = _on_runtime(replace(shared, promote=RuntimeOptions.promote), names[0],
+                            args.ov_precision)
+    candidate = _on_runtime(replace(shared, provider=args.against_provider or shared.provider,
+                                    opt_level=args.against_opt_level or shared.opt_level),
+                            names[1], args.ov_precision)
+    return reference, candidate
+
+
+def _on_runtime(options: RuntimeOptions, runtime: str, precision: str | None,
+                ) -> RuntimeOptions:
+    """``options`` on ``runtime``: OpenVINO takes the precision, ONNX Runtime the rest."""
+    if runtime == "onnxruntime":
+        return options
+    if (options.provider, options.opt_level) != (RuntimeOptions.provider,
+                                                  RuntimeOptions.opt_level):
+        # Given for the ONNX Runtime side, when there is one: not an OpenVINO setting.
+        options = replace(options, provider=RuntimeOptions.provider,
+                          opt_level=RuntimeOptions.opt_level)
+    return replace(options, runtime=runtime, precision=precision)
+
+
+def _namespace_with(args: argparse.Namespace, **changes: object) -> argparse.Namespace:
+    """A copy of ``args`` with ``changes``."""
+    return argparse.Namespace(**{**vars(args), **changes})
 
 
 def _names_a_factory(spec: str) -> bool:
@@ -89,6 +133,7 @@ def _names_a_factory(spec: str) -> bool:
 
 def add_against_options(parser: argparse.ArgumentParser) -> None:
     """The options of the ONNX-against-ONNX form, in their own --help group."""
+    from bisect_onnx.runtime.runtimes import RUNTIMES
     from bisect_onnx.runtime.sessions import OPT_LEVELS
 
     against = parser.add_argument_group(
@@ -102,6 +147,10 @@ def add_against_options(parser: argparse.ArgumentParser) -> None:
                          "--opt-level)")
     against.add_argument("--against-provider", metavar="NAME",
                          help="the candidate's execution provider (default --provider)")
+    against.add_argument("--against-runtime", choices=RUNTIMES,
+                         help="the candidate's runtime (default --runtime): one file in ONNX "
+                         "Runtime against the same file in OpenVINO is --against-runtime "
+                         "openvino")
     against.add_argument("--against-reference-evaluator", action="store_true",
                          help="run the reference in ONNX's reference evaluator (onnx.reference: "
                          "standard ops only) and the candidate in ONNX Runtime")

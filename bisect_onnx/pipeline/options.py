@@ -18,6 +18,13 @@ from typing import TYPE_CHECKING, Any
 from bisect_onnx.errors import UsageError
 from bisect_onnx.judge.compare import DEFAULT_ATOL, DEFAULT_RTOL, check_tolerances
 from bisect_onnx.runtime.memory import default_budget, parse_size
+from bisect_onnx.runtime.runtimes import (
+    ONNXRUNTIME,
+    OPENVINO,
+    OV_PRECISIONS,
+    RUNTIMES,
+    check_runtime_name,
+)
 from bisect_onnx.runtime.sessions import (
     CPU_PROVIDER,
     DEFAULT_OPT_LEVEL,
@@ -157,21 +164,33 @@ class ExportOptions:
 
 @dataclass(frozen=True)
 class RuntimeOptions:
-    """How ONNX Runtime runs the ONNX model under test."""
+    """Which runtime runs the ONNX model under test, and how."""
 
     provider: str = CPU_PROVIDER
     opt_level: str = DEFAULT_OPT_LEVEL
     """``disabled``, ``basic``, ``extended`` or ``all`` (ONNX Runtime's default)."""
     promote: str = "fused"
-    """``fused``: promote only the values that survive ORT's optimizations, so the
-    capture runs the production kernels (checked); ``all``: every node output."""
+    """``fused``: capture only the values production's optimized graph (ONNX Runtime)
+    or compiled model (OpenVINO) keeps, so the capture runs the production kernels
+    (checked); ``all``: every node output."""
     max_memory: int | str | None = None
     """Memory the captured values of both sides may take (bytes, or ``"2GB"``); over
     it, values are probed a few at a time. ``None``: most of the memory available."""
+    runtime: str = ONNXRUNTIME
+    """``onnxruntime`` or ``openvino`` (CPU; ``pip install bisect-onnx[openvino]``)."""
+    precision: str | None = None
+    """OpenVINO's ``INFERENCE_PRECISION_HINT``: ``f32``, ``f16`` or ``bf16``; ``None``
+    keeps OpenVINO's default for the CPU (bf16 where the CPU has it)."""
 
     def __post_init__(self) -> None:
         # One-line errors for settings that cannot work, before anything is exported.
+        check_runtime_name(self.runtime, self.precision)
         check_runtime(self.provider, self.opt_level, self.promote)
+        if self.runtime == OPENVINO and (self.provider, self.opt_level) != (
+                CPU_PROVIDER, DEFAULT_OPT_LEVEL):
+            raise UsageError("provider and opt_level (--provider, --opt-level) are ONNX "
+                             "Runtime's; OpenVINO runs on its CPU plugin as it compiles: "
+                             "drop them with runtime openvino")
         if self.max_memory is not None:
             parse_size(self.max_memory)
 
@@ -181,14 +200,40 @@ class RuntimeOptions:
             return default_budget()
         return parse_size(self.max_memory)
 
+    def runs_like(self, other: RuntimeOptions) -> bool:
+        """Whether a model runs the same way under ``other`` (the same runtime, settings)."""
+        return all(getattr(self, name) == getattr(other, name)
+                   for name in ("runtime", "provider", "opt_level", "precision"))
+
     def session_keywords(self) -> dict[str, str]:
         """What :class:`~bisect_onnx.runtime.onnx_side.OnnxRuntimeSide` takes of these."""
         return {"provider": self.provider, "opt_level": self.opt_level,
                 "promote": self.promote}
 
+    def candidate_side(self, path: Path, *, promote: str | None = None) -> Any:
+        """The side that runs the ONNX file at ``path`` as these options say.
+
+        ``promote`` overrides the options' own (a reference promotes every value).
+        """
+        promote = promote or self.promote
+        if self.runtime == OPENVINO:
+            from bisect_onnx.runtime.openvino_side import OpenVinoSide
+
+            return OpenVinoSide(path, precision=self.precision, promote=promote)
+        from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
+
+        return OnnxRuntimeSide(path, provider=self.provider, opt_level=self.opt_level,
+                               promote=promote)
+
     @staticmethod
     def add_arguments(parser: Arguments) -> None:
-        """``--provider``, ``--opt-level``, ``--promote``, ``--max-memory``."""
+        """The runtime's options: ``--runtime`` ... ``--max-memory``."""
+        parser.add_argument("--runtime", choices=RUNTIMES, default=ONNXRUNTIME,
+                            help="runtime that runs the ONNX model: onnxruntime (default) or "
+                            "openvino (CPU; pip install bisect-onnx[openvino])")
+        parser.add_argument("--ov-precision", choices=OV_PRECISIONS, default=None,
+                            help="OpenVINO's inference precision (INFERENCE_PRECISION_HINT; "
+                            "default: OpenVINO's own for the CPU, bf16 where it has it)")
         parser.add_argument("--provider", default=CPU_PROVIDER, metavar="NAME",
                             help=f"ONNX Runtime execution provider (default {CPU_PROVIDER})")
         parser.add_argument("--opt-level", choices=tuple(OPT_LEVELS),
@@ -196,9 +241,9 @@ class RuntimeOptions:
                             help="ONNX Runtime graph optimization level (default all, as "
                             "ONNX Runtime's own default)")
         parser.add_argument("--promote", choices=PROMOTE_CHOICES, default="fused",
-                            help="fused (default): capture only the values that survive ONNX "
-                            "Runtime's optimizations, so the production kernels run; all: "
-                            "every node output, which changes what ONNX Runtime fuses")
+                            help="fused (default): capture only the values that survive the "
+                            "runtime's fusions, so the production kernels run; all: every "
+                            "node output, which changes what the runtime fuses")
         parser.add_argument("--max-memory", metavar="SIZE",
                             help="memory the captured values of both sides may take (512MB, "
                             "2GiB); over it, ONNX Runtime's values are probed a few at a time "
@@ -208,7 +253,8 @@ class RuntimeOptions:
     def from_args(cls, args: argparse.Namespace) -> RuntimeOptions:
         """The runtime settings the command line gives."""
         return cls(provider=args.provider, opt_level=args.opt_level, promote=args.promote,
-                   max_memory=args.max_memory)
+                   max_memory=args.max_memory, runtime=args.runtime,
+                   precision=args.ov_precision)
 
 
 @dataclass(frozen=True)
