@@ -90,6 +90,9 @@ class Provenance:
     scopes: tuple[str, ...] = ()
     """Call names (``blocks.0``, ``relu@1``) of the module calls around an op-level
     value, outermost first: which module rows the op belongs to."""
+    runtime_layer: tuple[str, str, str] | None = None
+    """``(name, type, runtime precision)`` of the layer a compiling runtime executed
+    to produce the value (OpenVINO's ``Convolution`` in ``bf16``), where it says."""
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,9 @@ def environment(candidate: OnnxRuntimeSide, *, exporter: str,
                        "intra_op_threads": "onnxruntime default (one per physical core)"})
     else:
         record.update(reference)
-    record.update({"provider": candidate.provider, "opt_level": candidate.opt_level,
+    # OpenVINO's version and inference precision are in the report's ``candidate``.
+    record.update({"runtime": getattr(candidate, "runtime", "onnxruntime"),
+                   "provider": candidate.provider, "opt_level": candidate.opt_level,
                    "promote": candidate.promote, "exporter": exporter,
                    "opset": candidate.opset})
     return record

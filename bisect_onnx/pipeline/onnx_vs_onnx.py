@@ -68,6 +68,7 @@ from bisect_onnx.runtime.heap import give_back, kept_in_heap
 from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
 from bisect_onnx.runtime.reference_side import ReferenceEvaluatorSide, reference_side
 from bisect_onnx.search.blame import attribute_divergence
+from bisect_onnx.search.local import boundary_references
 from bisect_onnx.sources.arrangement import arrange_inputs
 from bisect_onnx.sources.file_kinds import check_onnx_file
 from bisect_onnx.sources.graph_inputs import check_against_onnx
@@ -84,8 +85,9 @@ logger = logging.getLogger(__name__)
 
 NOTHING_TO_COMPARE = (
     "the reference and the candidate are the same model run the same way; give a "
-    "candidate (--against FILE), another optimization level (--against-opt-level) or "
-    "provider (--against-provider), or --against-reference-evaluator")
+    "candidate (--against FILE), another optimization level (--against-opt-level), "
+    "provider (--against-provider) or runtime (--against-runtime), or "
+    "--against-reference-evaluator")
 
 NO_MEMORY_BUDGET = (
     "max_memory applies to bisect(); bisect_onnx_models captures every value of both "
@@ -166,11 +168,10 @@ def bisect_onnx_models(
                     tolerances=tolerance.rules, folders={"output.repro_dir"})
     rules = tolerance.per_value()
     candidate_runtime = candidate_runtime or RuntimeOptions(
-        provider=reference_runtime.provider, opt_level=reference_runtime.opt_level)
+        provider=reference_runtime.provider, opt_level=reference_runtime.opt_level,
+        runtime=reference_runtime.runtime, precision=reference_runtime.precision)
     _check_runtimes(reference_runtime, candidate_runtime)
-    if (candidate is None and not evaluator and (
-            reference_runtime.provider, reference_runtime.opt_level) == (
-            candidate_runtime.provider, candidate_runtime.opt_level)):
+    if candidate is None and not evaluator and reference_runtime.runs_like(candidate_runtime):
         raise UsageError(NOTHING_TO_COMPARE)
     emit(BISECTION_STARTED, output.label or str(reference))
     with tempfile.TemporaryDirectory(prefix="bisect-onnx-") as workdir:
@@ -179,9 +180,8 @@ def bisect_onnx_models(
             (reference_path, reference_label) if candidate is None
             else _model_path(candidate, Path(workdir), "candidate"))
         models = _Models(
-            reference_side(reference_path, provider=reference_runtime.provider,
-                           opt_level=reference_runtime.opt_level, evaluator=evaluator),
-            OnnxRuntimeSide(candidate_path, **candidate_runtime.session_keywords()),
+            reference_side(reference_path, reference_runtime, evaluator=evaluator),
+            candidate_runtime.candidate_side(candidate_path),
             labels=(reference_label, candidate_label), rtol=tolerance.rtol,
             atol=tolerance.atol, rules=rules, all_culprits=search.all_culprits,
             fixes=fixes, user_paths=(reference, candidate))
@@ -268,7 +268,10 @@ class _Models:
         candidate_values.update({value.name: value.array for value in run.production})
         pairs.extend(paired.outputs)
         values = SampleValues(
-            reference=as_candidate_values(pairs, reference_capture, candidate_values),
+            reference=boundary_references(  # one file: the reference's values fit as they are
+                candidate, as_candidate_values(pairs, reference_capture, candidate_values),
+                {name: value.array for name, value in reference_capture.values.items()}
+                if reference.path == candidate.path else {}),
             candidate=candidate_values,
             graph_inputs={spec.name: array for spec, array in zip(candidate.inputs,
                                                                    candidate_arrays,
@@ -311,7 +314,8 @@ def _in_graph(model: Any) -> Any:
 def _reference_runtime(reference: Any) -> dict[str, Any]:
     """How the reference ran, for the environment record."""
     evaluator = isinstance(reference, ReferenceEvaluatorSide)
-    return {"reference_runtime": "onnx.reference" if evaluator else "onnxruntime",
+    return {"reference_runtime": "onnx.reference" if evaluator
+            else getattr(reference, "runtime", "onnxruntime"),
             "reference_provider": None if evaluator else reference.provider,
             "reference_opt_level": None if evaluator else reference.opt_level}
 

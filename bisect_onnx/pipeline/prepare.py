@@ -207,8 +207,8 @@ def _given_candidate(reference: Reference, onnx_model: Any, folder: Path,
 
 
 def _runtime_side(path: Path, runtime: RuntimeOptions) -> OnnxRuntimeSide:
-    return OnnxRuntimeSide(path, provider=runtime.provider, opt_level=runtime.opt_level,
-                           promote=runtime.promote)
+    # OpenVinoSide where runtime="openvino": it has OnnxRuntimeSide's face.
+    return runtime.candidate_side(path)
 
 
 def names_the_values(program: Any, nodes: Sequence[NodeInfo]) -> bool:

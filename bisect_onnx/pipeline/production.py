@@ -108,7 +108,7 @@ def run_candidate(candidate: OnnxRuntimeSide, arrays: Sequence[np.ndarray], *,
         return CandidateRun(candidate, Capture(values={}, outputs=runner.outputs),
                             runner.outputs, runner)
     fallback = None
-    if fall_back:
+    if fall_back and isinstance(candidate, OnnxRuntimeSide):  # ORT's survival figures
         plan = candidate.prepare()  # decided from production's graph, before any capture
         if (plan.promoted is not None and plan.values
                 and plan.survivors < SURVIVAL_FLOOR * plan.values):

@@ -34,12 +34,15 @@ logger = logging.getLogger(__name__)
 EVALUATOR_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"})
 
 
-def reference_side(path: Path, *, provider: str, opt_level: str,
-                   evaluator: bool) -> OnnxRuntimeSide | ReferenceEvaluatorSide:
-    """The side that runs the reference model: the evaluator, or ORT with every value promoted."""
+def reference_side(path: Path, runtime: Any, *, evaluator: bool) -> Any:
+    """The side that runs the reference model, every value captured.
+
+    ``runtime``: the reference's :class:`~bisect_onnx.pipeline.options.RuntimeOptions`
+    (ONNX Runtime or OpenVINO), unless it runs in the evaluator.
+    """
     if evaluator:
         return ReferenceEvaluatorSide(path)
-    return OnnxRuntimeSide(path, provider=provider, opt_level=opt_level, promote="all")
+    return runtime.candidate_side(path, promote="all")
 
 
 class ReferenceEvaluatorSide:

@@ -39,7 +39,7 @@ from bisect_onnx.search.claims import (
 )
 from bisect_onnx.search.classify import Kind
 from bisect_onnx.search.inserted import exporters_node, narrow_to_unpaired
-from bisect_onnx.search.local import LocalCheck, run_locally
+from bisect_onnx.search.local import LocalCheck, boundary_references, run_locally, runtime_of
 from bisect_onnx.search.nodeless import classification, fx_span, nodeless_culprit
 
 __all__ = ["attribute_divergence"]
@@ -154,7 +154,7 @@ def _rerun(candidate: Any, graph_inputs: Mapping[str, np.ndarray], tolerance: To
     """Local checks of the candidate's values with other references (one run each)."""
     return partial(run_locally, candidate.model, candidate.path.resolve().parent,
                    graph_inputs=graph_inputs, rtol=tolerance.rtol, atol=tolerance.atol,
-                   provider=candidate.provider, opt_level=candidate.opt_level, compare=compare)
+                   compare=compare, **runtime_of(candidate))
 
 
 class _LocalChecker:
@@ -174,7 +174,8 @@ class _LocalChecker:
         self.candidate, self.program = candidate, program
         self.tolerance = tolerance
         self.torch_float64 = torch_float64
-        self.reference_values, self.candidate_values = reference_values, candidate_values
+        self.reference_values, self.candidate_values = (
+            boundary_references(candidate, reference_values, torch_values), candidate_values)
         self.graph_inputs, self.torch_values = graph_inputs, torch_values
         self.everything, self.compare = everything, compare
         self.by_value = {record.onnx_value: record for record in failing}
@@ -194,7 +195,7 @@ class _LocalChecker:
             reference_values=self.reference_values, candidate_values=self.candidate_values,
             graph_inputs=self.graph_inputs, rtol=self.tolerance.base.rtol,
             atol=self.tolerance.base.atol,
-            provider=candidate.provider, opt_level=candidate.opt_level, compare=self.compare))
+            compare=self.compare, **runtime_of(candidate)))
         # In order: whether one is classified depends on the culprits found before it.
         return {name: self._result(name) for name in names}
 
@@ -285,8 +286,7 @@ def _classify(check: LocalCheck, record: Record, candidate: Any,
               torch_values: Mapping[str, np.ndarray], fx_names: Mapping[str, str],
               tolerance: Tolerance, torch_float64: Callable[[LocalCheck], Any] | None) -> Any:
     """Which side is wrong: the culprit rerun in float64 on both sides, at its tolerance."""
-    from bisect_onnx.search.classify import classify
-
+    from bisect_onnx.search.classify import classify, kernel_runtime
     try:
         torch64, onnx64 = _float64_reruns(check, record, candidate, program, torch_values,
                                           fx_names)
@@ -295,7 +295,7 @@ def _classify(check: LocalCheck, record: Record, candidate: Any,
     except BisectOnnxError as error:  # a refinement must not cost the report
         logger.info("no float64 rerun of %s: %s", check.value, error)
         torch64 = onnx64 = None
-    return classify(torch64=torch64, onnx64=onnx64,
+    return classify(torch64=torch64, onnx64=onnx64, runtime=kernel_runtime(candidate),
                     torch32=np.asarray(reference_values[check.value]),
                     ort32=np.asarray(check.local), rtol=tolerance.rtol, atol=tolerance.atol)
 

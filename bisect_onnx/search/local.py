@@ -25,7 +25,7 @@ from bisect_onnx.graph.walk import subgraphs
 from bisect_onnx.judge.compare import ArrayComparison, compare_arrays
 from bisect_onnx.runtime.sessions import create_session
 
-__all__ = ["LocalCheck", "run_locally"]
+__all__ = ["LocalCheck", "run_locally", "runtime_of", "boundary_references"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +64,8 @@ def run_locally(
     provider: str,
     opt_level: str,
     compare: Callable[[str, np.ndarray], ArrayComparison] | None = None,
+    make_session: Callable[[bytes, str], Any] | None = None,
+    layer_boundaries: frozenset[str] = frozenset(),
 ) -> dict[str, LocalCheck]:
     """Check each of ``values`` locally, all in one ONNX Runtime run.
 
@@ -73,12 +75,15 @@ def run_locally(
     ``compare`` judges a value's local result (value name, array) where its reference
     needs converting or a tolerance of its own (another ONNX model's value); by
     default ``compare_arrays`` against ``reference_values`` at ``rtol`` and ``atol``.
-    A value without a reference value is not checked.
+    A value without a reference value is not checked. ``make_session(bytes, label)``:
+    the candidate's runtime, where it is not ONNX Runtime (OpenVINO, in its precision).
+    ``layer_boundaries``: values between two of production's executed layers that the
+    capture could not ask for (OpenVINO): no kernel holds them, so they are cut at too.
     """
     graph = model.graph
     # Only values both sides captured stop the walk back: see above.
     checkpoints = {name: array for name, array in reference_values.items()
-                   if name in candidate_values}
+                   if name in candidate_values or name in layer_boundaries}
     checks = {value: LocalCheck(value) for value in values}
     combined = _CombinedSegments()
     for number, value in enumerate(values):
@@ -93,7 +98,8 @@ def run_locally(
         return checks
     local_model = combined.model(model)
     try:
-        results = combined.run(local_model, model_dir, provider=provider, opt_level=opt_level)
+        results = combined.run(local_model, model_dir, provider=provider, opt_level=opt_level,
+                               make_session=make_session)
     except Exception as error:  # the report stands without attribution
         logger.info("local checks could not run: %s", error)
         for check in checks.values():
@@ -106,6 +112,26 @@ def run_locally(
     logger.info("ran %d value(s) locally in one session (%d nodes)", len(combined.outputs),
                 len(combined.nodes))
     return checks
+
+
+def runtime_of(candidate: Any) -> dict[str, Any]:
+    """``run_locally``'s runtime keywords for a candidate side (its own sessions, if any)."""
+    return {"provider": candidate.provider, "opt_level": candidate.opt_level,
+            "make_session": getattr(candidate, "local_session", None),
+            "layer_boundaries": getattr(candidate, "layer_boundaries", frozenset())}
+
+
+def boundary_references(candidate: Any, reference_values: Mapping[str, np.ndarray],
+                        torch_values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``reference_values`` with PyTorch's values of the candidate's layer boundaries.
+
+    Values between two of production's executed layers that the capture could not ask
+    for (OpenVINO) are cut at on PyTorch's values (by their FX names, a dynamo export's
+    value names): no kernel holds them, and the segments stay one layer long.
+    """
+    boundaries = getattr(candidate, "layer_boundaries", ())
+    return {**{name: torch_values[name] for name in boundaries if name in torch_values},
+            **reference_values}
 
 
 def _prefix(number: int) -> str:
@@ -181,11 +207,14 @@ class _CombinedSegments:
             opset_imports=list(model.opset_import), functions=list(model.functions),
             ir_version=model.ir_version)
 
-    def run(self, local_model: Any, model_dir: Path, *, provider: str,
-            opt_level: str) -> dict[str, np.ndarray]:
+    def run(self, local_model: Any, model_dir: Path, *, provider: str, opt_level: str,
+            make_session: Callable[[bytes, str], Any] | None = None) -> dict[str, np.ndarray]:
         """Every output of the combined model, by its prefixed name."""
-        session = create_session(local_model.SerializeToString(), model_dir=model_dir,
-                                 label="local checks", provider=provider, opt_level=opt_level)
+        session = (make_session(local_model.SerializeToString(), "local checks")
+                   if make_session is not None else
+                   create_session(local_model.SerializeToString(), model_dir=model_dir,
+                                  label="local checks", provider=provider,
+                                  opt_level=opt_level))
         fetched = [output.name for output in self.outputs]
         return dict(zip(fetched, session.run(fetched, self.feeds), strict=True))
 

@@ -205,6 +205,9 @@ class ProbeRunner:
         (:func:`bisect_onnx.runtime.sessions.create_session`): a check costs no weight write.
         """
         candidate = self.candidate
+        if hasattr(candidate, "probe_session"):  # a runtime of its own (OpenVINO)
+            session, graph = candidate.probe_session(names)
+            return session, _Optimized(**graph)
         # The user's file for production; a copy with a few more outputs for a probe.
         source = (candidate.path if names is None
                   else candidate.promoted_bytes(set(names)))

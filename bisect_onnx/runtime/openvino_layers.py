@@ -1,0 +1,124 @@
+"""What OpenVINO's CPU plugin executed: its layers, and the ONNX nodes fused into each.
+
+``CompiledModel.get_runtime_model()`` lists the executed layers; each one's rt_info
+says which original operations it holds (``originalLayersNames``, comma-separated),
+its ``layerType`` and the precision it ran in (``runtimePrecision``,
+``outputPrecisions``). OpenVINO names an operation after the ONNX node it was read
+from, sometimes with a ``/suffix`` for a part it split the node into
+(``node_Conv_138/WithoutBiases``), and names the last operation before a graph output
+after that output's tensor: all three are mapped back to ONNX node names here. Other
+names are operations OpenVINO made itself (``Multiply_4712``, a scale folded into a
+FullyConnected): they are kept, with their numbers blanked, since they differ between
+two compilations of one model while what they compute does not.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ExecutedLayer", "GraphIndex", "executed_layers", "BOOKKEEPING_LAYERS"]
+
+#: Layers that hold or hand on data without computing it: their presence depends on
+#: which values are outputs (a Reorder into an output's layout, an Output per result).
+BOOKKEEPING_LAYERS = frozenset({"Input", "Parameter", "Const", "Output", "Result",
+                                "Reorder"})
+_NUMBER = re.compile(r"\d+")
+
+
+@dataclass(frozen=True)
+class GraphIndex:
+    """The ONNX graph's node order, producers and consumers, by name."""
+
+    order: dict[str, int]
+    """ONNX node name -> its index in the graph."""
+    producer: dict[str, str]
+    """Tensor name -> the ONNX node that produces it."""
+    consumers: dict[str, list[str]] = field(default_factory=dict)
+    """Tensor name -> the ONNX nodes that read it."""
+    inputs: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    outputs: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, nodes: Sequence[Any]) -> GraphIndex:
+        """From :class:`~bisect_onnx.runtime.onnx_side.NodeInfo` records."""
+        consumers: dict[str, list[str]] = {}
+        for node in nodes:
+            for name in node.inputs:
+                consumers.setdefault(name, []).append(node.name)
+        return cls(order={node.name: node.index for node in nodes},
+                   producer={output: node.name for node in nodes for output in node.outputs
+                             if output},
+                   consumers=consumers,
+                   inputs={node.name: tuple(name for name in node.inputs if name)
+                           for node in nodes},
+                   outputs={node.name: tuple(name for name in node.outputs if name)
+                            for node in nodes})
+
+    def onnx_node(self, name: str) -> str | None:
+        """The ONNX node an OpenVINO operation's name stands for, if any."""
+        for candidate in (name, name.split("/", 1)[0]):
+            if candidate in self.order:
+                return candidate
+            if candidate in self.producer:
+                return self.producer[candidate]
+        return None
+
+
+@dataclass(frozen=True)
+class ExecutedLayer:
+    """One layer OpenVINO executed, and the ONNX nodes it computes."""
+
+    name: str
+    layer_type: str
+    runtime_precision: str
+    output_precisions: str
+    nodes: tuple[str, ...]
+    """ONNX node names fused into the layer, in graph order."""
+    own_operations: tuple[str, ...] = ()
+    """Operations OpenVINO made itself, fused into the layer (numbers blanked)."""
+
+    def signature(self) -> tuple:
+        """What must be the same in production's compiled model and the capture's."""
+        return (self.layer_type, self.runtime_precision, self.output_precisions,
+                self.nodes, self.own_operations)
+
+    @property
+    def output_precision(self) -> str:
+        """The precision of the layer's (first) output: what a captured value keeps."""
+        return self.output_precisions.split(",")[0].strip()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The layer as the report writes it."""
+        return {"name": self.name, "type": self.layer_type,
+                "runtime_precision": self.runtime_precision,
+                "output_precisions": self.output_precisions, "nodes": list(self.nodes)}
+
+
+def executed_layers(compiled: Any, index: GraphIndex) -> list[ExecutedLayer]:
+    """The compiled model's computing layers, in execution order (bookkeeping left out)."""
+    layers = []
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        info = op.get_rt_info()
+        layer_type = info["layerType"].astype(str)
+        if layer_type in BOOKKEEPING_LAYERS:
+            continue
+        nodes: set[str] = set()
+        own: list[str] = []
+        for name in info["originalLayersNames"].astype(str).split(","):
+            if not name:
+                continue
+            node = index.onnx_node(name)
+            if node is None:
+                own.append(_NUMBER.sub("#", name))
+            else:
+                nodes.add(node)
+        layers.append(ExecutedLayer(
+            name=op.get_friendly_name(), layer_type=layer_type,
+            runtime_precision=info["runtimePrecision"].astype(str),
+            output_precisions=info["outputPrecisions"].astype(str),
+            nodes=tuple(sorted(nodes, key=index.order.__getitem__)),
+            own_operations=tuple(sorted(own))))
+    return layers

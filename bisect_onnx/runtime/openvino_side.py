@@ -1,0 +1,249 @@
+"""An ONNX model run by OpenVINO's CPU plugin, captured under its compiled graph.
+
+The candidate's values are the outputs of the layers OpenVINO executed, asked for so
+that the capture compiles to production's layers (:mod:`bisect_onnx.runtime.openvino_plan`);
+every run also runs production's own compiled model, and compares the capture's
+final outputs with it, bitwise. Each captured value's provenance names the executed
+layer that produced it (name, type, runtime precision).
+
+The model is read from the user's path by OpenVINO itself: nothing is written. Local
+checks and probes compile in OpenVINO too, in the same inference precision
+(:meth:`OpenVinoSide.local_session`, :meth:`OpenVinoSide.probe_session`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bisect_onnx.graph.provenance import Provenance, read_torch_metadata
+from bisect_onnx.runtime.onnx_side import (
+    NodeInfo,
+    input_specs,
+    load_onnx_model,
+    node_provenance,
+)
+from bisect_onnx.runtime.openvino_layers import ExecutedLayer, GraphIndex, executed_layers
+from bisect_onnx.runtime.openvino_plan import OpenVinoPlan, plan_capture
+from bisect_onnx.runtime.openvino_sessions import (
+    OpenVinoSession,
+    compile_model,
+    default_precision,
+    read_model,
+    with_outputs,
+)
+from bisect_onnx.runtime.runtimes import OPENVINO, import_openvino
+from bisect_onnx.runtime.sessions import PROMOTE_CHOICES
+from bisect_onnx.runtime.sides import Capture, CapturedValue
+
+__all__ = ["OpenVinoSide"]
+
+logger = logging.getLogger(__name__)
+
+
+class OpenVinoSide:
+    """Runs an ONNX model in OpenVINO (CPU) with its executed layers' outputs captured.
+
+    ``promote="fused"`` (the default) captures what production's layers let out;
+    ``"all"``: every node output, which changes what OpenVINO fuses (a reference).
+    """
+
+    runtime = OPENVINO
+
+    def __init__(self, path: Path, *, precision: str | None = None,
+                 promote: str = "fused") -> None:
+        if promote not in PROMOTE_CHOICES:
+            raise ValueError(f"promote must be one of {PROMOTE_CHOICES}, got {promote!r}")
+        openvino = import_openvino()
+        self.path = Path(path)
+        self.promote = promote
+        self.model = load_onnx_model(self.path)
+        graph = self.model.graph
+        self.inputs = input_specs(graph)
+        self.nodes = [
+            NodeInfo(index=index, name=node.name or f"{node.op_type}_{index}",
+                     op_type=node.op_type, outputs=tuple(node.output),
+                     torch=read_torch_metadata({p.key: p.value for p in node.metadata_props}),
+                     inputs=tuple(node.input))
+            for index, node in enumerate(graph.node)
+        ]
+        self.output_names = [value.name for value in graph.output]
+        self.index = GraphIndex.of(self.nodes)
+        self.version = openvino.__version__
+        self._core = openvino.Core()
+        self.precision = precision or default_precision(self._core)
+        """The inference precision asked for, or the CPU's default (``bf16``, ``f32``)."""
+        self.asked_precision = precision
+        self.plan: OpenVinoPlan | None = None
+        self._production: OpenVinoSession | None = None
+        self._capture: OpenVinoSession | None = None
+        self.production_layers: list[ExecutedLayer] | None = None
+        self.production_outputs: list | None = None
+        self.outputs_match_production: bool | None = None
+        self.production_difference: float | None = None
+        self.production_check: str | None = None
+
+    # What the pipeline asks every candidate (see OnnxRuntimeSide).
+    holds_weights_once = False
+    provider = "OpenVINO CPU"
+    opt_level = None
+
+    @property
+    def opset(self) -> int | None:
+        """The default-domain opset the model was exported with."""
+        return next((entry.version for entry in self.model.opset_import
+                     if entry.domain in ("", "ai.onnx")), None)
+
+    @property
+    def label(self) -> str:
+        """How the model is named in OpenVINO's error messages."""
+        return self.path.name
+
+    def describe(self) -> dict[str, Any]:
+        """What this side is, for the report."""
+        return {"kind": OPENVINO, "model": str(self.path),
+                "producer": f"{self.model.producer_name} {self.model.producer_version}".strip(),
+                "graph": self.model.graph.name, "nodes": len(self.nodes), "device": "CPU",
+                "inference_precision": self.precision,
+                "precision_asked": self.asked_precision, "openvino": self.version}
+
+    def describe_capture(self) -> dict[str, Any]:
+        """How the capture was made and checked, for the report."""
+        if self.promote == "all":
+            return {"mode": "all values"} if self._capture is not None else {}
+        if self.plan is None:
+            return {}
+        return {**self.plan.describe(), "outputs_match_production": self.outputs_match_production,
+                "production_check": self.production_check,
+                "production_max_abs_difference": self.production_difference}
+
+    @property
+    def layer_boundaries(self) -> frozenset[str]:
+        """Values leaving one of production's executed layers, captured or not."""
+        if self.promote == "all" or self.plan is None:
+            return frozenset()
+        return frozenset(self.plan.candidates)
+
+    def layer_of(self, node: str) -> ExecutedLayer | None:
+        """Production's executed layer that computes ONNX node ``node``."""
+        self.prepare()
+        return next((layer for layer in self.production_layers or () if node in layer.nodes),
+                    None)
+
+    def prepare(self) -> OpenVinoPlan | None:
+        """Production compiled and its layers read; the capture planned (made once)."""
+        if self._production is None:
+            compiled = self._compile(read_model(self._core, self.path, self.label))
+            self._production = OpenVinoSession(compiled, self.label)
+            self.production_layers = executed_layers(compiled, self.index)
+        if self.plan is None and self.promote == "fused":
+            self.plan = plan_capture(self.production_layers, self.index,
+                                     set(self.output_names), self._compile_capture)
+            self._capture = OpenVinoSession(self.plan.compiled, self.label)
+            logger.info("OpenVINO capture: %d of %d values leaving executed layers kept "
+                        "(%d rounds; layers match production: %s)", len(self.plan.captured),
+                        len(self.plan.candidates), self.plan.rounds,
+                        self.plan.layers_match_production)
+        return self.plan
+
+    def run(self, inputs: Sequence[np.ndarray], *, keywords: Sequence[str] = ()) -> Capture:
+        """One run of the capture, one of production; their final outputs compared."""
+        self.prepare()
+        feeds = self._feeds(inputs)
+        if self.promote == "all":
+            if self._capture is None:
+                names = [name for node in self.nodes if node.op_type != "Constant"
+                         for name in node.outputs if name]
+                model = with_outputs(read_model(self._core, self.path, self.label), names)
+                self._capture = OpenVinoSession(self._compile(model), self.label)
+            return self._captured(self._capture.run_all(feeds))
+        by_name = self._capture.run_all(feeds)
+        expected = self._production.run(self.output_names, feeds)
+        self.production_outputs = expected
+        self.production_check = ("executed layers compared with production's; final outputs "
+                                 "compared bitwise")
+        self.production_difference = None
+        self.outputs_match_production = True
+        for name, array in zip(self.output_names, expected, strict=True):
+            got = by_name[name]
+            if not np.array_equal(got, array, equal_nan=True):
+                self.outputs_match_production = False
+                if got.shape == array.shape and got.dtype.kind == "f" and got.size:
+                    self.production_difference = float(np.nanmax(np.abs(
+                        got.astype(np.float64) - array)))
+        return self._captured(by_name)
+
+    def run_outputs(self, inputs: Sequence[np.ndarray]) -> list[CapturedValue]:
+        """Production's compiled model, one run: the final outputs only."""
+        self.prepare()
+        arrays = self._production.run(self.output_names, self._feeds(inputs))
+        return [CapturedValue(name, array, Provenance(position=index))
+                for index, (name, array) in enumerate(zip(self.output_names, arrays,
+                                                          strict=True))]
+
+    def local_session(self, serialized: bytes, label: str) -> OpenVinoSession:
+        """A local check's model (its nodes' copies), compiled in this side's precision."""
+        return OpenVinoSession(self._compile(read_model(self._core, serialized, label)), label)
+
+    def probe_session(self, names: Sequence[str] | None) -> tuple[OpenVinoSession, dict]:
+        """Production with ``names`` made outputs (``None``: none), and what it executed.
+
+        Each value is asked for in its layer's precision; what it executed comes in the
+        shape a probe's graph check reads (op counts, values, layer by layer).
+        """
+        self.prepare()
+        leaving = {value: layer for layer in self.production_layers
+                   for node in layer.nodes for value in self.index.outputs[node]}
+        types = {name: layer.output_precision for name, layer in leaving.items()
+                 if names and name in names and layer.output_precision in ("bf16", "f16")}
+        compiled, layers = self._compile_capture(list(names or ()), types)
+        return OpenVinoSession(compiled, self.label), {
+            "counts": Counter(layer.layer_type for layer in layers),
+            "values": {value for layer in layers for node in layer.nodes
+                       for value in self.index.outputs[node]},
+            "nodes": [layer.signature() for layer in layers]}
+
+    def _compile_capture(self, names: list[str], types: dict[str, str]
+                         ) -> tuple[Any, list[ExecutedLayer]]:
+        model = with_outputs(read_model(self._core, self.path, self.label), names, types)
+        compiled = self._compile(model)
+        return compiled, executed_layers(compiled, self.index)
+
+    def _compile(self, model: Any) -> Any:
+        return compile_model(self._core, model, self.asked_precision, self.label)
+
+    def _feeds(self, inputs: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+        return {spec.name: array for spec, array in zip(self.inputs, inputs, strict=True)}
+
+    def _captured(self, by_name: dict[str, np.ndarray]) -> Capture:
+        """The values by ONNX node, each with the executed layer that produced it."""
+        layers = {node: layer for layer in self.production_layers or ()
+                  for node in layer.nodes}
+        values: dict[str, CapturedValue] = {}
+        producers: dict[str, NodeInfo] = {}
+        for node in self.nodes:
+            for output in node.outputs:
+                if output in by_name and output not in values:
+                    producers[output] = node
+                    values[output] = CapturedValue(output, by_name[output],
+                                                   self._provenance(node, len(values), layers))
+        outputs = [CapturedValue(name, by_name[name],
+                                 self._provenance(producers[name], index, layers)
+                                 if name in producers else Provenance(position=index))
+                   for index, name in enumerate(self.output_names)]
+        return Capture(values=values, outputs=outputs)
+
+    def _provenance(self, node: NodeInfo, position: int,
+                    layers: dict[str, ExecutedLayer]) -> Provenance:
+        provenance = node_provenance(node, position)
+        layer = layers.get(node.name)
+        if layer is None or self.promote == "all":  # all values: not production's layers
+            return provenance
+        return replace(provenance, runtime_layer=(layer.name, layer.layer_type,
+                                                  layer.runtime_precision))
