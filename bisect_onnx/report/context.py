@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
     from bisect_onnx.runtime.sides import Capture
 
-__all__ = ["culprit_context"]
+__all__ = ["culprit_context", "ran_in"]
 
 # Attribute values longer than this (a big constant tensor) are summarized, not printed.
 _MAX_ATTRIBUTE_TEXT = 200
@@ -62,10 +62,30 @@ def culprit_context(
                        for attribute in node.attribute},
         "inputs": [describe(name) for name in node.input if name],
         "outputs": [describe(name) for name in node.output if name],
+        "ran_in": ran_in(candidate, record.onnx_node),
         "torch_module": record.torch_module,
         "torch_op": record.torch_op,
         "source": record.source.to_dict() if record.source else None,
     }
+
+
+def ran_in(candidate: Any, node: str) -> dict[str, Any]:
+    """Where production ran ``node``: OpenVINO's executed layer, or ONNX Runtime's provider.
+
+    ONNX Runtime with only its CPU provider runs every node there; with another
+    provider, nodes it lacks kernels for fall back to the CPU, which the session does
+    not say per node: the provider is then left ``None`` rather than guessed.
+    """
+    layer_of = getattr(candidate, "layer_of", None)
+    if layer_of is not None:  # OpenVINO: the layer its compiled model executed
+        layer = layer_of(node)
+        return {"runtime": "openvino", "inference_precision": candidate.precision,
+                "layer": layer.to_dict() if layer is not None else None}
+    from bisect_onnx.runtime.sessions import CPU_PROVIDER
+
+    provider = getattr(candidate, "provider", None)
+    return {"runtime": "onnxruntime",
+            "provider": provider if provider == CPU_PROVIDER else None}
 
 
 def _attribute_text(attribute: Any) -> str:

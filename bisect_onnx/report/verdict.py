@@ -82,6 +82,9 @@ def _diverged_line(report: Report, basis: str) -> str:
     inside = _inside_op(report, culprit or record)
     if inside:
         lines.append(inside)
+    layer = _executed_layer(report, culprit or record)
+    if layer:
+        lines.insert(1, layer)
     inner = _first_failing_op(report, record)
     if inner is not None:
         inner_source = f" at {format_source(inner.source)}" if inner.source else ""
@@ -101,6 +104,27 @@ def _diverged_line(report: Report, basis: str) -> str:
         lines.append(search)
     lines.append(f"tolerance: {basis.strip('()')}")
     return "\n  ".join(lines)
+
+
+def _runtime(report: Report) -> str:
+    """The candidate's runtime, by name."""
+    openvino = (report.environment or {}).get("runtime") == "openvino"
+    return "OpenVINO" if openvino else "ONNX Runtime"
+
+
+def _executed_layer(report: Report, record: Record) -> str | None:
+    """Where a compiling runtime ran the node: its executed layer and precision."""
+    node = report.culprit_node or {}
+    ran = node.get("ran_in") or {}
+    layer = ran.get("layer")
+    if ran.get("runtime") != "openvino" or node.get("node") != record.onnx_node or not layer:
+        return None
+    others = [name for name in layer["nodes"] if name != record.onnx_node]
+    fused = f", fused with {', '.join(others[:4])}{', …' if len(others) > 4 else ''}" if (
+        others) else ""
+    return (f"ran in OpenVINO's executed layer {layer['name']!r} ({layer['type']}, runtime "
+            f"precision {layer['runtime_precision']}, inference precision "
+            f"{ran['inference_precision']}{fused})")
 
 
 def _culprit_lines(report: Report, culprit: Record, record: Record) -> list[str]:
@@ -154,7 +178,7 @@ def _culprit_evidence(report: Report, culprit: Record) -> list[str]:
     kernel = attribution.get("inside_kernel") or {}
     lines = []
     if kernel and kernel.get("kernel_output") != culprit.onnx_value:
-        lines.append(f"inside the kernel ONNX Runtime fused up to value "
+        lines.append(f"inside the kernel {_runtime(report)} fused up to value "
                      f"{kernel['kernel_output']!r}")
     alone = format_number(culprit.local_max_abs_error)
     if culprit.local_nan_mismatch:
@@ -251,7 +275,7 @@ def _carries_only(report: Report, first: Record) -> str:
     """Why the first failing value is not the culprit."""
     attribution = report.attribution or {}
     if (attribution.get("inside_kernel") or {}).get("kernel_output") == first.onnx_value:
-        return "it is the output of the kernel ONNX Runtime fused the culprit into"
+        return f"it is the output of the kernel {_runtime(report)} fused the culprit into"
     how = ("fails by float rounding only" if first.onnx_value in attribution.get("noise", ())
            else "is within tolerance" if first.introduced_here is False
            else "was not checked")

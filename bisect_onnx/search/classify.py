@@ -24,7 +24,8 @@ import numpy as np
 
 from bisect_onnx.judge.compare import ArrayComparison, Status, compare_arrays
 
-__all__ = ["DEFAULT_KERNEL_FACTOR", "Classification", "Kind", "classify"]
+__all__ = ["DEFAULT_KERNEL_FACTOR", "Classification", "Kind", "KernelRuntime", "classify",
+           "kernel_runtime"]
 
 #: Two float32 implementations of one op round differently (summation order, fused
 #: multiply-add, blocking), but by a small factor; an order of magnitude more error
@@ -45,6 +46,30 @@ class Kind:
     RUNTIME_KERNEL = "runtime kernel"
     FLOAT_PRECISION = "float precision"
     UNCLASSIFIED = "unclassified"
+
+
+#: Machine epsilon of the precisions a runtime may compute float32 values in.
+_NARROW_EPSILON = {"bf16": 2.0 ** -7, "f16": 2.0 ** -10}
+
+
+@dataclass(frozen=True)
+class KernelRuntime:
+    """The runtime whose kernel computed the candidate's value, and in what precision."""
+
+    name: str = "ONNX Runtime"
+    repository: str = "microsoft/onnxruntime"
+    precision: str | None = None
+    """``bf16`` or ``f16`` where it computes float32 values in that (OpenVINO's
+    inference precision): one rounding is then that precision's, not float32's."""
+
+
+def kernel_runtime(candidate: object) -> KernelRuntime:
+    """The runtime of a candidate side (OpenVINO's precision where it is narrower)."""
+    if getattr(candidate, "runtime", None) == "openvino":
+        precision = getattr(candidate, "precision", None)
+        return KernelRuntime("OpenVINO", "openvinotoolkit/openvino",
+                             precision if precision in _NARROW_EPSILON else None)
+    return KernelRuntime()
 
 
 @dataclass(frozen=True)
@@ -74,6 +99,7 @@ def classify(
     rtol: float,
     atol: float,
     kernel_factor: float = DEFAULT_KERNEL_FACTOR,
+    runtime: KernelRuntime = KernelRuntime(),
 ) -> Classification:
     """Say which side is wrong, from the op and the segment in float64 and both float32 values.
 
@@ -84,7 +110,8 @@ def classify(
     ``ort32`` fails the tolerance against the truth and is off it by more than
     ``kernel_factor`` times the larger of PyTorch's own float32 error and one rounding of
     ``ort32``'s dtype at the value's scale (its largest magnitude); float precision
-    otherwise. Unclassified when either float64 value is missing.
+    otherwise. Unclassified when either float64 value is missing. ``runtime``: whose
+    kernel ``ort32`` is, and the precision it computes in (bf16 rounds at bf16's scale).
     """
     if torch64 is None or onnx64 is None:
         missing = [name for name, value in (("the torch op", torch64),
@@ -108,21 +135,21 @@ def classify(
     # PyTorch's own error sets the bar; one rounding at the value's scale stands in where
     # PyTorch's float32 happens to be exact (small integers), so that it is never 0.
     bar, bar_name = max((figures.torch_error, "PyTorch's own float32 error"),
-                        _rounding(ort32, figures.scale))
+                        _rounding(ort32, figures.scale, runtime.precision))
     ort, ort_error = figures.ort, figures.ort_error
     if not ort.passed and (ort_error is None or ort_error > kernel_factor * bar):
         off = (f"is off the float64 truth {_amount(ort)}" if ort_error is None else
                f"is off the float64 truth {_amount(ort)}, more than {kernel_factor:g}x "
                f"{bar_name} ({bar:.3g})")
-        return figures.result(Kind.RUNTIME_KERNEL, f"{agree}, but ONNX Runtime's value {off}",
-                              "file it with microsoft/onnxruntime: it does not compute what the "
-                              "graph means; attach the --repro-dir segment")
+        return figures.result(Kind.RUNTIME_KERNEL, f"{agree}, but {runtime.name}'s value {off}",
+                              f"file it with {runtime.repository}: it does not compute what "
+                              "the graph means; attach the --repro-dir segment")
     if ort.passed:
-        why = (f"ONNX Runtime's value is within tolerance of the float64 truth (off by "
+        why = (f"{runtime.name}'s value is within tolerance of the float64 truth (off by "
                f"{ort_error:.3g}), PyTorch's own float32 is off by {figures.torch_error:.3g}: "
                "the reference is the less precise side")
     else:
-        why = (f"ONNX Runtime's error {ort_error:.3g} against the float64 truth is within "
+        why = (f"{runtime.name}'s error {ort_error:.3g} against the float64 truth is within "
                f"{kernel_factor:g}x {bar_name} ({bar:.3g})")
     return figures.result(Kind.FLOAT_PRECISION, f"{agree}; {why}",
                           f"no bug: float rounding; loosen the tolerance"
@@ -212,8 +239,14 @@ def _scale(array: np.ndarray) -> float:
     return float(finite.max()) if finite.size else 0.0
 
 
-def _rounding(array: np.ndarray, scale: float) -> tuple[float, str]:
-    """One rounding (machine epsilon) of ``array``'s float type at ``scale``, and its name."""
+def _rounding(array: np.ndarray, scale: float,
+              precision: str | None = None) -> tuple[float, str]:
+    """One rounding (machine epsilon) of ``array``'s float type at ``scale``, and its name.
+
+    ``precision``: the narrower type the runtime computed the value in (``bf16``).
+    """
+    if precision in _NARROW_EPSILON:
+        return _NARROW_EPSILON[precision] * scale, f"one {precision} rounding at the value's scale"
     dtype = np.asarray(array).dtype
     if not np.issubdtype(dtype, np.floating):
         dtype = np.dtype(np.float32)

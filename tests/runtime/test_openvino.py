@@ -1,0 +1,156 @@
+"""OpenVINO as the candidate's runtime: capture under its compiled graph, culprits found.
+
+Real OpenVINO CPU compilations of the shared fixtures; each test takes a few seconds.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("openvino", reason="openvino is not importable here")
+
+import bisect_onnx  # noqa: E402
+from bisect_onnx.cli.command import main  # noqa: E402
+from bisect_onnx.report.verdict import verdict_line  # noqa: E402
+from bisect_onnx.runtime.openvino_layers import executed_layers  # noqa: E402
+from bisect_onnx.runtime.openvino_side import OpenVinoSide  # noqa: E402
+from fixtures.registry import FIXTURES, REPO_ROOT, load_inputs, repo_path  # noqa: E402
+from tests.planting import plant, scale_conv_weight, set_attribute  # noqa: E402
+
+OPENVINO = bisect_onnx.RuntimeOptions(runtime="openvino")
+OPENVINO_F32 = bisect_onnx.RuntimeOptions(runtime="openvino", precision="f32")
+
+
+def _inputs(name: str) -> list[np.ndarray]:
+    return list(load_inputs(FIXTURES[name]).values())
+
+
+def _side(name: str, precision: str | None = None) -> OpenVinoSide:
+    return OpenVinoSide(repo_path(FIXTURES[name].onnx_file), precision=precision)
+
+
+@pytest.mark.parametrize("precision", [None, "f32"], ids=["default precision", "f32"])
+@pytest.mark.parametrize("name", ["resnet_like", "tiny_transformer"])
+def test_the_capture_runs_productions_layers_and_its_outputs(name, precision):
+    side = _side(name, precision)
+    capture = side.run(_inputs(name))
+    plan = side.plan
+    assert plan.layers_match_production and plan.captured
+    assert side.outputs_match_production is True
+    for ours, theirs in zip(capture.outputs, side.run_outputs(_inputs(name)), strict=True):
+        assert np.array_equal(ours.array, theirs.array)  # bitwise production's
+    # Every captured value says which of production's layers produced it, and how.
+    layers = {layer.name: layer for layer in side.production_layers}
+    for value in capture.values.values():
+        layer_name, layer_type, precision_ran = value.provenance.runtime_layer
+        layer = layers[layer_name]
+        assert value.provenance.node in layer.nodes
+        assert (layer_type, precision_ran) == (layer.layer_type, layer.runtime_precision)
+        assert value.array.dtype == np.float32  # bf16 values widened exactly
+
+
+def test_asking_for_every_leaving_value_changes_the_fusions_the_plan_keeps():
+    side = _side("resnet_like")
+    side.prepare()
+    plan = side.plan
+    # What a naive capture asks for breaks production's Conv+Add+Relu layers ...
+    compiled, naive = side._compile_capture(plan.candidates, {})
+    assert [layer.signature() for layer in naive] != [
+        layer.signature() for layer in plan.production_layers]
+    # ... while the plan's capture compiles to production's layers, and says what it left.
+    assert [layer.signature() for layer in executed_layers(plan.compiled, side.index)] == [
+        layer.signature() for layer in plan.production_layers]
+    assert plan.dropped and set(plan.dropped) | set(plan.captured) == set(plan.candidates)
+
+
+@pytest.mark.parametrize("name", ["tiny_mlp", "resnet_like", "tiny_transformer", "two_inputs"])
+def test_parity_on_the_fixtures_in_f32(name, fixture_case):
+    model, inputs, onnx_path = fixture_case(name)
+    report = bisect_onnx.bisect(model, inputs, onnx_model=onnx_path, runtime=OPENVINO_F32)
+    assert report.verdict == "parity", verdict_line(report)
+    assert report.capture["layers_match_production"] is True
+    assert report.capture["outputs_match_production"] is True
+    assert report.environment["runtime"] == "openvino"
+    assert report.to_dict()["candidate"]["inference_precision"] == "f32"
+
+
+@pytest.mark.parametrize("runtime", [OPENVINO, OPENVINO_F32], ids=["default precision", "f32"])
+def test_a_planted_weight_inside_a_fused_layer_is_narrowed_to_its_node(runtime, fixture_case,
+                                                                       tmp_path):
+    model, inputs, onnx_path = fixture_case("resnet_like")
+    node, _ = plant(onnx_path, tmp_path / "planted.onnx", scale_conv_weight("layer1.bn2", 1.05))
+    report = bisect_onnx.bisect(model, inputs, onnx_model=tmp_path / "planted.onnx",
+                                runtime=runtime)
+    assert report.culprit is not None and report.culprit.onnx_node == node, verdict_line(report)
+    ran = report.to_dict()["culprit"]["node"]["ran_in"]
+    # The Conv runs fused with the residual Add and the Relu: its own value is no
+    # layer's output, and local runs on PyTorch's values pin it.
+    assert ran["runtime"] == "openvino" and ran["layer"]["type"] == "Convolution"
+    assert {node, "node_add", "node_relu_2"} <= set(ran["layer"]["nodes"])
+    assert "getitem_6" not in {row.onnx_value for row in report.comparisons}
+    line = verdict_line(report)
+    assert (f"ran in OpenVINO's executed layer {ran['layer']['name']!r} (Convolution, "
+            f"runtime precision {ran['layer']['runtime_precision']}") in line
+
+
+def test_a_planted_attribute_is_found_at_its_node(fixture_case, tmp_path):
+    model, inputs, onnx_path = fixture_case("resnet_like")
+    node, _ = plant(onnx_path, tmp_path / "planted.onnx",
+                    set_attribute("up", "Resize", "mode", "nearest"))
+    report = bisect_onnx.bisect(model, inputs, onnx_model=tmp_path / "planted.onnx",
+                                runtime=OPENVINO)
+    assert report.culprit is not None and report.culprit.onnx_node == node, verdict_line(report)
+    assert report.attribution["classification"]["kind"] == "graph semantics"
+    layer = report.to_dict()["culprit"]["node"]["ran_in"]["layer"]
+    assert layer["type"] == "Interpolate" and layer["nodes"] == [node]
+
+
+def _runs_in_bf16() -> bool:
+    side = _side("tiny_mlp", "bf16")
+    return side.layer_of("node_linear").runtime_precision == "bf16"
+
+
+def test_a_divergence_only_bf16_shows_is_found_where_bf16_ran():
+    if not _runs_in_bf16():
+        pytest.skip("this CPU runs OpenVINO's bf16 hint in f32 (no AVX-512 BF16 or AMX)")
+    path, inputs = repo_path(FIXTURES["tiny_mlp"].onnx_file), _inputs("tiny_mlp")
+    bf16 = bisect_onnx.RuntimeOptions(runtime="openvino", precision="bf16")
+    # One file in ONNX Runtime (float32) against the same file in OpenVINO.
+    report = bisect_onnx.bisect_onnx_models(path, inputs=inputs, candidate_runtime=bf16)
+    assert report.diverged and report.culprit is not None, verdict_line(report)
+    assert report.culprit.onnx_node == "node_linear"  # the first layer that rounds to bf16
+    ran = report.to_dict()["culprit"]["node"]["ran_in"]
+    assert ran["inference_precision"] == "bf16"
+    assert ran["layer"]["runtime_precision"] == "bf16"
+    assert "runtime precision bf16" in verdict_line(report)
+    in_f32 = bisect_onnx.bisect_onnx_models(path, inputs=inputs, candidate_runtime=OPENVINO_F32)
+    assert in_f32.verdict == "parity", verdict_line(in_f32)
+
+
+def test_openvino_as_the_reference_against_onnx_runtime():
+    path = repo_path(FIXTURES["resnet_like"].onnx_file)
+    report = bisect_onnx.bisect_onnx_models(path, inputs=_inputs("resnet_like"),
+                                            reference_runtime=OPENVINO_F32,
+                                            candidate_runtime=bisect_onnx.RuntimeOptions())
+    assert report.verdict == "parity", verdict_line(report)
+    assert report.environment["reference_runtime"] == "openvino"
+    assert report.environment["runtime"] == "onnxruntime"
+
+
+def test_the_command_line_runs_one_file_in_onnx_runtime_against_openvino(tmp_path,
+                                                                       monkeypatch, capsys):
+    monkeypatch.chdir(REPO_ROOT)
+    mlp = FIXTURES["tiny_mlp"]
+    status = main([mlp.onnx_file, "--against", mlp.onnx_file, "--input", mlp.input_file,
+                   "--against-runtime", "openvino", "--ov-precision", "f32",
+                   "--json", str(tmp_path / "report.json"), "-q"])
+    assert status == 0, capsys.readouterr().err
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["environment"]["runtime"] == "openvino"
+    assert data["environment"]["reference_runtime"] == "onnxruntime"
+    assert data["candidate"]["inference_precision"] == "f32"
+    # The same runtime on both sides, nothing else different: nothing to compare.
+    assert main([mlp.onnx_file, "--runtime", "openvino", "--against-runtime", "openvino"]) == 2
