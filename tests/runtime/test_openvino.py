@@ -154,3 +154,16 @@ def test_the_command_line_runs_one_file_in_onnx_runtime_against_openvino(tmp_pat
     assert data["candidate"]["inference_precision"] == "f32"
     # The same runtime on both sides, nothing else different: nothing to compare.
     assert main([mlp.onnx_file, "--runtime", "openvino", "--against-runtime", "openvino"]) == 2
+
+
+def test_the_pytorch_form_on_the_command_line_runs_in_openvino(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(REPO_ROOT)
+    pool = FIXTURES["avgpool_divisor"]  # diverges: AveragePool's divisor, in any runtime
+    status = main([pool.factory, "--input", pool.input_file, "--onnx", pool.onnx_file,
+                   "--runtime", "openvino", "--ov-precision", "f32",
+                   "--json", str(tmp_path / "report.json")])
+    out = capsys.readouterr().out
+    assert status == 1, out
+    assert "ran in OpenVINO's executed layer 'node_avg_pool2d' (Pooling" in out
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["culprit"]["node"]["ran_in"]["layer"]["nodes"] == ["node_avg_pool2d"]
