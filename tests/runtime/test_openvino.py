@@ -167,3 +167,17 @@ def test_the_pytorch_form_on_the_command_line_runs_in_openvino(tmp_path, monkeyp
     assert "ran in OpenVINO's executed layer 'node_avg_pool2d' (Pooling" in out
     data = json.loads((tmp_path / "report.json").read_text())
     assert data["culprit"]["node"]["ran_in"]["layer"]["nodes"] == ["node_avg_pool2d"]
+
+
+def test_probes_of_production_compile_in_openvino(fixture_case):
+    model, inputs, onnx_path = fixture_case("avgpool_divisor")
+    # A budget nothing fits in: production is probed a few values at a time.
+    report = bisect_onnx.bisect(model, inputs, onnx_model=onnx_path, runtime=bisect_onnx.
+                                RuntimeOptions(runtime="openvino", precision="f32",
+                                               max_memory=1))
+    assert report.search["mode"] == "bisection"
+    assert report.search["first_failing"] == "avg_pool2d"
+    # Each probe's executed layers are compared with production's, layer by layer.
+    assert all(probe["graph"] == "identical to production's"
+               for probe in report.search["probes"])
+    assert report.culprit is not None and report.culprit.onnx_node == "node_avg_pool2d"
