@@ -354,6 +354,11 @@ def score(case: Case, report, planted_model: onnx.ModelProto) -> None:
         case.named = f"(first divergence {first.onnx_node})" if first else None
         case.cause = ("no culprit, a segment without the planted node" if segment
                       else "no culprit") + f" ({where})"
+    elif case.named is None:
+        # A PyTorch computation the graph has no node for (a Dropout in training mode):
+        # named by its module, never before or after the planted node in the graph.
+        case.named = f"no ONNX node: {culprit.torch_module} ({culprit.onnx_value})"
+        case.cause = f"a computation with no ONNX node named ({where})"
     elif _before(planted_model, case.named, case.planted):
         case.cause = f"upstream node named ({where})"
     else:

@@ -134,6 +134,11 @@ class _ScopePairing:
                                            f"{sources[0]}")
             return
         end = _END_OF.get(short)
+        if end is not None and _rounds(op, self.capture.values[op.name].array):
+            self._unaligned(op, "unmatched", f"{op.kind} with a rounding mode ends in a "
+                                             "Where or Floor after its Div, which the "
+                                             "alignment does not pair (not guessed)")
+            return
         if end is None:
             self._unaligned(op, "unmatched", f"the alignment knows no ONNX op that {op.kind} "
                                              "ends in, so it was not paired (not guessed)")
@@ -289,6 +294,21 @@ class _ScopePairing:
         logger.info("paired %d of %d traced ops with ONNX values", len(alignment.pairs),
                     len(self.capture.ops))
         return alignment
+
+
+def _rounds(op: ScriptOp, value: np.ndarray) -> bool:
+    """Whether ``op`` is a ``div`` with a rounding mode (``floor``, ``trunc``).
+
+    Its translation goes on past the Div node (a floor division of integers ends in a
+    ``Where`` choosing the truncated quotient or one less), so the Div's value is not
+    the op's. Where the arguments are unknown, an integer quotient is taken as rounded.
+    """
+    if op.kind != "aten::div":
+        return False
+    if op.arguments is None:
+        return value.dtype.kind in "iu"
+    return any(argument.source == "constant" and isinstance(argument.value, str)
+               for argument in op.arguments)
 
 
 def _permutation(op: ScriptOp, rank: int) -> list[int] | None:

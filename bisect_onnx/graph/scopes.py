@@ -36,6 +36,9 @@ class NodeScope:
     """Nodes with the same origin were made from one torch op: never split across calls."""
     calls: Mapping[str, int] = field(default_factory=dict)
     """Module path -> which call of it the node ran in, where the exporter recorded it."""
+    complete: bool = True
+    """Every scope the exporter wrote resolved to a module PyTorch called (a TorchScript
+    name's component that resolves to none leaves the innermost modules unknown)."""
 
 
 def detect_exporter(nodes: Sequence[NodeInfo]) -> str:
@@ -98,7 +101,8 @@ def _torchscript_scope(node: NodeInfo, module_paths: frozenset[str]) -> NodeScop
     # enclosing modules keep their plain names on every call, so only the innermost
     # module's call is known (and an unsuffixed one only presumed the first).
     calls = {modules[-1]: call} if modules else {}
-    return NodeScope(modules=tuple(modules), origin=node.name, calls=calls)
+    return NodeScope(modules=tuple(modules), origin=node.name, calls=calls,
+                     complete=len(modules) == len(components))
 
 
 def _child(parent: str, component: str, module_paths: frozenset[str]) -> str | None:

@@ -106,9 +106,9 @@ def attribute_divergence(
                                     everything=everything, op_segments=op_segments,
                                     torch_ops=checker.torch_ops if program else None)
     nodeless = _safely(None, "a computation with no ONNX node", partial(
-        nodeless_culprit, failing[0], checker.checks.get(failing[0].onnx_value),
-        checker.fx_names, candidate_values, program=program, ops=ops, modules=modules,
-        op_segments=op_segments, tolerance=tolerance.of(failing[0]), training=training))
+        nodeless_culprit, failing[0], checker.checks.get(failing[0].onnx_value), checker.fx_names,
+        candidate_values, program=program, ops=ops, modules=modules, op_segments=op_segments,
+        tolerance=tolerance.of(failing[0]), training=training, nodes=candidate.nodes))
     if nodeless is not None:  # the first failing value's check was fed the wrong value
         return with_nodeless(findings, nodeless, failing[0], classification(nodeless),
                              atol=tolerance.of(failing[0]).atol), {}

@@ -11,21 +11,27 @@ Then that computation is the culprit, named by its module and op, with no ONNX n
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+import re
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from bisect_onnx.align.modules import Pair
+from bisect_onnx.graph.scopes import read_scopes
 from bisect_onnx.judge.compare import Status, compare_arrays
 from bisect_onnx.judge.records import Record, make_record
 from bisect_onnx.judge.tolerances import Tolerance
 from bisect_onnx.pytorch.calls import input_of
+from bisect_onnx.runtime.onnx_side import NodeInfo
 from bisect_onnx.runtime.sides import CapturedValue
 
 __all__ = ["Nodeless", "NO_ONNX_NODE", "nodeless_culprit", "at_module_level", "at_op_level",
            "fx_span", "classification"]
+
+#: An output's place in a call's tuple or dict output (``attn[0]``, ``out[logits]``).
+_OUTPUT_INDEX = re.compile(r"(\[[^\]]*\])+$")
 
 #: The isolation of a culprit that is a PyTorch computation with no ONNX node.
 NO_ONNX_NODE = "no ONNX node"
@@ -66,21 +72,30 @@ def classification(found: Nodeless) -> dict[str, Any]:
 
 def at_module_level(first: Record, values: Mapping[str, CapturedValue],
                     candidates: Mapping[str, np.ndarray], tolerance: Tolerance,
-                    training: Collection[str]) -> Nodeless | None:
+                    training: Collection[str],
+                    computed_in: Collection[str] | None) -> Nodeless | None:
     """A module call ONNX has no node for, whose output the failing ``first`` row reads.
 
     Its output is what ``first`` compares (a module row handed it on), or what
     ``first``'s module read (an op row inside it). ``values``: PyTorch's module
     capture; ``candidates``: ONNX's values that may stand for the call's input (the row's
     own, and its check's inputs). ONNX's value equal to the call's input where PyTorch
-    reads its output shows that the graph has no node for it, whatever the alignment.
+    reads its output shows that the graph has no node for it, whatever the alignment,
+    unless the failing check's own nodes compute the call: ``computed_in`` holds the
+    modules they run in (``None`` where a node's module is unknown, an inserted node's
+    say, and then no call is claimed missing). A Conv the exporter fused with the
+    BatchNorm after it is the Conv module's node, though it is paired with the norm.
     """
+    if computed_in is None:
+        return None
     read = [values[name].array for name in (first.torch_module or "",
                                             f"{first.torch_module} (input)")
             if name in values]
     calls = [name for name in values if input_of(name) is None
              and f"{name} (input)" in values and name != first.torch_module]
     for name in calls:
+        if _computes(computed_in, name.partition("@")[0]):
+            continue
         output, entering = values[name], values[f"{name} (input)"]
         if not any(np.array_equal(output.array, array, equal_nan=True) for array in read):
             continue
@@ -140,12 +155,13 @@ def at_op_level(first: Record, program: Any, op_values: Mapping[str, CapturedVal
 def nodeless_culprit(first: Record, check: Any, fx_names: Mapping[str, str],
                      candidate_values: Mapping[str, np.ndarray], *, program: Any, ops: Any,
                      modules: Any, op_segments: Any, tolerance: Tolerance,
-                     training: Collection[str]) -> Nodeless | None:
+                     training: Collection[str], nodes: Sequence[NodeInfo]) -> Nodeless | None:
     """A computation ONNX has no node for, where it explains ``first``'s failing ``check``.
 
     At op level through the program's ops (``ops``, ``op_segments``: those with ONNX
     nodes), else through the module calls (``modules``: the module capture and its
-    call index). ``fx_names``: ONNX value -> the FX name it was paired with.
+    call index). ``fx_names``: ONNX value -> the FX name it was paired with; ``nodes``:
+    the candidate's top-level nodes.
     """
     if check is None or check.comparison is None or check.comparison.status == Status.PASS:
         return None
@@ -157,8 +173,39 @@ def nodeless_culprit(first: Record, check: Any, fx_names: Mapping[str, str],
         names = [first.onnx_value, *(check.segment.inputs if check.segment else ())]
         candidates = {name: candidate_values[name] for name in names
                       if name in candidate_values}
-        return at_module_level(first, modules[0].values, candidates, tolerance, training)
+        return at_module_level(first, modules[0].values, candidates, tolerance, training,
+                               modules_computing(check.nodes, nodes, modules[0].values,
+                                                 modules[1]))
     return None
+
+
+#: Nodes that compute nothing a module call could be missing for.
+_NO_COMPUTATION = frozenset({"Constant"})
+
+
+def modules_computing(names: Collection[str], nodes: Sequence[NodeInfo],
+                      values: Mapping[str, Any], call_index: Any) -> set[str] | None:
+    """The modules the nodes ``names`` run in, by their scopes; ``None`` where one is unknown.
+
+    ``values``: the module capture (its names give the module paths the scopes resolve
+    against). A node with no scope, or one whose scope does not resolve to modules
+    PyTorch called, may compute anything.
+    """
+    chosen = [node for node in nodes if node.name in set(names)
+              and node.op_type not in _NO_COMPUTATION]
+    paths = {_OUTPUT_INDEX.sub("", name).partition("@")[0] for name in values
+             if input_of(name) is None}
+    modules: set[str] = set()
+    for scope in read_scopes(chosen, paths, call_index):
+        if scope is None or not scope.complete:
+            return None
+        modules.update(scope.modules)
+    return modules
+
+
+def _computes(modules: Collection[str], path: str) -> bool:
+    """Whether a node in ``modules`` runs in module ``path`` (or in one of its children)."""
+    return any(module == path or module.startswith(f"{path}.") for module in modules)
 
 
 def _made_from(node: Any, frontier: set[str], has_nodes: Collection[str]) -> set[str]:

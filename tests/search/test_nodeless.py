@@ -99,8 +99,18 @@ def test_a_call_is_named_only_where_it_alone_explains_the_failure(before, after,
     values = {"drop (input)": _value("drop (input)", before), "drop": _value("drop", after),
               "fc2 (input)": _value("fc2 (input)", after), "fc2": _value("fc2", [0, 0])}
     named = at_module_level(_row("fc2"), values, {"v": np.asarray(onnx, np.float32)},
-                            TOLERANCE, training={"drop": "Dropout"})
+                            TOLERANCE, training={"drop": "Dropout"}, computed_in={"fc2"})
     assert (named is not None) == found
     if found:
         assert named.record.torch_module == "drop" and named.training
         assert named.record.onnx_node is None and named.before == "drop (input)"
+
+
+@pytest.mark.parametrize("computed_in", [{"fc2", "drop"}, {"fc2", "drop.inner"}, None])
+def test_a_call_the_failing_check_computes_is_not_missing(computed_in):
+    # The check's nodes run in the call (a Conv fused with the norm after it), or in a
+    # node of unknown scope (an inserted one): the call is not one the graph lacks.
+    values = {"drop (input)": _value("drop (input)", [1, 2]), "drop": _value("drop", [2, 4]),
+              "fc2 (input)": _value("fc2 (input)", [2, 4]), "fc2": _value("fc2", [0, 0])}
+    assert at_module_level(_row("fc2"), values, {"v": np.asarray([1, 2], np.float32)},
+                           TOLERANCE, training=(), computed_in=computed_in) is None
