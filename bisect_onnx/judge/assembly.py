@@ -115,6 +115,8 @@ def assemble(findings: Findings) -> Report:
         inside_op=dict(refinement.inside_op) if refinement and refinement.inside_op else None,
         culprit_node=dict(description.culprit_node) if description and
         description.culprit_node is not None else None,
+        culprit_ran_in=dict(description.culprit_ran_in) if description and
+        description.culprit_ran_in is not None else None,
         tolerance_basis=comparison.tolerance_basis,
         search=dict(findings.search.search) if findings.search else {"mode": "full capture"},
         kernel_values=kernel_values,

@@ -159,6 +159,8 @@ class RunDescription:
     candidate: Mapping[str, Any] = field(default_factory=dict)
     capture: Mapping[str, Any] = field(default_factory=dict)
     culprit_node: Mapping[str, Any] | None = None
+    culprit_ran_in: Mapping[str, Any] | None = None
+    """Where the culprit's node ran: runtime, provider or device, kernel or layer."""
     warnings: tuple[Any, ...] = ()
 
 

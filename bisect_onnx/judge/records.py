@@ -200,6 +200,12 @@ class Report:
     """The culprit's ONNX node in its graph (the first divergence's, when no culprit was
     found): op, attributes, and each input and output with shape, dtype and where its
     value came from (see docs/json-schema.md)."""
+    culprit_ran_in: dict[str, Any] | None = None
+    """Where the culprit's node ran (the first divergence's, when no culprit was
+    found): ``runtime``, ``provider_or_device``, ``kernel_or_layer`` (the kernel or
+    executed layer it ran in, itself or the one it was fused into), ``kernel_op``,
+    ``precision``, ``fused`` (computed inside a kernel that outputs ``kernel_output``);
+    ``None`` where the run could not tell."""
     tolerance_basis: str | None = None
     """Where the report's tolerance comes from when it is not the float32 default (ONNX
     against ONNX: the candidate's precision, a tolerance file)."""
@@ -301,6 +307,7 @@ class Report:
                          if self.culprits is not None else None),
             "nan_origin": self.nan_origin.to_dict() if self.nan_origin else None,
             "capture": self.capture,
+            "culprit_ran_in": self.culprit_ran_in,
             "repro": self.repro,
             "tolerance_basis": self.tolerance_basis,
             "search": self.search,

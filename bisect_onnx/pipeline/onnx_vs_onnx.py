@@ -298,8 +298,15 @@ class _Models:
             culprit_node=culprit_context(report.culprit or report.first_divergence,
                                          candidate, reference_capture, judged,
                                          report.comparisons),
+            culprit_ran_in=_ran_in(candidate, report.culprit or report.first_divergence),
             warnings=(warning,) if warning else ()))
         return assemble(findings), values, paired.judge
+
+
+def _ran_in(candidate: Any, record: Any) -> dict | None:
+    """Where the candidate's node computing ``record``'s value ran, if it was told."""
+    ran_in = getattr(candidate, "ran_in", None)  # a side of another runtime may not say
+    return ran_in(record.onnx_value, record.onnx_node) if ran_in and record else None
 
 
 def _in_graph(model: Any) -> Any:

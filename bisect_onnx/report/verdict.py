@@ -164,7 +164,22 @@ def _culprit_evidence(report: Report, culprit: Record) -> list[str]:
     classified = f" ({kind['kind']})" if kind else ""
     lines.append(f"introduces the error: fed {fed_description(report)} it is off by {alone} on "
                  f"its own{classified}")
+    ran_in = ran_in_line(report.culprit_ran_in, culprit.onnx_value)
+    if ran_in:
+        lines.append(ran_in)
     return lines
+
+
+def ran_in_line(ran_in: dict | None, value: str) -> str | None:
+    """``ran in kernel 'X' (FusedConv, float) on CPUExecutionProvider``, where it was told."""
+    if not ran_in or ran_in.get("value") != value:
+        return None
+    kind = ", ".join(part for part in (ran_in.get("kernel_op"), ran_in.get("precision"))
+                     if part)
+    unit = "kernel" if ran_in.get("runtime") == "onnxruntime" else "layer"
+    fused = "fused into" if ran_in.get("fused") else "ran as"
+    return (f"{fused} {unit} {ran_in['kernel_or_layer']!r}{f' ({kind})' if kind else ''} "
+            f"on {ran_in['provider_or_device']} ({ran_in['runtime']})")
 
 
 def _segment_headline(segment: dict) -> str:

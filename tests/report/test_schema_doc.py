@@ -30,13 +30,14 @@ WRITTEN_IN_FULL = frozenset({
     "report", "record", "record.source", "coverage", "unaligned[]", "environment",
     "candidate", "capture", "search", "search.probes[]", "attribution",
     "attribution.classification", "culprit.node", "culprit.node.inputs[]", "repro",
+    "culprit_ran_in",
 })
 OBJECTS = WRITTEN_IN_FULL | {"reference", "attribution.inside_op"}
 
 _RECORD_LISTS = ("final_outputs", "comparisons", "hidden_divergences", "op_comparisons")
 _SINGLE_RECORDS = ("first_divergence", "nan_origin")
 _PLAIN_OBJECTS = ("coverage", "environment", "reference", "candidate", "capture", "search",
-                  "attribution", "repro")
+                  "attribution", "repro", "culprit_ran_in")
 
 
 def documented_keys(text: str) -> dict[str, set[str]]:
