@@ -35,11 +35,12 @@ def describe_run(report: Report, prepared: PreparedCandidate, export: ExportOpti
     if export.opset is not None and candidate.opset != export.opset:
         warnings.append(f"asked for opset {export.opset}, but the {export.exporter} "
                         f"exporter produced opset {candidate.opset}")
+    shown = report.culprit or report.first_divergence
     return RunDescription(
         environment=environment(candidate, exporter=prepared.exporter),
         reference={**reference_side.describe(), "inputs": description},
         candidate={**candidate.describe(), "model": prepared.source},
         capture=capture,
-        culprit_node=culprit_context(report.culprit or report.first_divergence, candidate,
-                                     torch_capture, onnx_capture, report.comparisons),
+        culprit_node=culprit_context(shown, candidate, torch_capture, onnx_capture,
+                                     report.comparisons),
         warnings=tuple(warnings))

@@ -62,30 +62,36 @@ def culprit_context(
                        for attribute in node.attribute},
         "inputs": [describe(name) for name in node.input if name],
         "outputs": [describe(name) for name in node.output if name],
-        "ran_in": ran_in(candidate, record.onnx_node),
+        "ran_in": ran_in(candidate, record),
         "torch_module": record.torch_module,
         "torch_op": record.torch_op,
         "source": record.source.to_dict() if record.source else None,
     }
 
 
-def ran_in(candidate: Any, node: str) -> dict[str, Any]:
-    """Where production ran ``node``: OpenVINO's executed layer, or ONNX Runtime's provider.
+def ran_in(candidate: Any, record: Record) -> dict[str, Any]:
+    """Where production ran ``record``'s node: OpenVINO's layer, or ONNX Runtime's kernel.
 
-    ONNX Runtime with only its CPU provider runs every node there; with another
-    provider, nodes it lacks kernels for fall back to the CPU, which the session does
-    not say per node: the provider is then left ``None`` rather than guessed.
+    ONNX Runtime: the kernel and provider its capture session's profile names
+    (``kernel``: ``name``, ``op_type``, ``precision``, ``fused`` when the value is
+    computed inside a kernel that outputs ``output``). Without a profile, only the CPU
+    provider is certain: with another, nodes it lacks kernels for fall back to the CPU,
+    so the provider is left ``None`` rather than guessed.
     """
     layer_of = getattr(candidate, "layer_of", None)
     if layer_of is not None:  # OpenVINO: the layer its compiled model executed
-        layer = layer_of(node)
+        layer = layer_of(record.onnx_node)
         return {"runtime": "openvino", "inference_precision": candidate.precision,
                 "layer": layer.to_dict() if layer is not None else None}
     from bisect_onnx.runtime.sessions import CPU_PROVIDER
 
+    profiled = getattr(candidate, "kernel_that_ran", None)
+    kernel = profiled(record.onnx_value, record.onnx_node) if profiled else None
+    if kernel is not None:
+        return {"runtime": "onnxruntime", "provider": kernel.pop("provider"), "kernel": kernel}
     provider = getattr(candidate, "provider", None)
     return {"runtime": "onnxruntime",
-            "provider": provider if provider == CPU_PROVIDER else None}
+            "provider": provider if provider == CPU_PROVIDER else None, "kernel": None}
 
 
 def _attribute_text(attribute: Any) -> str:

@@ -113,11 +113,19 @@ def _runtime(report: Report) -> str:
 
 
 def _executed_layer(report: Report, record: Record) -> str | None:
-    """Where a compiling runtime ran the node: its executed layer and precision."""
+    """Where production ran the node: OpenVINO's executed layer, ONNX Runtime's kernel."""
     node = report.culprit_node or {}
     ran = node.get("ran_in") or {}
+    if node.get("node") != record.onnx_node:
+        return None
+    if ran.get("runtime") == "onnxruntime" and ran.get("kernel"):
+        kernel = ran["kernel"]
+        how = "fused into" if kernel["fused"] else "ran as"
+        kind = ", ".join(part for part in (kernel["op_type"], kernel["precision"]) if part)
+        return (f"{how} ONNX Runtime's kernel {kernel['name']!r} ({kind}) on "
+                f"{ran['provider']}")
     layer = ran.get("layer")
-    if ran.get("runtime") != "openvino" or node.get("node") != record.onnx_node or not layer:
+    if ran.get("runtime") != "openvino" or not layer:
         return None
     others = [name for name in layer["nodes"] if name != record.onnx_node]
     fused = f", fused with {', '.join(others[:4])}{', …' if len(others) > 4 else ''}" if (

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bisect_onnx.runtime.placement import ProfileFolder, kernels_by_output
 from bisect_onnx.runtime.sessions import PROMOTE_CHOICES, create_session
 
 # PROMOTE_CHOICES lives in sessions (check_runtime needs it, and sessions may not
@@ -66,6 +67,8 @@ class CapturePlan:
     """Production's optimized graph node by node (op, inputs, outputs, attributes);
     empty where the capture mirrors another graph (NCHWc disabled)."""
     capture_nodes: list[tuple] = field(default_factory=list)
+    capture_producers: dict[str, str] = field(default_factory=dict)
+    """The capture's optimized graph: each value -> the node (kernel) computing it."""
 
     @property
     def same_graph_as_production(self) -> bool:
@@ -136,14 +139,20 @@ def plan_capture(model: Any, path: Path, *, promote: str, provider: str,
 
 
 def check_capture_graph(plan: CapturePlan, promoted_bytes: bytes, model_dir: Path, *,
-                        provider: str, opt_level: str, label: str) -> Any:
-    """The capture session; its optimized graph's op types are recorded in the plan."""
+                        provider: str, opt_level: str, label: str,
+                        profile: ProfileFolder | None = None) -> Any:
+    """The capture session; its optimized graph's op types are recorded in the plan.
+
+    ``profile``: the session profiles its runs there (which provider ran each kernel).
+    """
     with tempfile.TemporaryDirectory(prefix="bisect-onnx-optimized-") as folder:
         session, optimized = session_and_graph(promoted_bytes, model_dir, Path(folder),
                                                 provider, opt_level, label,
-                                                disabled=plan.disabled_optimizers)
+                                                disabled=plan.disabled_optimizers,
+                                                profile=profile)
     plan.capture_ops = op_counts(optimized)
     plan.capture_nodes = graph_nodes(optimized)
+    plan.capture_producers = kernels_by_output(optimized)
     if plan.production_ops and plan.capture_ops != plan.production_ops:
         logger.info("the capture session fuses differently from production: %s vs %s",
                        plan.capture_ops, plan.production_ops)
@@ -152,14 +161,15 @@ def check_capture_graph(plan: CapturePlan, promoted_bytes: bytes, model_dir: Pat
 
 def session_and_graph(serialized: bytes | Path, model_dir: Path, folder: Path, provider: str,
                        opt_level: str, label: str, disabled: Sequence[str] = (),
-                       graph_only: bool = False):
+                       graph_only: bool = False, profile: ProfileFolder | None = None):
     """A session on ``serialized`` and the optimized graph ORT wrote for it (no weights)."""
     import onnx
 
     path = folder / f"optimized{len(list(folder.iterdir()))}.onnx"
     session = create_session(serialized, model_dir=model_dir, label=label, provider=provider,
                              opt_level=opt_level, optimized_path=path,
-                             disabled_optimizers=disabled, graph_only=graph_only)
+                             disabled_optimizers=disabled, graph_only=graph_only,
+                             profile=profile)
     return session, onnx.load(str(path), load_external_data=False)
 
 

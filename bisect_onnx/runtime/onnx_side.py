@@ -26,6 +26,8 @@ from bisect_onnx.runtime.capture_plan import (
     check_capture_graph,
     plan_capture,
 )
+from bisect_onnx.runtime.input_specs import InputSpec, input_specs
+from bisect_onnx.runtime.placement import Kernel, ProfileFolder, ran_in, read_kernels
 from bisect_onnx.runtime.sessions import (
     CPU_PROVIDER,
     DEFAULT_OPT_LEVEL,
@@ -52,21 +54,6 @@ GPU_ATOL = 1e-6
 #: copy, and memory runs out before time does. Below it both are kept for every random
 #: sample rather than made again for each.
 HOLD_WEIGHTS_ONCE_ABOVE = 2**30
-
-
-@dataclass(frozen=True)
-class InputSpec:
-    """One graph input: name, numpy dtype, and dimensions (``None`` or a name when free)."""
-
-    name: str
-    dtype: np.dtype
-    shape: tuple[int | str | None, ...] | None
-
-    def __str__(self) -> str:
-        if self.shape is None:
-            return f"{self.name}: {self.dtype}[?]"
-        dims = ",".join("?" if d is None else str(d) for d in self.shape)
-        return f"{self.name}: {self.dtype}[{dims}]"
 
 
 @dataclass(frozen=True)
@@ -168,6 +155,9 @@ class OnnxRuntimeSide:
         ]
         self.output_names = [value.name for value in graph.output]
         self._promoted_session: Any = None
+        self._profile: ProfileFolder | None = None
+        self.kernels: dict[str, Kernel] | None = None
+        """The capture session's kernels by node, from its first run's profile."""
         self._hold_weights_once = (weight_bytes(graph_tensors(graph))
                                    > HOLD_WEIGHTS_ONCE_ABOVE)
         """Whether no two sessions on the whole model may exist at once (each holds
@@ -237,7 +227,11 @@ class OnnxRuntimeSide:
             expected = self._production_outputs(inputs, release=True)
         session = self._capture_session()
         fetched = [output.name for output in session.get_outputs()]
-        by_name = dict(zip(fetched, self._run(session, fetched, inputs), strict=True))
+        try:
+            by_name = dict(zip(fetched, self._run(session, fetched, inputs), strict=True))
+        finally:
+            if self._profile is not None:  # one profiled run says where each kernel ran
+                self.kernels, self._profile = read_kernels(session, self._profile), None
         if self._hold_weights_once:  # what follows (local checks, repro) goes without it
             self._promoted_session = None
         logger.info("ONNX Runtime produced %d values", len(by_name))
@@ -274,13 +268,14 @@ class OnnxRuntimeSide:
         if self._promoted_session is not None:
             return self._promoted_session
         promoted = self.promoted_bytes(self.plan.promoted)
+        self._profile = ProfileFolder() if self.kernels is None else None
         if self.promote == "all" or self.plan.capture_ops:  # nothing (more) to check
             self._promoted_session = self._session(
-                promoted, disabled=self.plan.disabled_optimizers)
+                promoted, disabled=self.plan.disabled_optimizers, profile=self._profile)
         else:
             self._promoted_session = check_capture_graph(
                 self.plan, promoted, self.path.resolve().parent, provider=self.provider,
-                opt_level=self.opt_level, label=self.path.name)
+                opt_level=self.opt_level, label=self.path.name, profile=self._profile)
         return self._promoted_session
 
     def _matches_production(self, by_name: dict[str, Any], expected: Sequence[Any]) -> bool:
@@ -302,10 +297,19 @@ class OnnxRuntimeSide:
                 return False
         return True
 
-    def _session(self, serialized: bytes | Path, disabled: Sequence[str] = ()) -> Any:
+    def _session(self, serialized: bytes | Path, disabled: Sequence[str] = (),
+                 profile: ProfileFolder | None = None) -> Any:
         return create_session(serialized, model_dir=self.path.resolve().parent,
                               label=self.path.name, provider=self.provider,
-                              opt_level=self.opt_level, disabled_optimizers=disabled)
+                              opt_level=self.opt_level, disabled_optimizers=disabled,
+                              profile=profile)
+
+    def kernel_that_ran(self, value: str, node: str | None) -> dict[str, Any] | None:
+        """Where the capture's kernel computing ``value`` ran (``None``: not profiled)."""
+        if not self.kernels:
+            return None
+        producers = self.plan.capture_producers if self.plan is not None else {}
+        return ran_in(value, node, self.model, self.kernels, producers)
 
     def _run(self, session: Any, fetched: list[str], inputs: Sequence[np.ndarray]) -> list:
         feeds = {spec.name: array for spec, array in zip(self.inputs, inputs, strict=True)}
@@ -378,21 +382,3 @@ def node_provenance(node: NodeInfo, position: int) -> Provenance:
         torch_op=meta.torch_op if meta else None,
         source=meta.source if meta else None,
     )
-
-
-def input_specs(graph: onnx.GraphProto) -> list[InputSpec]:
-    """The inputs a graph must be fed: its inputs that no initializer provides."""
-    initializers = {init.name for init in graph.initializer}
-    return [_input_spec(value) for value in graph.input if value.name not in initializers]
-
-
-def _input_spec(value: onnx.ValueInfoProto) -> InputSpec:
-    import onnx
-
-    tensor_type = value.type.tensor_type
-    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type))
-    if not tensor_type.HasField("shape"):
-        return InputSpec(value.name, dtype, None)
-    dims = [dim.dim_value if dim.HasField("dim_value") else dim.dim_param or None
-            for dim in tensor_type.shape.dim]
-    return InputSpec(value.name, dtype, tuple(dims))

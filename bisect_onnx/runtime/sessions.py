@@ -11,6 +11,7 @@ from typing import Any
 from bisect_onnx.errors import ModelError, UsageError, one_line
 from bisect_onnx.events import SESSION_CREATED, SESSION_STARTED, emit
 from bisect_onnx.runtime.heap import made_in_heap
+from bisect_onnx.runtime.placement import ProfileFolder
 
 __all__ = ["CPU_PROVIDER", "DEFAULT_OPT_LEVEL", "OPT_LEVELS", "PROMOTE_CHOICES", "create_session",
            "check_provider", "check_runtime"]
@@ -50,7 +51,8 @@ def check_provider(provider: str) -> None:
 def create_session(serialized: bytes | Path, *, model_dir: Path, label: str,
                    provider: str = CPU_PROVIDER, opt_level: str = DEFAULT_OPT_LEVEL,
                    optimized_path: Path | None = None,
-                   disabled_optimizers: Sequence[str] = (), graph_only: bool = False) -> Any:
+                   disabled_optimizers: Sequence[str] = (), graph_only: bool = False,
+                   profile: ProfileFolder | None = None) -> Any:
     """An ORT session on a model whose external weights lie in ``model_dir``.
 
     ``serialized``: the model's bytes (a copy made here), or the path of the user's
@@ -63,6 +65,9 @@ def create_session(serialized: bytes | Path, *, model_dir: Path, label: str,
     ``optimized_path``: where ORT writes the graph it optimized, for its structure
     only: the weights go to a file beside it (so that models over 2 GB can be
     written), which is a link to the null device where links can be made.
+
+    ``profile``: the session profiles its runs into that folder, to tell which
+    provider ran each kernel (:mod:`bisect_onnx.runtime.placement`).
     """
     import onnxruntime as ort
 
@@ -72,6 +77,8 @@ def create_session(serialized: bytes | Path, *, model_dir: Path, label: str,
     # ORT logs to stderr on its own (colour codes and all); its errors reach us as
     # exceptions, which become one-line messages, so only fatal logs get through.
     options.log_severity_level = 4
+    if profile is not None:
+        profile.enable(options)
     if graph_only:
         options.add_session_config_entry("session.disable_prepacking", "1")
     # The model is handed over in memory: tell ORT where the external weights are.

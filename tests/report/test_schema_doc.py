@@ -30,6 +30,7 @@ WRITTEN_IN_FULL = frozenset({
     "report", "record", "record.source", "coverage", "unaligned[]", "environment",
     "candidate", "capture", "search", "search.probes[]", "attribution",
     "attribution.classification", "culprit.node", "culprit.node.inputs[]", "repro",
+    "culprit.node.ran_in.kernel",
 })
 OBJECTS = WRITTEN_IN_FULL | {"reference", "attribution.inside_op"}
 
@@ -81,6 +82,8 @@ def _objects(data: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
         yield "culprit.node", culprit["node"]
         for tensor in culprit["node"]["inputs"] + culprit["node"]["outputs"]:
             yield "culprit.node.inputs[]", tensor
+        if (culprit["node"]["ran_in"] or {}).get("kernel"):
+            yield "culprit.node.ran_in.kernel", culprit["node"]["ran_in"]["kernel"]
 
 
 def written_keys(reports: list[dict[str, Any]]) -> dict[str, set[str]]:
