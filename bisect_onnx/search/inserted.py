@@ -70,8 +70,12 @@ def unpaired_culprit(segment: Mapping[str, Any], check: Any, nodes: Sequence[Any
         output = node.outputs[0]
         if output in references:
             continue  # the reference computes its value: it has a counterpart
-        before, computed = (references.get(data[0]) if len(data) == 1 else None,
-                            check.values.get(output))
+        # Its input as the reference has it, else as the segment computed it from the
+        # reference's values (inside an op PyTorch holds no value of, a GroupNorm's
+        # InstanceNormalization): taken through on either, what follows must agree.
+        before = (references.get(data[0], check.values.get(data[0])) if len(data) == 1
+                  else None)
+        computed = check.values.get(output)
         if (before is None or computed is None or np.shape(before) != np.shape(computed)
                 or np.asarray(before).dtype != np.asarray(computed).dtype):
             continue  # another shape or type (a Cast): its consumers cannot read its input
@@ -120,7 +124,9 @@ def narrow_to_unpaired(findings: AttributionFindings, check: Any, candidate: Any
                            compute_nodes=(record.onnx_node,), isolation=UNPAIRED)
     evidence = {**findings.evidence, "classification": classification(),
                 "unpaired": {"node": record.onnx_node, "value": record.onnx_value,
-                             "reads": record.reference_value}}
+                             "reads": record.reference_value,
+                             "fed": "reference" if record.reference_value in references
+                             else "segment"}}
     # The segment's own check ran the inserted node too: what it says of its last value is
     # not decided by it (taken through, that value agrees).
     checked = dict(findings.checked)

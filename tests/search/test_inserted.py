@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import onnx
 import pytest
+import torch
+from torch import nn
 
 import bisect_onnx
 from fixtures.registry import FIXTURES, repo_path
 from tests.planting import insert_mul, plant
+from tests.torch_warnings import LEGACY_EXPORTER_DEPRECATED
 
 CASES = [  # fixture, export, the node the inserted Mul follows
     ("resnet_like", "onnx_file", "node_Conv_146"),  # inside a Conv+ReLU kernel
@@ -33,3 +37,32 @@ def test_an_inserted_node_is_the_culprit_not_its_consumer(fixture_case, tmp_path
     kernel = (report.attribution.get("inside_kernel") or {}).get("kernel_output")
     assert not any(row.introduced_here for row in report.comparisons
                    if row.onnx_node != inserted and row.onnx_value != kernel)
+
+
+class _GroupNormHead(nn.Module):
+    """A GroupNorm: TorchScript writes Reshape, InstanceNormalization, Reshape, Mul, Add,
+    and PyTorch holds no value of any node inside it."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm, self.head = nn.GroupNorm(2, 4), nn.Linear(6, 3)
+
+    def forward(self, x):
+        return self.head(self.norm(x))
+
+
+@LEGACY_EXPORTER_DEPRECATED
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")  # GroupNorm's size check
+def test_a_node_inserted_where_the_reference_holds_no_value_is_named(tmp_path):
+    torch.manual_seed(0)
+    model, x = _GroupNormHead().eval(), torch.randn(2, 4, 6)
+    clean, planted = tmp_path / "clean.onnx", tmp_path / "inserted.onnx"
+    torch.onnx.export(model, (x,), str(clean), dynamo=False, opset_version=17)
+    norm = next(node.name for node in onnx.load(str(clean)).graph.node
+                if node.op_type == "InstanceNormalization")
+    inserted, _ = plant(clean, planted, insert_mul(norm, 1.5))
+    report = bisect_onnx.bisect(model, x.numpy(), onnx_model=planted)
+    assert report.culprit is not None and report.culprit.onnx_node == inserted, report.summary()
+    # Its input has no PyTorch value: it was fed as the segment computed it.
+    assert report.attribution["unpaired"]["fed"] == "segment"
+    assert "as the segment computed it" in report.summary()
