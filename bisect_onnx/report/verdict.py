@@ -120,10 +120,13 @@ def _executed_layer(report: Report, record: Record) -> str | None:
         return None
     if ran.get("runtime") == "onnxruntime" and ran.get("kernel"):
         kernel = ran["kernel"]
-        how = "fused into" if kernel["fused"] else "ran as"
         kind = ", ".join(part for part in (kernel["op_type"], kernel["precision"]) if part)
-        return (f"{how} ONNX Runtime's kernel {kernel['name']!r} ({kind}) on "
-                f"{ran['provider']}")
+        how = (f"computed inside ONNX Runtime's kernel {kernel['name']!r} ({kind}), which "
+               f"outputs {kernel['output']!r}," if kernel["fused"] else
+               f"ran as ONNX Runtime's kernel {kernel['name']!r} ({kind})"
+               if kernel["op_type"] == record.onnx_op else
+               f"its value is output by ONNX Runtime's kernel {kernel['name']!r} ({kind})")
+        return f"{how} on {ran['provider']}"
     layer = ran.get("layer")
     if ran.get("runtime") != "openvino" or not layer:
         return None
@@ -149,10 +152,13 @@ def _culprit_lines(report: Report, culprit: Record, record: Record) -> list[str]
                          f"{describe_origin(record)}: {_describe_error(record)}")
     elif (report.attribution or {}).get("unpaired"):
         reads = report.attribution["unpaired"]["reads"]
+        fed = (f"the reference's value of {reads!r}"
+               if report.attribution["unpaired"].get("fed", "reference") == "reference" else
+               f"{reads!r} as the segment computed it from the reference's values")
         lines = [f"DIVERGED: culprit ONNX node {culprit.onnx_node!r} ({culprit.onnx_op}), which "
                  f"has no counterpart in the reference (it reads value {reads!r}): "
                  f"{_advice(report)}",
-                 f"taken through (its output fed the reference's value of {reads!r}), the "
+                 f"taken through (its output fed {fed}), the "
                  f"values after it agree; it changes that value by "
                  f"{format_number(culprit.max_abs_error)}",
                  f"first failing value: {_where(report, record)} <- "
@@ -196,6 +202,13 @@ def _culprit_evidence(report: Report, culprit: Record) -> list[str]:
     classified = f" ({kind['kind']})" if kind else ""
     lines.append(f"introduces the error: fed {fed_description(report)} it is off by {alone} on "
                  f"its own{classified}")
+    narrowed = attribution.get("narrowed") or {}
+    if narrowed.get("node") == culprit.onnx_node:
+        others = ", ".join(f"{name!r} off by {format_number(error)}" for name, error
+                           in narrowed["alone"].items() if name != culprit.onnx_node)
+        lines.append(f"narrowed from a segment of {len(narrowed['segment'])} nodes, each run "
+                     f"alone on the reference's values: "
+                     f"{others or 'no other node could run alone'}")
     return lines
 
 

@@ -20,7 +20,6 @@ import numpy as np
 
 from bisect_onnx.align.modules import Pair
 from bisect_onnx.errors import BisectOnnxError
-from bisect_onnx.graph.provenance import Provenance
 from bisect_onnx.graph.segments import embed_external_data, segment_model
 from bisect_onnx.judge.compare import ArrayComparison, Status, compare_arrays
 from bisect_onnx.judge.findings import KERNEL_VALUES, AttributionFindings, LocalFigures, RowRef
@@ -28,6 +27,7 @@ from bisect_onnx.judge.records import Record, Report, make_record
 from bisect_onnx.judge.tolerances import Judge, Tolerance
 from bisect_onnx.pytorch.op_values import OpCapture
 from bisect_onnx.runtime.sides import CapturedValue
+from bisect_onnx.search.alone import narrow_to_failing_node
 from bisect_onnx.search.attribution import CulpritSearch, LocalResult
 from bisect_onnx.search.claims import (
     attribution_findings,
@@ -38,6 +38,7 @@ from bisect_onnx.search.claims import (
     with_nodeless,
 )
 from bisect_onnx.search.classify import Kind
+from bisect_onnx.search.inner_values import inner_references
 from bisect_onnx.search.inserted import exporters_node, narrow_to_unpaired
 from bisect_onnx.search.local import LocalCheck, boundary_references, run_locally, runtime_of
 from bisect_onnx.search.nodeless import classification, fx_span, nodeless_culprit
@@ -115,29 +116,43 @@ def attribute_divergence(
     first = attribution.culprit
     if first is None:
         return findings, {}
-    inner_references = _inner_references(ops, kernel_references, modules, checker.checks,
-                                         candidate, candidate_values)
-    findings = _safely(findings, "the value inside a kernel", partial(
-        _name_inside_kernels, report, findings, first, checker.checks, candidate,
-        inner_references, op_segments, tolerance))
-    findings = _safely(findings, "a node with no counterpart", partial(
-        narrow_to_unpaired, findings, checker.checks[first], candidate,
-        {**{name: value.array for name, value in inner_references.items()},
-         **reference_values}, candidate_values, tolerance.base,
-        _rerun(candidate, graph_inputs, tolerance.base, compare), failing[0].index,
-        has_counterpart or exporters_node))
+    inner = inner_references(ops, kernel_references, modules, checker.checks,
+                             candidate, candidate_values)
+    findings = _narrowed(findings, report, checker, first, candidate, inner, op_segments,
+                         tolerance, compare, has_counterpart or exporters_node,
+                         (reference_values, failing[0].index))
     return findings, checker.checks[first].values
 
 
-def _inner_references(ops: OpCapture | None, kernel_references: Any, modules: Any,
-                      checks: Mapping[str, LocalCheck], candidate: Any,
-                      candidate_values: Mapping[str, np.ndarray]) -> dict[str, CapturedValue]:
-    """PyTorch's values of what the failing values' segments compute inside them."""
-    inner = dict(ops.values) if ops is not None else dict(kernel_references or {})
-    if ops is None and modules is not None:
-        # Module calls stand where no op is paired (a TorchScript trace's unknown ops).
-        inner = {**_module_references(modules, checks, candidate, candidate_values), **inner}
-    return inner
+def _narrowed(findings: AttributionFindings, report: Report, checker: _LocalChecker,
+              first: str, candidate: Any, inner: Mapping[str, CapturedValue],
+              op_segments: Mapping[str, Sequence[Any]] | None, tolerance: Judge,
+              compare: Callable[[str, np.ndarray], ArrayComparison] | None,
+              has_counterpart: Callable[[Any], bool],
+              first_failing: tuple[Mapping[str, np.ndarray], int]) -> AttributionFindings:
+    """The culprit narrowed inside its segment, each step of which may decline.
+
+    A value inside a fused kernel, a node with no counterpart, or the one node that
+    fails alone. ``first_failing``: PyTorch's values by ONNX name, and the first failing
+    row's index.
+    """
+    references, first_index = first_failing
+    row, graph_inputs = checker.by_value[first], checker.graph_inputs
+    candidate_values = checker.candidate_values
+    findings = _safely(findings, "the value inside a kernel", partial(
+        _name_inside_kernels, report, findings, first, checker.checks, candidate,
+        inner, op_segments, tolerance))
+    findings = _safely(findings, "a node with no counterpart", partial(
+        narrow_to_unpaired, findings, checker.checks[first], candidate,
+        {**{name: value.array for name, value in inner.items()},
+         **references}, candidate_values, tolerance.base,
+        _rerun(candidate, graph_inputs, tolerance.base, compare), first_index,
+        has_counterpart))
+    return _safely(findings, "the node of a segment that fails alone", partial(
+        narrow_to_failing_node, findings, checker.checks[first], candidate, row=row,
+        inner=inner, references=checker.reference_values, candidate_values=candidate_values,
+        graph_inputs=graph_inputs, tolerance=tolerance.of(row),
+        rerun=_rerun(candidate, graph_inputs, tolerance.of(row), None), judge_row=compare))
 
 
 def _safely(fallback: Any, what: str, step: Callable[[], Any]) -> Any:
@@ -327,30 +342,6 @@ def _float64_reruns(check: LocalCheck, record: Record, candidate: Any, program: 
             embed_external_data(tensor, candidate.path.resolve().parent)
         onnx64 = onnx_segment_in_float64(model, check.feeds, check.value)
     return torch64, onnx64
-
-
-def _module_references(modules: Any, checks: Mapping[str, LocalCheck], candidate: Any,
-                       candidate_values: Mapping[str, np.ndarray]) -> dict[str, CapturedValue]:
-    """PyTorch's module outputs by the ONNX values they align to, fused ones included.
-
-    The module alignment is run again as if every value the culprits' nodes computed
-    had been captured, so a module whose output lives inside a fused kernel is paired.
-    """
-    from bisect_onnx.align.modules import align_modules
-    from bisect_onnx.runtime.onnx_side import node_provenance
-
-    capture, call_index = modules
-    virtual = {name: CapturedValue(name, np.asarray(array), Provenance(position=0))
-               for name, array in candidate_values.items()}
-    for check in checks.values():
-        for index in (check.segment.nodes if check.segment else ()):
-            node = candidate.nodes[index]
-            for output in node.outputs:
-                if output in check.values and output not in virtual:
-                    virtual[output] = CapturedValue(output, check.values[output],
-                                                    node_provenance(node, 0))
-    alignment = align_modules(capture, candidate.nodes, virtual, call_index=call_index)
-    return {pair.candidate.name: pair.reference for pair in alignment.pairs}
 
 
 def _inside_kernel(record: Record, check: LocalCheck, candidate: Any,

@@ -141,6 +141,7 @@ def attribution_findings(rows: Sequence[Record], attribution: Attribution,
         "classification": _describe(kinds.get(first)) if first else None,
         "unchecked": {name: checks[name].reason for name, result in attribution.checked.items()
                       if result is None and name in checks},
+        "narrowed": None,  # set where a segment's node is named by its run alone
     }
     return AttributionFindings(checked=checked, culprits=tuple(culprits),
                                listed_all=everything, evidence=evidence, segment=segment)

@@ -28,7 +28,7 @@ def test_a_planted_conv_fused_with_its_relu_names_its_kernel_and_provider(tmp_pa
     # ORT fused the Conv with the ReLU after it: the Conv's value is inside the kernel.
     assert kernel["op_type"] == "FusedConv" and kernel["fused"] is True
     assert kernel["output"] != report["culprit"]["onnx_value"]
-    assert (f"fused into ONNX Runtime's kernel {kernel['name']!r} (FusedConv"
+    assert (f"computed inside ONNX Runtime's kernel {kernel['name']!r} (FusedConv"
             in capsys.readouterr().out)
     # The profile went with its folder.
     assert set(Path(tempfile.gettempdir()).glob("bisect-onnx-profile-*")) <= before

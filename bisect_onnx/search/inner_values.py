@@ -1,0 +1,55 @@
+"""PyTorch's values of what failing segments compute inside them, by ONNX value name.
+
+A segment's local check computes values the capture never had (inside a kernel ONNX
+Runtime fused, between a TorchScript Linear's MatMul and Add); where the reference has
+them, a node inside the segment can be checked on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from bisect_onnx.graph.provenance import Provenance
+from bisect_onnx.pytorch.op_values import OpCapture
+from bisect_onnx.runtime.sides import CapturedValue
+from bisect_onnx.search.local import LocalCheck
+
+__all__ = ["inner_references", "module_references"]
+
+
+def inner_references(ops: OpCapture | None, kernel_references: Any, modules: Any,
+                     checks: Mapping[str, LocalCheck], candidate: Any,
+                     candidate_values: Mapping[str, np.ndarray]) -> dict[str, CapturedValue]:
+    """PyTorch's values of what the failing values' segments compute inside them."""
+    inner = dict(ops.values) if ops is not None else dict(kernel_references or {})
+    if ops is None and modules is not None:
+        # Module calls stand where no op is paired (a TorchScript trace's unknown ops).
+        inner = {**module_references(modules, checks, candidate, candidate_values), **inner}
+    return inner
+
+
+def module_references(modules: Any, checks: Mapping[str, LocalCheck], candidate: Any,
+                      candidate_values: Mapping[str, np.ndarray]) -> dict[str, CapturedValue]:
+    """PyTorch's module outputs by the ONNX values they align to, fused ones included.
+
+    The module alignment is run again as if every value the culprits' nodes computed
+    had been captured, so a module whose output lives inside a fused kernel is paired.
+    """
+    from bisect_onnx.align.modules import align_modules
+    from bisect_onnx.runtime.onnx_side import node_provenance
+
+    capture, call_index = modules
+    virtual = {name: CapturedValue(name, np.asarray(array), Provenance(position=0))
+               for name, array in candidate_values.items()}
+    for check in checks.values():
+        for index in (check.segment.nodes if check.segment else ()):
+            node = candidate.nodes[index]
+            for output in node.outputs:
+                if output in check.values and output not in virtual:
+                    virtual[output] = CapturedValue(output, check.values[output],
+                                                    node_provenance(node, 0))
+    alignment = align_modules(capture, candidate.nodes, virtual, call_index=call_index)
+    return {pair.candidate.name: pair.reference for pair in alignment.pairs}
