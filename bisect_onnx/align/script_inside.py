@@ -38,10 +38,20 @@ logger = logging.getLogger(__name__)
 
 
 def references_by_onnx_value(segments: Mapping[str, Sequence[NodeInfo]],
-                             ops: ScriptOpCapture) -> dict[str, Any]:
-    """PyTorch's op values by the ONNX value each op ends in, fused-away ones included."""
+                             ops: ScriptOpCapture,
+                             nodes: Sequence[NodeInfo] = ()) -> dict[str, Any]:
+    """PyTorch's op values by the ONNX value each op ends in, fused-away ones included.
+
+    Not where that value feeds a node the exporter did not make (``nodes``: the graph's):
+    a node inserted inside the op (a Mul between a Linear's MatMul and Add) cuts its
+    segment short, and the value the segment ends in is then not the op's.
+    """
+    from bisect_onnx.search.inserted import exporters_node
+
+    foreign_inputs = {name for node in nodes if not exporters_node(node) for name in node.inputs}
     return {segment[-1].outputs[0]: ops.values[name] for name, segment in segments.items()
-            if segment and segment[-1].outputs and name in ops.values}
+            if segment and segment[-1].outputs and name in ops.values
+            and segment[-1].outputs[0] not in foreign_inputs}
 
 
 def look_inside_script_op(report: Report, segments: Mapping[str, Sequence[NodeInfo]],

@@ -51,18 +51,34 @@ class _GroupNormHead(nn.Module):
         return self.head(self.norm(x))
 
 
+class _TwoLinears(nn.Module):
+    """Linears on a 3-D input: TorchScript writes each as MatMul then Add."""
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.second = nn.Linear(6, 8), nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.second(torch.relu(self.first(x)))
+
+
 @LEGACY_EXPORTER_DEPRECATED
 @pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")  # GroupNorm's size check
-def test_a_node_inserted_where_the_reference_holds_no_value_is_named(tmp_path):
+@pytest.mark.parametrize(("make", "op_type", "fed"), [
+    (_GroupNormHead, "InstanceNormalization", "segment"),  # no PyTorch value inside the op
+    (_TwoLinears, "MatMul", "segment"),  # between a Linear's MatMul and Add: the op's value
+    # is not the MatMul's, though the Mul cut the op's nodes short there
+], ids=["inside-group-norm", "inside-linear"])
+def test_a_node_inserted_inside_an_op_is_named(tmp_path, make, op_type, fed):
     torch.manual_seed(0)
-    model, x = _GroupNormHead().eval(), torch.randn(2, 4, 6)
+    model, x = make().eval(), torch.randn(2, 4, 6)
     clean, planted = tmp_path / "clean.onnx", tmp_path / "inserted.onnx"
     torch.onnx.export(model, (x,), str(clean), dynamo=False, opset_version=17)
-    norm = next(node.name for node in onnx.load(str(clean)).graph.node
-                if node.op_type == "InstanceNormalization")
-    inserted, _ = plant(clean, planted, insert_mul(norm, 1.5))
+    after = [node.name for node in onnx.load(str(clean)).graph.node
+             if node.op_type == op_type][-1]
+    inserted, _ = plant(clean, planted, insert_mul(after, 1.5))
     report = bisect_onnx.bisect(model, x.numpy(), onnx_model=planted)
     assert report.culprit is not None and report.culprit.onnx_node == inserted, report.summary()
     # Its input has no PyTorch value: it was fed as the segment computed it.
-    assert report.attribution["unpaired"]["fed"] == "segment"
+    assert report.attribution["unpaired"]["fed"] == fed
     assert "as the segment computed it" in report.summary()
