@@ -15,6 +15,7 @@ from bisect_onnx.fixes import (  # noqa: F401  (each registers its searches)
     eval_mode,
     exporter_search,
     onnx_searches,
+    optimizer_fix,
 )
 from bisect_onnx.fixes.context import FixContext
 from bisect_onnx.fixes.registry import suggest_fixes
@@ -43,6 +44,10 @@ def culprit_class(report: Any, *, precision: str | None = None) -> str | None:
 # PyTorch, a graph that means something else than the torch op is the exporter's doing.
 _CLASS_OF_KIND = {"graph semantics": "exporter"}
 
+# Culprit classes an ONNX Runtime fusion may be behind: its kernel disagrees with the
+# float64 truth, or which side is wrong could not be told.
+_MAYBE_A_FUSION = ("runtime kernel", "unclassified", None)
+
 
 def with_fixes(report: Any, precision: str | None = None, also: tuple[str, ...] = (),
                **context: Any) -> Any:
@@ -56,6 +61,8 @@ def with_fixes(report: Any, precision: str | None = None, also: tuple[str, ...] 
     if not report.diverged:
         return amended(report, fix_notes=("no fix searched: the outputs agree",))
     found = culprit_class(report, precision=precision)
+    if found in _MAYBE_A_FUSION and context.get("opt_level") not in (None, "disabled"):
+        also = (*also, "optimization")  # run optimized: a fusion may be what changed it
     classes = [kind for kind in dict.fromkeys((found, *also)) if kind]
     if not classes:
         return amended(report, fix_notes=("no fix search: the culprit is not classified",))
@@ -66,6 +73,8 @@ def with_fixes(report: Any, precision: str | None = None, also: tuple[str, ...] 
     context.setdefault("culprit_nodes", (culprit.onnx_node,) if culprit and
                        culprit.onnx_node else ())
     context.setdefault("culprit_module", culprit.torch_module if culprit else None)
+    ran_in = (report.culprit_node or {}).get("ran_in") or {}
+    context.setdefault("extra", {"culprit_kernel": ran_in.get("kernel")})
     outcomes = [suggest_fixes(FixContext(culprit_class=kind, before=before, **context))
                 for kind in classes]
     results = tuple(result for outcome in outcomes for result in outcome.results)

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["sample_fixes", "candidate_class"]
+__all__ = ["sample_fixes", "candidate_class", "ort_settings", "session_settings"]
 
 #: The precision names of judge/tolerances.py, as fix classes (a class names a search).
 _CLASSES = {"float16": "float16", "bfloat16": "bfloat16", "int8 (QDQ)": "qdq"}
@@ -28,11 +28,13 @@ def candidate_class(reference: Any, candidate: Any) -> str | None:
 
 def sample_fixes(report: Any, reference_path: Path, candidate_path: Path,
                  candidate_inputs: Sequence[Any], arrays: Sequence[np.ndarray],
-                 values: Any, tolerance: Any, user_paths: Sequence[Any]) -> Any:
+                 values: Any, tolerance: Any, user_paths: Sequence[Any],
+                 session: dict[str, Any] | None = None) -> Any:
     """``report`` with the fix searches' checked results for its culprit.
 
     ``values``: the sample's ``SampleValues`` (the reference's under the candidate's
-    names), whose final outputs every fix's ``before`` is made from.
+    names), whose final outputs every fix's ``before`` is made from. ``session``: the
+    candidate's ONNX Runtime settings (``provider``, ``opt_level``), where it runs there.
     """
     import onnx
 
@@ -51,4 +53,19 @@ def sample_fixes(report: Any, reference_path: Path, candidate_path: Path,
         candidate_path=user[1] if len(user) > 1 else None,
         inputs={spec.name: array for spec, array in zip(candidate_inputs, arrays, strict=True)},
         reference_outputs=[values.reference[name] for name in outputs],
-        candidate_outputs=[values.candidate[name] for name in outputs], tolerance=tolerance)
+        candidate_outputs=[values.candidate[name] for name in outputs], tolerance=tolerance,
+        **session_settings(session))
+
+
+def ort_settings(side: Any) -> dict[str, Any] | None:
+    """An ONNX Runtime side's ``provider`` and ``opt_level``; ``None`` for another runtime."""
+    if getattr(side, "layer_of", None) is not None or not hasattr(side, "opt_level"):
+        return None  # OpenVINO compiles its own graph: no ORT optimizer to disable
+    return {"provider": side.provider, "opt_level": side.opt_level}
+
+
+def session_settings(session: dict[str, Any] | None) -> dict[str, Any]:
+    """The fix context's ``opt_level`` and ``session_keywords`` from a side's settings."""
+    if not session:
+        return {}
+    return {"opt_level": session.get("opt_level"), "session_keywords": dict(session)}

@@ -30,7 +30,7 @@ from bisect_onnx.judge.findings import Findings, RunDescription
 from bisect_onnx.judge.records import Report
 from bisect_onnx.judge.tolerances import Judge, ToleranceRule
 from bisect_onnx.pipeline.environment import environment
-from bisect_onnx.pipeline.fix_onnx import sample_fixes
+from bisect_onnx.pipeline.fix_onnx import ort_settings, sample_fixes
 from bisect_onnx.pipeline.onnx_comparison import (
     SampleValues,
     as_candidate_values,
@@ -232,7 +232,7 @@ class _Models:
         if self.fixes.suggest:
             report = sample_fixes(report, self.reference.path, self.candidate.path,
                                   self.candidate.inputs, candidate_arrays, values,
-                                  judge.base, self.user_paths)
+                                  judge.base, self.user_paths, ort_settings(self.candidate))
         return report, partial(_write_repro, report=report, candidate=self.candidate,
                                values=values, tolerance=judge)
 
