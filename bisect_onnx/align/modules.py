@@ -60,6 +60,11 @@ NOT_CAPTURED = (
     "the module's output is not among the captured values (inside a kernel ONNX Runtime "
     "fused, with fusion-preserving capture; --promote all compares it)"
 )
+TRANSPOSED = (
+    "the last value the module's nodes compute holds its output's dimensions in another "
+    "order (the exporter folded the module's closing transpose into one after it): it is "
+    "not the module's output"
+)
 FOLDED_INTO_BATCHNORM = (
     "folded with the BatchNorm that follows it into one ONNX Conv, whose output is the "
     "BatchNorm's (compared there)"
@@ -148,6 +153,8 @@ def align_modules(
             candidate = _module_output(group, values[0], candidate_values)
             if candidate is None:
                 alignment.unaligned.append(Unaligned(values[0].name, NOT_CAPTURED))
+            elif _permuted(candidate.array.shape, values[0].array.shape):
+                alignment.unaligned.append(Unaligned(values[0].name, TRANSPOSED))
             else:
                 alignment.pairs.append(Pair(values[0], candidate))
                 paired[values[0].name] = candidate
@@ -322,6 +329,11 @@ def _group_nodes_by_call(
         for call, run in enumerate(split):
             groups[(module, call)].extend(node for node, _ in run)
     return groups, reasons
+
+
+def _permuted(shape: tuple[int, ...], other: tuple[int, ...]) -> bool:
+    """Whether two shapes hold the same dimensions in another order."""
+    return shape != other and sorted(shape) == sorted(other)
 
 
 def _module_output(

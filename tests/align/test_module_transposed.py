@@ -1,0 +1,66 @@
+"""A module whose closing transpose the exporter folded is not paired with a transposed value.
+
+A block that transposes, normalizes and transposes back, followed by one that transposes
+again: the dynamo exporter cancels the two transposes between them, so the first
+block's last ONNX value is its output with the dimensions in another order. Paired, it
+failed by shape and its BatchNormalization was named the culprit of a plant elsewhere.
+"""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+import torch
+from torch import nn
+
+import bisect_onnx
+from bisect_onnx.align.modules import TRANSPOSED
+from tests.planting import insert_mul, plant
+from tests.torch_warnings import DYNAMO_LEAFSPEC_DEPRECATED
+
+
+class _ChannelNorm(nn.Module):
+    def __init__(self, norm: nn.Module):
+        super().__init__()
+        self.norm = norm
+
+    def forward(self, x):
+        return self.norm(x.transpose(1, 2)).transpose(1, 2)
+
+
+class _Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first, self.second = _ChannelNorm(nn.BatchNorm1d(8)), _ChannelNorm(nn.GroupNorm(2, 8))
+
+    def forward(self, x):
+        return self.second(self.first(x)) * 2.0
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    torch.manual_seed(0)
+    model, x = _Model().eval(), torch.randn(2, 5, 8)
+    path = tmp_path_factory.mktemp("transposed") / "model.onnx"
+    torch.onnx.export(model, (x,), str(path), dynamo=True, opset_version=18)
+    return model, x.numpy(), path
+
+
+@DYNAMO_LEAFSPEC_DEPRECATED
+def test_the_folded_modules_output_is_left_unaligned_with_its_reason(exported):
+    model, x, path = exported
+    report = bisect_onnx.bisect(model, x, onnx_model=path,
+                                search=bisect_onnx.SearchOptions(granularity="module"))
+    assert not report.diverged and not any(row.failed for row in report.comparisons)
+    assert any(item.name == "first" and item.reason == TRANSPOSED
+               for item in report.unaligned), report.unaligned
+
+
+@DYNAMO_LEAFSPEC_DEPRECATED
+def test_a_node_inserted_after_it_is_named_not_the_norm_before(exported, tmp_path):
+    model, x, path = exported
+    graph = onnx.load(str(path)).graph
+    after = [node.name for node in graph.node if node.op_type == "InstanceNormalization"][0]
+    inserted, _ = plant(path, tmp_path / "inserted.onnx", insert_mul(after, 1.5))
+    report = bisect_onnx.bisect(model, x, onnx_model=tmp_path / "inserted.onnx")
+    assert report.culprit is not None and report.culprit.onnx_node == inserted, report.summary()
