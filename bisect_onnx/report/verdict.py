@@ -303,12 +303,27 @@ def _carries_only(report: Report, first: Record) -> str:
     return f"it only carries the error (fed {fed_description(report)} it {how})"
 
 
+def _optimized(report: Report) -> bool:
+    """Whether the candidate ran with ONNX Runtime's graph optimizations on."""
+    candidate = report.candidate or {}
+    return candidate.get("opt_level") not in (None, "disabled")
+
+
 def _no_culprit(report: Report) -> str:
     """Why no node is named as the culprit."""
     attribution = report.attribution or {}
     if attribution.get("drift"):
         jump = attribution.get("largest_jump")
         rounding = " (all of it float rounding)" if attribution.get("noise") else ""
+        if (report.search or {}).get("mode") == "bisection" and _optimized(report):
+            # The capture session, whose kernels run the nodes apart, did not compute
+            # production's outputs: the checks alone cannot show a gradual build-up.
+            return (f"No node run alone introduces the error beyond float rounding{rounding} "
+                    f"({attribution['checked']} failing values rerun on the reference's "
+                    "values); production's fused kernels compute them otherwise (the capture "
+                    "session did not reproduce its outputs): an optimization may be the cause "
+                    "(a run with the candidate's optimizations off shows it; --suggest-fix finds "
+                    "the optimizer)")
         return (f"No node introduces the error beyond float rounding{rounding}: it builds up "
                 f"gradually over {attribution['checked']} failing values; the largest local "
                 f"jump is at value {jump!r}")

@@ -65,6 +65,9 @@ def test_the_fusion_that_changes_the_result_is_disabled_and_checked(tmp_path):
     levels = [fix.details["opt_level"] for fix in report.fixes
               if "disabled_optimizers" not in fix.details]
     assert levels and levels[0] in ("extended", "basic", "disabled")
+    # No node alone shows it, and the verdict does not call that a gradual build-up.
+    assert report.culprit is None and "an optimization may be the cause" in report.summary()
+    assert "builds up gradually" not in report.summary()
 
 
 def test_a_changed_weight_gets_no_optimizer_fix(tmp_path):
