@@ -25,8 +25,9 @@ def inner_references(ops: OpCapture | None, kernel_references: Any, modules: Any
                      candidate_values: Mapping[str, np.ndarray]) -> dict[str, CapturedValue]:
     """PyTorch's values of what the failing values' segments compute inside them."""
     inner = dict(ops.values) if ops is not None else dict(kernel_references or {})
-    if ops is None and modules is not None:
-        # Module calls stand where no op is paired (a TorchScript trace's unknown ops).
+    if modules is not None:
+        # Module calls stand where no op is paired: a TorchScript trace's unknown ops, or
+        # ops of a call traced alone, whose FX names are not the file's value names.
         inner = {**module_references(modules, checks, candidate, candidate_values), **inner}
     return inner
 
@@ -52,4 +53,16 @@ def module_references(modules: Any, checks: Mapping[str, LocalCheck], candidate:
                     virtual[output] = CapturedValue(output, check.values[output],
                                                     node_provenance(node, 0))
     alignment = align_modules(capture, candidate.nodes, virtual, call_index=call_index)
-    return {pair.candidate.name: pair.reference for pair in alignment.pairs}
+    # Nested calls handing one value on (a Sequential whose last child is a conv layer)
+    # share it: the innermost names where it was computed.
+    found: dict[str, CapturedValue] = {}
+    for pair in alignment.pairs:
+        held = found.get(pair.candidate.name)
+        if held is None or _depth(pair.reference.name) > _depth(held.name):
+            found[pair.candidate.name] = pair.reference
+    return found
+
+
+def _depth(module: str) -> int:
+    """How deep a module path is (``a.b.c``: 3); an input's ``(input)`` suffix aside."""
+    return len(module.split(" ")[0].split("."))
