@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from bisect_onnx.errors import ModelError
 from bisect_onnx.events import CAPTURE_STARTED, emit
 from bisect_onnx.judge.assembly import assemble
 from bisect_onnx.judge.findings import Findings
@@ -69,7 +70,14 @@ def op_values(settings: Any, arrays: Sequence[np.ndarray], *, diverged: bool,
         return None
     weights_back()
     emit(CAPTURE_STARTED, "pytorch ops")
-    return capture_ops(prepared.program, arrays)
+    try:
+        return capture_ops(prepared.program, arrays)
+    except ModelError as error:
+        # torch.export's program of the model may fail where the model runs (a view
+        # its decompositions made of a non-contiguous tensor): module level compares
+        # without it.
+        logger.warning("no op level: %s", error)
+        return None
 
 
 class LaterOps(NamedTuple):

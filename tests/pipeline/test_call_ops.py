@@ -154,3 +154,21 @@ def test_a_call_whose_ops_the_file_names_otherwise_falls_back_to_the_whole_trace
     assert report.culprit.torch_module == module
     assert report.culprit.onnx_op == "MatMul"
     assert report.culprit.classification == "graph semantics"
+
+
+def test_a_program_that_fails_to_run_leaves_module_level_standing(fixture_case, monkeypatch):
+    # torch.export's program may fail where the model runs (corpus seeds 85 and 141: a
+    # view of a non-contiguous tensor); the run compares module calls instead.
+    import bisect_onnx
+    import bisect_onnx.pipeline.op_sources as op_sources
+    from bisect_onnx.errors import ModelError
+
+    def fails(program, arrays):
+        raise ModelError("the exported program raised RuntimeError on inputs ...: view size")
+
+    monkeypatch.setattr(op_sources, "capture_ops", fails)
+    model, inputs, onnx_path = fixture_case("avgpool_divisor")
+    report = bisect_onnx.bisect(model, inputs, onnx_model=onnx_path,
+                                search=bisect_onnx.SearchOptions(granularity="op"))
+    assert report.diverged and report.coverage.granularity == "module"
+    assert report.culprit is not None or report.culprit_segment is not None
