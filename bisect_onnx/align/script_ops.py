@@ -8,8 +8,12 @@ op's value is held by the last node of its translation: ``aten::linear`` ends in
 ``scaled_dot_product_attention`` in the ``MatMul`` after the ``Softmax``. So each op,
 in graph order, is paired with the next node of its scope that has such an op type,
 the op's shape and dtype, and reads (directly or not) the values the op's inputs were
-paired with. Ops the table below does not know, and nodes no guard accepts, are left
-unaligned with a reason rather than guessed.
+paired with. Ops the table (:mod:`bisect_onnx.align.script_table`) does not know, and
+nodes no guard accepts, are left unaligned with a reason rather than guessed.
+
+An op with several outputs (``topk``'s values and indices) is one entry per output;
+each is paired with the node output the table names for it (TopK's outputs 0 and 1),
+where that node holds every one of them by shape and dtype.
 
 The exporter folds a BatchNorm into the Conv before it (the Conv node computes the
 BatchNorm's value): the BatchNorm is paired with that node and the convolution listed
@@ -20,13 +24,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from bisect_onnx.align.modules import Pair, Unaligned
 from bisect_onnx.align.ops import RUNTIME_FUSED, OpAlignment
+from bisect_onnx.align.script_table import END_OF, PASS_THROUGH, TUPLE_END_OF, End, declined
 from bisect_onnx.graph.scopes import read_scopes
 from bisect_onnx.pytorch.script_ops import ScriptOp, ScriptOpCapture
 from bisect_onnx.runtime.onnx_side import NodeInfo
@@ -35,56 +39,6 @@ from bisect_onnx.runtime.sides import CapturedValue
 __all__ = ["align_script_ops"]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class _End:
-    """The ONNX node an op's translation ends in."""
-
-    types: frozenset[str]
-    then: frozenset[str] = frozenset()
-    """A node of these types right after it, reading it and otherwise only constants,
-    ends the translation instead (the bias ``Add`` after a ``MatMul``)."""
-    reads: str | None = None
-    """The node must read the output of a node of this type (SDPA's last MatMul reads
-    the Softmax)."""
-
-
-def _ends(types: str, then: str = "", reads: str | None = None) -> _End:
-    return _End(frozenset(types.split()), frozenset(then.split()), reads)
-
-
-_ELEMENTWISE = {name: _ends(op) for name, op in (
-    ("add", "Add"), ("sub", "Sub"), ("mul", "Mul"), ("div", "Div"), ("neg", "Neg"),
-    ("exp", "Exp"), ("log", "Log"), ("sqrt", "Sqrt"), ("rsqrt", "Reciprocal"), ("pow", "Pow"),
-    ("erf", "Erf"), ("abs", "Abs"), ("relu", "Relu"), ("sigmoid", "Sigmoid"), ("tanh", "Tanh"),
-    ("leaky_relu", "LeakyRelu"), ("elu", "Elu"), ("hardtanh", "Clip"), ("clamp", "Clip"),
-    ("softmax", "Softmax"), ("log_softmax", "LogSoftmax"), ("where", "Where"),
-)}
-
-#: ATen op (without ``aten::``) -> the node its value is held by.
-_END_OF = {
-    **_ELEMENTWISE,
-    "linear": _ends("MatMul Gemm", then="Add"),
-    "matmul": _ends("MatMul"), "bmm": _ends("MatMul"), "mm": _ends("MatMul Gemm"),
-    "addmm": _ends("Gemm"),
-    "_convolution": _ends("Conv"), "conv1d": _ends("Conv"), "conv2d": _ends("Conv"),
-    "conv3d": _ends("Conv"),
-    "batch_norm": _ends("BatchNormalization"), "layer_norm": _ends("LayerNormalization"),
-    "gelu": _ends("Mul", then="Mul"), "silu": _ends("Mul"),
-    "scaled_dot_product_attention": _ends("MatMul", reads="Softmax"),
-    "view": _ends("Reshape"), "reshape": _ends("Reshape"), "unflatten": _ends("Reshape"),
-    "flatten": _ends("Flatten Reshape"), "transpose": _ends("Transpose"),
-    "permute": _ends("Transpose"), "t": _ends("Transpose"), "unsqueeze": _ends("Unsqueeze"),
-    "squeeze": _ends("Squeeze"), "select": _ends("Gather"), "embedding": _ends("Gather"),
-    "cat": _ends("Concat"), "max_pool2d": _ends("MaxPool"), "avg_pool2d": _ends("AveragePool"),
-    "adaptive_avg_pool2d": _ends("GlobalAveragePool AveragePool"),
-    "upsample_bilinear2d": _ends("Resize"), "upsample_nearest2d": _ends("Resize"),
-    "mean": _ends("ReduceMean"), "sum": _ends("ReduceSum"),
-}
-
-#: Ops that hand their input back in an eval-mode export: no node of their own.
-_PASS_THROUGH = frozenset({"dropout", "feature_dropout", "contiguous", "clone", "alias"})
 
 
 def align_script_ops(capture: ScriptOpCapture, nodes: Sequence[NodeInfo],
@@ -96,8 +50,12 @@ def align_script_ops(capture: ScriptOpCapture, nodes: Sequence[NodeInfo],
     """
     pairing = _ScopePairing(capture, nodes, candidate_values, _shapes(model, candidate_values))
     pairing.model = model
-    for op in capture.ops:
-        pairing.place(op)
+    ops = capture.ops
+    for index, op in enumerate(ops):
+        if op.outputs == 1:
+            pairing.place(op)
+        elif op.output == 0:  # a tuple-valued op: its outputs' entries follow it
+            pairing.place_tuple(ops[index:index + op.outputs])
     return pairing.finish()
 
 
@@ -125,19 +83,17 @@ class _ScopePairing:
     def place(self, op: ScriptOp) -> None:
         """Find the node holding ``op``'s value, or say why there is none."""
         short = op.kind.split("::", 1)[-1]
-        sources = [self.onnx_of[name] for name in self.capture.inputs_of.get(op.name, ())
-                   if name in self.onnx_of]
-        if short in _PASS_THROUGH and sources:
+        sources = self._sources(op)
+        if short in PASS_THROUGH and sources:
             self.onnx_of[op.name] = sources[0]
             self._unaligned(op, "removed", f"returns its input unchanged (eval mode), so the "
                                            f"exporter made no node for it; compared at "
                                            f"{sources[0]}")
             return
-        end = _END_OF.get(short)
-        if end is not None and _rounds(op, self.capture.values[op.name].array):
-            self._unaligned(op, "unmatched", f"{op.kind} with a rounding mode ends in a "
-                                             "Where or Floor after its Div, which the "
-                                             "alignment does not pair (not guessed)")
+        end = END_OF.get(short)
+        reason = declined(op, self.capture.values[op.name].array) if end else None
+        if reason is not None:
+            self._unaligned(op, "unmatched", reason)
             return
         if end is None:
             self._unaligned(op, "unmatched", f"the alignment knows no ONNX op that {op.kind} "
@@ -153,11 +109,73 @@ class _ScopePairing:
                                           "shape and dtype computed from its inputs (folded "
                                           "into a constant or fused?)")
             return
-        self.ends[op.name] = found
-        self.onnx_of[op.name] = found.outputs[0]
-        self.alignment.segments[op.name] = self._segment(found, op.module, sources)
+        self._pair(op, found, 0, sources)
 
-    def _find(self, op: ScriptOp, end: _End, sources: Sequence[str]) -> NodeInfo | None:
+    def place_tuple(self, ops: Sequence[ScriptOp]) -> None:
+        """Find the node output holding each of a tuple-valued op's outputs, or say why not.
+
+        ``ops`` has one entry per output, in order. Outputs the table puts on one node
+        type are one node's: the node must hold a value of each one's shape and dtype at
+        the output the table names (TopK's values at 0, its indices at 1), or none of
+        them is paired.
+        """
+        first = ops[0]
+        ends = TUPLE_END_OF.get(first.kind.split("::", 1)[-1], ())
+        if len(ends) != len(ops):
+            for op in ops:
+                self._unaligned(op, "unmatched", (
+                    f"the alignment knows no ONNX node that output {op.output} of {op.kind} "
+                    "ends in, so it was not paired (not guessed)"))
+            return
+        sources, start = self._sources(first), self.cursor.get(first.module, 0)
+        scope = self.in_scope.get(first.module, [])
+        last = start - 1
+        for op_type in dict.fromkeys(end.type for end in ends):
+            held = [(op, end.output) for op, end in zip(ops, ends, strict=True)
+                    if end.type == op_type]
+            position = next((position for position in range(start, len(scope))
+                             if self._holds(scope[position], op_type, held, sources)), None)
+            if position is None:
+                scope_name = first.module or "the model's own forward"
+                others = ", and its other outputs' at theirs," if len(held) > 1 else ""
+                for op, output in held:
+                    self._unaligned(op, "folded", (
+                        f"no {op_type} node of {scope_name} after the previous op holds a "
+                        f"value of its shape and dtype at output {output}{others} computed "
+                        "from its inputs (folded into a constant or fused?)"))
+                continue
+            last = max(last, position)
+            for op, output in held:
+                self._pair(op, scope[position], output, sources)
+        self.cursor[first.module] = last + 1
+
+    def _holds(self, node: NodeInfo, op_type: str, held: Sequence[tuple[ScriptOp, int]],
+               sources: Sequence[str]) -> bool:
+        """Whether ``node`` is of ``op_type``, made from ``sources``, and holds each value.
+
+        ``held``: (the op entry, the node's output that must hold its value).
+        """
+        return (node.op_type == op_type
+                and all(output < len(node.outputs)
+                        and self._alike(node.outputs[output], self.capture.values[op.name].array)
+                        for op, output in held)
+                and self._descends(node, sources))
+
+    def _sources(self, op: ScriptOp) -> list[str]:
+        """The ONNX values holding what ``op`` reads (those that were paired)."""
+        return [self.onnx_of[name] for name in self.capture.inputs_of.get(op.name, ())
+                if name in self.onnx_of]
+
+    def _pair(self, op: ScriptOp, node: NodeInfo, output: int, sources: Sequence[str]) -> None:
+        """``op``'s value is ``node``'s output ``output``; its segment, the nodes made for it.
+
+        A second output of a node has none: the first output's segment holds the node.
+        """
+        self.ends[op.name] = node
+        self.onnx_of[op.name] = node.outputs[output]
+        self.alignment.segments[op.name] = self._segment(node, op.module, sources)
+
+    def _find(self, op: ScriptOp, end: End, sources: Sequence[str]) -> NodeInfo | None:
         scope = self.in_scope.get(op.module, [])
         wanted = self.capture.values[op.name].array
         for position in range(self.cursor.get(op.module, 0), len(scope)):
@@ -265,8 +283,8 @@ class _ScopePairing:
     def finish(self) -> OpAlignment:
         """Pairs where the end's value was captured; every other value explained."""
         alignment, paired = self.alignment, set()
-        for name, node in self.ends.items():
-            value = node.outputs[0]
+        for name in self.ends:
+            value = self.onnx_of[name]
             captured = self.candidate_values.get(value)
             if captured is None:
                 self._unaligned(self.by_name[name], "runtime-fused",
@@ -294,21 +312,6 @@ class _ScopePairing:
         logger.info("paired %d of %d traced ops with ONNX values", len(alignment.pairs),
                     len(self.capture.ops))
         return alignment
-
-
-def _rounds(op: ScriptOp, value: np.ndarray) -> bool:
-    """Whether ``op`` is a ``div`` with a rounding mode (``floor``, ``trunc``).
-
-    Its translation goes on past the Div node (a floor division of integers ends in a
-    ``Where`` choosing the truncated quotient or one less), so the Div's value is not
-    the op's. Where the arguments are unknown, an integer quotient is taken as rounded.
-    """
-    if op.kind != "aten::div":
-        return False
-    if op.arguments is None:
-        return value.dtype.kind in "iu"
-    return any(argument.source == "constant" and isinstance(argument.value, str)
-               for argument in op.arguments)
 
 
 def _permutation(op: ScriptOp, rank: int) -> list[int] | None:

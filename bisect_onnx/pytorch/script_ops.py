@@ -70,6 +70,11 @@ class ScriptOp:
     """The innermost module it ran in; ``""`` for an op in the model's own ``forward``."""
     arguments: tuple[Argument, ...] | None
     """How to call it alone; ``None`` where an argument is none of the three kinds."""
+    output: int = 0
+    """Which of the op's outputs this value is: an op with several (``topk``'s values
+    and indices) has one entry per output, named ``topk[0]``, ``topk[1]``..."""
+    outputs: int = 1
+    """How many outputs the op has; its entries follow one another in graph order."""
 
 
 @dataclass
@@ -125,25 +130,33 @@ def capture_script_ops(model: Any, arrays: Sequence[np.ndarray]) -> ScriptOpCapt
             continue
         data.update(value.debugName() for value in node.outputs())
         made = found.outputs_of.get(position, [])
-        if len(made) != 1 or len(list(node.outputs())) != 1:
-            continue  # a tuple-valued op: not one value to compare
-        kind = node.kind()
-        short = kind.split("::", 1)[-1]
+        if not made or len(made) != len(list(node.outputs())):
+            continue  # an output that is no tensor (chunk's list): not values to compare
+        short = node.kind().split("::", 1)[-1]
         name = short if short not in counts else f"{short}_{counts[short]}"
         counts[short] = counts.get(short, 0) + 1
-        debug_name, index = made[0]
-        names[debug_name] = name
-        op = ScriptOp(name, kind, _innermost(node, found),
-                      _arguments(node, names, model))
-        capture.ops.append(op)
-        capture.op_names[name] = f"aten.{short}"
-        capture.inputs_of[name] = tuple(names[read] for read in reads if read in names)
-        for source in capture.inputs_of[name]:
-            capture.users_of[source] = (*capture.users_of.get(source, ()), name)
-        capture.values[name] = CapturedValue(name, to_numpy(captured[index]), _provenance(
-            node, op, found, calls.get(position, {}), len(capture.values)))
+        # Named like module calls with several outputs: every output by its index.
+        for output, (debug_name, _) in enumerate(made):
+            names[debug_name] = f"{name}[{output}]" if len(made) > 1 else name
+        arguments = _arguments(node, names, model)
+        for output, (debug_name, index) in enumerate(made):
+            op = ScriptOp(names[debug_name], node.kind(), _innermost(node, found), arguments,
+                          output=output, outputs=len(made))
+            _record(capture, op, reads, names, captured[index], _provenance(
+                node, op, found, calls.get(position, {}), len(capture.values)))
     logger.info("recorded %d op values of the traced graph", len(capture.values))
     return capture
+
+
+def _record(capture: ScriptOpCapture, op: ScriptOp, reads: Sequence[str],
+            names: dict[str, str], value: Any, provenance: Provenance) -> None:
+    """Add one op value to ``capture``, with the values it reads and their readers."""
+    capture.ops.append(op)
+    capture.op_names[op.name] = f"aten.{op.kind.split('::', 1)[-1]}"
+    capture.inputs_of[op.name] = tuple(names[read] for read in reads if read in names)
+    for source in capture.inputs_of[op.name]:
+        capture.users_of[source] = (*capture.users_of.get(source, ()), op.name)
+    capture.values[op.name] = CapturedValue(op.name, to_numpy(value), provenance)
 
 
 # Ops whose outputs are shapes, not data, though tracing records them as tensors.

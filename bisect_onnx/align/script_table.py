@@ -1,0 +1,112 @@
+"""Which ONNX node holds each traced ATen op's value in a TorchScript export.
+
+The tables :mod:`bisect_onnx.align.script_ops` pairs by: for an op with one output, the
+node types its translation ends in; for an op with several (``topk``'s values and
+indices), the node and output that hold each one; the ops that make no node at all;
+and the ops whose translation goes past the node the table names, which are declined
+rather than paired with a value that is not theirs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from bisect_onnx.pytorch.script_ops import ScriptOp
+
+__all__ = ["End", "END_OF", "OutputEnd", "TUPLE_END_OF", "PASS_THROUGH", "declined"]
+
+
+@dataclass(frozen=True)
+class End:
+    """The ONNX node an op's translation ends in."""
+
+    types: frozenset[str]
+    then: frozenset[str] = frozenset()
+    """A node of these types right after it, reading it and otherwise only constants,
+    ends the translation instead (the bias ``Add`` after a ``MatMul``)."""
+    reads: str | None = None
+    """The node must read the output of a node of this type (SDPA's last MatMul reads
+    the Softmax)."""
+
+
+def _ends(types: str, then: str = "", reads: str | None = None) -> End:
+    return End(frozenset(types.split()), frozenset(then.split()), reads)
+
+
+_ELEMENTWISE = {name: _ends(op) for name, op in (
+    ("add", "Add"), ("sub", "Sub"), ("mul", "Mul"), ("div", "Div"), ("neg", "Neg"),
+    ("exp", "Exp"), ("log", "Log"), ("sqrt", "Sqrt"), ("rsqrt", "Reciprocal"), ("pow", "Pow"),
+    ("erf", "Erf"), ("abs", "Abs"), ("relu", "Relu"), ("sigmoid", "Sigmoid"), ("tanh", "Tanh"),
+    ("leaky_relu", "LeakyRelu"), ("elu", "Elu"), ("hardtanh", "Clip"), ("clamp", "Clip"),
+    ("softmax", "Softmax"), ("log_softmax", "LogSoftmax"), ("where", "Where"),
+    ("cumsum", "CumSum"),
+)}
+
+#: ATen op (without ``aten::``) -> the node its value is held by.
+END_OF = {
+    **_ELEMENTWISE,
+    "linear": _ends("MatMul Gemm", then="Add"),
+    "matmul": _ends("MatMul"), "bmm": _ends("MatMul"), "mm": _ends("MatMul Gemm"),
+    "addmm": _ends("Gemm"),
+    "_convolution": _ends("Conv"), "conv1d": _ends("Conv"), "conv2d": _ends("Conv"),
+    "conv3d": _ends("Conv"),
+    "batch_norm": _ends("BatchNormalization"), "layer_norm": _ends("LayerNormalization"),
+    "gelu": _ends("Mul", then="Mul"), "silu": _ends("Mul"),
+    "scaled_dot_product_attention": _ends("MatMul", reads="Softmax"),
+    "view": _ends("Reshape"), "reshape": _ends("Reshape"), "unflatten": _ends("Reshape"),
+    "flatten": _ends("Flatten Reshape"), "transpose": _ends("Transpose"),
+    "permute": _ends("Transpose"), "t": _ends("Transpose"), "unsqueeze": _ends("Unsqueeze"),
+    "squeeze": _ends("Squeeze"), "select": _ends("Gather"), "embedding": _ends("Gather"),
+    "cat": _ends("Concat"), "max_pool2d": _ends("MaxPool"), "avg_pool2d": _ends("AveragePool"),
+    "adaptive_avg_pool2d": _ends("GlobalAveragePool AveragePool"),
+    "upsample_bilinear2d": _ends("Resize"), "upsample_nearest2d": _ends("Resize"),
+    "mean": _ends("ReduceMean"), "sum": _ends("ReduceSum"),
+    # Every padding but a circular one is one Pad (its pads computed from constants).
+    **{name: _ends("Pad") for name in (
+        "pad", "constant_pad_nd", "reflection_pad1d", "reflection_pad2d", "reflection_pad3d",
+        "replication_pad1d", "replication_pad2d", "replication_pad3d")},
+}
+
+
+@dataclass(frozen=True)
+class OutputEnd:
+    """The node that holds one output of a tuple-valued op, and which of its outputs."""
+
+    type: str
+    output: int
+
+
+#: Tuple-valued ATen op -> for each of its outputs, the node and output holding it.
+#: Outputs whose node type is the same are one node's (TopK's values and indices).
+TUPLE_END_OF = {
+    "topk": (OutputEnd("TopK", 0), OutputEnd("TopK", 1)),
+    "sort": (OutputEnd("TopK", 0), OutputEnd("TopK", 1)),  # a TopK of every element
+    "max": (OutputEnd("ReduceMax", 0), OutputEnd("ArgMax", 0)),  # max(x, dim)
+    "min": (OutputEnd("ReduceMin", 0), OutputEnd("ArgMin", 0)),
+}
+
+#: Ops that hand their input back in an eval-mode export: no node of their own.
+PASS_THROUGH = frozenset({"dropout", "feature_dropout", "contiguous", "clone", "alias"})
+
+
+def declined(op: ScriptOp, value: np.ndarray) -> str | None:
+    """Why ``op`` is not paired with the node the table names for it, or ``None``.
+
+    A ``div`` with a rounding mode (``floor``, ``trunc``) goes on past its Div node (a
+    floor division of integers ends in a ``Where`` choosing the truncated quotient or
+    one less), and a circular padding is Slices and a Concat, not a Pad: the node's
+    value is not the op's. Where the arguments are unknown, an integer quotient is
+    taken as rounded.
+    """
+    literals = [argument.value for argument in op.arguments or ()
+                if argument.source == "constant" and isinstance(argument.value, str)]
+    if op.kind == "aten::div" and (literals or (op.arguments is None
+                                                and value.dtype.kind in "iu")):
+        return (f"{op.kind} with a rounding mode ends in a Where or Floor after its Div, "
+                "which the alignment does not pair (not guessed)")
+    if op.kind == "aten::pad" and (op.arguments is None or "circular" in literals):
+        return (f"{op.kind} in circular mode (or a mode not known) is made of Slices and a "
+                "Concat, not one Pad, which the alignment does not pair (not guessed)")
+    return None

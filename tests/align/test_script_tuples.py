@@ -1,0 +1,171 @@
+"""TorchScript exports at op level: tuple-valued ops, paddings and cumulative sums.
+
+``aten::topk`` returns its values and its indices; the capture used to skip ops with
+more than one output, so the TopK node fell into the next op's segment and a planted
+TopK was named at the node reading it. ``pad`` and ``cumsum`` were not in the pairing
+table, with the same effect. Each output of a tuple-valued op is now its own row
+(``topk[0]``, ``topk[1]``), paired with the node output that holds it where its shape
+and dtype confirm it, and declined with a reason where they do not.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+import torch
+import torch.nn.functional as F
+from onnx import numpy_helper
+from torch import nn
+
+import bisect_onnx
+from bisect_onnx.align.script_ops import align_script_ops
+from bisect_onnx.pytorch.script_ops import capture_script_ops, trace_script
+from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
+from tests.planting import plant, set_attribute
+from tests.torch_warnings import LEGACY_EXPORTER_DEPRECATED
+
+pytestmark = LEGACY_EXPORTER_DEPRECATED
+
+
+class _Ops(nn.Module):
+    """A Linear, then topk, pad, cumsum, sort and max(dim) in ``forward``, then a Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(20, 4)
+
+    def forward(self, x):
+        h = self.fc1(x)
+        values, indices = torch.topk(h, 4, dim=-1)
+        padded = F.pad(values, (1, 1), value=0.5)
+        summed = torch.cumsum(padded, dim=-1)
+        ordered, order = torch.sort(h, dim=-1)
+        top, where = torch.max(h, dim=-1, keepdim=True)
+        ranks = (indices + order[..., :4] + where).to(h.dtype) * 0.01
+        return self.fc2(torch.cat([summed * padded, ranks, ordered[..., :8], top * 0.1,
+                                   values[..., :1]], dim=-1))
+
+
+def _export(model, x, path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), str(path), dynamo=False, opset_version=17)
+    return path
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory):
+    """The model, its input, and its TorchScript export (made once: it is what is tested)."""
+    torch.manual_seed(0)
+    model = _Ops().eval()
+    x = torch.randn(2, 8)
+    return model, x.numpy(), _export(model, x, tmp_path_factory.mktemp("tuples") / "clean.onnx")
+
+
+def _alignment(model, array, path):
+    side = OnnxRuntimeSide(path, promote="all")
+    capture = capture_script_ops(trace_script(model, [array]), [array])
+    return align_script_ops(capture, side.nodes, side.run([array]).values, side.model), side
+
+
+def test_each_output_of_a_tuple_valued_op_is_paired_with_its_node_output(export):
+    alignment, side = _alignment(*export)
+    producers = {output: (node.op_type, position) for node in side.nodes
+                 for position, output in enumerate(node.outputs)}
+    held = {pair.reference.name: producers[pair.candidate.name] for pair in alignment.pairs}
+
+    assert held["topk[0]"] == ("TopK", 0) and held["topk[1]"] == ("TopK", 1)
+    assert held["sort[0]"] == ("TopK", 0) and held["sort[1]"] == ("TopK", 1)
+    assert held["max[0]"] == ("ReduceMax", 0) and held["max[1]"] == ("ArgMax", 0)
+    assert held["pad"] == ("Pad", 0) and held["cumsum"] == ("CumSum", 0)
+    for pair in alignment.pairs:  # the same tensor on a faithful export
+        np.testing.assert_allclose(pair.candidate.array, pair.reference.array, atol=1e-5,
+                                   err_msg=pair.reference.name)
+
+
+def test_a_faithful_export_compares_the_tuple_rows_at_parity(export):
+    model, array, path = export
+    report = bisect_onnx.bisect(model, array, onnx_model=path,
+                                search=bisect_onnx.SearchOptions(granularity="op"))
+    assert report.verdict == "parity" and report.hidden_divergences == []
+    compared = {record.fx_node for record in report.comparisons}
+    assert {"topk[0]", "topk[1]", "sort[0]", "sort[1]", "max[0]", "max[1]", "pad",
+            "cumsum"} <= compared
+
+
+def _pad_value(factor: float):
+    def edit(model: onnx.ModelProto) -> onnx.NodeProto:
+        node = next(node for node in model.graph.node if node.op_type == "Pad")
+        model.graph.initializer.append(numpy_helper.from_array(
+            np.asarray(0.5 * factor, np.float32), "planted_pad_value"))
+        node.input[2] = "planted_pad_value"
+        return node
+
+    return edit
+
+
+PLANTS = {
+    "topk-smallest": set_attribute("/TopK", "TopK", "largest", 0),
+    "cumsum-reversed": set_attribute("/CumSum", "CumSum", "reverse", 1),
+    "pad-value": _pad_value(1.4),
+}
+
+
+@pytest.mark.parametrize("plant_name", PLANTS)
+def test_a_planted_topk_pad_or_cumsum_is_named_at_its_own_node(export, tmp_path, plant_name):
+    model, array, path = export
+    planted = tmp_path / "planted.onnx"
+    node, _ = plant(path, planted, PLANTS[plant_name])
+
+    report = bisect_onnx.bisect(model, array, onnx_model=planted)
+
+    assert report.culprit is not None, report.summary()
+    assert report.culprit.onnx_node == node, report.summary()
+    assert report.culprit.torch_op in ("aten.topk", "aten.pad", "aten.cumsum")
+    assert not any(record.failed for record in report.comparisons[:report.culprit.index])
+
+
+class _TopKMeans(nn.Module):
+    def forward(self, x):
+        values, indices = torch.topk(x, 4, dim=-1)
+        return values.mean(-1) * indices.to(x.dtype).mean(-1)
+
+
+def test_a_topk_node_whose_outputs_are_not_the_ops_shape_is_declined(tmp_path):
+    """A TopK of another k holds values of another shape: neither output is paired."""
+    x = torch.randn(2, 8)
+    path = _export(_TopKMeans(), x, tmp_path / "clean.onnx")
+
+    def other_k(onnx_model: onnx.ModelProto) -> onnx.NodeProto:
+        node = next(node for node in onnx_model.graph.node if node.op_type == "TopK")
+        onnx_model.graph.initializer.append(numpy_helper.from_array(
+            np.asarray([5], np.int64), "planted_k"))
+        node.input[1] = "planted_k"
+        return node
+
+    plant(path, tmp_path / "other_k.onnx", other_k)
+    clean, _ = _alignment(_TopKMeans(), x.numpy(), path)
+    planted, _ = _alignment(_TopKMeans(), x.numpy(), tmp_path / "other_k.onnx")
+
+    assert {"topk[0]", "topk[1]"} <= {pair.reference.name for pair in clean.pairs}
+    assert not {"topk[0]", "topk[1]"} & {pair.reference.name for pair in planted.pairs}
+    declined = {item.name: item for item in planted.torch_only}
+    for name in ("topk[0]", "topk[1]"):
+        assert declined[name].kind == "folded" and "TopK" in declined[name].reason
+
+
+class _Circular(nn.Module):
+    def forward(self, x):
+        return F.pad(x, (1, 1), mode="circular") * 2
+
+
+def test_a_circular_padding_is_declined_not_paired_with_a_pad(tmp_path):
+    x = torch.randn(1, 2, 6)
+    path = _export(_Circular(), x, tmp_path / "circular.onnx")
+    alignment, _ = _alignment(_Circular(), x.numpy(), path)
+    declined = {item.name: item for item in alignment.torch_only}
+    assert declined["pad"].kind == "unmatched" and "circular" in declined["pad"].reason
