@@ -5,8 +5,10 @@ Usage (from the repo root; needs onnxconverter-common)::
     python benchmarks/fixes.py --repeats 3
 
 For each planted case of ``tests/fixes`` (float16 overflow of a large weight, float16
-cancellation, a QDQ weight scale planted x8) it prints the size of the fix (nodes kept
-in float32 or left unquantized) against blocking the whole op types those nodes have
+cancellation, a QDQ weight scale planted x8, an ONNX Runtime fusion that changes the
+result: the same file optimized against itself unoptimized) it prints the size of the
+fix (nodes kept in float32, left unquantized, optimizers disabled) against blocking the
+whole op types those nodes have
 (``op_block_list``: how many nodes that keeps, and whether it passes), and the time of
 ``bisect_onnx_models(..., suggest_fix=True)`` against one plain ``bisect_onnx_models``
 run (median of ``--repeats``).
@@ -30,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import bisect_onnx  # noqa: E402
 from tests.fixes.precision_models import cancellation_model, large_weight_model  # noqa: E402
+from tests.fixes.test_optimizer_fix import _scaled_matmul  # noqa: E402
 from tests.fixes.test_qdq_fix import _float_and_qdq  # noqa: E402
 
 
@@ -40,13 +43,17 @@ def _cases():
     for name, build in (("float16 large weight", large_weight_model),
                         ("float16 cancellation", cancellation_model)):
         reference = build()
-        yield name, reference, float16_keeping(reference, [], keep_io_types=True), inputs
+        yield name, reference, float16_keeping(reference, [], keep_io_types=True), inputs, {}
     with tempfile.TemporaryDirectory() as folder:
         reference, qdq, inputs = _float_and_qdq(Path(folder))
     for tensor in qdq.graph.initializer:
         if tensor.name == "w2_scale":
             tensor.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(tensor) * 8, tensor.name))
-    yield "QDQ scale x8", reference, qdq, inputs
+    yield "QDQ scale x8", reference, qdq, inputs, {}
+    model, arrays = _scaled_matmul()
+    yield "ORT MatMulScaleFusion", model, model, arrays, {
+        "reference_runtime": bisect_onnx.RuntimeOptions(opt_level="disabled"),
+        "candidate_runtime": bisect_onnx.RuntimeOptions(opt_level="all")}
 
 
 def _median_time(call, repeats: int):
@@ -66,8 +73,9 @@ def main() -> None:
     warnings.simplefilter("ignore")
     print("| case | fix | nodes | whole op types (nodes, passes) | plain s | with fix s | ratio |")
     print("|---|---|---|---|---|---|---|")
-    for name, reference, candidate, inputs in _cases():
-        compare = partial(bisect_onnx.bisect_onnx_models, reference, candidate, inputs)
+    for name, reference, candidate, inputs, runtimes in _cases():
+        compare = partial(bisect_onnx.bisect_onnx_models, reference, candidate, inputs,
+                          **runtimes)
         plain, _ = _median_time(compare, args.repeats)
         fixing, report = _median_time(partial(compare, suggest_fix=True), args.repeats)
         fix = next((f for f in report.fixes if f.reaches_parity), None)
@@ -81,6 +89,9 @@ def main() -> None:
             types = (f"{', '.join(details['op_block_list'])}: "
                      f"{details['op_block_list_nodes']}, "
                      f"{'passes' if details['op_block_list_passes'] else 'fails'}")
+        elif "disabled_optimizers" in details:
+            size = f"disable {', '.join(details['disabled_optimizers'])}"
+            types = "-"
         else:
             size = f"{details['nodes_left_unquantized']} of {details['quantized_nodes']} " \
                    "left unquantized"
