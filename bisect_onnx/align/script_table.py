@@ -96,8 +96,9 @@ def declined(op: ScriptOp, value: np.ndarray) -> str | None:
 
     A ``div`` with a rounding mode (``floor``, ``trunc``) goes on past its Div node (a
     floor division of integers ends in a ``Where`` choosing the truncated quotient or
-    one less), and a circular padding is Slices and a Concat, not a Pad: the node's
-    value is not the op's. Where the arguments are unknown, an integer quotient is
+    one less), a tanh-approximated ``gelu`` has another decomposition than the exact
+    one, and a circular padding is Slices and a Concat, not a Pad: the node's value is
+    not the op's. Where the arguments are unknown, an integer quotient is
     taken as rounded.
     """
     literals = [argument.value for argument in op.arguments or ()
@@ -106,6 +107,10 @@ def declined(op: ScriptOp, value: np.ndarray) -> str | None:
                                                 and value.dtype.kind in "iu")):
         return (f"{op.kind} with a rounding mode ends in a Where or Floor after its Div, "
                 "which the alignment does not pair (not guessed)")
+    if op.kind == "aten::gelu" and (op.arguments is None or "tanh" in literals):
+        return (f"{op.kind} with approximate='tanh' (or an approximation not known) is six "
+                "Muls around a Tanh, not the exact form's Div, Erf, Add, Mul, Mul, which the "
+                "alignment does not pair (not guessed)")
     if op.kind == "aten::pad" and (op.arguments is None or "circular" in literals):
         return (f"{op.kind} in circular mode (or a mode not known) is made of Slices and a "
                 "Concat, not one Pad, which the alignment does not pair (not guessed)")
