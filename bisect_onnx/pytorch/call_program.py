@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from bisect_onnx.errors import BisectOnnxError
+from bisect_onnx.errors import BisectOnnxError, one_line
 from bisect_onnx.pytorch.call_names import (
     InputsUnnamed,
     MadeFrom,
@@ -168,7 +168,16 @@ def trace_call(model: Any, path: str, arguments: CallArguments, known: Mapping[s
         raise BisectOnnxError(str(error)) from error
     arrays = [item.detach().numpy() for item in flat]
     _name_entering(program, names, arrays, entering)
-    ops = capture_ops(program, arrays)
+    try:
+        ops = capture_ops(program, arrays)
+    except BisectOnnxError:
+        raise
+    except Exception as error:
+        # torch cannot make a module of some programs traced alone (an in-place ReLU's
+        # call mutates its own input: "Could not find input in either buffer or input
+        # nodes"); the whole model's trace stands in for it.
+        raise BisectOnnxError(f"its program cannot be run alone: {type(error).__name__}: "
+                              f"{one_line(error)}") from error
     return _renamed(ops, program, names, arguments, path)
 
 

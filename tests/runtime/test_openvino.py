@@ -181,3 +181,21 @@ def test_probes_of_production_compile_in_openvino(fixture_case):
     assert all(probe["graph"] == "identical to production's"
                for probe in report.search["probes"])
     assert report.culprit is not None and report.culprit.onnx_node == "node_avg_pool2d"
+
+
+def test_a_culprit_call_torch_cannot_run_alone_leaves_the_report_standing(fixture_case,
+                                                                          tmp_path):
+    import onnx
+
+    # Weights as external data: OpenVINO's local checks cannot read them, so the
+    # module call holding the divergence, an in-place ReLU's, is traced alone; torch
+    # cannot make a module of that program (it mutates its own input).
+    model, inputs, onnx_path = fixture_case("inplace_relu")
+    node, _ = plant(onnx_path, tmp_path / "planted.onnx", scale_conv_weight("conv1", 1.5))
+    onnx.save_model(onnx.load(str(tmp_path / "planted.onnx")), str(tmp_path / "external.onnx"),
+                    save_as_external_data=True, location="external.onnx.data",
+                    size_threshold=0)
+    report = bisect_onnx.bisect(model, inputs, onnx_model=tmp_path / "external.onnx",
+                                runtime=OPENVINO_F32)
+    assert report.diverged, verdict_line(report)
+    assert report.first_divergence.onnx_node == "node_relu"  # what conv1's layer outputs
