@@ -48,6 +48,7 @@ import tempfile
 import time
 import warnings
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -456,6 +457,32 @@ def simplified_case(seed: int, exporter: str, tool: str, clean_path: Path, x: np
 
 # -- the run ---------------------------------------------------------------------------
 
+def plant_and_bisect(model, x: np.ndarray, clean_path: Path, clean: list[np.ndarray],
+                     rng: random.Random, plants: int, *, seed: int, exporter: str,
+                     blocks: list[str], discards: Counter, label: str) -> Iterator[Case]:
+    """``plants`` plants drawn on a clean export, each bisected in both forms, scored.
+
+    A kind with no plant that changes the output is counted in ``discards`` under
+    ``label``; the planted files lie beside ``clean_path``.
+    """
+    clean_model = onnx.load(str(clean_path))
+    taken: set[str] = set()
+    for index in range(plants):
+        kind = PLANT_KINDS[index % len(PLANT_KINDS)]
+        plant = draw_plant(kind, clean_model, x, clean, rng, taken)
+        if plant is None:
+            discards[f"{label}: no {kind} plant changes the output"] += 1
+            continue
+        taken.add(plant.node)
+        planted_path = clean_path.with_name(f"{clean_path.stem}-{index}.onnx")
+        onnx.save(plant.model, str(planted_path))
+        for form in FORMS:
+            case = Case(seed, exporter, form, kind, plant.node, plant.op_type, plant.edit,
+                        blocks)
+            bisect_case(case, model, x, clean_path, planted_path, plant.model)
+            yield case
+
+
 def run_model(seed: int, plants: int, folder: Path, discards: Counter, kept: Counter,
               cases: list[Case], simplified: list[Simplified]) -> None:
     """Generate model ``seed``, export it both ways, plant, bisect, simplify."""
@@ -482,24 +509,12 @@ def run_model(seed: int, plants: int, folder: Path, discards: Counter, kept: Cou
             discards[f"{exporter}: clean export not at parity"] += 1
             continue
         kept[exporter] += 1
-        clean_model = onnx.load(str(clean_path))
-        taken: set[str] = set()
-        for index in range(plants):
-            kind = PLANT_KINDS[index % len(PLANT_KINDS)]
-            plant = draw_plant(kind, clean_model, x, clean, rng, taken)
-            if plant is None:
-                discards[f"{exporter}: no {kind} plant changes the output"] += 1
-                continue
-            taken.add(plant.node)
-            planted_path = folder / f"{seed}-{exporter}-{index}.onnx"
-            onnx.save(plant.model, str(planted_path))
-            for form in FORMS:
-                case = Case(seed, exporter, form, kind, plant.node, plant.op_type, plant.edit,
-                            model.description)
-                bisect_case(case, model, x, clean_path, planted_path, plant.model)
-                cases.append(case)
-                logging.getLogger("corpus").info("%s %s %s %s: %s (%.1fs)", seed, exporter,
-                                                 form, kind, case.score, case.seconds)
+        for case in plant_and_bisect(model, x, clean_path, clean, rng, plants, seed=seed,
+                                     exporter=exporter, blocks=model.description,
+                                     discards=discards, label=exporter):
+            cases.append(case)
+            logging.getLogger("corpus").info("%s %s %s %s: %s (%.1fs)", seed, exporter,
+                                             case.form, case.kind, case.score, case.seconds)
         for tool in ("onnxslim", "onnxsim"):
             simplified.append(simplified_case(seed, exporter, tool, clean_path, x, folder))
 

@@ -29,8 +29,7 @@ from pathlib import Path
 
 import corpus  # noqa: F401  (puts the repo and tests/ on sys.path)
 import numpy as np
-import onnx
-from corpus import FORMS, PLANT_KINDS, Case, bisect_case, draw_plant, run_onnx
+from corpus import Case, plant_and_bisect, run_onnx
 
 import bisect_onnx  # noqa: E402
 
@@ -59,24 +58,12 @@ def run_architecture(name: str, arch, plants: int, folder: Path, cases: list[Cas
         except Exception as error:  # noqa: BLE001 - a discard, counted by reason
             discards[f"{name} {exporter}: {type(error).__name__}"] += 1
             continue
-        clean_model = onnx.load(str(clean_path))
-        taken: set[str] = set()
-        for index in range(plants):
-            kind = PLANT_KINDS[index % len(PLANT_KINDS)]
-            plant = draw_plant(kind, clean_model, x, clean, rng, taken)
-            if plant is None:
-                discards[f"{name} {exporter}: no {kind} plant changes the output"] += 1
-                continue
-            taken.add(plant.node)
-            planted_path = folder / f"{name}-{exporter}-{index}.onnx"
-            onnx.save(plant.model, str(planted_path))
-            for form in FORMS:
-                case = Case(0, exporter, form, kind, plant.node, plant.op_type, plant.edit,
-                            [name])
-                bisect_case(case, model, x, clean_path, planted_path, plant.model)
-                cases.append(case)
-                print(f"{name} {exporter} {form} {kind} {plant.node}: {case.score} "
-                      f"({case.named}; {case.cause}) {case.seconds:.1f}s", flush=True)
+        for case in plant_and_bisect(model, x, clean_path, clean, rng, plants, seed=0,
+                                     exporter=exporter, blocks=[name], discards=discards,
+                                     label=f"{name} {exporter}"):
+            cases.append(case)
+            print(f"{name} {exporter} {case.form} {case.kind} {case.planted}: {case.score} "
+                  f"({case.named}; {case.cause}) {case.seconds:.1f}s", flush=True)
 
 
 def summary(cases: list[Case]) -> str:
