@@ -86,12 +86,12 @@ def _run_alone(check: Any, candidate: Any, names: Sequence[str], row: Record,
     alone: only a failure among those is the first one.
     """
     nodes = [candidate.nodes[index] for index in check.segment.nodes]
-    wanted = {node.name for node in compute_nodes(candidate.nodes, check.segment.nodes)
-              if node.name in set(names)}
+    computing = {node.name for node in compute_nodes(candidate.nodes, check.segment.nodes)}
+    wanted = computing & set(names)
     initializers = {tensor.name for tensor in candidate.model.graph.initializer}
     reference_of = {**{name: value.array for name, value in inner.items()}, **references}
     # Values the segment computes from constants alone (a Reshape's target shape): exact.
-    constant = {output for node in nodes if node.name not in wanted
+    constant = {output for node in nodes if node.name not in computing
                 and node.op_type not in _CARRIERS for output in node.outputs}
     feeds: dict[str, np.ndarray] = {}
     order, complete = [], None
