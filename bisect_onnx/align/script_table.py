@@ -53,6 +53,7 @@ END_OF = {
     "_convolution": _ends("Conv"), "conv1d": _ends("Conv"), "conv2d": _ends("Conv"),
     "conv3d": _ends("Conv"),
     "batch_norm": _ends("BatchNormalization"), "layer_norm": _ends("LayerNormalization"),
+    "group_norm": _ends("Add"),  # Reshape, InstanceNormalization, Reshape, Mul, Add
     "gelu": _ends("Mul", then="Mul"), "silu": _ends("Mul"),
     "scaled_dot_product_attention": _ends("MatMul", reads="Softmax"),
     "view": _ends("Reshape"), "reshape": _ends("Reshape"), "unflatten": _ends("Reshape"),
