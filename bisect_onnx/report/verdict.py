@@ -204,12 +204,19 @@ def _culprit_evidence(report: Report, culprit: Record) -> list[str]:
                  f"its own{classified}")
     narrowed = attribution.get("narrowed") or {}
     if narrowed.get("node") == culprit.onnx_node:
-        others = ", ".join(f"{name!r} off by {format_number(error)}" for name, error
-                           in narrowed["alone"].items() if name != culprit.onnx_node)
+        together = narrowed.get("run_with") or {}
+        others = ", ".join(
+            f"{name!r}{_run_with(together.get(name))} off by {format_number(error)}"
+            for name, error in narrowed["alone"].items() if name != culprit.onnx_node)
         lines.append(f"narrowed from a segment of {len(narrowed['segment'])} nodes, each run "
                      f"alone on the reference's values: "
                      f"{others or 'no other node could run alone'}")
     return lines
+
+
+def _run_with(nodes: list[str] | None) -> str:
+    """How a node was run with the nodes that make an input the reference has no value of."""
+    return f" (with {', '.join(map(repr, nodes))})" if nodes else ""
 
 
 def _segment_headline(segment: dict) -> str:

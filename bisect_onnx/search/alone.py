@@ -41,6 +41,9 @@ class _Alone:
     value: str
     local: np.ndarray
     comparison: ArrayComparison
+    members: frozenset[str]
+    """The compute nodes the run computed: the node, and those that make a value of its
+    inputs the reference has no value of."""
 
 
 def narrow_to_failing_node(findings: AttributionFindings, check: Any, candidate: Any, *,
@@ -68,9 +71,10 @@ def narrow_to_failing_node(findings: AttributionFindings, check: Any, candidate:
     for position, alone in enumerate(runs):
         if alone.comparison.status == Status.PASS:
             continue
-        if position < complete and exceeds(alone.comparison, tolerance.atol):
+        if position < complete and len(alone.members) == 1 and exceeds(
+                alone.comparison, tolerance.atol):
             return _named(findings, alone, runs, row, inner, tolerance)
-        break  # fails within the figure's reach, or a node before it was not checked
+        break  # within the figure's reach, with nodes of its own, or after an unchecked one
     return findings
 
 
@@ -93,27 +97,38 @@ def _run_alone(check: Any, candidate: Any, names: Sequence[str], row: Record,
     # Values the segment computes from constants alone (a Reshape's target shape): exact.
     constant = {output for node in nodes if node.name not in computing
                 and node.op_type not in _CARRIERS for output in node.outputs}
+    # A value the reference has no value of (the Sqrt of an rsqrt) is computed where it is
+    # read: value -> the compute nodes that make it from values the reference has.
+    made_by: dict[str, frozenset[str]] = {}
     feeds: dict[str, np.ndarray] = {}
     order, complete = [], None
-    for node in (node for node in nodes if node.name in wanted):
-        value = check.value if check.value in node.outputs else next(
-            (output for output in node.outputs if output in inner), None)
+    for node in nodes:
+        if node.name not in wanted and node.op_type not in _CARRIERS:
+            continue
         inputs = [name for name in node.inputs if name and name not in initializers
                   and name not in graph_inputs]
-        if value is None or any(name not in reference_of and name not in constant
-                                for name in inputs):
-            complete = len(order) if complete is None else complete
+        if any(name not in reference_of and name not in constant and name not in made_by
+               for name in inputs):
+            if node.name in wanted:
+                complete = len(order) if complete is None else complete
+            continue
+        members = frozenset({node.name} & wanted).union(
+            *(made_by[name] for name in inputs if name in made_by))
+        value = check.value if check.value in node.outputs else next(
+            (output for output in node.outputs if output in inner), None)
+        if value is None or node.name not in wanted:
+            made_by.update({output: members for output in node.outputs})
             continue
         feeds.update({name: np.asarray(reference_of[name]) if name in reference_of
-                      else check.values[name] for name in inputs})
-        order.append((node, value))
+                      else check.values[name] for name in inputs if name not in made_by})
+        order.append((node, value, members))
     if not order:
         return [], 0
-    checks = rerun([value for _, value in order],
+    checks = rerun([value for _, value, _ in order],
                    reference_values={**reference_of, **feeds},
                    candidate_values={**candidate_values, **feeds})
     runs = []
-    for node, value in order:
+    for node, value, members in order:
         local = checks[value].local
         if local is None:
             complete = len(runs) if complete is None else complete
@@ -121,7 +136,7 @@ def _run_alone(check: Any, candidate: Any, names: Sequence[str], row: Record,
         comparison = (judge_row(value, local) if judge_row is not None and value == row.onnx_value
                       else compare_arrays(reference_of[value], local, rtol=tolerance.rtol,
                                           atol=tolerance.atol))
-        runs.append(_Alone(node, value, np.asarray(local), comparison))
+        runs.append(_Alone(node, value, np.asarray(local), comparison, members))
     return runs, len(runs) if complete is None else complete
 
 
@@ -136,7 +151,10 @@ def _named(findings: AttributionFindings, alone: _Alone, runs: Sequence[_Alone],
         compute_nodes=(alone.node.name,), isolation=NODE)
     evidence = {**findings.evidence, "narrowed": {
         "segment": list(findings.segment["nodes"]), "node": alone.node.name,
-        "alone": {run.node.name: run.comparison.max_abs_error for run in runs}}}
+        "alone": {run.node.name: run.comparison.max_abs_error for run in runs},
+        "run_with": {run.node.name: [name for name in findings.segment["nodes"]
+                                     if name in run.members - {run.node.name}]
+                     for run in runs if len(run.members) > 1}}}
     later = tuple(findings.culprits)  # with every culprit asked for: those after the segment
     if alone.value == row.onnx_value:
         checked = {**findings.checked, row.onnx_value: replace(
