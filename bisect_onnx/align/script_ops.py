@@ -30,6 +30,7 @@ import numpy as np
 
 from bisect_onnx.align.modules import Pair, Unaligned
 from bisect_onnx.align.ops import RUNTIME_FUSED, OpAlignment
+from bisect_onnx.align.script_calls import CallScopes, ScopeKey
 from bisect_onnx.align.script_table import END_OF, PASS_THROUGH, TUPLE_END_OF, End, declined
 from bisect_onnx.graph.scopes import read_scopes
 from bisect_onnx.pytorch.script_ops import ScriptOp, ScriptOpCapture
@@ -69,13 +70,14 @@ class _ScopePairing:
         self.shapes = shapes
         self.model: Any = None  # the ONNX model, for node attributes
         self.producers = {output: node for node in nodes for output in node.outputs}
-        self.in_scope: dict[str, list[NodeInfo]] = {}
-        for node, scope in zip(nodes, read_scopes(nodes, capture.module_paths), strict=True):
-            if scope is not None and node.op_type != "Constant":
-                self.in_scope.setdefault(scope.modules[-1] if scope.modules else "", []).append(
-                    node)
+        self.calls = CallScopes(capture)
+        self.in_scope: dict[ScopeKey, list[NodeInfo]] = {}
+        keys = self.calls.of_nodes(nodes, read_scopes(nodes, capture.module_paths))
+        for node, key in zip(nodes, keys, strict=True):
+            if key is not None and node.op_type != "Constant":
+                self.in_scope.setdefault(key, []).append(node)
         self.by_name = {op.name: op for op in capture.ops}
-        self.cursor: dict[str, int] = {}
+        self.cursor: dict[ScopeKey, int] = {}
         self.onnx_of: dict[str, str] = {}  # op (or graph input) -> ONNX value holding it
         self.ends: dict[str, NodeInfo] = {}
         self.alignment = OpAlignment()
@@ -89,6 +91,12 @@ class _ScopePairing:
             self._unaligned(op, "removed", f"returns its input unchanged (eval mode), so the "
                                            f"exporter made no node for it; compared at "
                                            f"{sources[0]}")
+            return
+        undone = self._undoes_transpose(op)
+        if undone is not None:
+            self.onnx_of[op.name] = undone
+            self._unaligned(op, "removed", f"undoes the transpose before it, so the exporter "
+                                           f"removed both; compared at {undone}")
             return
         end = END_OF.get(short)
         reason = declined(op, self.capture.values[op.name].array) if end else None
@@ -127,8 +135,9 @@ class _ScopePairing:
                     f"the alignment knows no ONNX node that output {op.output} of {op.kind} "
                     "ends in, so it was not paired (not guessed)"))
             return
-        sources, start = self._sources(first), self.cursor.get(first.module, 0)
-        scope = self.in_scope.get(first.module, [])
+        key = self.calls.of_op(first)
+        sources, start = self._sources(first), self.cursor.get(key, 0)
+        scope = self.in_scope.get(key, [])
         last = start - 1
         for op_type in dict.fromkeys(end.type for end in ends):
             held = [(op, end.output) for op, end in zip(ops, ends, strict=True)
@@ -147,7 +156,7 @@ class _ScopePairing:
             last = max(last, position)
             for op, output in held:
                 self._pair(op, scope[position], output, sources)
-        self.cursor[first.module] = last + 1
+        self.cursor[key] = last + 1
 
     def _holds(self, node: NodeInfo, op_type: str, held: Sequence[tuple[ScriptOp, int]],
                sources: Sequence[str]) -> bool:
@@ -173,12 +182,13 @@ class _ScopePairing:
         """
         self.ends[op.name] = node
         self.onnx_of[op.name] = node.outputs[output]
-        self.alignment.segments[op.name] = self._segment(node, op.module, sources)
+        self.alignment.segments[op.name] = self._segment(node, self.calls.of_op(op), sources)
 
     def _find(self, op: ScriptOp, end: End, sources: Sequence[str]) -> NodeInfo | None:
-        scope = self.in_scope.get(op.module, [])
+        key = self.calls.of_op(op)
+        scope = self.in_scope.get(key, [])
         wanted = self.capture.values[op.name].array
-        for position in range(self.cursor.get(op.module, 0), len(scope)):
+        for position in range(self.cursor.get(key, 0), len(scope)):
             node = scope[position]
             if not (node.op_type in end.types and node.outputs
                     and self._alike(node.outputs[0], wanted)
@@ -190,7 +200,7 @@ class _ScopePairing:
                    and self._extends(scope[position + 1], node, wanted)):
                 position += 1
                 node = scope[position]
-            self.cursor[op.module] = position + 1
+            self.cursor[key] = position + 1
             return node
         return None
 
@@ -246,7 +256,8 @@ class _ScopePairing:
                 stack.extend(producer.inputs)
         return not missing
 
-    def _segment(self, end: NodeInfo, scope: str, sources: Sequence[str]) -> list[NodeInfo]:
+    def _segment(self, end: NodeInfo, scope: ScopeKey,
+                 sources: Sequence[str]) -> list[NodeInfo]:
         """The nodes of ``scope`` between the op's input values and its end, in graph order."""
         members = {id(node) for node in self.in_scope.get(scope, [])}
         taken = {id(node) for segment in self.alignment.segments.values() for node in segment}
@@ -260,6 +271,26 @@ class _ScopePairing:
             stack.extend(self.producers[read] for read in node.inputs
                          if read in self.producers and read not in sources)
         return [found[index] for index in sorted(found)]
+
+    def _undoes_transpose(self, op: ScriptOp) -> str | None:
+        """The ONNX value of what ``op`` returns, where it undoes the transpose it reads.
+
+        The exporter removes a transpose whose result only the inverse transpose reads
+        (one call's closing ``transpose(1, 2)`` and the next call's opening one): the
+        two are the value the first one read.
+        """
+        reads = self.capture.inputs_of.get(op.name, ())
+        inner = self.by_name.get(reads[0]) if len(reads) == 1 else None
+        if inner is None or inner.name in self.ends or self.capture.users_of.get(
+                inner.name) != (op.name,):
+            return None
+        before = self.capture.inputs_of.get(inner.name, ())
+        rank = self.capture.values[op.name].array.ndim
+        first, second = _permutation(inner, rank), _permutation(op, rank)
+        if (first is None or second is None or len(before) != 1 or before[0] not in self.onnx_of
+                or any(first[axis] != index for index, axis in enumerate(second))):
+            return None
+        return self.onnx_of[before[0]]
 
     def _unaligned(self, op: ScriptOp, kind: str, reason: str) -> None:
         self.alignment.torch_only.append(Unaligned(op.name, reason, kind))

@@ -109,7 +109,8 @@ def _child(parent: str, component: str, module_paths: frozenset[str]) -> str | N
     """The shallowest module under ``parent`` that ``component`` names.
 
     By its unqualified name (``downsample.0``), or by its attribute name alone (``0``),
-    which is how the scopes of an exported ScriptModule show a Sequential's children.
+    which is how the scopes of an exported ScriptModule show a Sequential's children;
+    or by its whole path, where no module under ``parent`` has that name.
     """
     prefix = f"{parent}." if parent else ""
     matches = [
@@ -117,6 +118,10 @@ def _child(parent: str, component: str, module_paths: frozenset[str]) -> str | N
         if path.startswith(prefix)
         and component in (unqualified_name(path), path.rpartition(".")[2])
     ]
+    if not matches and component in module_paths:
+        # A module registered twice, called from another module (``/blocks.2/blocks.0/``):
+        # the exporter names it by its first path, which is not under its caller's.
+        return component
     return min(matches, key=lambda path: path.count("."), default=None)
 
 

@@ -166,13 +166,13 @@ _NOT_DATA = frozenset({"aten::size", "aten::numel", "aten::dim", "aten::Int",
 
 
 def _innermost(node: Any, found: TopLevel) -> str:
-    modules = module_paths_of(node, found.paths)
+    modules = module_paths_of(node, found)
     return modules[-1][0] if modules else ""
 
 
 def _provenance(node: Any, op: ScriptOp, found: TopLevel, calls: dict[str, int],
                 position: int) -> Provenance:
-    modules = module_paths_of(node, found.paths)
+    modules = module_paths_of(node, found)
     path, module_class = modules[-1] if modules else ("", None)
     return Provenance(
         position=position, module=path, call=calls.get(path, 0), module_class=module_class,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +32,7 @@ from bisect_onnx.graph.provenance import Provenance
 from bisect_onnx.pytorch.calls import PlannedCall, call_name, split_into_calls
 from bisect_onnx.pytorch.module_side import describe_arrays, final_outputs, to_numpy, to_tensor
 from bisect_onnx.pytorch.private_apis import graph_function, remove_mutation
+from bisect_onnx.pytorch.shared_modules import canonical_path, module_aliases
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 
 if TYPE_CHECKING:
@@ -117,7 +118,7 @@ def _instrument(
     the module calls the graph shows, and how often each module is called.
     """
     graph, found = instrument_values(model)
-    calls_per_module = Counter(_called_paths(model, ""))
+    calls_per_module = _calls_per_module(model, found)
     calls = [call for (path, module_class), positions in found.members.items()
              for call in _calls_of(found, path, module_class, positions,
                                    calls_per_module.get(path, 0))]
@@ -133,9 +134,11 @@ def instrument_values(model: Any) -> tuple[Any, TopLevel]:
     # In-place ops (a ReLU(inplace=True) after a conv) would change captured values
     # before the run returns them: make them functional where that is safe.
     remove_mutation(graph)
-    paths = [path for path, _ in model.named_modules() if path]
+    classes = {path: getattr(module, "original_name", type(module).__name__)
+               for path, module in model.named_modules() if path}
     top_level = list(graph.nodes())  # nodes inside If/Loop blocks are not promotable
-    found = _find_values(TopLevel(top_level, paths, _users(graph, top_level)))
+    found = _find_values(TopLevel(top_level, list(classes), _users(graph, top_level),
+                                  aliases=module_aliases(model), classes=classes))
     _return_everything(graph, found.values)
     return graph, found
 
@@ -146,7 +149,7 @@ def call_numbers(model: Any, found: TopLevel) -> dict[int, dict[str, int]]:
     The calls of a reused module split its nodes as :class:`ScriptModuleSide` does;
     a module whose nodes do not split evenly is left out (its nodes count as call 0).
     """
-    calls_per_module = Counter(_called_paths(model, ""))
+    calls_per_module = _calls_per_module(model, found)
     numbers: dict[int, dict[str, int]] = defaultdict(dict)
     for (path, _), positions in found.members.items():
         runs = split_into_calls(positions, calls_per_module.get(path, 0),
@@ -167,6 +170,11 @@ class TopLevel:
     """Every submodule path of the model."""
     users: dict[str, set[int]]
     """Value name -> positions of the nodes that read it (see :func:`_users`)."""
+    classes: dict[str, str] = field(default_factory=dict)
+    """Path -> its module's class name (where known)."""
+    aliases: dict[str, str] = field(default_factory=dict)
+    """Path -> the first path of the same module (see :mod:`~bisect_onnx.pytorch.shared_modules`):
+    the path every call of a module registered twice is known by."""
     values: list[Any] = field(default_factory=list)
     """Every tensor an ATen node makes, in graph order: the run returns them after its own
     output."""
@@ -186,7 +194,7 @@ def _find_values(found: TopLevel) -> TopLevel:
         found.outputs_of[position] = [(out.debugName(), len(found.values) + i)
                                       for i, out in enumerate(tensors)]
         found.values.extend(tensors)
-        for path, module_class in module_paths_of(node, found.paths):
+        for path, module_class in module_paths_of(node, found):
             found.members[(path, module_class)].append(position)
     return found
 
@@ -205,7 +213,7 @@ def _calls_of(found: TopLevel, path: str, module_class: str, positions: list[int
         # If that picks max_pool's values or indices in a scripted module).
         end = run[-1]
         while (end + 1 < len(top_level) and end + 1 not in found.outputs_of
-               and path in _module_paths(top_level[end + 1], found.paths)):
+               and path in _module_paths(top_level[end + 1], found)):
             end += 1
         inside = set(range(run[0], end + 1))
         # What the call returns: the values used after it (or by the graph's
@@ -298,23 +306,40 @@ def _called_paths(module: Any, prefix: str, method: str = "forward") -> list[str
     return found
 
 
-def _module_paths(node: Any, paths: Sequence[str]) -> set[str]:
-    return {path for path, _ in module_paths_of(node, paths)}
+def _calls_per_module(model: Any, found: TopLevel) -> Counter[str]:
+    """How often each module is called, a module registered twice under its first path."""
+    return Counter(canonical_path(path, found.aliases) for path in _called_paths(model, ""))
 
 
-def module_paths_of(node: Any, paths: Sequence[str]) -> list[tuple[str, str]]:
-    """(module path, class) of each module instance ``node`` ran in, outermost first."""
-    return _resolve(node.getModuleHierarchy(), paths)
+def _module_paths(node: Any, found: TopLevel) -> set[str]:
+    return {path for path, _ in module_paths_of(node, found)}
 
 
-def _resolve(hierarchy: str, paths: Sequence[str]) -> list[tuple[str, str]]:
-    """``blocks.0`` for ``0(TransformerBlock)``: the hierarchy's instances as module paths."""
+def module_paths_of(node: Any, found: TopLevel) -> list[tuple[str, str]]:
+    """(module path, class) of each module instance ``node`` ran in, outermost first.
+
+    A module registered twice is named by its first path, as the exporter names it.
+    """
+    return [(canonical_path(path, found.aliases), module_class)
+            for path, module_class in _resolve(node.getModuleHierarchy(), found.paths,
+                                               found.classes)]
+
+
+def _resolve(hierarchy: str, paths: Sequence[str],
+             classes: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    """``blocks.0`` for ``0(TransformerBlock)``: the hierarchy's instances as module paths.
+
+    An instance name may be any module's below the parent (a ModuleList's ``0``, or
+    ``reused``: a module registered twice is named after its last attribute on every
+    call); the module's class, where ``classes`` has it, tells such paths apart.
+    """
     resolved, parent = [], ""
     for part in hierarchy.split(").") if hierarchy else []:
         instance, _, module_class = part.rstrip(")").partition("(")
         prefix = f"{parent}." if parent else ""
         matches = [path for path in paths
-                   if path.startswith(prefix) and path.rsplit(".", 1)[-1] == instance]
+                   if path.startswith(prefix) and path.rsplit(".", 1)[-1] == instance
+                   and (not classes or classes.get(path, module_class) == module_class)]
         if not matches:
             break  # UNKNOWN_INSTANCE: a function call, not a module
         parent = min(matches, key=lambda path: path.count("."))
