@@ -30,32 +30,41 @@ class CallScopes:
 
     def __init__(self, capture: ScriptOpCapture) -> None:
         self._capture = capture
-        calls: dict[str, set[int]] = {}
+        self._calls: dict[str, set[int]] = {}
         for op in capture.ops:
-            calls.setdefault(op.module, set()).add(self._call(op))
-        #: Modules whose ops the traced graph split into more than one call.
-        self.split = frozenset(module for module, numbers in calls.items() if len(numbers) > 1)
-        self._seen: dict[str, list[tuple[str, ...]]] = {}
+            self._calls.setdefault(op.module, set()).add(self._call(op))
+        #: Modules whose ops the traced graph split into more than one call (and, once
+        #: the nodes are read, whose nodes show as many calls).
+        self.split = frozenset(module for module, numbers in self._calls.items()
+                               if len(numbers) > 1)
 
     def of_op(self, op: ScriptOp) -> ScopeKey:
         return (op.module, self._call(op) if op.module in self.split else 0)
 
     def of_nodes(self, nodes: Sequence[NodeInfo],
                  scopes: Iterable[NodeScope | None]) -> list[ScopeKey | None]:
-        """Each node's key, in graph order (``None`` where its scope is unknown)."""
-        return [None if scope is None else self._node_key(node, scope)
-                for node, scope in zip(nodes, scopes, strict=True)]
+        """Each node's key, in graph order (``None`` where its scope is unknown).
 
-    def _node_key(self, node: NodeInfo, scope: NodeScope) -> ScopeKey:
-        module = scope.modules[-1] if scope.modules else ""
-        if module not in self.split:
-            return (module, 0)
-        # The scope as written, up to the innermost module: one per call of it.
-        written = tuple(node.name.split("/")[1:1 + len(scope.modules)])
-        seen = self._seen.setdefault(module, [])
-        if written not in seen:
-            seen.append(written)
-        return (module, seen.index(written))
+        A module whose nodes show another number of calls than its ops is one scope:
+        its calls cannot be matched up.
+        """
+        written: list[tuple[str, tuple[str, ...]] | None] = []
+        seen: dict[str, list[tuple[str, ...]]] = {}
+        for node, scope in zip(nodes, scopes, strict=True):
+            if scope is None:
+                written.append(None)
+                continue
+            module = scope.modules[-1] if scope.modules else ""
+            # The scope as written, up to the innermost module: one per call of it.
+            chain = tuple(node.name.split("/")[1:1 + len(scope.modules)])
+            written.append((module, chain))
+            if chain not in seen.setdefault(module, []):
+                seen[module].append(chain)
+        self.split = frozenset(module for module in self.split
+                               if len(seen.get(module, ())) == len(self._calls[module]))
+        return [None if entry is None else (entry[0], seen[entry[0]].index(entry[1])
+                                            if entry[0] in self.split else 0)
+                for entry in written]
 
     def _call(self, op: ScriptOp) -> int:
         return self._capture.values[op.name].provenance.call

@@ -325,6 +325,11 @@ def module_paths_of(node: Any, found: TopLevel) -> list[tuple[str, str]]:
                                                found.classes)]
 
 
+#: What a trace's hierarchy says for a module it lost the name of (the middle call of a
+#: module registered under several paths); the class still says which child it is.
+_UNKNOWN = "INSTANCE_NAME_UNKNOWN"
+
+
 def _resolve(hierarchy: str, paths: Sequence[str],
              classes: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
     """``blocks.0`` for ``0(TransformerBlock)``: the hierarchy's instances as module paths.
@@ -338,8 +343,12 @@ def _resolve(hierarchy: str, paths: Sequence[str],
         instance, _, module_class = part.rstrip(")").partition("(")
         prefix = f"{parent}." if parent else ""
         matches = [path for path in paths
-                   if path.startswith(prefix) and path.rsplit(".", 1)[-1] == instance
+                   if path.startswith(prefix)
+                   and (path.rsplit(".", 1)[-1] == instance or (
+                       instance == _UNKNOWN and classes and path.count(".") == prefix.count(".")))
                    and (not classes or classes.get(path, module_class) == module_class)]
+        if instance == _UNKNOWN and len(matches) != 1:
+            break  # the tracer lost the name, and the class does not tell the child
         if not matches:
             break  # UNKNOWN_INSTANCE: a function call, not a module
         parent = min(matches, key=lambda path: path.count("."))

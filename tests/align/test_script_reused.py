@@ -118,3 +118,33 @@ def test_a_planted_bias_on_the_second_call_of_a_linear_is_named(exported, tmp_pa
     report = bisect_onnx.bisect(model, x, onnx_model=planted)
     assert report.culprit is not None and report.culprit.onnx_node == node, report.summary()
     assert report.culprit.fx_node == "linear_1"
+
+
+class _Thrice(nn.Module):
+    """One block registered three times: the trace loses the middle call's name."""
+
+    def __init__(self):
+        super().__init__()
+        feed = _Feed()
+        self.blocks = nn.ModuleList([feed, _Reuse(feed), _Reuse(feed)])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+@LEGACY_EXPORTER_DEPRECATED
+def test_a_planted_bias_on_the_middle_of_three_calls_is_named(tmp_path):
+    torch.manual_seed(0)
+    model, x = _Thrice().eval(), torch.randn(2, 5, 8)
+    clean, planted = tmp_path / "clean.onnx", tmp_path / "planted.onnx"
+    torch.onnx.export(model, (x,), str(clean), dynamo=False, opset_version=17)
+    assert not bisect_onnx.bisect(model, x.numpy(), onnx_model=clean).diverged
+    adds = [node for node in onnx.load(str(clean)).graph.node if node.op_type == "Add"]
+    assert len(adds) == 3 and adds[1].name.startswith("/blocks.1/")
+    initializers = {tensor.name for tensor in onnx.load(str(clean)).graph.initializer}
+    position = next(index for index, name in enumerate(adds[1].input) if name in initializers)
+    node, _ = plant(clean, planted, scale_initializer_input(adds[1].name, position, 1.5))
+    report = bisect_onnx.bisect(model, x.numpy(), onnx_model=planted)
+    assert report.culprit is not None and report.culprit.onnx_node == node, report.summary()
