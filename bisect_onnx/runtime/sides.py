@@ -2,8 +2,9 @@
 
 A *reference* side (a PyTorch model today) and a *candidate* side (an ONNX model in
 ONNX Runtime today) each run on the same inputs and hand back named values with
-their provenance. Later sides (another execution provider, ONNX's reference
-evaluator, an ONNX model as reference) only have to implement :class:`Side`.
+their provenance. A reference side only has to implement :class:`Side`; a
+candidate side (the runtime under test) also offers what the pipeline reads off it
+(production's outputs, the capture's check, its own sessions): docs/runtimes.md.
 """
 
 from __future__ import annotations
