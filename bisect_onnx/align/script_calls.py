@@ -39,6 +39,7 @@ class CallScopes:
                                if len(numbers) > 1)
 
     def of_op(self, op: ScriptOp) -> ScopeKey:
+        """The scope an op is paired in: its module, and its call where calls are split."""
         return (op.module, self._call(op) if op.module in self.split else 0)
 
     def of_nodes(self, nodes: Sequence[NodeInfo],
