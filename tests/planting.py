@@ -130,3 +130,17 @@ def insert_mul(node_name: str, factor: float):
         return inserted
 
     return edit
+
+
+def export_torchscript_at_parity(model, x, folder: Path) -> tuple[Path, Path]:
+    """``model`` exported by the TorchScript exporter (opset 17) to ``folder``, checked at
+    parity; returns the clean file's path and the path a planted copy goes to."""
+    import torch
+
+    import bisect_onnx
+
+    clean, planted = folder / "clean.onnx", folder / "planted.onnx"
+    torch.onnx.export(model, (x,), str(clean), dynamo=False, opset_version=17)
+    report = bisect_onnx.bisect(model, x.numpy(), onnx_model=clean)
+    assert not report.diverged, report.summary()
+    return clean, planted

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 import bisect_onnx
-from tests.planting import plant
+from tests.planting import export_torchscript_at_parity, plant
 from tests.torch_warnings import LEGACY_EXPORTER_DEPRECATED
 
 
@@ -39,9 +39,7 @@ def _epsilon(model: onnx.ModelProto) -> onnx.NodeProto:
 def test_a_group_norms_planted_epsilon_is_named_at_its_instance_norm(tmp_path):
     torch.manual_seed(0)
     model, x = _Normed().eval(), torch.randn(2, 4, 6)
-    clean, planted = tmp_path / "clean.onnx", tmp_path / "planted.onnx"
-    torch.onnx.export(model, (x,), str(clean), dynamo=False, opset_version=17)
-    assert not bisect_onnx.bisect(model, x.numpy(), onnx_model=clean).diverged
+    clean, planted = export_torchscript_at_parity(model, x, tmp_path)
     node, _ = plant(clean, planted, _epsilon)
     report = bisect_onnx.bisect(model, x.numpy(), onnx_model=planted)
     assert report.culprit is not None and report.culprit.onnx_node == node, report.summary()

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 import bisect_onnx
-from tests.planting import plant, scale_initializer_input
+from tests.planting import export_torchscript_at_parity, plant, scale_initializer_input
 from tests.torch_warnings import LEGACY_EXPORTER_DEPRECATED
 
 
@@ -138,9 +138,7 @@ class _Thrice(nn.Module):
 def test_a_planted_bias_on_the_middle_of_three_calls_is_named(tmp_path):
     torch.manual_seed(0)
     model, x = _Thrice().eval(), torch.randn(2, 5, 8)
-    clean, planted = tmp_path / "clean.onnx", tmp_path / "planted.onnx"
-    torch.onnx.export(model, (x,), str(clean), dynamo=False, opset_version=17)
-    assert not bisect_onnx.bisect(model, x.numpy(), onnx_model=clean).diverged
+    clean, planted = export_torchscript_at_parity(model, x, tmp_path)
     adds = [node for node in onnx.load(str(clean)).graph.node if node.op_type == "Add"]
     assert len(adds) == 3 and adds[1].name.startswith("/blocks.1/")
     initializers = {tensor.name for tensor in onnx.load(str(clean)).graph.initializer}

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import bisect_onnx
-from tests.planting import plant, scale_initializer_input
+from tests.planting import export_torchscript_at_parity, plant, scale_initializer_input
 from tests.torch_warnings import LEGACY_EXPORTER_DEPRECATED
 
 
@@ -31,9 +31,7 @@ class _RmsNorm(nn.Module):
 def test_the_weights_mul_of_a_fused_rms_norm_is_named(tmp_path):
     torch.manual_seed(0)
     model, x = _RmsNorm().eval(), torch.randn(2, 8, 16)
-    clean, planted = tmp_path / "clean.onnx", tmp_path / "planted.onnx"
-    torch.onnx.export(model, (x,), str(clean), dynamo=False, opset_version=17)
-    assert not bisect_onnx.bisect(model, x.numpy(), onnx_model=clean).diverged
+    clean, planted = export_torchscript_at_parity(model, x, tmp_path)
     last_mul = [node for node in onnx.load(str(clean)).graph.node
                 if node.op_type == "Mul"][-1]
     node, _ = plant(clean, planted, scale_initializer_input(last_mul.name, 1, 1.05))
