@@ -26,29 +26,14 @@ ScopeKey = tuple[str, int]
 
 
 class CallScopes:
-    """The scope key of each op and of each node."""
+    """The scope key of each op and of each node, decided once from both sides."""
 
-    def __init__(self, capture: ScriptOpCapture) -> None:
+    def __init__(self, capture: ScriptOpCapture, nodes: Sequence[NodeInfo],
+                 scopes: Iterable[NodeScope | None]) -> None:
         self._capture = capture
-        self._calls: dict[str, set[int]] = {}
+        calls: dict[str, set[int]] = {}
         for op in capture.ops:
-            self._calls.setdefault(op.module, set()).add(self._call(op))
-        #: Modules whose ops the traced graph split into more than one call (and, once
-        #: the nodes are read, whose nodes show as many calls).
-        self.split = frozenset(module for module, numbers in self._calls.items()
-                               if len(numbers) > 1)
-
-    def of_op(self, op: ScriptOp) -> ScopeKey:
-        """The scope an op is paired in: its module, and its call where calls are split."""
-        return (op.module, self._call(op) if op.module in self.split else 0)
-
-    def of_nodes(self, nodes: Sequence[NodeInfo],
-                 scopes: Iterable[NodeScope | None]) -> list[ScopeKey | None]:
-        """Each node's key, in graph order (``None`` where its scope is unknown).
-
-        A module whose nodes show another number of calls than its ops is one scope:
-        its calls cannot be matched up.
-        """
+            calls.setdefault(op.module, set()).add(self._call(op))
         written: list[tuple[str, tuple[str, ...]] | None] = []
         seen: dict[str, list[tuple[str, ...]]] = {}
         for node, scope in zip(nodes, scopes, strict=True):
@@ -61,11 +46,19 @@ class CallScopes:
             written.append((module, chain))
             if chain not in seen.setdefault(module, []):
                 seen[module].append(chain)
-        self.split = frozenset(module for module in self.split
-                               if len(seen.get(module, ())) == len(self._calls[module]))
-        return [None if entry is None else (entry[0], seen[entry[0]].index(entry[1])
-                                            if entry[0] in self.split else 0)
-                for entry in written]
+        #: Modules whose ops the traced graph split into more than one call and whose
+        #: nodes show as many; any other module's calls cannot be matched up: one scope.
+        self.split = frozenset(module for module, numbers in calls.items()
+                               if len(numbers) > 1 and len(seen.get(module, ())) == len(numbers))
+        #: Each node's key, in graph order (``None`` where its scope is unknown).
+        self.of_nodes: list[ScopeKey | None] = [
+            None if entry is None else
+            (entry[0], seen[entry[0]].index(entry[1]) if entry[0] in self.split else 0)
+            for entry in written]
+
+    def of_op(self, op: ScriptOp) -> ScopeKey:
+        """The scope an op is paired in: its module, and its call where calls are split."""
+        return (op.module, self._call(op) if op.module in self.split else 0)
 
     def _call(self, op: ScriptOp) -> int:
         return self._capture.values[op.name].provenance.call

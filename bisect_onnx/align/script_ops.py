@@ -70,10 +70,9 @@ class _ScopePairing:
         self.shapes = shapes
         self.model: Any = None  # the ONNX model, for node attributes
         self.producers = {output: node for node in nodes for output in node.outputs}
-        self.calls = CallScopes(capture)
+        self.calls = CallScopes(capture, nodes, read_scopes(nodes, capture.module_paths))
         self.in_scope: dict[ScopeKey, list[NodeInfo]] = {}
-        keys = self.calls.of_nodes(nodes, read_scopes(nodes, capture.module_paths))
-        for node, key in zip(nodes, keys, strict=True):
+        for node, key in zip(nodes, self.calls.of_nodes, strict=True):
             if key is not None and node.op_type != "Constant":
                 self.in_scope.setdefault(key, []).append(node)
         self.by_name = {op.name: op for op in capture.ops}

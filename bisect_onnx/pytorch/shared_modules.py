@@ -31,10 +31,10 @@ def module_aliases(model: Any) -> dict[str, str]:
         if not path or not tensors:
             continue
         key = (getattr(module, "original_name", type(module).__name__), tensors)
-        if key in first and first[key] != path:
+        if key in first:
             aliases[path] = first[key]
         else:
-            first.setdefault(key, path)
+            first[key] = path
     return aliases
 
 

@@ -6,8 +6,11 @@ TorchScript Linear's ``MatMul`` and ``Add``, where ONNX Runtime fused the two an
 does not show which node. Where the reference has the values a node reads (PyTorch's op
 values, or in ONNX against ONNX the reference graph's), that node is rerun on them,
 alone: the first node that fails alone, after every compute node before it passed
-alone, introduced the error, and is named with the figure of its own run. Where that
-cannot be decided (a node's inputs have no reference value), the segment stands.
+alone, introduced the error, and is named with the figure of its own run. A node that
+reads a value the reference has no value of (the Sqrt inside an ``rsqrt``) runs with
+the nodes that make it (``run_with``); such a run that fails names no single node.
+Where that cannot be decided (a node's inputs have no reference value), the segment
+stands.
 """
 
 from __future__ import annotations
