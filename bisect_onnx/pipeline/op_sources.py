@@ -62,7 +62,7 @@ def op_values(settings: Any, arrays: Sequence[np.ndarray], *, diverged: bool,
         weights_back()
         emit(CAPTURE_STARTED, "pytorch ops")  # a TorchScript file: the traced graph's ops
         try:
-            return capture_script_ops(prepared.script, arrays)
+            return capture_script_ops(prepared.script, arrays, prepared.script_aliases)
         except PrivateApiMissing as error:  # module level still compares the file
             logger.info("no op level for the TorchScript file: %s", error)
             return None

@@ -75,6 +75,9 @@ class PreparedCandidate:
     script: Any = None
     """For a TorchScript export: the traced (or scripted) model whose ATen ops the
     exporter translated, for op-level alignment by scope, op and order."""
+    script_aliases: Mapping[str, str] | None = None
+    """For a trace made here: the paths of modules registered twice, by object identity
+    in the ``nn.Module`` traced (a trace keeps no identity; see ``shared_modules``)."""
 
     def ran_on(self, arrays: Sequence[np.ndarray]) -> bool:
         """Whether ``capture`` is PyTorch's run on exactly these inputs."""
@@ -111,6 +114,7 @@ class PreparedCandidate:
     def _trace_script(self, reference: Reference, arrays: Sequence[np.ndarray]) -> None:
         """The graph the TorchScript exporter translated: a trace, or the scripted model."""
         from bisect_onnx.pytorch.script_ops import branches, trace_script
+        from bisect_onnx.pytorch.shared_modules import identity_aliases
 
         if reference.kind == SCRIPT_MODULE and not branches(reference.exportable):
             self.script = reference.exportable
@@ -118,6 +122,7 @@ class PreparedCandidate:
             logger.info("tracing the model with torch.jit.trace for op-level alignment")
             try:
                 self.script = trace_script(reference.exportable, arrays)
+                self.script_aliases = identity_aliases(reference.exportable)
             except BisectOnnxError as error:  # module level still compares the file
                 logger.info("no op level for the TorchScript file: %s", error)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -112,9 +112,13 @@ def branches(model: Any) -> bool:
                for inner in block.nodes())
 
 
-def capture_script_ops(model: Any, arrays: Sequence[np.ndarray]) -> ScriptOpCapture:
-    """Run a traced or scripted ``model`` on ``arrays``; every data op's value, in order."""
-    graph, found = instrument_values(model)
+def capture_script_ops(model: Any, arrays: Sequence[np.ndarray],
+                       aliases: Mapping[str, str] | None = None) -> ScriptOpCapture:
+    """Run a traced or scripted ``model`` on ``arrays``; every data op's value, in order.
+
+    ``aliases``: the traced module's paths registered twice (see ``instrument_values``).
+    """
+    graph, found = instrument_values(model, aliases)
     results = run_instrumented(model, graph, arrays)
     captured = results[1:]
     inputs = list(graph.inputs())[1:]  # the first is the module itself

@@ -125,10 +125,13 @@ def _instrument(
     return graph, calls, calls_per_module
 
 
-def instrument_values(model: Any) -> tuple[Any, TopLevel]:
+def instrument_values(model: Any, aliases: Mapping[str, str] | None = None,
+                      ) -> tuple[Any, TopLevel]:
     """The inlined graph, made to return its output then every tensor an ATen node makes.
 
     Returns the graph and what its top-level nodes make (:class:`TopLevel`).
+    ``aliases`` (path -> first path of a module registered twice) where the module the
+    trace was made from told them; else they are read off the model's tensors.
     """
     graph = model.inlined_graph
     # In-place ops (a ReLU(inplace=True) after a conv) would change captured values
@@ -137,8 +140,9 @@ def instrument_values(model: Any) -> tuple[Any, TopLevel]:
     classes = {path: getattr(module, "original_name", type(module).__name__)
                for path, module in model.named_modules() if path}
     top_level = list(graph.nodes())  # nodes inside If/Loop blocks are not promotable
+    aliases = module_aliases(model) if aliases is None else dict(aliases)
     found = _find_values(TopLevel(top_level, list(classes), _users(graph, top_level),
-                                  aliases=module_aliases(model), classes=classes))
+                                  aliases=aliases, classes=classes))
     _return_everything(graph, found.values)
     return graph, found
 

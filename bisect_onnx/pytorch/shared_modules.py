@@ -7,6 +7,8 @@ calls it), while a trace's module hierarchy names every call of it after the las
 attribute it was registered as (``reused``). A ScriptModule keeps no object identity
 for such a module, but it keeps its tensors: paths whose modules are of one class and
 hold the very same parameters and buffers are one module, known by its first path.
+Where the ``nn.Module`` the trace was made from is at hand, object identity says it
+for every module, those without tensors too (an attention written by hand, reused).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["module_aliases", "canonical_path"]
+__all__ = ["module_aliases", "identity_aliases", "canonical_path"]
 
 
 def module_aliases(model: Any) -> dict[str, str]:
@@ -35,6 +37,23 @@ def module_aliases(model: Any) -> dict[str, str]:
             aliases[path] = first[key]
         else:
             first[key] = path
+    return aliases
+
+
+def identity_aliases(module: Any) -> dict[str, str]:
+    """Path -> the first path of the same object, for every path after an object's first.
+
+    For an ``nn.Module``: exact, where :func:`module_aliases` can only go by tensors.
+    """
+    first: dict[int, str] = {}
+    aliases: dict[str, str] = {}
+    for path, child in module.named_modules(remove_duplicate=False):
+        if not path:
+            continue
+        if id(child) in first:
+            aliases[path] = first[id(child)]
+        else:
+            first[id(child)] = path
     return aliases
 
 

@@ -80,10 +80,12 @@ def _second_call(path, op_type: str) -> onnx.NodeProto:
     return nodes[1]
 
 
-def _set_epsilon(name: str, value: float):
+def _set_attribute(name: str, attribute: str, value: object):
     def edit(model: onnx.ModelProto) -> onnx.NodeProto:
         node = next(node for node in model.graph.node if node.name == name)
-        next(attribute for attribute in node.attribute if attribute.name == "epsilon").f = value
+        kept = [kept for kept in node.attribute if kept.name != attribute]
+        del node.attribute[:]
+        node.attribute.extend([*kept, onnx.helper.make_attribute(attribute, value)])
         return node
 
     return edit
@@ -101,7 +103,7 @@ def test_a_planted_epsilon_on_the_second_call_of_a_norm_is_named(exported, tmp_p
     model, x, path = exported
     target = _second_call(path, "BatchNormalization")
     planted = tmp_path / "planted.onnx"
-    node, _ = plant(path, planted, _set_epsilon(target.name, 0.5))
+    node, _ = plant(path, planted, _set_attribute(target.name, "epsilon", 0.5))
     report = bisect_onnx.bisect(model, x, onnx_model=planted)
     assert report.culprit is not None and report.culprit.onnx_node == node, report.summary()
     assert report.culprit.fx_node == "batch_norm_1"
@@ -146,3 +148,39 @@ def test_a_planted_bias_on_the_middle_of_three_calls_is_named(tmp_path):
     node, _ = plant(clean, planted, scale_initializer_input(adds[1].name, position, 1.5))
     report = bisect_onnx.bisect(model, x.numpy(), onnx_model=planted)
     assert report.culprit is not None and report.culprit.onnx_node == node, report.summary()
+
+
+class _Attention(nn.Module):
+    """Attention by hand: no parameters, so only object identity says it is registered twice."""
+
+    def forward(self, x):
+        scores = torch.matmul(x, x.transpose(-1, -2)) * 0.5
+        return torch.matmul(torch.softmax(scores, -1), x)
+
+
+class _SharedAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        attention = _Attention()
+        self.blocks = nn.ModuleList([_Feed(), attention, _Reuse(attention)])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+@LEGACY_EXPORTER_DEPRECATED
+@pytest.mark.parametrize("call", [0, 1])
+def test_a_planted_axis_in_a_parameterless_module_registered_twice_is_named(tmp_path, call):
+    torch.manual_seed(0)
+    model, x = _SharedAttention().eval(), torch.randn(2, 5, 8)
+    clean, planted = export_torchscript_at_parity(model, x, tmp_path)
+    softmaxes = [node for node in onnx.load(str(clean)).graph.node if node.op_type == "Softmax"]
+    assert [node.name for node in softmaxes] == ["/blocks.1/Softmax",
+                                                 "/blocks.2/blocks.1/Softmax"]
+    node, _ = plant(clean, planted, _set_attribute(softmaxes[call].name, "axis", 1))
+    report = bisect_onnx.bisect(model, x.numpy(), onnx_model=planted)
+    assert report.culprit is not None and report.culprit.onnx_node == node, report.summary()
+    assert report.culprit.torch_module == ("blocks.1", "blocks.1@1")[call]
+    assert report.culprit.fx_node == ("softmax", "softmax_1")[call]
