@@ -160,7 +160,7 @@ def align_modules(
                 paired[values[0].name] = candidate
         else:
             _align_several_outputs(group, values, candidate_values, consumers, alignment)
-    _align_inputs(entering, own_groups, candidate_values, alignment)
+    _align_inputs(entering, own_groups, candidate_values, alignment, nodes)
     return alignment
 
 
@@ -182,21 +182,24 @@ def _align_inputs(
     groups: Mapping[CallKey, Sequence[NodeInfo]],
     candidate_values: Mapping[str, CapturedValue],
     alignment: Alignment,
+    nodes: Sequence[NodeInfo],
 ) -> None:
     """Pair what enters each call with the value its nodes read from outside it.
 
     Each recorded input takes the one value of its shape and dtype that the call's
     nodes read from outside the call (weights are no captured values, so they are
-    not among them). A pair whose ONNX value is already compared against the same
-    array (the previous call's output) adds nothing and is left out; an input that
-    cannot be located is not listed: the call's output row stands for the call.
+    not among them), and that is not computed from the call's own values (a node a
+    graph tool inserted between two of the call's nodes is outside it). A pair whose
+    ONNX value is already compared against the same array (the previous call's output)
+    adds nothing and is left out; an input that cannot be located is not listed: the
+    call's output row stands for the call.
     """
     held: dict[str, list[CapturedValue]] = defaultdict(list)
     for pair in alignment.pairs:
         held[pair.candidate.name].append(pair.reference)
     for key, values in entering.items():
         group = groups.get(key) or ()
-        made_inside = {name for node in group for name in node.outputs}
+        made_inside = _downstream(group, nodes)
         read = list(dict.fromkeys(name for node in group if node.op_type != "Shape"
                                   for name in node.inputs
                                   if name in candidate_values and name not in made_inside))
@@ -212,6 +215,21 @@ def _align_inputs(
                 continue
             alignment.pairs.append(Pair(value, candidate_values[matches[0]]))
             held[matches[0]].append(value)
+
+
+def _downstream(group: Sequence[NodeInfo], nodes: Sequence[NodeInfo]) -> set[str]:
+    """Every value the group's nodes make, and every value computed from one of them.
+
+    Only up to the group's last node: what comes after it is read by none of them.
+    """
+    members = {node.index for node in group}
+    made = {name for node in group for name in node.outputs}
+    last = max(members, default=-1)
+    for node in nodes:  # in graph order, which ONNX makes topological
+        if node.index <= last and node.index not in members and any(
+                name in made for name in node.inputs):
+            made.update(node.outputs)
+    return made
 
 
 def _same_array(first: Any, second: Any) -> bool:

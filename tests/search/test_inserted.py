@@ -62,13 +62,27 @@ class _TwoLinears(nn.Module):
         return self.second(torch.relu(self.first(x)))
 
 
+class _NormThenLinear(nn.Module):
+    """A BatchNorm on transposed time steps, then a Linear: ONNX Runtime fuses the closing
+    Transpose into the Linear's MatMul, so what enters the Linear is never captured."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm, self.linear = nn.BatchNorm1d(4), nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.linear(self.norm(x).transpose(1, 2))
+
+
 @LEGACY_EXPORTER_DEPRECATED
 @pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")  # GroupNorm's size check
 @pytest.mark.parametrize(("make", "op_type", "fed"), [
     (_GroupNormHead, "InstanceNormalization", "segment"),  # no PyTorch value inside the op
     (_TwoLinears, "MatMul", "segment"),  # between a Linear's MatMul and Add: the op's value
     # is not the MatMul's, though the Mul cut the op's nodes short there
-], ids=["inside-group-norm", "inside-linear"])
+    (_NormThenLinear, "MatMul", "segment"),  # the Mul's output, read by the Linear's Add,
+    # is no input of the Linear: it is computed from the Linear's own MatMul
+], ids=["inside-group-norm", "inside-linear", "inside-linear-after-transpose"])
 def test_a_node_inserted_inside_an_op_is_named(tmp_path, make, op_type, fed):
     torch.manual_seed(0)
     model, x = make().eval(), torch.randn(2, 4, 6)
