@@ -149,8 +149,9 @@ def _narrowed_in(attribution: AttributionFindings | None, refinement: Any) -> st
 
     ``culprit``: the first culprit's checked nodes hold it; ``segment``: the segment
     named instead of a culprit holds it. A node found inside an op stands for the
-    segment only where the segment's other nodes only move data: a compute node
-    upstream could have fed the op wrong inputs.
+    segment only where the segment's other nodes only move data, or were rerun on the
+    reference's values and agreed (``passed_alone``): another compute node upstream
+    could have fed the op wrong inputs.
     """
     if attribution is None or refinement is None or refinement.node is None:
         return None
@@ -158,7 +159,8 @@ def _narrowed_in(attribution: AttributionFindings | None, refinement: Any) -> st
     segment = attribution.segment
     if segment is not None:
         inside = set((refinement.inside_op or {}).get("nodes") or ())
-        outside = [name for name in segment["nodes"] if name not in inside]
+        passed = set(attribution.evidence.get("passed_alone") or ())
+        outside = [name for name in segment["nodes"] if name not in inside | passed]
         ops = segment.get("ops") or {}
         if (node in segment["nodes"] and segment["to"] in attribution.checked
                 and all(ops.get(name) in _DATA_MOVEMENT for name in outside)):

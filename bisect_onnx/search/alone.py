@@ -78,7 +78,11 @@ def narrow_to_failing_node(findings: AttributionFindings, check: Any, candidate:
                 alone.comparison, tolerance.atol):
             return _named(findings, alone, runs, row, inner, tolerance)
         break  # within the figure's reach, with nodes of its own, or after an unchecked one
-    return findings
+    # No node named; the nodes whose runs agreed are still known to compute their values
+    # right from the reference's (the op found wrong inside the segment is then alone).
+    passed = sorted({name for run in runs if run.comparison.status == Status.PASS
+                     for name in run.members})
+    return replace(findings, evidence={**findings.evidence, "passed_alone": passed})
 
 
 def _run_alone(check: Any, candidate: Any, names: Sequence[str], row: Record,

@@ -15,7 +15,8 @@ import torch
 from torch import nn
 
 import bisect_onnx
-from tests.planting import plant, scale_initializer_input
+from tests.planting import export_torchscript_at_parity, plant, scale_initializer_input
+from tests.torch_warnings import LEGACY_EXPORTER_DEPRECATED
 
 
 class _TwoLinears(nn.Module):
@@ -83,3 +84,30 @@ def test_the_pytorch_form_names_the_planted_add_too(exported, tmp_path):
     torch.manual_seed(0)
     report = bisect_onnx.bisect(_TwoLinears().eval(), x, onnx_model=planted)
     assert report.culprit is not None and report.culprit.onnx_node == node, report.summary()
+
+
+class _ChainedLinears(nn.Module):
+    """Two Linears back to back: one segment holds both, as no capture lies between."""
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.second = nn.Linear(8, 16), nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.second(self.first(x))
+
+
+@LEGACY_EXPORTER_DEPRECATED
+@pytest.mark.parametrize(("op_type", "index"), [("MatMul", 1), ("Add", 0)])
+def test_a_node_of_the_second_of_two_chained_linears_is_named(tmp_path, op_type, index):
+    """The first Linear reran alone and agreed, so the op found wrong inside the segment
+    (the second, against its own export) is the one that introduced the error there."""
+    torch.manual_seed(0)
+    model, x = _ChainedLinears().eval(), torch.randn(2, 5, 8)
+    clean, planted = export_torchscript_at_parity(model, x, tmp_path)
+    target = _node(onnx.load(str(clean)), op_type, "second")
+    node, _ = plant(clean, planted, scale_initializer_input(target.name, index, 1.05))
+    report = bisect_onnx.bisect(model, x.numpy(), onnx_model=planted)
+    assert report.culprit is not None and report.culprit.onnx_node == node, report.summary()
+    assert report.culprit.fx_node == "linear_1" and report.culprit.introduced_here
+    assert {"/first/MatMul", "/first/Add"} <= set(report.attribution["passed_alone"])
