@@ -6,7 +6,7 @@ sides; this decides what the numbers mean.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from bisect_onnx.judge.records import Record
@@ -30,7 +30,9 @@ class Decision:
 
 
 def decide(comparisons: Sequence[Record], final_outputs: Sequence[Record],
-           output_order: Mapping[str, int] | None = None) -> Decision:
+           output_order: Mapping[str, int] | None = None,
+           feeding: Callable[[Sequence[str]], Collection[str] | None] | None = None,
+           ) -> Decision:
     """Decide the verdict from the final outputs and locate the first divergence.
 
     ``comparisons`` must be in topological order. The verdict is ``diverged`` when
@@ -39,9 +41,15 @@ def decide(comparisons: Sequence[Record], final_outputs: Sequence[Record],
     (``output_order``: ONNX value -> graph position), with a note that the culprit lies
     after the last passing checkpoint. Intermediate failures under
     passing outputs (masked positions, say) are *hidden divergences*, not a verdict.
+    ``feeding``: the values the given outputs are computed from (``None``: any value may
+    be); a failing value that feeds no failing output is not where the divergence starts.
     """
     failing = [record for record in comparisons if record.failed]
     failing_outputs = [record for record in final_outputs if record.failed]
+    if failing_outputs and feeding is not None:
+        upstream = feeding([record.onnx_value for record in failing_outputs])
+        if upstream is not None:
+            failing = [record for record in failing if record.onnx_value in upstream]
     if not failing_outputs:
         note = None
         if failing:
@@ -61,7 +69,8 @@ def decide(comparisons: Sequence[Record], final_outputs: Sequence[Record],
         f"{last_passing.onnx_value!r})" if last_passing
         else "somewhere in the graph: no intermediate value could be compared"
     )
-    note = f"no aligned intermediate value fails; the culprit lies {where}"
+    note = (f"no aligned intermediate value that feeds the failing outputs fails; the "
+            f"culprit lies {where}")
     order = output_order or {}
     first_output = min(failing_outputs,
                        key=lambda record: order.get(record.onnx_value, len(order) + record.index))

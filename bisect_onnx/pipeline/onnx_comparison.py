@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -19,6 +20,7 @@ from bisect_onnx.align.onnx_pairs import (
     pair_uncaptured,
 )
 from bisect_onnx.graph.provenance import Provenance
+from bisect_onnx.graph.reach import feeding
 from bisect_onnx.judge.compare import ArrayComparison
 from bisect_onnx.judge.findings import AttributionFindings, ComparisonFindings
 from bisect_onnx.judge.records import Coverage, Record
@@ -135,7 +137,8 @@ def compare_sample(reference: Any, candidate: OnnxRuntimeSide, reference_capture
                     for rule in rules if rule not in judge.used)
     warnings.extend(vacuity_warnings(reference_capture.outputs, final_outputs, atol=base.atol))
     decision = decide(comparisons, final_outputs, output_order={
-        name: value.provenance.position for name, value in candidate_capture.values.items()})
+        name: value.provenance.position for name, value in candidate_capture.values.items()},
+        feeding=partial(feeding, candidate.nodes))
     compared_nodes = {pair.node for pair in pairing.pairs if pair.node}
     findings = ComparisonFindings.decided(
         decision,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,7 @@ import numpy as np
 from bisect_onnx.align.modules import Alignment, Pair, align_modules
 from bisect_onnx.align.op_level import aggregate_ops, op_records
 from bisect_onnx.align.ops import OpAlignment
+from bisect_onnx.graph.reach import feeding
 from bisect_onnx.graph.scopes import count_attributed, detect_exporter
 from bisect_onnx.graph.walk import subgraphs
 from bisect_onnx.judge.compare import compare_arrays
@@ -118,7 +120,8 @@ def compare_sample(
             comparisons = aggregate_ops(comparisons, op_rows, op_alignment.pairs)
             onnx_unaligned = op_alignment.onnx_only
     decision = decide(comparisons, final_outputs, output_order={
-        name: value.provenance.position for name, value in onnx_capture.values.items()})
+        name: value.provenance.position for name, value in onnx_capture.values.items()},
+        feeding=partial(feeding, candidate.nodes))
     if detect_exporter(candidate.nodes) == "unknown" and not pairs:
         warnings.append(
             "the ONNX graph carries neither torch exporter metadata nor TorchScript-style "

@@ -20,6 +20,7 @@ import numpy as np
 
 from bisect_onnx.align.modules import Pair
 from bisect_onnx.errors import BisectOnnxError
+from bisect_onnx.graph.reach import feeding
 from bisect_onnx.graph.segments import embed_external_data, segment_model
 from bisect_onnx.judge.compare import ArrayComparison, Status, compare_arrays
 from bisect_onnx.judge.findings import KERNEL_VALUES, AttributionFindings, LocalFigures, RowRef
@@ -89,6 +90,10 @@ def attribute_divergence(
     ``has_counterpart``: whether the reference has a node (default: the exporter made it).
     """
     failing = [record for record in report.comparisons if record.failed]
+    upstream = feeding(candidate.nodes, [record.onnx_value for record in report.final_outputs
+                                         if record.failed]) if report.diverged else None
+    if upstream is not None:  # what feeds no failing output is not why they fail
+        failing = [record for record in failing if record.onnx_value in upstream]
     if (report.search or {}).get("first_failing") and report.first_divergence in failing:
         # Found by probing production: earlier rows failed in the capture session only.
         failing = failing[failing.index(report.first_divergence):]

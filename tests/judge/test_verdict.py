@@ -131,3 +131,20 @@ def test_failing_outputs_are_taken_in_graph_order_not_output_order():
     decision = decide([], outputs, output_order={"output_0": 7, "output_1": 3})
     assert decision.first_divergence is outputs[1]
     assert decide([], outputs).first_divergence is outputs[0]
+
+
+def test_a_failing_value_that_feeds_no_failing_output_is_not_the_first_divergence():
+    """A TopK's indices nothing reads may differ at ties: the divergence starts elsewhere."""
+    comparisons = [record(0, Status.FAIL, value="indices"), record(1, Status.FAIL)]
+    failing = output(Status.FAIL)
+    upstream = {"output_0": {"output_0", "v1", "v0_input"}}
+
+    def feeding(outputs):
+        return set().union(*(upstream[name] for name in outputs))
+
+    decision = decide(comparisons, [failing], feeding=feeding)
+    assert decision.first_divergence is comparisons[1]
+    assert decide(comparisons, [failing]).first_divergence is comparisons[0]
+    # Control flow: what feeds the outputs is not known, so nothing is set aside.
+    assert decide(comparisons, [failing],
+                  feeding=lambda outputs: None).first_divergence is comparisons[0]
