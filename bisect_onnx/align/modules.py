@@ -209,12 +209,30 @@ def _align_inputs(
                 continue  # dynamo: the folded Conv reads the Conv's input, not the norm's
             matches = [name for name in read
                        if candidate_values[name].array.shape == value.array.shape
-                       and candidate_values[name].array.dtype == value.array.dtype]
+                       and candidate_values[name].array.dtype == value.array.dtype
+                       and not _transposed_alike(name, group, candidate_values)]
             if len(matches) != 1 or any(_same_array(earlier.array, value.array)
                                         for earlier in held[matches[0]]):
                 continue
             alignment.pairs.append(Pair(value, candidate_values[matches[0]]))
             held[matches[0]].append(value)
+
+
+def _transposed_alike(name: str, group: Sequence[NodeInfo],
+                      candidate_values: Mapping[str, CapturedValue]) -> bool:
+    """Whether a Transpose of the call reads ``name`` into a value of its very shape.
+
+    The exporter may give the call a transpose its parent did (``pool(x.transpose(1,
+    2))``): what enters the call is then the transposed value, and with a square shape
+    the value before the transpose would pass for it by shape alone.
+    """
+    shape = candidate_values[name].array.shape
+    for node in group:
+        if node.op_type == "Transpose" and name in node.inputs and node.outputs:
+            after = candidate_values.get(node.outputs[0])
+            if after is None or after.array.shape == shape:
+                return True
+    return False
 
 
 def _downstream(group: Sequence[NodeInfo], nodes: Sequence[NodeInfo]) -> set[str]:
