@@ -65,6 +65,11 @@ TRANSPOSED = (
     "order (the exporter folded the module's closing transpose into one after it): it is "
     "not the module's output"
 )
+RESHAPED = (
+    "the last value the module's nodes compute holds its output's elements in another shape "
+    "(the exporter merged the module's closing reshape with one after it): it is not the "
+    "module's output"
+)
 FOLDED_INTO_BATCHNORM = (
     "folded with the BatchNorm that follows it into one ONNX Conv, whose output is the "
     "BatchNorm's (compared there)"
@@ -155,6 +160,8 @@ def align_modules(
                 alignment.unaligned.append(Unaligned(values[0].name, NOT_CAPTURED))
             elif _permuted(candidate.array.shape, values[0].array.shape):
                 alignment.unaligned.append(Unaligned(values[0].name, TRANSPOSED))
+            elif _reshaped(candidate.array, values[0].array):
+                alignment.unaligned.append(Unaligned(values[0].name, RESHAPED))
             else:
                 alignment.pairs.append(Pair(values[0], candidate))
                 paired[values[0].name] = candidate
@@ -370,6 +377,11 @@ def _group_nodes_by_call(
 def _permuted(shape: tuple[int, ...], other: tuple[int, ...]) -> bool:
     """Whether two shapes hold the same dimensions in another order."""
     return shape != other and sorted(shape) == sorted(other)
+
+
+def _reshaped(array: np.ndarray, other: np.ndarray) -> bool:
+    """Whether two arrays hold as many elements in shapes of different dimensions."""
+    return array.shape != other.shape and array.size == other.size
 
 
 def _module_output(
