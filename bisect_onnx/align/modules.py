@@ -21,10 +21,7 @@ Two exporter habits need a rule each:
   no node: they are compared at the value they passed through.
 
 What enters a call (``fc2 (input)``) is paired with the value its nodes read from
-outside it, where that is not already compared as another call's output holding
-the same array: what remains are the values computed between modules (a function
-call in a ``forward``, an in-place view edit) or changed by a module without a node
-(a Dropout left in training mode), compared where the next module reads them.
+outside it (:mod:`bisect_onnx.align.module_inputs`).
 """
 
 from __future__ import annotations
@@ -32,10 +29,10 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
+from bisect_onnx.align.module_inputs import entering_pairs
 from bisect_onnx.graph.scopes import NodeScope, read_scopes
 from bisect_onnx.pytorch.calls import input_of, split_into_calls
 from bisect_onnx.runtime.onnx_side import NodeInfo
@@ -167,7 +164,11 @@ def align_modules(
                 paired[values[0].name] = candidate
         else:
             _align_several_outputs(group, values, candidate_values, consumers, alignment)
-    _align_inputs(entering, own_groups, candidate_values, alignment, nodes)
+    held: dict[str, list[CapturedValue]] = defaultdict(list)
+    for pair in alignment.pairs:
+        held[pair.candidate.name].append(pair.reference)
+    alignment.pairs.extend(Pair(reference, candidate) for reference, candidate in entering_pairs(
+        entering, own_groups, candidate_values, held, nodes))
     return alignment
 
 
@@ -182,86 +183,6 @@ def nodes_of_calls(reference: Capture, nodes: Sequence[NodeInfo], *,
     scopes = read_scopes(nodes, {module for module, _ in calls}, call_index)
     groups, _ = _group_nodes_by_call(nodes, scopes, Counter(module for module, _ in calls))
     return dict(groups)
-
-
-def _align_inputs(
-    entering: Mapping[CallKey, Sequence[CapturedValue]],
-    groups: Mapping[CallKey, Sequence[NodeInfo]],
-    candidate_values: Mapping[str, CapturedValue],
-    alignment: Alignment,
-    nodes: Sequence[NodeInfo],
-) -> None:
-    """Pair what enters each call with the value its nodes read from outside it.
-
-    Each recorded input takes the one value of its shape and dtype that the call's
-    nodes read from outside the call (weights are no captured values, so they are
-    not among them), and that is not computed from the call's own values (a node a
-    graph tool inserted between two of the call's nodes is outside it). A pair whose
-    ONNX value is already compared against the same array (the previous call's output)
-    adds nothing and is left out; an input that cannot be located is not listed: the
-    call's output row stands for the call.
-    """
-    held: dict[str, list[CapturedValue]] = defaultdict(list)
-    for pair in alignment.pairs:
-        held[pair.candidate.name].append(pair.reference)
-    for key, values in entering.items():
-        group = groups.get(key) or ()
-        made_inside = _downstream(group, nodes)
-        read = list(dict.fromkeys(name for node in group if node.op_type != "Shape"
-                                  for name in node.inputs
-                                  if name in candidate_values and name not in made_inside))
-        for value in values:
-            if (value.provenance.module_class or "").startswith("BatchNorm") and any(
-                    node.op_type == "Conv" for node in group):
-                continue  # dynamo: the folded Conv reads the Conv's input, not the norm's
-            matches = [name for name in read
-                       if candidate_values[name].array.shape == value.array.shape
-                       and candidate_values[name].array.dtype == value.array.dtype
-                       and not _transposed_alike(name, group, candidate_values)]
-            if len(matches) != 1 or any(_same_array(earlier.array, value.array)
-                                        for earlier in held[matches[0]]):
-                continue
-            alignment.pairs.append(Pair(value, candidate_values[matches[0]]))
-            held[matches[0]].append(value)
-
-
-def _transposed_alike(name: str, group: Sequence[NodeInfo],
-                      candidate_values: Mapping[str, CapturedValue]) -> bool:
-    """Whether a Transpose of the call reads ``name`` into a value of its very shape.
-
-    The exporter may give the call a transpose its parent did (``pool(x.transpose(1,
-    2))``): what enters the call is then the transposed value, and with a square shape
-    the value before the transpose would pass for it by shape alone.
-    """
-    shape = candidate_values[name].array.shape
-    for node in group:
-        if node.op_type == "Transpose" and name in node.inputs and node.outputs:
-            after = candidate_values.get(node.outputs[0])
-            if after is None or after.array.shape == shape:
-                return True
-    return False
-
-
-def _downstream(group: Sequence[NodeInfo], nodes: Sequence[NodeInfo]) -> set[str]:
-    """Every value the group's nodes make, and every value computed from one of them.
-
-    Only up to the group's last node: what comes after it is read by none of them.
-    """
-    members = {node.index for node in group}
-    made = {name for node in group for name in node.outputs}
-    last = max(members, default=-1)
-    for node in nodes:  # in graph order, which ONNX makes topological
-        if node.index <= last and node.index not in members and any(
-                name in made for name in node.inputs):
-            made.update(node.outputs)
-    return made
-
-
-def _same_array(first: Any, second: Any) -> bool:
-    """The very copy, or equal values (NaN equal to NaN)."""
-    if first is second:
-        return True
-    return first.shape == second.shape and np.array_equal(first, second, equal_nan=True)
 
 
 def _give_folded_conv_to_batchnorm(

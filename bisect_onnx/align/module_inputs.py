@@ -1,0 +1,101 @@
+"""What enters a module call: the value its nodes read from outside it (module level).
+
+A call's input row (``fc2 (input)``) is compared where the call's nodes read it, when
+that is not already compared as another call's output holding the same array: what
+remains are values computed between modules (a function call in a ``forward``, an
+in-place view edit) or changed by a module without a node (a Dropout left in training
+mode). A value is taken only where it is the one such value of the input's shape and
+dtype; two exporter habits and one graph edit would otherwise give a wrong one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from bisect_onnx.runtime.onnx_side import NodeInfo
+from bisect_onnx.runtime.sides import CapturedValue
+
+__all__ = ["entering_pairs"]
+
+
+def entering_pairs(
+    entering: Mapping[Hashable, Sequence[CapturedValue]],
+    groups: Mapping[Hashable, Sequence[NodeInfo]],
+    candidate_values: Mapping[str, CapturedValue],
+    held: dict[str, list[CapturedValue]],
+    nodes: Sequence[NodeInfo],
+) -> list[tuple[CapturedValue, CapturedValue]]:
+    """(what enters a call, the ONNX value holding it), for each call's input located.
+
+    Each recorded input takes the one value of its shape and dtype that the call's
+    nodes read from outside the call (weights are no captured values, so they are
+    not among them), and that is not computed from the call's own values (a node a
+    graph tool inserted between two of the call's nodes is outside it). A pair whose
+    ONNX value is already compared against the same array (``held``: the references
+    each ONNX value is compared with, the previous call's output) adds nothing and is
+    left out; an input that cannot be located is not listed: the call's output row
+    stands for the call. ``held`` is extended with the pairs made.
+    """
+    pairs = []
+    for key, values in entering.items():
+        group = groups.get(key) or ()
+        made_inside = _downstream(group, nodes)
+        read = list(dict.fromkeys(name for node in group if node.op_type != "Shape"
+                                  for name in node.inputs
+                                  if name in candidate_values and name not in made_inside))
+        for value in values:
+            if (value.provenance.module_class or "").startswith("BatchNorm") and any(
+                    node.op_type == "Conv" for node in group):
+                continue  # dynamo: the folded Conv reads the Conv's input, not the norm's
+            matches = [name for name in read
+                       if candidate_values[name].array.shape == value.array.shape
+                       and candidate_values[name].array.dtype == value.array.dtype
+                       and not _transposed_alike(name, group, candidate_values)]
+            if len(matches) != 1 or any(_same_array(earlier.array, value.array)
+                                        for earlier in held.get(matches[0], ())):
+                continue
+            pairs.append((value, candidate_values[matches[0]]))
+            held.setdefault(matches[0], []).append(value)
+    return pairs
+
+
+def _transposed_alike(name: str, group: Sequence[NodeInfo],
+                      candidate_values: Mapping[str, CapturedValue]) -> bool:
+    """Whether a Transpose of the call reads ``name`` into a value of its very shape.
+
+    The exporter may give the call a transpose its parent did (``pool(x.transpose(1,
+    2))``): what enters the call is then the transposed value, and with a square shape
+    the value before the transpose would pass for it by shape alone.
+    """
+    shape = candidate_values[name].array.shape
+    for node in group:
+        if node.op_type == "Transpose" and name in node.inputs and node.outputs:
+            after = candidate_values.get(node.outputs[0])
+            if after is None or after.array.shape == shape:
+                return True
+    return False
+
+
+def _downstream(group: Sequence[NodeInfo], nodes: Sequence[NodeInfo]) -> set[str]:
+    """Every value the group's nodes make, and every value computed from one of them.
+
+    Only up to the group's last node: what comes after it is read by none of them.
+    """
+    members = {node.index for node in group}
+    made = {name for node in group for name in node.outputs}
+    last = max(members, default=-1)
+    for node in nodes:  # in graph order, which ONNX makes topological
+        if node.index <= last and node.index not in members and any(
+                name in made for name in node.inputs):
+            made.update(node.outputs)
+    return made
+
+
+def _same_array(first: Any, second: Any) -> bool:
+    """The very copy, or equal values (NaN equal to NaN)."""
+    if first is second:
+        return True
+    return first.shape == second.shape and np.array_equal(first, second, equal_nan=True)
