@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -20,7 +19,6 @@ from bisect_onnx.align.onnx_pairs import (
     pair_uncaptured,
 )
 from bisect_onnx.graph.provenance import Provenance
-from bisect_onnx.graph.reach import feeding
 from bisect_onnx.judge.compare import ArrayComparison
 from bisect_onnx.judge.findings import AttributionFindings, ComparisonFindings
 from bisect_onnx.judge.records import Coverage, Record
@@ -32,9 +30,8 @@ from bisect_onnx.judge.tolerances import (
     precision_of,
 )
 from bisect_onnx.judge.value_judge import PairJudge
-from bisect_onnx.judge.verdict import decide
 from bisect_onnx.judge.vocabulary import Granularity, ReportWarning
-from bisect_onnx.pipeline.torch_comparison import vacuity_warnings
+from bisect_onnx.pipeline.torch_comparison import decide_sample, vacuity_warnings
 from bisect_onnx.runtime.onnx_side import NodeInfo, OnnxRuntimeSide
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 from bisect_onnx.search.probes import Checkpoint
@@ -136,9 +133,7 @@ def compare_sample(reference: Any, candidate: OnnxRuntimeSide, reference_capture
     warnings.extend(UNUSED_RULE.format(where=rule.where, pattern=rule.pattern)
                     for rule in rules if rule not in judge.used)
     warnings.extend(vacuity_warnings(reference_capture.outputs, final_outputs, atol=base.atol))
-    decision = decide(comparisons, final_outputs, output_order={
-        name: value.provenance.position for name, value in candidate_capture.values.items()},
-        feeding=partial(feeding, candidate.nodes))
+    decision = decide_sample(comparisons, final_outputs, candidate_capture, candidate.nodes)
     compared_nodes = {pair.node for pair in pairing.pairs if pair.node}
     findings = ComparisonFindings.decided(
         decision,

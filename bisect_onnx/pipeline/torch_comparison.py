@@ -24,13 +24,14 @@ from bisect_onnx.judge.findings import ComparisonFindings
 from bisect_onnx.judge.records import Coverage, Record, make_record
 from bisect_onnx.judge.tolerance_judge import ToleranceJudge
 from bisect_onnx.judge.tolerances import Tolerance
-from bisect_onnx.judge.verdict import decide
+from bisect_onnx.judge.verdict import Decision, decide
 from bisect_onnx.judge.vocabulary import ReportWarning
 from bisect_onnx.runtime.onnx_side import NodeInfo, OnnxRuntimeSide
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 
-__all__ = ["OpScope", "compare_sample", "compare_final_outputs", "subgraph_warnings",
-           "FOREIGN_FILE", "NOTHING_ALIGNED", "NO_OP_LEVEL", "vacuity_warnings", "is_vacuity"]
+__all__ = ["OpScope", "compare_sample", "compare_final_outputs", "decide_sample",
+           "subgraph_warnings", "FOREIGN_FILE", "NOTHING_ALIGNED", "NO_OP_LEVEL",
+           "vacuity_warnings", "is_vacuity"]
 
 FOREIGN_FILE = ReportWarning(
     "foreign-file",
@@ -119,9 +120,7 @@ def compare_sample(
         if op_alignment is not None:
             comparisons = aggregate_ops(comparisons, op_rows, op_alignment.pairs)
             onnx_unaligned = op_alignment.onnx_only
-    decision = decide(comparisons, final_outputs, output_order={
-        name: value.provenance.position for name, value in onnx_capture.values.items()},
-        feeding=partial(feeding, candidate.nodes))
+    decision = decide_sample(comparisons, final_outputs, onnx_capture, candidate.nodes)
     if detect_exporter(candidate.nodes) == "unknown" and not pairs:
         warnings.append(
             "the ONNX graph carries neither torch exporter metadata nor TorchScript-style "
@@ -264,6 +263,14 @@ def compare_final_outputs(
 
 VACUOUS_EMPTY = "vacuous-empty"
 VACUOUS_SMALL = "vacuous-small"
+
+
+def decide_sample(comparisons: Sequence[Record], final_outputs: Sequence[Record],
+                  capture: Capture, nodes: Sequence[NodeInfo]) -> Decision:
+    """The verdict on a sample's rows: outputs taken in graph order, and what feeds them."""
+    return decide(comparisons, final_outputs, output_order={
+        name: value.provenance.position for name, value in capture.values.items()},
+        feeding=partial(feeding, nodes))
 
 
 def vacuity_warnings(references: Sequence[CapturedValue], records: Sequence[Record], *,
