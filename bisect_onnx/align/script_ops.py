@@ -190,7 +190,7 @@ class _ScopePairing:
         for position in range(self.cursor.get(key, 0), len(scope)):
             node = scope[position]
             if not (node.op_type in end.types and node.outputs
-                    and self._could_hold(node.outputs[0], wanted)
+                    and self._could_hold(node.outputs[0], wanted, sources)
                     and (end.reads is None or self._reads_type(node, end.reads))
                     and self._same_permutation(op, node, wanted.ndim)
                     and self._descends(node, sources)):
@@ -227,15 +227,17 @@ class _ScopePairing:
                 and all(dim is None or dim == size for dim, size in zip(shape, wanted.shape,
                                                                        strict=True)))
 
-    def _could_hold(self, value: str, wanted: np.ndarray) -> bool:
-        """Alike, or of a shape nothing knows (not captured, not inferred).
+    def _could_hold(self, value: str, wanted: np.ndarray, sources: Sequence[str]) -> bool:
+        """Alike, or of a shape nothing knows (not captured, not inferred) with inputs.
 
-        A node of the op's type whose shape is unknown may be the op's: passing over it
-        to a later node of a known shape would pair the op with another op's node (an
+        A node of the op's type whose shape is unknown may be the op's: passing over it to
+        a later node of a known shape would pair the op with another op's node (an
         attention's first ``view`` with its last). The op takes it, in order; its value
         was not captured, so the op is left unpaired, and the next op goes on after it.
+        An op none of whose inputs is paired (``sources``, which the caller checks the
+        node descends from) has nothing tying it to such a node: it passes over.
         """
-        return value not in self.shapes or self._alike(value, wanted)
+        return self._alike(value, wanted) or (value not in self.shapes and bool(sources))
 
     def _reads_type(self, node: NodeInfo, op_type: str) -> bool:
         return any(getattr(self.producers.get(read), "op_type", None) == op_type
@@ -247,7 +249,7 @@ class _ScopePairing:
         constant = all(read not in self.producers or self.producers[read].op_type == "Constant"
                        for read in others)
         return (len(others) < len(following.inputs) and constant and bool(following.outputs)
-                and self._could_hold(following.outputs[0], wanted))
+                and self._could_hold(following.outputs[0], wanted, node.outputs))
 
     def _descends(self, node: NodeInfo, sources: Sequence[str]) -> bool:
         """Whether every source value is read by ``node``, directly or not."""
