@@ -36,21 +36,18 @@ def decide(comparisons: Sequence[Record], final_outputs: Sequence[Record],
     """Decide the verdict from the final outputs and locate the first divergence.
 
     ``comparisons`` must be in topological order. The verdict is ``diverged`` when
-    any final output fails. The first divergence is then the first failing
-    comparison; if none fails, the failing final output computed first
-    (``output_order``: ONNX value -> graph position), with a note that the culprit lies
-    after the last passing checkpoint. Intermediate failures under
-    passing outputs (masked positions, say) are *hidden divergences*, not a verdict.
-    ``feeding``: the values the given outputs are computed from (``None``: any value may
-    be); a failing value that feeds no failing output is not where the divergence starts.
+    any final output fails. The first divergence is then the first failing comparison
+    the failing outputs are computed from (``feeding``: the values the given outputs
+    are computed from; ``None`` for either, any value may be); a failing value that
+    feeds none of them is set aside, with a note. If none fails, it is the failing
+    final output computed first (``output_order``: ONNX value -> graph position), with
+    a note that the culprit lies after the last passing checkpoint. Intermediate
+    failures under passing outputs (masked positions, say) are *hidden divergences*,
+    not a verdict.
     """
-    failing = [record for record in comparisons if record.failed]
     failing_outputs = [record for record in final_outputs if record.failed]
-    if failing_outputs and feeding is not None:
-        upstream = feeding([record.onnx_value for record in failing_outputs])
-        if upstream is not None:
-            failing = [record for record in failing if record.onnx_value in upstream]
     if not failing_outputs:
+        failing = [record for record in comparisons if record.failed]
         note = None
         if failing:
             note = (
@@ -58,11 +55,13 @@ def decide(comparisons: Sequence[Record], final_outputs: Sequence[Record],
                 "(masked or discarded positions?): listed as hidden divergences"
             )
         return Decision(Verdict.PARITY, None, failing, note)
+    relevant, aside = _feeding_rows(comparisons, failing_outputs, feeding)
+    failing = [record for record in relevant if record.failed]
     if failing:
         nan_origin = next((record for record in failing if record.nan_mismatch), None)
-        return Decision(Verdict.DIVERGED, failing[0], [], None,
+        return Decision(Verdict.DIVERGED, failing[0], [], aside,
                         nan_origin if nan_origin is not failing[0] else None)
-    passing = [record for record in comparisons if not record.failed]
+    passing = [record for record in relevant if not record.failed]
     last_passing = passing[-1] if passing else None
     where = (
         f"after the last passing checkpoint ({last_passing.torch_module} = ONNX value "
@@ -70,8 +69,29 @@ def decide(comparisons: Sequence[Record], final_outputs: Sequence[Record],
         else "somewhere in the graph: no intermediate value could be compared"
     )
     note = (f"no aligned intermediate value that feeds the failing outputs fails; the "
-            f"culprit lies {where}")
+            f"culprit lies {where}") + (f"; {aside}" if aside else "")
     order = output_order or {}
     first_output = min(failing_outputs,
                        key=lambda record: order.get(record.onnx_value, len(order) + record.index))
     return Decision(Verdict.DIVERGED, first_output, [], note)
+
+
+def _feeding_rows(comparisons: Sequence[Record], failing_outputs: Sequence[Record],
+                  feeding: Callable[[Sequence[str]], Collection[str] | None] | None,
+                  ) -> tuple[list[Record], str | None]:
+    """The rows the failing outputs are computed from, and a note on the failing others.
+
+    The others: a TopK's indices nothing reads, say, differing where values tie.
+    """
+    upstream = (feeding([record.onnx_value for record in failing_outputs])
+                if feeding is not None else None)
+    if upstream is None:
+        return list(comparisons), None
+    relevant = [record for record in comparisons if record.onnx_value in upstream]
+    aside = [record for record in comparisons
+             if record.failed and record.onnx_value not in upstream]
+    if not aside:
+        return relevant, None
+    return relevant, (f"{len(aside)} failing value(s) feed no failing output (first: "
+                      f"{aside[0].onnx_value!r}), so none of them is where the divergence "
+                      "starts")

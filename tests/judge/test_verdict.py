@@ -144,6 +144,7 @@ def test_a_failing_value_that_feeds_no_failing_output_is_not_the_first_divergenc
 
     decision = decide(comparisons, [failing], feeding=feeding)
     assert decision.first_divergence is comparisons[1]
+    assert decision.note is not None and "'indices'" in decision.note  # set aside, said
     assert decide(comparisons, [failing]).first_divergence is comparisons[0]
     # Control flow: what feeds the outputs is not known, so nothing is set aside.
     assert decide(comparisons, [failing],
