@@ -7,22 +7,24 @@ indices nothing reads may differ where values tie, and the divergence is elsewhe
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
+from bisect_onnx.graph.walk import subgraphs
 from bisect_onnx.runtime.onnx_side import NodeInfo
 
 __all__ = ["feeding"]
 
-#: Nodes whose subgraphs may read any value of the outer graph, not only their inputs.
-_CONTROL_FLOW = frozenset({"If", "Loop", "Scan", "SequenceMap"})
 
-
-def feeding(nodes: Sequence[NodeInfo], outputs: Iterable[str]) -> frozenset[str] | None:
+def feeding(nodes: Sequence[NodeInfo], outputs: Iterable[str],
+            model: Any = None) -> frozenset[str] | None:
     """Every value ``outputs`` are computed from, themselves included.
 
-    ``None`` where the graph has control flow: what its subgraphs read is not known here,
-    so every value may feed the outputs.
+    ``None`` where a node of ``model`` (the ONNX model ``nodes`` describe) holds a
+    subgraph (If, Loop, com.microsoft's BeamSearch): what a subgraph reads of the outer
+    graph is not followed here, so every value may feed the outputs.
     """
-    if any(node.op_type in _CONTROL_FLOW for node in nodes):
+    if model is not None and any(next(subgraphs(attribute), None) is not None
+                                 for node in model.graph.node for attribute in node.attribute):
         return None
     producers = {output: node for node in nodes for output in node.outputs}
     found: set[str] = set()

@@ -133,7 +133,7 @@ def compare_sample(reference: Any, candidate: OnnxRuntimeSide, reference_capture
     warnings.extend(UNUSED_RULE.format(where=rule.where, pattern=rule.pattern)
                     for rule in rules if rule not in judge.used)
     warnings.extend(vacuity_warnings(reference_capture.outputs, final_outputs, atol=base.atol))
-    decision = decide_sample(comparisons, final_outputs, candidate_capture, candidate.nodes)
+    decision = decide_sample(comparisons, final_outputs, candidate_capture, candidate)
     compared_nodes = {pair.node for pair in pairing.pairs if pair.node}
     findings = ComparisonFindings.decided(
         decision,

@@ -120,7 +120,7 @@ def compare_sample(
         if op_alignment is not None:
             comparisons = aggregate_ops(comparisons, op_rows, op_alignment.pairs)
             onnx_unaligned = op_alignment.onnx_only
-    decision = decide_sample(comparisons, final_outputs, onnx_capture, candidate.nodes)
+    decision = decide_sample(comparisons, final_outputs, onnx_capture, candidate)
     if detect_exporter(candidate.nodes) == "unknown" and not pairs:
         warnings.append(
             "the ONNX graph carries neither torch exporter metadata nor TorchScript-style "
@@ -266,11 +266,11 @@ VACUOUS_SMALL = "vacuous-small"
 
 
 def decide_sample(comparisons: Sequence[Record], final_outputs: Sequence[Record],
-                  capture: Capture, nodes: Sequence[NodeInfo]) -> Decision:
+                  capture: Capture, candidate: Any) -> Decision:
     """The verdict on a sample's rows: outputs taken in graph order, and what feeds them."""
     return decide(comparisons, final_outputs, output_order={
         name: value.provenance.position for name, value in capture.values.items()},
-        feeding=partial(feeding, nodes))
+        feeding=partial(feeding, candidate.nodes, model=candidate.model))
 
 
 def vacuity_warnings(references: Sequence[CapturedValue], records: Sequence[Record], *,

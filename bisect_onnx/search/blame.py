@@ -91,7 +91,8 @@ def attribute_divergence(
     """
     failing = [record for record in report.comparisons if record.failed]
     upstream = feeding(candidate.nodes, [record.onnx_value for record in report.final_outputs
-                                         if record.failed]) if report.diverged else None
+                                         if record.failed],
+                       candidate.model) if report.diverged else None
     if upstream is not None:  # what feeds no failing output is not why they fail
         failing = [record for record in failing if record.onnx_value in upstream]
     if (report.search or {}).get("first_failing") and report.first_divergence in failing:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import onnx
+from onnx import TensorProto, helper
+
 from bisect_onnx.graph.reach import feeding
 from bisect_onnx.runtime.onnx_side import NodeInfo
 
@@ -20,7 +23,18 @@ def test_an_output_of_a_node_nothing_reads_feeds_no_output():
     assert "indices" not in found and "unused" not in found
 
 
-def test_control_flow_leaves_what_feeds_the_outputs_unknown():
-    nodes = [_node(0, "If", ("condition",), ("branch",)),
-             _node(1, "Relu", ("branch",), ("y",))]
-    assert feeding(nodes, ["y"]) is None
+def test_a_node_holding_a_subgraph_leaves_what_feeds_the_outputs_unknown():
+    """An If's branch may read any outer value (here ``outer``), not only its inputs."""
+    branch = helper.make_graph([helper.make_node("Identity", ["outer"], ["picked"])], "branch",
+                               [], [helper.make_tensor_value_info("picked", TensorProto.FLOAT,
+                                                                  [1])])
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["outer"]),
+         helper.make_node("If", ["condition"], ["y"], then_branch=branch, else_branch=branch)],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1]),
+              helper.make_tensor_value_info("condition", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])]))
+    onnx.checker.check_model(model)
+    nodes = [_node(0, "Relu", ("x",), ("outer",)), _node(1, "If", ("condition",), ("y",))]
+    assert "outer" not in feeding(nodes, ["y"])  # by inputs alone it looks unread
+    assert feeding(nodes, ["y"], model) is None
