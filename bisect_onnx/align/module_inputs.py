@@ -64,34 +64,46 @@ def entering_pairs(
 
 def _transposed_alike(name: str, group: Sequence[NodeInfo],
                       candidate_values: Mapping[str, CapturedValue]) -> bool:
-    """Whether a Transpose of the call reads ``name`` into a value of its very shape.
+    """Whether the call reads ``name`` only through Transposes that may keep its shape.
 
     The exporter may give the call a transpose its parent did (``pool(x.transpose(1,
     2))``): what enters the call is then the transposed value, and with a square shape
-    the value before the transpose would pass for it by shape alone.
+    the value before the transpose would pass for it by shape alone. A Transpose whose
+    output was not captured may keep the shape where two dimensions are equal.
     """
     shape = candidate_values[name].array.shape
-    for node in group:
-        if node.op_type == "Transpose" and name in node.inputs and node.outputs:
-            after = candidate_values.get(node.outputs[0])
-            if after is None or after.array.shape == shape:
-                return True
-    return False
+    readers = [node for node in group if name in node.inputs]
+    if not readers or any(node.op_type != "Transpose" or not node.outputs for node in readers):
+        return False
+    for node in readers:
+        after = candidate_values.get(node.outputs[0])
+        if after is not None and after.array.shape != shape:
+            return False
+        if after is None and len(set(shape)) == len(shape):
+            return False  # distinct dimensions: no transpose keeps the shape
+    return True
+
+
+#: Nodes whose outputs are no data computed from the call's values (shapes, constants).
+_NOT_DATA = frozenset({"Shape", "Size", "Constant"})
 
 
 def _downstream(group: Sequence[NodeInfo], nodes: Sequence[NodeInfo]) -> set[str]:
-    """Every value the group's nodes make, and every value computed from one of them.
+    """Every value the group's nodes make, and every value computed from its data.
 
-    Only up to the group's last node: what comes after it is read by none of them.
+    Only up to the group's last node: what comes after it is read by none of them. A
+    Shape the exporter scoped to the call (and its parent reads too) does not make
+    what the parent computes from it the call's.
     """
     members = {node.index for node in group}
     made = {name for node in group for name in node.outputs}
+    data = {name for node in group if node.op_type not in _NOT_DATA for name in node.outputs}
     last = max(members, default=-1)
     for node in nodes:  # in graph order, which ONNX makes topological
         if node.index <= last and node.index not in members and any(
-                name in made for name in node.inputs):
-            made.update(node.outputs)
-    return made
+                name in data for name in node.inputs):
+            data.update(node.outputs)
+    return made | data
 
 
 def _same_array(first: Any, second: Any) -> bool:

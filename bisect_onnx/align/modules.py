@@ -140,6 +140,7 @@ def align_modules(
     own_groups = dict(groups)
     _give_folded_conv_to_batchnorm(calls, groups, reasons)
     consumers = _consumers(nodes)
+    reshapes = {node.index for node in nodes if node.op_type in _RESHAPES}
     paired: dict[str, CapturedValue] = {}  # reference name -> candidate
     for key, values in calls.items():
         group = groups.get(key)
@@ -157,7 +158,7 @@ def align_modules(
                 alignment.unaligned.append(Unaligned(values[0].name, NOT_CAPTURED))
             elif _permuted(candidate.array.shape, values[0].array.shape):
                 alignment.unaligned.append(Unaligned(values[0].name, TRANSPOSED))
-            elif _reshaped(candidate.array, values[0].array):
+            elif _reshaped(candidate, values[0].array, consumers, reshapes):
                 alignment.unaligned.append(Unaligned(values[0].name, RESHAPED))
             else:
                 alignment.pairs.append(Pair(values[0], candidate))
@@ -300,9 +301,20 @@ def _permuted(shape: tuple[int, ...], other: tuple[int, ...]) -> bool:
     return shape != other and sorted(shape) == sorted(other)
 
 
-def _reshaped(array: np.ndarray, other: np.ndarray) -> bool:
-    """Whether two arrays hold as many elements in shapes of different dimensions."""
-    return array.shape != other.shape and array.size == other.size
+#: Nodes that hold their input's elements in another shape.
+_RESHAPES = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
+
+
+def _reshaped(candidate: CapturedValue, reference: np.ndarray,
+              consumers: Mapping[str, set[int]], reshapes: set[int]) -> bool:
+    """Whether the candidate holds the reference's elements in another shape.
+
+    Only where a reshape reads it: the module's closing reshape, merged into the next
+    module's. Any other shape is compared (and fails by shape): an exporter's bug.
+    """
+    array = candidate.array
+    return (array.shape != reference.shape and array.size == reference.size
+            and bool(consumers.get(candidate.name, set()) & reshapes))
 
 
 def _module_output(
