@@ -150,8 +150,8 @@ def _narrowed_in(attribution: AttributionFindings | None, refinement: Any) -> st
     ``culprit``: the first culprit's checked nodes hold it; ``segment``: the segment
     named instead of a culprit holds it. A node found inside an op stands for the
     segment only where the segment's other nodes only move data, or were rerun on the
-    reference's values and agreed (``passed_alone``): another compute node upstream
-    could have fed the op wrong inputs.
+    reference's values and agreed (``passed_alone``): another compute node of it could
+    have introduced the error (or fed the op wrong inputs).
     """
     if attribution is None or refinement is None or refinement.node is None:
         return None
@@ -160,6 +160,8 @@ def _narrowed_in(attribution: AttributionFindings | None, refinement: Any) -> st
     if segment is not None:
         inside = set((refinement.inside_op or {}).get("nodes") or ())
         passed = set(attribution.evidence.get("passed_alone") or ())
+        if node in passed:
+            return None  # the node agreed when rerun alone: the evidence disagrees
         outside = [name for name in segment["nodes"] if name not in inside | passed]
         ops = segment.get("ops") or {}
         if (node in segment["nodes"] and segment["to"] in attribution.checked

@@ -79,9 +79,12 @@ def narrow_to_failing_node(findings: AttributionFindings, check: Any, candidate:
             return _named(findings, alone, runs, row, inner, tolerance)
         break  # within the figure's reach, with nodes of its own, or after an unchecked one
     # No node named; the nodes whose runs agreed are still known to compute their values
-    # right from the reference's (the op found wrong inside the segment is then alone).
+    # right from the reference's: an op found wrong inside the segment by other means
+    # (exported alone) may stand for it where every other compute node is among them.
     passed = sorted({name for run in runs if run.comparison.status == Status.PASS
                      for name in run.members})
+    if not passed:
+        return findings
     return replace(findings, evidence={**findings.evidence, "passed_alone": passed})
 
 
