@@ -331,9 +331,13 @@ def _no_culprit(report: Report) -> str:
                     "session did not reproduce its outputs): an optimization may be the cause "
                     "(a run with the candidate's optimizations off shows it; --suggest-fix finds "
                     "the optimizer)")
-        return (f"No node introduces the error beyond float rounding{rounding}: it builds up "
-                f"gradually over {attribution['checked']} failing values; the largest local "
-                f"jump is at value {jump!r}")
+        # Only the failing values' own nodes were checked: an error that passes within
+        # tolerance where a node introduces it (then grows) is not ruled out.
+        return (f"No failing value's own nodes introduce the error beyond float rounding"
+                f"{rounding}: it builds up gradually over {attribution['checked']} failing "
+                f"values, or comes in through values that pass within tolerance (a tighter "
+                f"--atol/--rtol shows where it starts); the largest local jump is at value "
+                f"{jump!r}")
     return "No single node could be shown to introduce the error"
 
 
