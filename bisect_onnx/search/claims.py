@@ -142,6 +142,7 @@ def attribution_findings(rows: Sequence[Record], attribution: Attribution,
         "unchecked": {name: checks[name].reason for name, result in attribution.checked.items()
                       if result is None and name in checks},
         "narrowed": None,  # set where a segment's node is named by its run alone
+        "passed_alone": None,  # set where none is, to the nodes whose runs agreed
     }
     return AttributionFindings(checked=checked, culprits=tuple(culprits),
                                listed_all=everything, evidence=evidence, segment=segment)
