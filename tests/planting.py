@@ -144,3 +144,23 @@ def export_torchscript_at_parity(model, x, folder: Path) -> tuple[Path, Path]:
     report = bisect_onnx.bisect(model, x.numpy(), onnx_model=clean)
     assert not report.diverged, report.summary()
     return clean, planted
+
+
+def export_dynamo(model, x, folder: Path) -> Path:
+    """``model`` exported by the dynamo exporter (opset 18) to ``folder``/model.onnx."""
+    import torch
+
+    path = folder / "model.onnx"
+    torch.onnx.export(model, (x,), str(path), dynamo=True, opset_version=18)
+    return path
+
+
+def clean_at_module_level(model, x, path: Path):
+    """The module-level report of a clean export, checked to have no failing row."""
+    import bisect_onnx
+
+    report = bisect_onnx.bisect(model, x, onnx_model=path,
+                                search=bisect_onnx.SearchOptions(granularity="module"))
+    assert not report.diverged and not any(row.failed for row in report.comparisons), (
+        report.summary())
+    return report

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 import bisect_onnx
-from tests.planting import plant, set_attribute
+from tests.planting import clean_at_module_level, export_dynamo, plant, set_attribute
 from tests.torch_warnings import DYNAMO_LEAFSPEC_DEPRECATED
 
 
@@ -46,17 +46,12 @@ class _Pooled(nn.Module):
 def exported(tmp_path_factory):
     torch.manual_seed(0)
     model, x = _Pooled().eval(), torch.randn(2, 8, 8)  # time = width: a square shape
-    path = tmp_path_factory.mktemp("pooled") / "model.onnx"
-    torch.onnx.export(model, (x,), str(path), dynamo=True, opset_version=18)
-    return model, x.numpy(), path
+    return model, x.numpy(), export_dynamo(model, x, tmp_path_factory.mktemp("pooled"))
 
 
 @DYNAMO_LEAFSPEC_DEPRECATED
 def test_the_clean_export_has_no_failing_row(exported):
-    model, x, path = exported
-    report = bisect_onnx.bisect(model, x, onnx_model=path,
-                                search=bisect_onnx.SearchOptions(granularity="module"))
-    assert not report.diverged and not any(row.failed for row in report.comparisons)
+    clean_at_module_level(*exported)
 
 
 @DYNAMO_LEAFSPEC_DEPRECATED

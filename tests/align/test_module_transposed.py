@@ -15,7 +15,7 @@ from torch import nn
 
 import bisect_onnx
 from bisect_onnx.align.modules import RESHAPED, TRANSPOSED
-from tests.planting import insert_mul, plant
+from tests.planting import clean_at_module_level, export_dynamo, insert_mul, plant
 from tests.torch_warnings import DYNAMO_LEAFSPEC_DEPRECATED
 
 
@@ -41,17 +41,12 @@ class _Model(nn.Module):
 def exported(tmp_path_factory):
     torch.manual_seed(0)
     model, x = _Model().eval(), torch.randn(2, 5, 8)
-    path = tmp_path_factory.mktemp("transposed") / "model.onnx"
-    torch.onnx.export(model, (x,), str(path), dynamo=True, opset_version=18)
-    return model, x.numpy(), path
+    return model, x.numpy(), export_dynamo(model, x, tmp_path_factory.mktemp("transposed"))
 
 
 @DYNAMO_LEAFSPEC_DEPRECATED
 def test_the_folded_modules_output_is_left_unaligned_with_its_reason(exported):
-    model, x, path = exported
-    report = bisect_onnx.bisect(model, x, onnx_model=path,
-                                search=bisect_onnx.SearchOptions(granularity="module"))
-    assert not report.diverged and not any(row.failed for row in report.comparisons)
+    report = clean_at_module_level(*exported)
     assert any(item.name == "first" and item.reason == TRANSPOSED
                for item in report.unaligned), report.unaligned
 
@@ -90,10 +85,6 @@ def test_a_module_whose_closing_reshape_was_merged_is_left_unaligned(tmp_path):
     by shape and was named where nothing diverges."""
     torch.manual_seed(0)
     model, x = _TwoShuffles().eval(), torch.randn(2, 8, 8)
-    path = tmp_path / "model.onnx"
-    torch.onnx.export(model, (x,), str(path), dynamo=True, opset_version=18)
-    report = bisect_onnx.bisect(model, x.numpy(), onnx_model=path,
-                                search=bisect_onnx.SearchOptions(granularity="module"))
-    assert not report.diverged and not any(row.failed for row in report.comparisons)
+    report = clean_at_module_level(model, x.numpy(), export_dynamo(model, x, tmp_path))
     assert any(item.name == "first" and item.reason == RESHAPED
                for item in report.unaligned), report.unaligned
