@@ -126,6 +126,10 @@ def capture_script_ops(model: Any, arrays: Sequence[np.ndarray],
     capture = ScriptOpCapture(values={}, module_paths=tuple(found.paths), graph_inputs={
         f"input_{index}": np.asarray(array) for index, array in enumerate(arrays)})
     data = set(names)
+    # Tensors the graph computes from weights alone (a relative position bias): the same
+    # on any input, so an op reading one is called alone with it as a weight.
+    computed = {debug_name: captured[index] for made in found.outputs_of.values()
+                for debug_name, index in made}
     calls = call_numbers(model, found)
     counts: dict[str, int] = {}
     for position, node in enumerate(found.nodes):
@@ -142,7 +146,7 @@ def capture_script_ops(model: Any, arrays: Sequence[np.ndarray],
         # Named like module calls with several outputs: every output by its index.
         for output, (debug_name, _) in enumerate(made):
             names[debug_name] = f"{name}[{output}]" if len(made) > 1 else name
-        arguments = _arguments(node, names, model)
+        arguments = _arguments(node, names, model, computed)
         for output, (debug_name, index) in enumerate(made):
             op = ScriptOp(names[debug_name], node.kind(), _innermost(node, found), arguments,
                           output=output, outputs=len(made))
@@ -199,7 +203,8 @@ def _source_line(node: Any) -> Any:
     return user_source("\n".join(reversed(frames)))
 
 
-def _arguments(node: Any, names: dict[str, str], model: Any) -> tuple[Argument, ...] | None:
+def _arguments(node: Any, names: dict[str, str], model: Any,
+               computed: dict[str, Any]) -> tuple[Argument, ...] | None:
     import torch
 
     try:
@@ -209,6 +214,8 @@ def _arguments(node: Any, names: dict[str, str], model: Any) -> tuple[Argument, 
     arguments = []
     for value, parameter in zip(node.inputs(), schema, strict=False):
         argument = _argument(value, names, model)
+        if argument is None and value.debugName() in computed:
+            argument = Argument("weight", computed[value.debugName()])
         if argument is None:
             return None
         keyword = parameter.name if parameter.kwarg_only else None

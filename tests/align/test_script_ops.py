@@ -192,3 +192,33 @@ def test_an_op_is_not_paired_past_a_node_of_unknown_shape(tmp_path):
                     if node.op_type == "Reshape"][-1]
     assert paired.get("view") != last_reshape
     assert paired.get("view_6") == last_reshape
+
+
+class _BiasedAttention(torch.nn.Module):
+    """SDPA with a mask computed from a weight alone (Swin's relative position bias)."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.randn(15, 2))
+        self.register_buffer("index", torch.randint(0, 15, (8, 8)))
+
+    def forward(self, x):
+        q = x.view(2, 8, 2, 4).transpose(1, 2)
+        bias = self.table[self.index].permute(2, 0, 1).unsqueeze(0)  # weights alone
+        out = torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=bias)
+        return out.transpose(1, 2).reshape(2, 8, 8)
+
+
+@LEGACY_EXPORTER_DEPRECATED
+def test_inside_sdpa_with_a_mask_made_from_weights_the_softmax_is_named(tmp_path):
+    """The mask is no op value but the same on any input: SDPA is exported alone with it
+    as a weight, and its Softmax found wrong inside. Named at SDPA's last MatMul before."""
+    torch.manual_seed(0)
+    model, x = _BiasedAttention().eval(), torch.randn(2, 8, 8)
+    clean, planted = export_torchscript_at_parity(model, x, tmp_path)
+    softmax = next(node for node in onnx.load(str(clean)).graph.node
+                   if node.op_type == "Softmax")
+    node, _ = plant(clean, planted, set_attribute(softmax.name, "Softmax", "axis", 1))
+    report = bisect_onnx.bisect(model, x.numpy(), onnx_model=planted)
+    assert report.culprit is not None and report.culprit.onnx_node == node, report.summary()
+    assert report.culprit.fx_node == "scaled_dot_product_attention"
