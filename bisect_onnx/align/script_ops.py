@@ -31,8 +31,16 @@ import numpy as np
 from bisect_onnx.align.modules import Pair, Unaligned
 from bisect_onnx.align.ops import RUNTIME_FUSED, OpAlignment
 from bisect_onnx.align.script_calls import CallScopes, ScopeKey
-from bisect_onnx.align.script_table import END_OF, PASS_THROUGH, TUPLE_END_OF, End, declined
+from bisect_onnx.align.script_table import (
+    END_OF,
+    PASS_THROUGH,
+    TUPLE_END_OF,
+    End,
+    declined,
+    permutation,
+)
 from bisect_onnx.graph.scopes import read_scopes
+from bisect_onnx.graph.value_shapes import value_shapes
 from bisect_onnx.pytorch.script_ops import ScriptOp, ScriptOpCapture
 from bisect_onnx.runtime.onnx_side import NodeInfo
 from bisect_onnx.runtime.sides import CapturedValue
@@ -49,7 +57,7 @@ def align_script_ops(capture: ScriptOpCapture, nodes: Sequence[NodeInfo],
 
     ``model`` (the ONNX model) gives the shapes of values the capture left out.
     """
-    pairing = _ScopePairing(capture, nodes, candidate_values, _shapes(model, candidate_values))
+    pairing = _ScopePairing(capture, nodes, candidate_values, value_shapes(model, candidate_values))
     pairing.model = model
     ops = capture.ops
     for index, op in enumerate(ops):
@@ -107,6 +115,9 @@ class _ScopePairing:
                                              "ends in, so it was not paired (not guessed)")
             return
         found = self._find(op, end, sources)
+        if isinstance(found, str):  # a foreign node cut the op's nodes short
+            self._unaligned(op, "foreign", found)
+            return
         if found is None and self._fold_batch_norm(op):
             return
         if found is None:
@@ -183,7 +194,7 @@ class _ScopePairing:
         self.onnx_of[op.name] = node.outputs[output]
         self.alignment.segments[op.name] = self._segment(node, self.calls.of_op(op), sources)
 
-    def _find(self, op: ScriptOp, end: End, sources: Sequence[str]) -> NodeInfo | None:
+    def _find(self, op: ScriptOp, end: End, sources: Sequence[str]) -> NodeInfo | str | None:
         key = self.calls.of_op(op)
         scope = self.in_scope.get(key, [])
         wanted = self.capture.values[op.name].array
@@ -200,8 +211,21 @@ class _ScopePairing:
                 position += 1
                 node = scope[position]
             self.cursor[key] = position + 1
+            following = scope[position + 1] if position + 1 < len(scope) else None
+            if following is not None and following.op_type in end.then and (
+                    self._through_foreign(following, node)):
+                self.cursor[key] = position + 2
+                return (f"a node the exporter did not make reads {node.name}'s value, and "
+                        f"{following.name}, which ends {op.kind}'s nodes, reads it: the op's "
+                        "value is in neither")
             return node
         return None
+
+    def _through_foreign(self, following: NodeInfo, node: NodeInfo) -> bool:
+        """Whether ``following`` reads ``node``'s value only through an unscoped node."""
+        return any(producer is not None and not producer.name.startswith("/")
+                   and set(producer.inputs) & set(node.outputs)
+                   for producer in map(self.producers.get, following.inputs))
 
     def _same_permutation(self, op: ScriptOp, node: NodeInfo, rank: int) -> bool:
         """For a Transpose, whether its ``perm`` is the op's own.
@@ -212,7 +236,7 @@ class _ScopePairing:
         """
         if node.op_type != "Transpose" or self.model is None:
             return True
-        wanted = _permutation(op, rank)
+        wanted = permutation(op, rank)
         perm = next((list(attribute.ints) for attribute
                      in self.model.graph.node[node.index].attribute if attribute.name == "perm"),
                     list(reversed(range(rank))))
@@ -297,7 +321,7 @@ class _ScopePairing:
             return None
         before = self.capture.inputs_of.get(inner.name, ())
         rank = self.capture.values[op.name].array.ndim
-        first, second = _permutation(inner, rank), _permutation(op, rank)
+        first, second = permutation(inner, rank), permutation(op, rank)
         if (first is None or second is None or len(before) != 1 or before[0] not in self.onnx_of
                 or any(first[axis] != index for index, axis in enumerate(second))):
             return None
@@ -354,47 +378,3 @@ class _ScopePairing:
         logger.info("paired %d of %d traced ops with ONNX values", len(alignment.pairs),
                     len(self.capture.ops))
         return alignment
-
-
-def _permutation(op: ScriptOp, rank: int) -> list[int] | None:
-    """The axes order ``aten::transpose``, ``permute`` or ``t`` makes; ``None`` if unknown."""
-    literals = [argument.value for argument in op.arguments or ()
-                if argument.source == "constant"]
-    order = list(range(rank))
-    if op.kind == "aten::t":
-        return order[::-1]
-    if op.kind == "aten::transpose" and len(literals) == 2:
-        first, second = (axis % rank for axis in literals)
-        order[first], order[second] = order[second], order[first]
-        return order
-    if op.kind == "aten::permute" and literals and isinstance(literals[0], list):
-        return [axis % rank for axis in literals[0]]
-    return None
-
-
-def _shapes(model: Any, candidate_values: Mapping[str, CapturedValue],
-            ) -> dict[str, tuple[tuple[Any, ...], Any]]:
-    """Value -> (shape, numpy dtype): captured values as they are, the rest inferred.
-
-    A dimension shape inference leaves symbolic is ``None`` (it matches any size).
-    """
-    shapes: dict[str, tuple[tuple[Any, ...], Any]] = {}
-    if model is not None:
-        import onnx
-
-        try:
-            inferred = onnx.shape_inference.infer_shapes(model)
-        except Exception as error:  # a refinement: captured shapes still serve
-            logger.info("no shape inference on the ONNX model: %s", error)
-        else:
-            for info in inferred.graph.value_info:
-                tensor = info.type.tensor_type
-                if not tensor.HasField("shape") or not tensor.elem_type:
-                    continue
-                dims = tuple(dim.dim_value if dim.HasField("dim_value") else None
-                             for dim in tensor.shape.dim)
-                dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type)
-                shapes[info.name] = (dims, np.dtype(dtype))
-    for name, value in candidate_values.items():
-        shapes[name] = (value.array.shape, value.array.dtype)
-    return shapes

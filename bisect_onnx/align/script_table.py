@@ -15,7 +15,8 @@ import numpy as np
 
 from bisect_onnx.pytorch.script_ops import ScriptOp
 
-__all__ = ["End", "END_OF", "OutputEnd", "TUPLE_END_OF", "PASS_THROUGH", "declined"]
+__all__ = ["End", "END_OF", "OutputEnd", "TUPLE_END_OF", "PASS_THROUGH", "declined",
+           "permutation"]
 
 
 @dataclass(frozen=True)
@@ -115,4 +116,20 @@ def declined(op: ScriptOp, value: np.ndarray) -> str | None:
     if op.kind == "aten::pad" and (op.arguments is None or "circular" in literals):
         return (f"{op.kind} in circular mode (or a mode not known) is made of Slices and a "
                 "Concat, not one Pad, which the alignment does not pair (not guessed)")
+    return None
+
+
+def permutation(op: ScriptOp, rank: int) -> list[int] | None:
+    """The axes order ``aten::transpose``, ``permute`` or ``t`` makes; ``None`` if unknown."""
+    literals = [argument.value for argument in op.arguments or ()
+                if argument.source == "constant"]
+    order = list(range(rank))
+    if op.kind == "aten::t":
+        return order[::-1]
+    if op.kind == "aten::transpose" and len(literals) == 2:
+        first, second = (axis % rank for axis in literals)
+        order[first], order[second] = order[second], order[first]
+        return order
+    if op.kind == "aten::permute" and literals and isinstance(literals[0], list):
+        return [axis % rank for axis in literals[0]]
     return None
