@@ -311,8 +311,26 @@ def _called_paths(module: Any, prefix: str, method: str = "forward") -> list[str
 
 
 def _calls_per_module(model: Any, found: TopLevel) -> Counter[str]:
-    """How often each module is called, a module registered twice under its first path."""
-    return Counter(canonical_path(path, found.aliases) for path in _called_paths(model, ""))
+    """How often each module is called, a module registered twice under its first path.
+
+    By the graph's method calls, or by the callers its nodes ran under where those are
+    more: the trace may inline a call of a module registered twice (the middle one, whose
+    name it lost), leaving no method call of it. Each count is at most the true one.
+    """
+    counted = Counter(canonical_path(path, found.aliases) for path in _called_paths(model, ""))
+    for (path, _), positions in found.members.items():
+        callers = {_caller(found.nodes[position], path, found) for position in positions}
+        counted[path] = max(counted[path], len(callers - {None}))
+    return counted
+
+
+def _caller(node: Any, path: str, found: TopLevel) -> str | None:
+    """The hierarchy ``node`` ran under, down to the module at ``path`` (its caller's)."""
+    parts = [part.rstrip(")") for part in node.getModuleHierarchy().split(").")]
+    resolved = [each for each, _ in module_paths_of(node, found)]
+    if path not in resolved:
+        return None
+    return ").".join(parts[:resolved.index(path) + 1])
 
 
 def _module_paths(node: Any, found: TopLevel) -> set[str]:

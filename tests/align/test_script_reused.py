@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 import bisect_onnx
-from tests.planting import export_torchscript_at_parity, plant, scale_initializer_input
+from tests.planting import export_torchscript_at_parity, insert_mul, plant, scale_initializer_input
 from tests.torch_warnings import LEGACY_EXPORTER_DEPRECATED
 
 
@@ -184,3 +184,40 @@ def test_a_planted_axis_in_a_parameterless_module_registered_twice_is_named(tmp_
     assert report.culprit is not None and report.culprit.onnx_node == node, report.summary()
     assert report.culprit.torch_module == ("blocks.1", "blocks.1@1")[call]
     assert report.culprit.fx_node == ("softmax", "softmax_1")[call]
+
+
+class _Pool(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pool = nn.AvgPool1d(3, 1, 1)
+
+    def forward(self, x):
+        return self.pool(x.transpose(1, 2)).transpose(1, 2)
+
+
+class _PoolThrice(nn.Module):
+    """A module without tensors registered three times: the trace inlines the middle call
+    (no method call of it), so its calls were counted two, and none was told apart."""
+
+    def __init__(self):
+        super().__init__()
+        pool = _Pool()
+        self.blocks = nn.ModuleList([pool, _Feed(), _Reuse(pool), _Reuse(pool)])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+@LEGACY_EXPORTER_DEPRECATED
+def test_a_node_inserted_in_the_last_of_three_calls_is_named(tmp_path):
+    torch.manual_seed(0)
+    model, x = _PoolThrice().eval(), torch.randn(2, 5, 8)
+    clean, planted = export_torchscript_at_parity(model, x, tmp_path)
+    pools = [node.name for node in onnx.load(str(clean)).graph.node
+             if node.op_type == "AveragePool"]
+    assert len(pools) == 3
+    node, _ = plant(clean, planted, insert_mul(pools[-1], 1.5))
+    report = bisect_onnx.bisect(model, x.numpy(), onnx_model=planted)
+    assert report.culprit is not None and report.culprit.onnx_node == node, report.summary()
