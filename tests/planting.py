@@ -164,3 +164,15 @@ def clean_at_module_level(model, x, path: Path):
     assert not report.diverged and not any(row.failed for row in report.comparisons), (
         report.summary())
     return report
+
+
+def inserted_after_first(model, x, folder: Path, op_type: str):
+    """A Mul inserted after the first ``op_type`` node of ``model``'s TorchScript export,
+    bisected against ``model``: the report and the inserted node's name."""
+    import bisect_onnx
+
+    clean, planted = export_torchscript_at_parity(model, x, folder)
+    after = next(node.name for node in onnx.load(str(clean)).graph.node
+                 if node.op_type == op_type)
+    inserted, _ = plant(clean, planted, insert_mul(after, 1.5))
+    return bisect_onnx.bisect(model, x.numpy(), onnx_model=planted), inserted

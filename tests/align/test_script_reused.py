@@ -48,16 +48,20 @@ class _Reuse(nn.Module):
         return self.reused(x)
 
 
-class _Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        norm, feed = _Norm(), _Feed()
-        self.blocks = nn.ModuleList([norm, _Reuse(norm), feed, _Reuse(feed)])
+class _Chain(nn.Module):
+    """Its blocks, one after the other."""
 
     def forward(self, x):
         for block in self.blocks:
             x = block(x)
         return x
+
+
+class _Model(_Chain):
+    def __init__(self):
+        super().__init__()
+        norm, feed = _Norm(), _Feed()
+        self.blocks = nn.ModuleList([norm, _Reuse(norm), feed, _Reuse(feed)])
 
 
 @pytest.fixture(scope="module")
@@ -122,18 +126,13 @@ def test_a_planted_bias_on_the_second_call_of_a_linear_is_named(exported, tmp_pa
     assert report.culprit.fx_node == "linear_1"
 
 
-class _Thrice(nn.Module):
+class _Thrice(_Chain):
     """One block registered three times: the trace loses the middle call's name."""
 
     def __init__(self):
         super().__init__()
         feed = _Feed()
         self.blocks = nn.ModuleList([feed, _Reuse(feed), _Reuse(feed)])
-
-    def forward(self, x):
-        for block in self.blocks:
-            x = block(x)
-        return x
 
 
 @LEGACY_EXPORTER_DEPRECATED
@@ -158,16 +157,11 @@ class _Attention(nn.Module):
         return torch.matmul(torch.softmax(scores, -1), x)
 
 
-class _SharedAttention(nn.Module):
+class _SharedAttention(_Chain):
     def __init__(self):
         super().__init__()
         attention = _Attention()
         self.blocks = nn.ModuleList([_Feed(), attention, _Reuse(attention)])
-
-    def forward(self, x):
-        for block in self.blocks:
-            x = block(x)
-        return x
 
 
 @LEGACY_EXPORTER_DEPRECATED
@@ -195,7 +189,7 @@ class _Pool(nn.Module):
         return self.pool(x.transpose(1, 2)).transpose(1, 2)
 
 
-class _PoolThrice(nn.Module):
+class _PoolThrice(_Chain):
     """A module without tensors registered three times: the trace inlines the middle call
     (no method call of it), so its calls were counted two, and none was told apart."""
 
@@ -203,11 +197,6 @@ class _PoolThrice(nn.Module):
         super().__init__()
         pool = _Pool()
         self.blocks = nn.ModuleList([pool, _Feed(), _Reuse(pool), _Reuse(pool)])
-
-    def forward(self, x):
-        for block in self.blocks:
-            x = block(x)
-        return x
 
 
 @LEGACY_EXPORTER_DEPRECATED

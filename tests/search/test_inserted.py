@@ -9,7 +9,7 @@ from torch import nn
 
 import bisect_onnx
 from fixtures.registry import FIXTURES, repo_path
-from tests.planting import export_torchscript_at_parity, insert_mul, plant
+from tests.planting import insert_mul, inserted_after_first, plant
 from tests.torch_warnings import LEGACY_EXPORTER_DEPRECATED
 
 CASES = [  # fixture, export, the node the inserted Mul follows
@@ -112,11 +112,7 @@ def test_a_node_inserted_between_an_ops_nodes_is_named_not_the_op(tmp_path):
     """After the first of GELU's two Muls: the second reads the inserted node, so GELU's
     value is in neither Mul. Paired with the first, GELU failed and was named."""
     torch.manual_seed(0)
-    model, x = _LinearGelu().eval(), torch.randn(2, 4, 6)
-    clean, planted = export_torchscript_at_parity(model, x, tmp_path)
-    first_mul = next(node.name for node in onnx.load(str(clean)).graph.node
-                     if node.op_type == "Mul")
-    inserted, _ = plant(clean, planted, insert_mul(first_mul, 1.5))
-    report = bisect_onnx.bisect(model, x.numpy(), onnx_model=planted)
+    report, inserted = inserted_after_first(_LinearGelu().eval(), torch.randn(2, 4, 6),
+                                            tmp_path, "Mul")
     assert report.culprit is not None and report.culprit.onnx_node == inserted, report.summary()
     assert not any(row.fx_node == "gelu" for row in report.comparisons)

@@ -7,11 +7,9 @@ fail; before, the indices (the first failing row) were named, with the TopK.
 
 from __future__ import annotations
 
-import onnx
 import torch
 
-import bisect_onnx
-from tests.planting import export_torchscript_at_parity, insert_mul, plant
+from tests.planting import inserted_after_first
 from tests.torch_warnings import LEGACY_EXPORTER_DEPRECATED
 
 
@@ -24,12 +22,8 @@ class _TiedTopK(torch.nn.Module):
 @LEGACY_EXPORTER_DEPRECATED
 def test_indices_nothing_reads_are_not_named_for_a_divergence_after_them(tmp_path):
     torch.manual_seed(0)
-    model, x = _TiedTopK().eval(), torch.randn(2, 5, 6)
-    clean, planted = export_torchscript_at_parity(model, x, tmp_path)
-    topk = next(node.name for node in onnx.load(str(clean)).graph.node
-                if node.op_type == "TopK")
-    inserted, _ = plant(clean, planted, insert_mul(topk, 1.5))
-    report = bisect_onnx.bisect(model, x.numpy(), onnx_model=planted)
+    report, inserted = inserted_after_first(_TiedTopK().eval(), torch.randn(2, 5, 6),
+                                            tmp_path, "TopK")
     indices = next(row for row in report.comparisons if row.fx_node == "topk[1]")
     assert indices.failed  # the ties, broken apart: a real difference, read by nothing
     assert report.first_divergence is not indices
