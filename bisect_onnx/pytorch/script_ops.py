@@ -146,7 +146,7 @@ def capture_script_ops(model: Any, arrays: Sequence[np.ndarray],
         # Named like module calls with several outputs: every output by its index.
         for output, (debug_name, _) in enumerate(made):
             names[debug_name] = f"{name}[{output}]" if len(made) > 1 else name
-        arguments = _arguments(node, names, model, computed)
+        arguments = _arguments(node, names, model, computed, data)
         for output, (debug_name, index) in enumerate(made):
             op = ScriptOp(names[debug_name], node.kind(), _innermost(node, found), arguments,
                           output=output, outputs=len(made))
@@ -203,8 +203,8 @@ def _source_line(node: Any) -> Any:
     return user_source("\n".join(reversed(frames)))
 
 
-def _arguments(node: Any, names: dict[str, str], model: Any,
-               computed: dict[str, Any]) -> tuple[Argument, ...] | None:
+def _arguments(node: Any, names: dict[str, str], model: Any, computed: dict[str, Any],
+               data: set[str]) -> tuple[Argument, ...] | None:
     import torch
 
     try:
@@ -214,7 +214,8 @@ def _arguments(node: Any, names: dict[str, str], model: Any,
     arguments = []
     for value, parameter in zip(node.inputs(), schema, strict=False):
         argument = _argument(value, names, model)
-        if argument is None and value.debugName() in computed:
+        if (argument is None and value.debugName() in computed
+                and value.debugName() not in data):  # from weights alone, not the inputs
             argument = Argument("weight", computed[value.debugName()])
         if argument is None:
             return None
