@@ -25,7 +25,7 @@ from bisect_onnx.graph.walk import subgraphs
 from bisect_onnx.judge.compare import ArrayComparison, compare_arrays
 from bisect_onnx.runtime.sessions import create_session
 
-__all__ = ["LocalCheck", "run_locally", "runtime_of", "boundary_references"]
+__all__ = ["LocalCheck", "run_locally", "runtime_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +65,6 @@ def run_locally(
     opt_level: str,
     compare: Callable[[str, np.ndarray], ArrayComparison] | None = None,
     make_session: Callable[[bytes, str], Any] | None = None,
-    layer_boundaries: frozenset[str] = frozenset(),
 ) -> dict[str, LocalCheck]:
     """Check each of ``values`` locally, all in one ONNX Runtime run.
 
@@ -77,13 +76,14 @@ def run_locally(
     default ``compare_arrays`` against ``reference_values`` at ``rtol`` and ``atol``.
     A value without a reference value is not checked. ``make_session(bytes, label)``:
     the candidate's runtime, where it is not ONNX Runtime (OpenVINO, in its precision).
-    ``layer_boundaries``: values between two of production's executed layers that the
-    capture could not ask for (OpenVINO): no kernel holds them, so they are cut at too.
+    A value between two of OpenVINO's executed layers that the capture could not ask
+    for is not a place to cut either: production did not hand it out, so nothing says
+    it is right there, and the error that reaches the checked value may enter at it.
     """
     graph = model.graph
     # Only values both sides captured stop the walk back: see above.
     checkpoints = {name: array for name, array in reference_values.items()
-                   if name in candidate_values or name in layer_boundaries}
+                   if name in candidate_values}
     checks = {value: LocalCheck(value) for value in values}
     combined = _CombinedSegments()
     for number, value in enumerate(values):
@@ -117,21 +117,7 @@ def run_locally(
 def runtime_of(candidate: Any) -> dict[str, Any]:
     """``run_locally``'s runtime keywords for a candidate side (its own sessions, if any)."""
     return {"provider": candidate.provider, "opt_level": candidate.opt_level,
-            "make_session": getattr(candidate, "local_session", None),
-            "layer_boundaries": getattr(candidate, "layer_boundaries", frozenset())}
-
-
-def boundary_references(candidate: Any, reference_values: Mapping[str, np.ndarray],
-                        torch_values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """``reference_values`` with PyTorch's values of the candidate's layer boundaries.
-
-    Values between two of production's executed layers that the capture could not ask
-    for (OpenVINO) are cut at on PyTorch's values (by their FX names, a dynamo export's
-    value names): no kernel holds them, and the segments stay one layer long.
-    """
-    boundaries = getattr(candidate, "layer_boundaries", ())
-    return {**{name: torch_values[name] for name in boundaries if name in torch_values},
-            **reference_values}
+            "make_session": getattr(candidate, "local_session", None)}
 
 
 def _prefix(number: int) -> str:
