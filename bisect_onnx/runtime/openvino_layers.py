@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-__all__ = ["ExecutedLayer", "GraphIndex", "executed_layers", "BOOKKEEPING_LAYERS"]
+__all__ = ["ExecutedLayer", "GraphIndex", "executed_layers", "BOOKKEEPING_LAYERS",
+           "LAYOUT_OPS"]
 
 #: Layers that hold or hand on data without computing it: their presence depends on
 #: which values are outputs (a Reorder into an output's layout, an Output per result).
 BOOKKEEPING_LAYERS = frozenset({"Input", "Parameter", "Const", "Output", "Result",
                                 "Reorder"})
+#: ONNX ops that only move data: OpenVINO moves a folded scale across them.
+LAYOUT_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten"})
 _NUMBER = re.compile(r"\d+")
 
 
@@ -40,6 +43,8 @@ class GraphIndex:
     """Tensor name -> the ONNX nodes that read it."""
     inputs: dict[str, tuple[str, ...]] = field(default_factory=dict)
     outputs: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    op_types: dict[str, str] = field(default_factory=dict)
+    """ONNX node name -> its op type."""
 
     @classmethod
     def of(cls, nodes: Sequence[Any]) -> GraphIndex:
@@ -55,7 +60,8 @@ class GraphIndex:
                    inputs={node.name: tuple(name for name in node.inputs if name)
                            for node in nodes},
                    outputs={node.name: tuple(name for name in node.outputs if name)
-                            for node in nodes})
+                            for node in nodes},
+                   op_types={node.name: node.op_type for node in nodes})
 
     def onnx_node(self, name: str) -> str | None:
         """The ONNX node an OpenVINO operation's name stands for, if any."""
@@ -98,8 +104,15 @@ class ExecutedLayer:
 
 
 def executed_layers(compiled: Any, index: GraphIndex) -> list[ExecutedLayer]:
-    """The compiled model's computing layers, in execution order (bookkeeping left out)."""
-    layers = []
+    """The compiled model's computing layers, in execution order (bookkeeping left out).
+
+    A node OpenVINO names only by a part it split off (``node_MatMul_3/transpose_b``,
+    the weight's transpose) was computed elsewhere: in the layer that reads its
+    outputs, when one layer does (the FullyConnected named after the bias Add fused
+    into it). It is counted in that layer too, so that the layer a culprit ran in is
+    the one that computed it, and its output is not taken for a value leaving a layer.
+    """
+    layers, whole, parts = [], set(), set()
     for op in compiled.get_runtime_model().get_ordered_ops():
         info = op.get_rt_info()
         layer_type = info["layerType"].astype(str)
@@ -113,12 +126,31 @@ def executed_layers(compiled: Any, index: GraphIndex) -> list[ExecutedLayer]:
             node = index.onnx_node(name)
             if node is None:
                 own.append(_NUMBER.sub("#", name))
-            else:
-                nodes.add(node)
+                continue
+            nodes.add(node)
+            (whole if node == name or name in index.producer else parts).add(node)
         layers.append(ExecutedLayer(
             name=op.get_friendly_name(), layer_type=layer_type,
             runtime_precision=info["runtimePrecision"].astype(str),
             output_precisions=info["outputPrecisions"].astype(str),
             nodes=tuple(sorted(nodes, key=index.order.__getitem__)),
             own_operations=tuple(sorted(own))))
+    return _with_split_nodes(layers, index, parts - whole)
+
+
+def _with_split_nodes(layers: list[ExecutedLayer], index: GraphIndex,
+                      split: set[str]) -> list[ExecutedLayer]:
+    """Each node named only by a split-off part, added to the one layer reading it."""
+    holding = {node: position for position, layer in enumerate(layers) for node in layer.nodes}
+    added: dict[int, set[str]] = {}
+    for node in split:
+        readers = {reader for value in index.outputs.get(node, ())
+                   for reader in index.consumers.get(value, ())}
+        positions = {holding.get(reader) for reader in readers}
+        if len(positions) == 1 and None not in positions:
+            added.setdefault(positions.pop(), set()).add(node)
+    for position, nodes in added.items():
+        layer = layers[position]
+        layers[position] = replace(layer, nodes=tuple(sorted(
+            {*layer.nodes, *nodes}, key=index.order.__getitem__)))
     return layers

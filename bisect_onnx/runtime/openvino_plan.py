@@ -13,17 +13,23 @@ and a value handed out as float32 makes its bf16 layer write float32. So:
 3. the capture is compiled and its layers compared with production's, signature by
    signature (type, runtime precision, output precisions, the ONNX nodes and
    OpenVINO's own operations fused in);
-4. for every production layer the capture lost, the captured values touching it are
-   dropped (its inputs and outputs first, then a node further each time it still
-   changes), and the capture compiled again, until the layers are production's.
+4. a first guess at what broke each production layer the capture lost: the values
+   its own nodes hand out (a Subgraph's last Transpose splits off when its output is
+   an output), and where the layer holds an operation OpenVINO made itself (a scale
+   folded into a FullyConnected's weights), the Reshapes and Transposes after it,
+   across which the scale was moved. Those are dropped and the capture compiled
+   again; on BERT-base this gives production's layers in the second compilation
+   (and the guess is kept: trying its values back would cost a compilation each).
+5. Where it does not, the values touching each layer still lost are dropped (its
+   inputs and outputs first, then a node further each round), until the layers are
+   production's, and the dropped values are then tried back, every changed layer's
+   group in the same compilation: a fusion is broken near the value that breaks it,
+   so a layer changed again is blamed on the groups near it, which are halved
+   (within :data:`MAX_RESTORES` compilations).
 
-Dropping by neighbourhood drops more than it must (a Convolution's input is dropped
-with the residual input that broke its in-place sum), so the dropped values are then
-tried back in groups (halved where a group changes the layers, within
-:data:`MAX_RESTORES` compilations), each group kept only where the layers stay
-production's. What stays dropped is inside production's fusions as far as the
-capture can tell: such a value is pinned by running its nodes locally on reference
-values (as for ONNX Runtime's fused kernels). A plan that cannot reach production's layers within
+What stays dropped is inside production's fusions as far as the capture can tell:
+such a value is pinned by running its nodes locally on reference values (as for ONNX
+Runtime's fused kernels). A plan that cannot reach production's layers within
 :data:`MAX_ROUNDS` keeps nothing: the capture is then production itself.
 """
 
@@ -35,7 +41,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bisect_onnx.runtime.openvino_layers import ExecutedLayer, GraphIndex
+from bisect_onnx.runtime.openvino_layers import LAYOUT_OPS, ExecutedLayer, GraphIndex
 from bisect_onnx.runtime.openvino_sessions import NARROW_TYPES
 
 __all__ = ["OpenVinoPlan", "plan_capture", "leaving_values", "MAX_ROUNDS"]
@@ -79,21 +85,21 @@ class OpenVinoPlan:
                 "layers_match_production": self.layers_match_production,
                 "fusions_match_production": self.layers_match_production}
 
-    def layer_of(self, node: str) -> ExecutedLayer | None:
-        """Production's executed layer that computes ONNX node ``node``."""
-        return next((layer for layer in self.production_layers if node in layer.nodes), None)
-
 
 def leaving_values(layers: Sequence[ExecutedLayer], index: GraphIndex,
                    finals: set[str]) -> dict[str, ExecutedLayer]:
     """Each value that leaves its layer (read by a node outside it), with that layer.
 
-    The graph's final outputs are outputs already and are not listed.
+    The graph's final outputs are outputs already and are not listed. A node held by
+    two layers (a part split off it runs first) leaves from the last, which computes it.
     """
+    home = {node: position for position, layer in enumerate(layers) for node in layer.nodes}
     leaving: dict[str, ExecutedLayer] = {}
-    for layer in layers:
+    for position, layer in enumerate(layers):
         inside = set(layer.nodes)
         for node in layer.nodes:
+            if home[node] != position:
+                continue
             for value in index.outputs[node]:
                 if value in finals or value in leaving:
                     continue
@@ -114,32 +120,89 @@ def plan_capture(production_layers: list[ExecutedLayer], index: GraphIndex,
     """
     leaving = leaving_values(production_layers, index, finals)
     plan = OpenVinoPlan(production_layers, candidates=list(leaving))
+    trial = _Trial(plan, leaving, compile_capture)
     wanted = list(leaving)
+    lost = trial(wanted)
+    plan.rounds = 1
+    if not lost:
+        return plan
+    # First guess: what the changed layers hand out themselves (module docstring);
+    # none where only the order changed, which says nothing of where.
+    for layer in lost if len(lost) < len(production_layers) else ():
+        for value in _handed_out(layer, index):
+            if value in leaving:
+                plan.dropped.setdefault(value, layer.name)
+    guessed = set(plan.dropped)
+    regions: dict[str, list[str]] = {}
     radius: Counter = Counter()
-    for plan.rounds in range(1, MAX_ROUNDS + 1):
-        types = {name: NARROW_TYPES[leaving[name].output_precision] for name in wanted
-                 if leaving[name].output_precision in NARROW_TYPES}
-        plan.compiled, plan.capture_layers = compile_capture(wanted, types)
-        plan.captured, plan.element_types = list(wanted), types
-        lost = Counter(layer.signature() for layer in production_layers) - Counter(
-            layer.signature() for layer in plan.capture_layers)
-        if not lost and plan.layers_match_production:
-            if plan.dropped:
-                _restore(plan, leaving, compile_capture)
-            return plan
-        changed = [layer for layer in production_layers if layer.signature() in lost] or (
-            production_layers)  # the same layers in another order: nothing to go by
-        touching: dict[str, str] = {}
-        for layer in changed:
-            for value in _touching(layer, index, radius[layer.signature()]):
-                touching.setdefault(value, layer.name)
-            radius[layer.signature()] += 1
+    while True:
+        wanted = [name for name in wanted if name not in plan.dropped]
+        plan.rounds += 1
+        lost = trial(wanted if plan.rounds < MAX_ROUNDS else [])
+        if not lost or plan.rounds == MAX_ROUNDS:
+            break
         logger.info("OpenVINO capture round %d: %d of production's layers changed",
-                    plan.rounds, len(changed))
-        kept = [name for name in wanted if name not in touching]
-        plan.dropped.update({name: touching[name] for name in wanted if name in touching})
-        wanted = kept if plan.rounds < MAX_ROUNDS - 1 else []
+                    plan.rounds, len(lost))
+        for layer in lost:  # drop by neighbourhood, a node further each round
+            for value in sorted(_touching(layer, index, radius[layer.signature()]) & set(wanted),
+                                key=plan.candidates.index):
+                plan.dropped[value] = layer.name
+                regions.setdefault(layer.name, []).append(value)
+            radius[layer.signature()] += 1
+    if lost:  # not even production's outputs alone: nothing kept
+        return plan
+    if regions:  # the first guess was not enough: every dropped value is tried back
+        for value in guessed:
+            regions.setdefault(plan.dropped[value], []).append(value)
+        _restore(plan, regions, trial, index)
     return plan
+
+
+class _Trial:
+    """Compiles captures; keeps in the plan the last one whose layers are production's."""
+
+    def __init__(self, plan: OpenVinoPlan, leaving: dict[str, ExecutedLayer],
+                 compile_capture: Callable[[list[str], dict[str, str]],
+                                           tuple[Any, list[ExecutedLayer]]]) -> None:
+        self.plan, self.leaving, self.compile_capture = plan, leaving, compile_capture
+
+    def __call__(self, wanted: Sequence[str]) -> list[ExecutedLayer]:
+        """Production's layers the capture asking for ``wanted`` does not execute."""
+        plan, order = self.plan, {name: position for position, name
+                                  in enumerate(self.plan.candidates)}
+        wanted = sorted(wanted, key=order.__getitem__)
+        types = {name: NARROW_TYPES[self.leaving[name].output_precision] for name in wanted
+                 if self.leaving[name].output_precision in NARROW_TYPES}
+        compiled, layers = self.compile_capture(wanted, types)
+        lost = Counter(layer.signature() for layer in plan.production_layers) - Counter(
+            layer.signature() for layer in layers)
+        changed = [layer for layer in plan.production_layers if layer.signature() in lost]
+        if not changed and [layer.signature() for layer in layers] != [
+                layer.signature() for layer in plan.production_layers]:
+            changed = list(plan.production_layers)  # another order: nothing to go by
+        if not changed or not plan.capture_layers or not wanted:
+            plan.compiled, plan.capture_layers = compiled, layers
+            plan.captured, plan.element_types = wanted, types
+        return changed
+
+
+def _handed_out(layer: ExecutedLayer, index: GraphIndex) -> set[str]:
+    """The values a layer's nodes hand out, and where it folded an op, the layout after.
+
+    A layer holding an operation OpenVINO made itself (a scale folded into a
+    FullyConnected's weights) may have pulled it back across the Reshapes and
+    Transposes after it: a value on that path is where the folded op would have to be
+    computed again.
+    """
+    values = {value for node in layer.nodes for value in index.outputs[node]}
+    frontier = list(values) if layer.own_operations else []
+    while frontier:
+        for reader in index.consumers.get(frontier.pop(), ()):
+            if index.op_types.get(reader) in LAYOUT_OPS and reader not in layer.nodes:
+                new = set(index.outputs[reader]) - values
+                values |= new
+                frontier.extend(new)
+    return values
 
 
 def _touching(layer: ExecutedLayer, index: GraphIndex, radius: int) -> set[str]:
@@ -154,31 +217,49 @@ def _touching(layer: ExecutedLayer, index: GraphIndex, radius: int) -> set[str]:
     return values
 
 
-def _restore(plan: OpenVinoPlan, leaving: dict[str, ExecutedLayer],
-             compile_capture: Callable[[list[str], dict[str, str]],
-                                       tuple[Any, list[ExecutedLayer]]]) -> None:
-    """Try the dropped values back in groups; keep each group the layers allow.
+def _restore(plan: OpenVinoPlan, regions: dict[str, list[str]], trial: _Trial,
+             index: GraphIndex) -> None:
+    """Try the dropped values back, one group of each changed layer's per compilation.
 
-    The plan always holds the last capture that compiled to production's layers.
+    What breaks a fusion breaks it near itself, so the groups of layers far apart are
+    tried in one compilation, and a layer it changes is blamed on the groups near it
+    (all of them where none is): a blamed group is halved, the others kept for now.
+    The plan always holds the last capture that compiled to production's layers, and
+    the values kept for now are in every later compilation until one does.
     """
-    order = {name: position for position, name in enumerate(plan.candidates)}
-    groups = [sorted(plan.dropped, key=order.__getitem__)]
+    queues = {name: [values] for name, values in regions.items()}
+    pending: list[str] = []
     spent = 0
-    while groups and spent < MAX_RESTORES:
-        group = groups.pop(0)
-        wanted = sorted([*plan.captured, *group], key=order.__getitem__)
-        types = {name: NARROW_TYPES[leaving[name].output_precision] for name in wanted
-                 if leaving[name].output_precision in NARROW_TYPES}
-        compiled, layers = compile_capture(wanted, types)
+    while any(queues.values()) and spent < MAX_RESTORES:
+        tried = {name: queue.pop(0) for name, queue in queues.items() if queue}
+        lost = trial([*plan.captured, *pending, *(value for group in tried.values()
+                                                   for value in group)])
         spent += 1
-        if [layer.signature() for layer in layers] == [
-                layer.signature() for layer in plan.production_layers]:
-            plan.compiled, plan.capture_layers = compiled, layers
-            plan.captured, plan.element_types = wanted, types
-            for name in group:
-                del plan.dropped[name]
-        elif len(group) > 1:
-            half = len(group) // 2
-            groups[:0] = [group[:half], group[half:]]
-    logger.info("OpenVINO capture: %d value(s) restored in %d compilation(s)",
+        if not lost:
+            pending = []
+            for group in tried.values():
+                for value in group:
+                    plan.dropped.pop(value, None)
+            continue
+        blamed = _blamed(lost, tried, index)
+        for name, group in tried.items():
+            if name not in blamed:
+                pending.extend(group)
+            elif len(group) > 1:
+                queues[name][:0] = [group[:len(group) // 2], group[len(group) // 2:]]
+    if pending and not trial([*plan.captured, *pending]):
+        for value in pending:
+            plan.dropped.pop(value, None)
+    logger.info("OpenVINO capture: %d value(s) kept after %d restoring compilation(s)",
                 len(plan.captured), spent)
+
+
+def _blamed(lost: Sequence[ExecutedLayer], tried: dict[str, list[str]],
+            index: GraphIndex) -> set[str]:
+    """The tried groups near a changed layer (every group, where none is near one)."""
+    blamed: set[str] = set()
+    for layer in lost:
+        near = _touching(layer, index, 2)
+        close = {name for name, group in tried.items() if near.intersection(group)}
+        blamed |= close or set(tried)
+    return blamed

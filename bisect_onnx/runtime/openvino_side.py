@@ -81,6 +81,7 @@ class OpenVinoSide:
         """The inference precision asked for, or the CPU's default (``bf16``, ``f32``)."""
         self.asked_precision = precision
         self.plan: OpenVinoPlan | None = None
+        self._read_model: Any = None
         self._production: OpenVinoSession | None = None
         self._capture: OpenVinoSession | None = None
         self.production_layers: list[ExecutedLayer] | None = None
@@ -123,23 +124,20 @@ class OpenVinoSide:
                 "production_check": self.production_check,
                 "production_max_abs_difference": self.production_difference}
 
-    @property
-    def layer_boundaries(self) -> frozenset[str]:
-        """Values leaving one of production's executed layers, captured or not."""
-        if self.promote == "all" or self.plan is None:
-            return frozenset()
-        return frozenset(self.plan.candidates)
-
     def layer_of(self, node: str) -> ExecutedLayer | None:
-        """Production's executed layer that computes ONNX node ``node``."""
+        """Production's executed layer that computes ONNX node ``node``.
+
+        The last that holds it: a part split off a node (a weight's transpose) runs
+        before the layer that computes the node's output.
+        """
         self.prepare()
-        return next((layer for layer in self.production_layers or () if node in layer.nodes),
-                    None)
+        return next((layer for layer in reversed(self.production_layers or ())
+                     if node in layer.nodes), None)
 
     def prepare(self) -> OpenVinoPlan | None:
         """Production compiled and its layers read; the capture planned (made once)."""
         if self._production is None:
-            compiled = self._compile(read_model(self._core, self.path, self.label))
+            compiled = self._compile(self._read())
             self._production = OpenVinoSession(compiled, self.label)
             self.production_layers = executed_layers(compiled, self.index)
         if self.plan is None and self.promote == "fused":
@@ -160,7 +158,7 @@ class OpenVinoSide:
             if self._capture is None:
                 names = [name for node in self.nodes if node.op_type != "Constant"
                          for name in node.outputs if name]
-                model = with_outputs(read_model(self._core, self.path, self.label), names)
+                model = with_outputs(self._read(), names)
                 self._capture = OpenVinoSession(self._compile(model), self.label)
             return self._captured(self._capture.run_all(feeds))
         by_name = self._capture.run_all(feeds)
@@ -211,9 +209,14 @@ class OpenVinoSide:
 
     def _compile_capture(self, names: list[str], types: dict[str, str]
                          ) -> tuple[Any, list[ExecutedLayer]]:
-        model = with_outputs(read_model(self._core, self.path, self.label), names, types)
-        compiled = self._compile(model)
+        compiled = self._compile(with_outputs(self._read(), names, types))
         return compiled, executed_layers(compiled, self.index)
+
+    def _read(self) -> Any:
+        """A fresh copy of the user's model as OpenVINO read it (read from disk once)."""
+        if self._read_model is None:
+            self._read_model = read_model(self._core, self.path, self.label)
+        return self._read_model.clone()
 
     def _compile(self, model: Any) -> Any:
         return compile_model(self._core, model, self.asked_precision, self.label)

@@ -51,22 +51,87 @@ def test_a_value_that_breaks_a_fusion_is_dropped_and_the_rest_kept_in_their_prec
     calls: list = []
     plan = plan_capture(PRODUCTION, INDEX, {"out"}, _compiler(calls))
     assert plan.layers_match_production and plan.compiled == "same"
-    # Round 1 asks for both, in bf16 (their layers' output precision); the split L2
-    # drops what touches it; the restore tries r1 back, which splits L2 again.
+    # Round 1 asks for both, in bf16 (their layers' output precision). The first guess
+    # drops what the split L2 hands out (r2); r1 still splits it, so round 2 drops by
+    # neighbourhood, and the restore tries both back.
     assert calls[0] == (["r1", "r2"], {"r1": "bf16", "r2": "bf16"})
+    assert calls[1] == (["r1"], {"r1": "bf16"})
+    assert calls[2] == ([], {})
     assert plan.dropped == {"r1": "L2"}
     assert "r1" not in plan.captured
-    assert calls[1] == ([], {})  # round 2: without r1 and r2, production's layers
-    assert any("r1" in names for names, _ in calls[2:])  # the restore tried it back
 
 
 def test_a_dropped_value_that_did_not_break_anything_is_restored():
     calls: list = []
     plan = plan_capture(PRODUCTION, INDEX, {"out"}, _compiler(calls))
-    # Dropping by neighbourhood drops r2 with r1 (both touch L2); r2 alone keeps the
-    # layers, so the restore brings it back.
     assert plan.captured == ["r2"]
     assert plan.element_types == {"r2": "bf16"}
+    assert [names for names, _ in calls[-1:]] == [["r2"]]
+
+
+# x -> fc -> view -> tr -> mm -> out, and fc2 far away: OpenVINO folds a scale into fc
+# across view and tr, which asking for any of their values undoes.
+FOLDING = [NodeInfo(0, "fc", "MatMul", ("f",), None, ("x",)),
+           NodeInfo(1, "view", "Reshape", ("v",), None, ("f",)),
+           NodeInfo(2, "tr", "Transpose", ("t",), None, ("v",)),
+           NodeInfo(3, "mm", "MatMul", ("m",), None, ("t", "x")),
+           NodeInfo(4, "fc2", "MatMul", ("g",), None, ("m",)),
+           NodeInfo(5, "relu", "Relu", ("out",), None, ("g",))]
+FOLDING_INDEX = GraphIndex.of(FOLDING)
+FC = ExecutedLayer("fc", "FullyConnected", "f32", "f32", ("fc",), ("Multiply_#",))
+FOLDED = [FC, *(ExecutedLayer(node.name, "Op", "f32", "f32", (node.name,))
+                for node in FOLDING[1:])]
+
+
+def test_a_scale_folded_across_layout_ops_is_found_in_one_round():
+    calls: list = []
+
+    def compile_capture(names, types):
+        calls.append(list(names))
+        if {"f", "v", "t"} & set(names):  # the scale stays out of the FullyConnected
+            return "unfolded", [FC.__class__(**{**FC.__dict__, "own_operations": ()}),
+                                *FOLDED[1:]]
+        return "folded", list(FOLDED)
+
+    plan = plan_capture(FOLDED, FOLDING_INDEX, {"out"}, compile_capture)
+    # The changed layer folded an op: its output and the layout ops after it are
+    # dropped at once, the rest kept, and nothing more is compiled.
+    assert calls == [["f", "v", "t", "m", "g"], ["m", "g"]]
+    assert plan.compiled == "folded" and plan.captured == ["m", "g"]
+    assert set(plan.dropped) == {"f", "v", "t"}
+
+
+def test_groups_of_distant_layers_are_tried_back_in_one_compilation():
+    # Two far-apart copies of the in-place sum, each broken by its residual input.
+    nodes = [*NODES[:5], NodeInfo(5, "conv3", "Conv", ("c3",), None, ("r2",)),
+             NodeInfo(6, "relu3", "Relu", ("r3",), None, ("c3",)),
+             NodeInfo(7, "conv4", "Conv", ("c4",), None, ("r3",)),
+             NodeInfo(8, "conv5", "Conv", ("c5",), None, ("c4",)),
+             NodeInfo(9, "add2", "Add", ("s2",), None, ("c5", "c4")),
+             NodeInfo(10, "relu4", "Relu", ("out",), None, ("s2",))]
+    index = GraphIndex.of(nodes)
+    production = [_layer("L1", "conv1", "relu1"), _layer("L2", "conv2", "add", "relu2"),
+                  _layer("L3", "conv3", "relu3"), _layer("L4", "conv4"),
+                  _layer("L5", "conv5", "add2", "relu4")]
+    calls: list = []
+
+    def compile_capture(names, types):
+        calls.append(list(names))
+        layers = list(production)
+        if "r1" in names:
+            layers[1:2] = [_layer("L2a", "conv2"), _layer("L2b", "add", "relu2")]
+        if "c4" in names:
+            layers[-1:] = [_layer("L5a", "conv5"), _layer("L5b", "add2", "relu4")]
+        return len(calls), layers
+
+    plan = plan_capture(production, index, {"out"}, compile_capture)
+    assert plan.layers_match_production
+    assert set(plan.dropped) == {"r1", "c4"}
+    assert set(plan.captured) == {"r2", "r3"}
+    # Each restoring compilation tries a group from both changed layers at once.
+    restoring = calls[3:]
+    assert any({"r1", "c4"} <= set(names) for names in restoring)
+    assert len(restoring) <= 4
 
 
 def test_bf16_rounding_is_float_precision_where_the_runtime_computes_in_bf16():
