@@ -54,7 +54,7 @@ NO_METADATA = (
 )
 
 NOT_CAPTURED = (
-    "the module's output is not among the captured values (inside a kernel ONNX Runtime "
+    "the module's output is not among the captured values (inside a kernel the runtime "
     "fused, with fusion-preserving capture; --promote all compares it)"
 )
 TRANSPOSED = (

@@ -54,7 +54,7 @@ NOT_IN_CANDIDATE = (
     "no value of this name in the candidate graph (fused, folded or renamed by the tool "
     "that made it)")
 NOT_CAPTURED = (
-    "its candidate value is not among the captured values (inside a kernel ONNX Runtime "
+    "its candidate value is not among the captured values (inside a kernel the runtime "
     "fused; --promote all captures it)")
 RESHAPED = (
     "the candidate's value of this name has another shape ({candidate} against {reference}): "

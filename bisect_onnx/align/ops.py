@@ -54,9 +54,10 @@ class OpAlignment:
 
 
 RUNTIME_FUSED = (
-    "ONNX Runtime fused its node into a kernel of the optimized graph, so the value never "
-    "exists in production; fusion-preserving capture leaves it out (--promote all shows it, "
-    "at the price of running other kernels)"
+    "the runtime fused its node into a kernel with others (ONNX Runtime's optimized graph, "
+    "OpenVINO's executed layers), so the value never exists in production; "
+    "fusion-preserving capture leaves it out (--promote all shows it, at the price of "
+    "running other kernels)"
 )
 
 

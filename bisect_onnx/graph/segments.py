@@ -138,10 +138,10 @@ def _known_source(
 
 
 def _cut_short(name: str, candidate_values: Mapping[str, np.ndarray]) -> str:
-    """The source of a value still open after :data:`MAX_SEGMENT_NODES` nodes: ONNX Runtime's."""
+    """The source of a value still open after :data:`MAX_SEGMENT_NODES` nodes: the candidate's."""
     if name not in candidate_values:
         raise InputError(f"the repro segment is cut at {name!r} after {MAX_SEGMENT_NODES} "
-                         "nodes, but ONNX Runtime's value of it was not given")
+                         "nodes, but the candidate's value of it was not given")
     return InputSource.CANDIDATE
 
 

@@ -138,9 +138,9 @@ def _failure_message(report: Report, label: str, records: list, warnings: list[s
     details = "; ".join(warnings + [
         f"output {record.index} ({record.onnx_value}): {record.status}, max abs "
         f"{record.max_abs_error}" for record in failing])
-    return (f"ONNX parity of {label} broke in a plain ONNX Runtime session ({details}), "
-            "but not when every value is recorded: the difference lives in what ONNX "
-            "Runtime fuses when nothing is promoted")
+    return (f"ONNX parity of {label} broke in production's plain run ({details}), "
+            "but not when every value is recorded: the difference lives in what the "
+            "runtime fuses when nothing is promoted")
 
 
 def _file_name(label: str) -> str:

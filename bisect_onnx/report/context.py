@@ -79,9 +79,9 @@ def ran_in(candidate: Any, record: Record) -> dict[str, Any]:
     so the provider is left ``None`` rather than guessed.
     """
     layer_of = getattr(candidate, "layer_of", None)
-    if layer_of is not None:  # OpenVINO: the layer its compiled model executed
+    if layer_of is not None:  # a compiling runtime (OpenVINO): the layer it executed
         layer = layer_of(record.onnx_node)
-        return {"runtime": "openvino", "inference_precision": candidate.precision,
+        return {"runtime": candidate.runtime, "inference_precision": candidate.precision,
                 "layer": layer.to_dict() if layer is not None else None}
     from bisect_onnx.runtime.sessions import CPU_PROVIDER
 

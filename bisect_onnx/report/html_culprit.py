@@ -32,7 +32,7 @@ _VALUE_SOURCES = {
     "reference": "compared against PyTorch",
     "initializer": "a weight stored in the ONNX file",
     "graph_input": "an input of the model",
-    "candidate": "computed by ONNX Runtime only",
+    "candidate": "computed by the candidate's runtime only",
 }
 
 

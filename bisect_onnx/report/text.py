@@ -14,6 +14,7 @@ from bisect_onnx.report.formatting import (
     format_record_shape,
 )
 from bisect_onnx.report.verdict import describe_origin, fed_description, ops_scope
+from bisect_onnx.runtime.runtimes import display_name
 
 if TYPE_CHECKING:  # types only: records import this module to format themselves
     from bisect_onnx.judge.records import Record, Report
@@ -40,7 +41,7 @@ _SQNR_HEADER = "SQNR dB"
 _KIND_TITLES = {
     "module": "module outputs",
     "fused": "ops fused into another op's ONNX node by the exporter's optimizer",
-    "runtime-fused": "ops inside a kernel ONNX Runtime fused (no value in production)",
+    "runtime-fused": "ops inside a kernel {runtime} fused (no value in production)",
     "not-probed": "ops not probed (over the memory budget, values are fetched only to "
                   "locate the divergence)",
     "removed": "ops that returned their input unchanged (removed; compared at the input)",
@@ -133,7 +134,8 @@ def group_not_compared(report: Report) -> list[tuple[str, list[str]]]:
         return list(groups.items())
     for item in [*report.unaligned, *report.onnx_unaligned]:
         groups.setdefault(item.kind, []).append(item.name)
-    return [(f"{_KIND_TITLES.get(kind, kind)} ({len(names)})", names)
+    runtime = display_name((report.environment or {}).get("runtime"))
+    return [(f"{_KIND_TITLES.get(kind, kind).format(runtime=runtime)} ({len(names)})", names)
             for kind, names in groups.items()]
 
 
@@ -170,7 +172,8 @@ def coverage_line(report: Report) -> str:
         in_kernels = sum(item.kind == "runtime-fused" for item in report.unaligned)
         parts.append(f"{coverage.compared_ops} of {coverage.torch_ops} torch ops"
                      f"{ops_scope(coverage)} compared ({coverage.fused_ops} fused by the "
-                     f"exporter, {in_kernels} inside ONNX Runtime's kernels)")
+                     f"exporter, {in_kernels} inside "
+                     f"{display_name((report.environment or {}).get('runtime'))}'s kernels)")
         parts.append(f"{_percent(coverage.fx_named_compared, coverage.fx_named_values)} of "
                      f"{coverage.fx_named_values} floating-point ONNX values named after an "
                      "op compared")

@@ -108,8 +108,9 @@ def _diverged_line(report: Report, basis: str) -> str:
 
 def _runtime(report: Report) -> str:
     """The candidate's runtime, by name."""
-    openvino = (report.environment or {}).get("runtime") == "openvino"
-    return "OpenVINO" if openvino else "ONNX Runtime"
+    from bisect_onnx.runtime.runtimes import display_name
+
+    return display_name((report.environment or {}).get("runtime"))
 
 
 def _executed_layer(report: Report, record: Record) -> str | None:
@@ -128,12 +129,13 @@ def _executed_layer(report: Report, record: Record) -> str | None:
                f"its value is output by ONNX Runtime's kernel {kernel['name']!r} ({kind})")
         return f"{how} on {ran['provider']}"
     layer = ran.get("layer")
-    if ran.get("runtime") != "openvino" or not layer:
+    if not layer:
         return None
     others = [name for name in layer["nodes"] if name != record.onnx_node]
     fused = f", fused with {', '.join(others[:4])}{', …' if len(others) > 4 else ''}" if (
         others) else ""
-    return (f"ran in OpenVINO's executed layer {layer['name']!r} ({layer['type']}, runtime "
+    return (f"ran in {_runtime(report)}'s executed layer {layer['name']!r} ({layer['type']}, "
+            f"runtime "
             f"precision {layer['runtime_precision']}, inference precision "
             f"{ran['inference_precision']}{fused})")
 

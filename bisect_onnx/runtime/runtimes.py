@@ -12,14 +12,23 @@ from typing import Any
 from bisect_onnx.errors import UsageError
 
 __all__ = ["ONNXRUNTIME", "OPENVINO", "RUNTIMES", "OV_PRECISIONS", "check_runtime_name",
-           "import_openvino"]
+           "import_openvino", "display_name", "REPOSITORIES"]
 
 ONNXRUNTIME = "onnxruntime"
 OPENVINO = "openvino"
 RUNTIMES = (ONNXRUNTIME, OPENVINO)
+#: How the report names each runtime, and where its kernel bugs are filed: the one
+#: place a new runtime's name is written.
+DISPLAY_NAMES = {ONNXRUNTIME: "ONNX Runtime", OPENVINO: "OpenVINO"}
+REPOSITORIES = {ONNXRUNTIME: "microsoft/onnxruntime", OPENVINO: "openvinotoolkit/openvino"}
 #: OpenVINO's ``INFERENCE_PRECISION_HINT`` values; ``None`` keeps the device's default
 #: (bf16 on CPUs with AMX or AVX-512 BF16, else f32).
 OV_PRECISIONS = ("f32", "f16", "bf16")
+
+
+def display_name(runtime: str | None) -> str:
+    """The runtime's name in the report's sentences (ONNX Runtime where none is said)."""
+    return DISPLAY_NAMES.get(runtime or ONNXRUNTIME, runtime or DISPLAY_NAMES[ONNXRUNTIME])
 
 
 def import_openvino() -> Any:

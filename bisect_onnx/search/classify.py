@@ -65,9 +65,12 @@ class KernelRuntime:
 
 def kernel_runtime(candidate: object) -> KernelRuntime:
     """The runtime of a candidate side (OpenVINO's precision where it is narrower)."""
-    if getattr(candidate, "runtime", None) == "openvino":
+    from bisect_onnx.runtime.runtimes import ONNXRUNTIME, REPOSITORIES, display_name
+
+    runtime = getattr(candidate, "runtime", None) or ONNXRUNTIME
+    if runtime != ONNXRUNTIME:
         precision = getattr(candidate, "precision", None)
-        return KernelRuntime("OpenVINO", "openvinotoolkit/openvino",
+        return KernelRuntime(display_name(runtime), REPOSITORIES.get(runtime, runtime),
                              precision if precision in _NARROW_EPSILON else None)
     return KernelRuntime()
 

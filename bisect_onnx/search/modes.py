@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 
 FULL_CAPTURE = {"mode": "full capture"}
 MEMORY = ("both sides' values ({need}) would not fit in the memory budget ({budget}): "
-          "ONNX Runtime's values were probed a few at a time")
+          "production's values were probed a few at a time")
 CAPTURE_DIFFERS = ("the capture session does not compute the production session's final "
                    "outputs: the production graph was probed, a few values at a time")
 NO_VALUE_FAILS = ("the final outputs diverge but no captured value does: the values "
