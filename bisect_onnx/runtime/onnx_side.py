@@ -68,6 +68,22 @@ class NodeInfo:
     inputs: tuple[str, ...] = ()
 
 
+#: A model read for its graph's inputs alone, kept for the next reader of the same
+#: file (unchanged since): a file with its weights inside takes seconds to parse.
+_HANDED_OVER: dict[tuple, Any] = {}
+
+
+def hand_over(path: Path, model: onnx.ModelProto) -> None:
+    """Give ``model``, just read from ``path`` and no longer used, to its next reader."""
+    _HANDED_OVER.clear()
+    _HANDED_OVER[_file_key(path)] = model
+
+
+def _file_key(path: Path) -> tuple:
+    status = path.stat()
+    return str(path.resolve()), status.st_mtime_ns, status.st_size
+
+
 def load_onnx_model(path: Path) -> onnx.ModelProto:
     """Read an ONNX file's graph (not its external weights), with a clear error if it is not one."""
     import onnx
@@ -76,6 +92,12 @@ def load_onnx_model(path: Path) -> onnx.ModelProto:
         raise InputError(f"ONNX file {path} does not exist; check the --onnx path")
     if path.is_dir():
         raise InputError(f"--onnx {path} is a folder; pass the .onnx file inside it")
+    key = _file_key(path)
+    handed = _HANDED_OVER.pop(key, None)
+    if handed is not None:
+        return handed
+    for stale in [known for known in _HANDED_OVER if known[0] == key[0]]:
+        del _HANDED_OVER[stale]  # the file changed since: that model is not its graph
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as error:  # protobuf raises DecodeError, others for truncation

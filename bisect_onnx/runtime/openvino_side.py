@@ -144,6 +144,7 @@ class OpenVinoSide:
             self.plan = plan_capture(self.production_layers, self.index,
                                      set(self.output_names), self._compile_capture)
             self._capture = OpenVinoSession(self.plan.compiled, self.label)
+            self._read_model = None  # its weights' copy: read again only if probes need it
             logger.info("OpenVINO capture: %d of %d values leaving executed layers kept "
                         "(%d rounds; layers match production: %s)", len(self.plan.captured),
                         len(self.plan.candidates), self.plan.rounds,

@@ -76,10 +76,12 @@ def load_input_samples(paths: Sequence[Path], *, max_memory: int | str | None = 
 
 
 def _graph_inputs(onnx_model: Path) -> list[InputSpec]:
-    from bisect_onnx.runtime.onnx_side import input_specs, load_onnx_model
+    from bisect_onnx.runtime.onnx_side import hand_over, input_specs, load_onnx_model
 
-    # The graph alone (no external weights); the run reads the file again for its sessions.
-    return input_specs(load_onnx_model(onnx_model).graph)
+    # The graph alone (no external weights), handed on to the side that runs the file.
+    model = load_onnx_model(onnx_model)
+    hand_over(onnx_model, model)
+    return input_specs(model.graph)
 
 
 def _sample_files(folder: Path) -> list[Path]:
