@@ -67,6 +67,9 @@ from bisect_onnx.judge.compare import DEFAULT_ATOL, DEFAULT_RTOL, compare_arrays
 EXPORTERS = ("dynamo", "torchscript")
 FORMS = ("pytorch", "onnx-vs-onnx")
 PLANT_KINDS = ("weight", "attribute", "inserted")
+#: The planted file's runtime (``--runtime``): ``None`` is ONNX Runtime's CPU provider;
+#: OpenVINO runs in f32, where the clean exports are at parity (its CPU's bf16 is not).
+RUNTIME: bisect_onnx.RuntimeOptions | None = None
 # Opset 18, as the fixtures: both exporters write it, and GroupNormalization exists.
 OPSET = 18
 # Scales tried for a weight plant, smallest first: the first that changes a final
@@ -375,9 +378,10 @@ def bisect_case(case: Case, model, x: np.ndarray, clean_path: Path, planted_path
     started = time.perf_counter()
     try:
         if case.form == "pytorch":
-            report = bisect_onnx.bisect(model, x, onnx_model=planted_path)
-        else:
-            report = bisect_onnx.bisect_onnx_models(clean_path, planted_path, [x])
+            report = bisect_onnx.bisect(model, x, onnx_model=planted_path, runtime=RUNTIME)
+        else:  # the clean file in ONNX Runtime, the planted one in RUNTIME
+            report = bisect_onnx.bisect_onnx_models(clean_path, planted_path, [x],
+                                                    candidate_runtime=RUNTIME)
     except Exception as error:  # noqa: BLE001 - a crash is a miss, recorded as such
         case.score = "wrong"
         case.cause = f"error: {type(error).__name__}: {error}"[:160] + _fast_path(case)
@@ -515,7 +519,7 @@ def run_model(seed: int, plants: int, folder: Path, discards: Counter, kept: Cou
             cases.append(case)
             logging.getLogger("corpus").info("%s %s %s %s: %s (%.1fs)", seed, exporter,
                                              case.form, case.kind, case.score, case.seconds)
-        for tool in ("onnxslim", "onnxsim"):
+        for tool in ("onnxslim", "onnxsim") if RUNTIME is None else ():  # ORT's parity
             simplified.append(simplified_case(seed, exporter, tool, clean_path, x, folder))
 
 
@@ -589,6 +593,21 @@ def every_miss(cases: list[Case], simplified: list[Simplified]) -> str:
     return "\n".join(lines)
 
 
+def add_runtime_option(parser: argparse.ArgumentParser) -> None:
+    """``--runtime``: where the planted files run (the simplifier rows need ONNX Runtime)."""
+    parser.add_argument("--runtime", choices=("onnxruntime", "openvino"),
+                        default="onnxruntime",
+                        help="run the planted file in OpenVINO (f32) instead of ONNX "
+                             "Runtime; the simplifier rows are then left out")
+
+
+def use_runtime(name: str) -> None:
+    """Set :data:`RUNTIME` from ``--runtime``."""
+    global RUNTIME
+    RUNTIME = (None if name == "onnxruntime" else
+               bisect_onnx.RuntimeOptions(runtime=name, precision="f32"))
+
+
 def main() -> None:
     """Generate, plant, bisect and print the tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -598,9 +617,11 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=20.0, metavar="MINUTES")
     parser.add_argument("--out", type=Path)
     parser.add_argument("-v", "--verbose", action="store_true", help="a line per case")
+    add_runtime_option(parser)
     parser.add_argument("--from-json", type=Path, metavar="FILE",
                         help="print the tables of a run saved with --out; run nothing")
     args = parser.parse_args()
+    use_runtime(args.runtime)
     if args.from_json:
         saved = json.loads(args.from_json.read_text())
         print_run(saved, [Case(**c) for c in saved["cases"]],

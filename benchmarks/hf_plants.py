@@ -3,6 +3,7 @@ r"""Planted bugs in tiny Hugging Face models: the corpus's plants and scores on 
 Usage (from the repo root; needs the ``hf`` extra)::
 
     python benchmarks/hf_plants.py --plants 6 --out hf.json
+    python benchmarks/hf_plants.py --plants 6 --runtime openvino   # the planted file in OpenVINO
 
 Each architecture of ``tests/hf/architectures.py`` (BERT, Llama, ViT, ResNet, GPT-2,
 Swin, T5's encoder: tiny configs, random weights, nothing downloaded) is exported with
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import corpus  # noqa: F401  (puts the repo and tests/ on sys.path)
 import numpy as np
-from corpus import Case, plant_and_bisect, run_onnx
+from corpus import Case, add_runtime_option, plant_and_bisect, run_onnx, use_runtime
 
 import bisect_onnx  # noqa: E402
 
@@ -89,7 +90,9 @@ def main() -> None:
     parser.add_argument("--plants", type=int, default=6)
     parser.add_argument("--only", nargs="*", help="architecture names (default: all)")
     parser.add_argument("--out", type=Path)
+    add_runtime_option(parser)
     args = parser.parse_args()
+    use_runtime(args.runtime)
     warnings.simplefilter("ignore")
     logging.disable(logging.WARNING)
     from hf.architectures import ARCHITECTURES, T5_ENCODER
