@@ -12,11 +12,11 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from bisect_onnx.errors import InputError, ModelError, one_line
+from bisect_onnx.errors import ModelError, one_line
 from bisect_onnx.graph.provenance import Provenance, TorchMetadata, read_torch_metadata
 from bisect_onnx.graph.walk import graph_tensors, subgraphs
 from bisect_onnx.graph.weights import weight_bytes
@@ -27,6 +27,7 @@ from bisect_onnx.runtime.capture_plan import (
     plan_capture,
 )
 from bisect_onnx.runtime.input_specs import InputSpec, input_specs
+from bisect_onnx.runtime.onnx_files import load_onnx_model
 from bisect_onnx.runtime.placement import Kernel, ProfileFolder, ran_in, read_kernels
 from bisect_onnx.runtime.sessions import (
     CPU_PROVIDER,
@@ -36,9 +37,6 @@ from bisect_onnx.runtime.sessions import (
     create_session,
 )
 from bisect_onnx.runtime.sides import Capture, CapturedValue
-
-if TYPE_CHECKING:
-    import onnx
 
 __all__ = ["InputSpec", "NodeInfo", "OnnxRuntimeSide", "load_onnx_model", "input_specs",
            "create_session", "CPU_PROVIDER", "DEFAULT_OPT_LEVEL", "OPT_LEVELS", "graph_tensors",
@@ -66,66 +64,6 @@ class NodeInfo:
     outputs: tuple[str, ...]
     torch: TorchMetadata | None
     inputs: tuple[str, ...] = ()
-
-
-#: A model read for its graph's inputs alone, kept for the next reader of the same
-#: file (unchanged since): a file with its weights inside takes seconds to parse.
-_HANDED_OVER: dict[tuple, Any] = {}
-
-
-def hand_over(path: Path, model: onnx.ModelProto) -> None:
-    """Give ``model``, just read from ``path`` and no longer used, to its next reader."""
-    _HANDED_OVER.clear()
-    _HANDED_OVER[_file_key(path)] = model
-
-
-def _file_key(path: Path) -> tuple:
-    status = path.stat()
-    return str(path.resolve()), status.st_mtime_ns, status.st_size
-
-
-def load_onnx_model(path: Path) -> onnx.ModelProto:
-    """Read an ONNX file's graph (not its external weights), with a clear error if it is not one."""
-    import onnx
-
-    if not path.exists():
-        raise InputError(f"ONNX file {path} does not exist; check the --onnx path")
-    if path.is_dir():
-        raise InputError(f"--onnx {path} is a folder; pass the .onnx file inside it")
-    key = _file_key(path)
-    handed = _HANDED_OVER.pop(key, None)
-    if handed is not None:
-        return handed
-    for stale in [known for known in _HANDED_OVER if known[0] == key[0]]:
-        del _HANDED_OVER[stale]  # the file changed since: that model is not its graph
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception as error:  # protobuf raises DecodeError, others for truncation
-        raise InputError(
-            f"{path} is not a readable ONNX model ({type(error).__name__}: "
-            f"{str(error).splitlines()[0] if str(error) else 'parse failed'}); "
-            "pass the .onnx file that torch.onnx.export wrote"
-        ) from error
-    _check_external_data_locations(model, path)
-    return model
-
-
-def _check_external_data_locations(model: onnx.ModelProto, path: Path) -> None:
-    """Refuse external weights stored outside the model's folder (never read them)."""
-    from onnx.external_data_helper import uses_external_data
-
-    folder = path.resolve().parent
-    for tensor in graph_tensors(model.graph):
-        if not uses_external_data(tensor):
-            continue
-        location = next((entry.value for entry in tensor.external_data
-                         if entry.key == "location"), "")
-        target = (folder / location).resolve()
-        if Path(location).is_absolute() or not target.is_relative_to(folder):
-            raise InputError(
-                f"{path}: weight {tensor.name!r} names external data {location!r}, outside "
-                f"the model's folder {folder}; refused: keep the weights file beside the "
-                ".onnx file and name it by a relative path")
 
 
 class OnnxRuntimeSide:

@@ -76,7 +76,8 @@ def load_input_samples(paths: Sequence[Path], *, max_memory: int | str | None = 
 
 
 def _graph_inputs(onnx_model: Path) -> list[InputSpec]:
-    from bisect_onnx.runtime.onnx_side import hand_over, input_specs, load_onnx_model
+    from bisect_onnx.runtime.input_specs import input_specs
+    from bisect_onnx.runtime.onnx_files import hand_over, load_onnx_model
 
     # The graph alone (no external weights), handed on to the side that runs the file.
     model = load_onnx_model(onnx_model)

@@ -201,7 +201,7 @@ def test_is_torch_save_file_reads_content_not_extensions(tmp_path):
 def test_the_graph_read_for_the_inputs_is_handed_to_the_side_and_not_kept(tmp_path):
     import os
 
-    from bisect_onnx.runtime import onnx_side
+    from bisect_onnx.runtime import onnx_files
     from bisect_onnx.sources.input_samples import load_input_samples
     from fixtures.registry import FIXTURES, load_inputs, repo_path
 
@@ -211,10 +211,10 @@ def test_the_graph_read_for_the_inputs_is_handed_to_the_side_and_not_kept(tmp_pa
     np.savez(tmp_path / "inputs.npz", **load_inputs(fixture))
     load_input_samples([tmp_path / "inputs.npz"], onnx_model=path)
     # The file is parsed once: the next reader gets that model, and it is not kept.
-    handed = onnx_side.load_onnx_model(path)
-    assert onnx_side.load_onnx_model(path) is not handed
+    handed = onnx_files.load_onnx_model(path)
+    assert onnx_files.load_onnx_model(path) is not handed
     load_input_samples([tmp_path / "inputs.npz"], onnx_model=path)
     # A file changed since is read again.
     os.utime(path, ns=(0, 0))
-    again = onnx_side.load_onnx_model(path)
-    assert again == handed and not onnx_side._HANDED_OVER
+    again = onnx_files.load_onnx_model(path)
+    assert again == handed and not onnx_files._HANDED_OVER
