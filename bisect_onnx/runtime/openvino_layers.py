@@ -141,7 +141,7 @@ def executed_layers(compiled: Any, index: GraphIndex) -> list[ExecutedLayer]:
 def _with_split_nodes(layers: list[ExecutedLayer], index: GraphIndex,
                       split: set[str]) -> list[ExecutedLayer]:
     """Each node named only by a split-off part, added to the one layer reading it."""
-    holding = {node: position for position, layer in enumerate(layers) for node in layer.nodes}
+    holding = _holding(layers)
     added: dict[int, set[str]] = {}
     for node in split:
         readers = {reader for value in index.outputs.get(node, ())
@@ -149,6 +149,17 @@ def _with_split_nodes(layers: list[ExecutedLayer], index: GraphIndex,
         positions = {holding.get(reader) for reader in readers}
         if len(positions) == 1 and None not in positions:
             added.setdefault(positions.pop(), set()).add(node)
+    return _adding(layers, index, added)
+
+
+def _holding(layers: list[ExecutedLayer]) -> dict[str, int]:
+    """ONNX node -> the position of the (last) layer holding it."""
+    return {node: position for position, layer in enumerate(layers) for node in layer.nodes}
+
+
+def _adding(layers: list[ExecutedLayer], index: GraphIndex,
+            added: dict[int, set[str]]) -> list[ExecutedLayer]:
+    """``layers`` with the nodes ``added`` at their positions, in graph order."""
     for position, nodes in added.items():
         layer = layers[position]
         layers[position] = replace(layer, nodes=tuple(sorted(

@@ -50,6 +50,8 @@ logger = logging.getLogger(__name__)
 
 #: Compilations of the capture before giving up on keeping any value but the outputs.
 MAX_ROUNDS = 8
+#: Output precisions of layers whose values the capture asks for (runtime model spelling).
+FLOAT_PRECISIONS = frozenset({"f32", "bf16", "f16", "f64"})
 #: Compilations spent trying dropped values back (a group at a time).
 MAX_RESTORES = 24
 
@@ -92,10 +94,14 @@ def leaving_values(layers: Sequence[ExecutedLayer], index: GraphIndex,
 
     The graph's final outputs are outputs already and are not listed. A node held by
     two layers (a part split off it runs first) leaves from the last, which computes it.
+    Only layers that write floating-point values are asked: a mask OpenVINO computes
+    as ``u8`` (an ``IsNaN``'s boolean) needs a Convert of its own to be handed out.
     """
     home = {node: position for position, layer in enumerate(layers) for node in layer.nodes}
     leaving: dict[str, ExecutedLayer] = {}
     for position, layer in enumerate(layers):
+        if layer.output_precision not in FLOAT_PRECISIONS:
+            continue
         inside = set(layer.nodes)
         for node in layer.nodes:
             if home[node] != position:
@@ -128,8 +134,9 @@ def plan_capture(production_layers: list[ExecutedLayer], index: GraphIndex,
         return plan
     # First guess: what the changed layers hand out themselves (module docstring);
     # none where only the order changed, which says nothing of where.
+    held = {node for layer in production_layers for node in layer.nodes}
     for layer in lost if len(lost) < len(production_layers) else ():
-        for value in _handed_out(layer, index):
+        for value in _handed_out(layer, index, held):
             if value in leaving:
                 plan.dropped.setdefault(value, layer.name)
     guessed = set(plan.dropped)
@@ -146,6 +153,8 @@ def plan_capture(production_layers: list[ExecutedLayer], index: GraphIndex,
         for layer in lost:  # drop by neighbourhood, a node further each round
             for value in sorted(_touching(layer, index, radius[layer.signature()]) & set(wanted),
                                 key=plan.candidates.index):
+                if value in plan.dropped:  # dropped for a layer before this one
+                    continue
                 plan.dropped[value] = layer.name
                 regions.setdefault(layer.name, []).append(value)
             radius[layer.signature()] += 1
@@ -186,19 +195,22 @@ class _Trial:
         return changed
 
 
-def _handed_out(layer: ExecutedLayer, index: GraphIndex) -> set[str]:
+def _handed_out(layer: ExecutedLayer, index: GraphIndex, held: set[str]) -> set[str]:
     """The values a layer's nodes hand out, and where it folded an op, the layout after.
 
     A layer holding an operation OpenVINO made itself (a scale folded into a
     FullyConnected's weights) may have pulled it back across the Reshapes and
-    Transposes after it: a value on that path is where the folded op would have to be
-    computed again.
+    Transposes after it, and across the nodes it folded in (``held``: the nodes some
+    layer names; a bias Add, the scale's Mul are in none): a value on that path is
+    where the folded op would have to be computed again.
     """
     values = {value for node in layer.nodes for value in index.outputs[node]}
     frontier = list(values) if layer.own_operations else []
     while frontier:
         for reader in index.consumers.get(frontier.pop(), ()):
-            if index.op_types.get(reader) in LAYOUT_OPS and reader not in layer.nodes:
+            if reader in layer.nodes:
+                continue
+            if index.op_types.get(reader) in LAYOUT_OPS or reader not in held:
                 new = set(index.outputs[reader]) - values
                 values |= new
                 frontier.extend(new)
