@@ -68,8 +68,10 @@ def unpaired_culprit(segment: Mapping[str, Any], check: Any, nodes: Sequence[Any
             continue
         data = [value for value in node.inputs if value and value not in initializers]
         output = node.outputs[0]
-        if output in references:
+        if output in references and output != check.value:
             continue  # the reference computes its value: it has a counterpart
+        # (The checked value's reference is what the node's consumers read: paired
+        # with the segment's output, whichever node of the segment computed it.)
         # Its input as the reference has it, else as the segment computed it from the
         # reference's values (inside an op PyTorch holds no value of, a GroupNorm's
         # InstanceNormalization): taken through on either, what follows must agree.
@@ -82,14 +84,8 @@ def unpaired_culprit(segment: Mapping[str, Any], check: Any, nodes: Sequence[Any
         changes = compare_arrays(before, computed, rtol=tolerance.rtol, atol=tolerance.atol)
         if changes.status == Status.PASS:
             continue  # it hands its input on: not what changes the data
-        # The checked value itself (the segment may have been narrowed inside it): the
-        # one whose reference the run's judge knows.
-        taken_through = rerun([check.value],
-                              reference_values={**references, output: np.asarray(before)},
-                              candidate_values={**candidate_values,
-                                                output: np.asarray(computed)})
-        result = taken_through[check.value].comparison
-        if result is None or result.status != Status.PASS:
+        if not _agrees_without(check, output, before, references, candidate_values,
+                               tolerance, rerun):
             continue  # still fails without it: not the one to blame
         record = make_record(index, Pair(
             CapturedValue(data[0], np.asarray(before), Provenance(position=index)),
@@ -98,6 +94,30 @@ def unpaired_culprit(segment: Mapping[str, Any], check: Any, nodes: Sequence[Any
         return replace(record, torch_module=None, torch_op=None, source=None, fx_node=None,
                        reference_value=data[0])
     return None
+
+
+def _agrees_without(check: Any, output: str, before: np.ndarray,
+                    references: Mapping[str, np.ndarray],
+                    candidate_values: Mapping[str, np.ndarray], tolerance: Tolerance,
+                    rerun: Rerun) -> bool:
+    """Whether the checked value agrees with the node taken through (its input handed on).
+
+    The checked value itself is judged (the segment may have been narrowed inside it):
+    the one whose reference the run's judge knows. Where the node is the segment's last
+    (its input fused with it in one kernel or layer, so no value before it was
+    captured), its input is that value as the node would have handed it on.
+    """
+    if output == check.value:
+        reference = references.get(output)
+        return reference is not None and np.shape(reference) == np.shape(before) and (
+            compare_arrays(reference, before, rtol=tolerance.rtol,
+                           atol=tolerance.atol).status == Status.PASS)
+    taken_through = rerun([check.value],
+                          reference_values={**references, output: np.asarray(before)},
+                          candidate_values={**candidate_values,
+                                            output: np.asarray(check.values[output])})
+    result = taken_through[check.value].comparison
+    return result is not None and result.status == Status.PASS
 
 
 def narrow_to_unpaired(findings: AttributionFindings, check: Any, candidate: Any,

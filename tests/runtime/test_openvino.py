@@ -18,7 +18,7 @@ from bisect_onnx.report.verdict import verdict_line  # noqa: E402
 from bisect_onnx.runtime.openvino_layers import executed_layers  # noqa: E402
 from bisect_onnx.runtime.openvino_side import OpenVinoSide  # noqa: E402
 from fixtures.registry import FIXTURES, REPO_ROOT, load_inputs, repo_path  # noqa: E402
-from tests.planting import plant, scale_conv_weight, set_attribute  # noqa: E402
+from tests.planting import insert_mul, plant, scale_conv_weight, set_attribute  # noqa: E402
 
 OPENVINO = bisect_onnx.RuntimeOptions(runtime="openvino")
 OPENVINO_F32 = bisect_onnx.RuntimeOptions(runtime="openvino", precision="f32")
@@ -94,6 +94,21 @@ def test_a_planted_weight_inside_a_fused_layer_is_narrowed_to_its_node(runtime, 
     line = verdict_line(report)
     assert (f"ran in OpenVINO's executed layer {ran['layer']['name']!r} (Convolution, "
             f"runtime precision {ran['layer']['runtime_precision']}") in line
+
+
+def test_an_inserted_node_fused_with_the_one_before_is_named_as_inserted(fixture_case,
+                                                                         tmp_path):
+    model, inputs, onnx_path = fixture_case("tiny_mlp")
+    inserted, _ = plant(onnx_path, tmp_path / "inserted.onnx", insert_mul("node_relu", 1.5))
+    report = bisect_onnx.bisect(model, inputs, onnx_model=tmp_path / "inserted.onnx",
+                                runtime=OPENVINO_F32)
+    # OpenVINO runs the ReLU and the Mul in one layer: the ReLU's value is never
+    # captured, so the Mul is the last node of the segment its check ran, and its
+    # input, as the segment computed it, agrees with PyTorch's value after it.
+    layer = report.to_dict()["culprit"]["node"]["ran_in"]["layer"]
+    assert {"node_relu", inserted} <= set(layer["nodes"])
+    assert report.culprit.onnx_node == inserted, verdict_line(report)
+    assert "which has no counterpart in the reference" in verdict_line(report)
 
 
 def test_a_planted_attribute_is_found_at_its_node(fixture_case, tmp_path):
