@@ -68,6 +68,7 @@ from bisect_onnx.runtime.heap import give_back, kept_in_heap
 from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
 from bisect_onnx.runtime.reference_side import ReferenceEvaluatorSide, reference_side
 from bisect_onnx.search.blame import attribute_divergence
+from bisect_onnx.search.local import boundary_references
 from bisect_onnx.sources.arrangement import arrange_inputs
 from bisect_onnx.sources.file_kinds import check_onnx_file
 from bisect_onnx.sources.graph_inputs import check_against_onnx
@@ -267,7 +268,10 @@ class _Models:
         candidate_values.update({value.name: value.array for value in run.production})
         pairs.extend(paired.outputs)
         values = SampleValues(
-            reference=as_candidate_values(pairs, reference_capture, candidate_values),
+            reference=boundary_references(  # one file: the reference's values fit as they are
+                candidate, as_candidate_values(pairs, reference_capture, candidate_values),
+                {name: value.array for name, value in reference_capture.values.items()}
+                if reference.path == candidate.path else {}),
             candidate=candidate_values,
             graph_inputs={spec.name: array for spec, array in zip(candidate.inputs,
                                                                    candidate_arrays,

@@ -124,6 +124,13 @@ class OpenVinoSide:
                 "production_check": self.production_check,
                 "production_max_abs_difference": self.production_difference}
 
+    @property
+    def layer_boundaries(self) -> frozenset[str]:
+        """Values leaving one of production's executed layers, captured or not."""
+        if self.promote == "all" or self.plan is None:
+            return frozenset()
+        return frozenset(self.plan.candidates)
+
     def layer_of(self, node: str) -> ExecutedLayer | None:
         """Production's executed layer that computes ONNX node ``node``.
 

@@ -41,7 +41,7 @@ from bisect_onnx.search.claims import (
 from bisect_onnx.search.classify import Kind
 from bisect_onnx.search.inner_values import inner_references
 from bisect_onnx.search.inserted import exporters_node, narrow_to_unpaired
-from bisect_onnx.search.local import LocalCheck, run_locally, runtime_of
+from bisect_onnx.search.local import LocalCheck, boundary_references, run_locally, runtime_of
 from bisect_onnx.search.nodeless import classification, fx_span, nodeless_culprit
 
 __all__ = ["attribute_divergence"]
@@ -195,7 +195,8 @@ class _LocalChecker:
         self.candidate, self.program = candidate, program
         self.tolerance = tolerance
         self.torch_float64 = torch_float64
-        self.reference_values, self.candidate_values = reference_values, candidate_values
+        self.reference_values, self.candidate_values = (
+            boundary_references(candidate, reference_values, torch_values), candidate_values)
         self.graph_inputs, self.torch_values = graph_inputs, torch_values
         self.everything, self.compare = everything, compare
         self.by_value = {record.onnx_value: record for record in failing}

@@ -22,10 +22,10 @@ import numpy as np
 from bisect_onnx.errors import BisectOnnxError
 from bisect_onnx.graph.segments import Segment, find_segment, segment_feeds, segment_node_names
 from bisect_onnx.graph.walk import subgraphs
-from bisect_onnx.judge.compare import ArrayComparison, compare_arrays
+from bisect_onnx.judge.compare import ArrayComparison, Status, compare_arrays
 from bisect_onnx.runtime.sessions import create_session
 
-__all__ = ["LocalCheck", "run_locally", "runtime_of"]
+__all__ = ["LocalCheck", "run_locally", "runtime_of", "boundary_references"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +65,7 @@ def run_locally(
     opt_level: str,
     compare: Callable[[str, np.ndarray], ArrayComparison] | None = None,
     make_session: Callable[[bytes, str], Any] | None = None,
+    layer_boundaries: frozenset[str] = frozenset(),
 ) -> dict[str, LocalCheck]:
     """Check each of ``values`` locally, all in one ONNX Runtime run.
 
@@ -76,14 +77,43 @@ def run_locally(
     default ``compare_arrays`` against ``reference_values`` at ``rtol`` and ``atol``.
     A value without a reference value is not checked. ``make_session(bytes, label)``:
     the candidate's runtime, where it is not ONNX Runtime (OpenVINO, in its precision).
-    A value between two of OpenVINO's executed layers that the capture could not ask
-    for is not a place to cut either: production did not hand it out, so nothing says
-    it is right there, and the error that reaches the checked value may enter at it.
+    ``layer_boundaries``: values between two of production's executed layers that the
+    capture could not ask for (OpenVINO): no kernel holds them, so they are cut at too,
+    on the reference's values (a residual input: the segment stays one block, not the
+    whole residual trunk back to a captured value). Where a value then passes, the error
+    may have entered at the cut: it is checked again, back to captured values.
     """
-    graph = model.graph
     # Only values both sides captured stop the walk back: see above.
-    checkpoints = {name: array for name, array in reference_values.items()
-                   if name in candidate_values}
+    captured = {name: array for name, array in reference_values.items()
+                if name in candidate_values}
+    run = functools.partial(
+        _run_checks, model, model_dir, reference_values=reference_values,
+        candidate_values=candidate_values, graph_inputs=graph_inputs,
+        runtime={"provider": provider, "opt_level": opt_level, "make_session": make_session},
+        judge=compare if compare is not None else functools.partial(
+            _against_reference, reference_values, rtol=rtol, atol=atol))
+    checks = run(values, {**captured, **{name: array for name, array in reference_values.items()
+                                          if name in layer_boundaries}})
+    # A value that passes on a cut at a value production never handed out says nothing
+    # of what entered there: it is checked again back to captured values.
+    again = [value for value, check in checks.items()
+             if check.comparison is not None and check.comparison.status == Status.PASS
+             and check.segment is not None
+             and any(name in layer_boundaries and name not in candidate_values
+                     for name in check.segment.inputs)]
+    if again:
+        checks.update(run(again, captured))
+    return checks
+
+
+def _run_checks(model: Any, model_dir: Path, values: Sequence[str],
+                checkpoints: Mapping[str, np.ndarray], *,
+                reference_values: Mapping[str, np.ndarray],
+                candidate_values: Mapping[str, np.ndarray],
+                graph_inputs: Mapping[str, np.ndarray], runtime: Mapping[str, Any],
+                judge: Callable[[str, np.ndarray], ArrayComparison]) -> dict[str, LocalCheck]:
+    """``values``' segments back to ``checkpoints``, run in one session, and judged."""
+    graph = model.graph
     checks = {value: LocalCheck(value) for value in values}
     combined = _CombinedSegments()
     for number, value in enumerate(values):
@@ -98,15 +128,12 @@ def run_locally(
         return checks
     local_model = combined.model(model)
     try:
-        results = combined.run(local_model, model_dir, provider=provider, opt_level=opt_level,
-                               make_session=make_session)
+        results = combined.run(local_model, model_dir, **runtime)
     except Exception as error:  # the report stands without attribution
         logger.info("local checks could not run: %s", error)
         for check in checks.values():
             check.reason = check.reason or f"the local run failed: {error}"
         return checks
-    judge = compare if compare is not None else functools.partial(
-        _against_reference, reference_values, rtol=rtol, atol=atol)
     for number, value in enumerate(values):
         _read_back(checks[value], results, _prefix(number), judge)
     logger.info("ran %d value(s) locally in one session (%d nodes)", len(combined.outputs),
@@ -117,7 +144,21 @@ def run_locally(
 def runtime_of(candidate: Any) -> dict[str, Any]:
     """``run_locally``'s runtime keywords for a candidate side (its own sessions, if any)."""
     return {"provider": candidate.provider, "opt_level": candidate.opt_level,
-            "make_session": getattr(candidate, "local_session", None)}
+            "make_session": getattr(candidate, "local_session", None),
+            "layer_boundaries": getattr(candidate, "layer_boundaries", frozenset())}
+
+
+def boundary_references(candidate: Any, reference_values: Mapping[str, np.ndarray],
+                        torch_values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``reference_values`` with PyTorch's values of the candidate's layer boundaries.
+
+    Values between two of production's executed layers that the capture could not ask
+    for (OpenVINO) are cut at on PyTorch's values (by their FX names, a dynamo export's
+    value names): no kernel holds them, and the segments stay one layer long.
+    """
+    boundaries = getattr(candidate, "layer_boundaries", ())
+    return {**{name: torch_values[name] for name in boundaries if name in torch_values},
+            **reference_values}
 
 
 def _prefix(number: int) -> str:
