@@ -105,7 +105,10 @@ def culprit_call_ops(prepared: Any, reference: Reference, arrays: Sequence[np.nd
     holding = [key for key, group in groups.items()
                if wanted and wanted <= {node.index for node in group}]
     key = min(holding, key=lambda item: (len(groups[item]), -len(item[0])), default=None)
-    known_values = {*onnx_capture.values, *(spec.name for spec in candidate.inputs)}
+    # What the file computes, captured or not (OpenVINO hands out only what leaves a
+    # fused layer): a value folded away (a Conv into its BatchNorm) is not among them.
+    known_values = {*onnx_capture.values, *(spec.name for spec in candidate.inputs),
+                    *(output for node in candidate.nodes for output in node.outputs)}
     while key is not None and key in groups:
         try:
             return _call_ops(prepared, reference, arrays, key, groups[key], onnx_capture,
@@ -190,7 +193,11 @@ def _nodes_in_question(report: Report, nodes: Sequence[NodeInfo]) -> set[int]:
     # The segment the attribution checked is the culprit's; without a culprit it may
     # span calls (a hidden divergence's drift), and the first failing node says where.
     producers = {output: node for node in nodes for output in node.outputs}
-    chosen = [node for node in checked_segment(report, nodes) if node is not None]
+    inside = (report.attribution or {}).get("inside_kernel") or {}
+    # Named inside a fused kernel: the segment checked may reach far back (a residual
+    # trunk no value of which was captured), the node named says where.
+    chosen = [node for node in nodes if node.name == inside.get("node")] or [
+        node for node in checked_segment(report, nodes) if node is not None]
     if not chosen and record.onnx_value in producers:
         chosen = [producers[record.onnx_value]]
     return {node.index for node in chosen}
