@@ -101,7 +101,8 @@ def culprit_call_ops(prepared: Any, reference: Reference, arrays: Sequence[np.nd
     references = {**references, **dict(zip((spec.name for spec in candidate.inputs), arrays,
                                            strict=True))}
     groups = nodes_of_calls(torch_capture, candidate.nodes, call_index=prepared.call_index)
-    wanted = _nodes_in_question(report, candidate.nodes)
+    wanted = _nodes_in_question(report, candidate.nodes,
+                                bool(getattr(candidate, "layer_boundaries", None)))
     holding = [key for key, group in groups.items()
                if wanted and wanted <= {node.index for node in group}]
     key = min(holding, key=lambda item: (len(groups[item]), -len(item[0])), default=None)
@@ -184,8 +185,15 @@ def _sources_from_file(ops: CallOpCapture, group: Sequence[NodeInfo]) -> None:
         ops.values[name] = replace(value, provenance=replace(value.provenance, source=source))
 
 
-def _nodes_in_question(report: Report, nodes: Sequence[NodeInfo]) -> set[int]:
-    """The culprit's segment (else the first divergence's node)."""
+def _nodes_in_question(report: Report, nodes: Sequence[NodeInfo],
+                       boundaries: bool = False) -> set[int]:
+    """The culprit's segment (else the first divergence's node).
+
+    ``boundaries``: the capture leaves out values between the runtime's layers
+    (OpenVINO hands out no residual input), so a segment checked at module level may
+    run far back past the culprit, through a whole residual trunk: where the culprit
+    was named inside a fused layer, that node says where.
+    """
     record = (report.culprit or report.first_divergence
               or next(iter(report.hidden_divergences), None))  # at parity, a hidden one
     if record is None:
@@ -194,9 +202,7 @@ def _nodes_in_question(report: Report, nodes: Sequence[NodeInfo]) -> set[int]:
     # span calls (a hidden divergence's drift), and the first failing node says where.
     producers = {output: node for node in nodes for output in node.outputs}
     inside = (report.attribution or {}).get("inside_kernel") or {}
-    # Named inside a fused kernel: the segment checked may reach far back (a residual
-    # trunk no value of which was captured), the node named says where.
-    chosen = [node for node in nodes if node.name == inside.get("node")] or [
+    chosen = [node for node in nodes if boundaries and node.name == inside.get("node")] or [
         node for node in checked_segment(report, nodes) if node is not None]
     if not chosen and record.onnx_value in producers:
         chosen = [producers[record.onnx_value]]
