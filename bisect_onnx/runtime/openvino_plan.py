@@ -44,7 +44,7 @@ from typing import Any
 from bisect_onnx.runtime.openvino_layers import LAYOUT_OPS, ExecutedLayer, GraphIndex
 from bisect_onnx.runtime.openvino_sessions import NARROW_TYPES
 
-__all__ = ["OpenVinoPlan", "plan_capture", "leaving_values", "MAX_ROUNDS"]
+__all__ = ["OpenVinoPlan", "plan_capture", "leaving_values", "same_layers", "MAX_ROUNDS"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,9 +75,12 @@ class OpenVinoPlan:
 
     @property
     def layers_match_production(self) -> bool:
-        """The capture executes production's layers, signature for signature, in order."""
-        return ([layer.signature() for layer in self.capture_layers]
-                == [layer.signature() for layer in self.production_layers])
+        """The capture executes production's layers, signature for signature.
+
+        In any order: two independent branches (a model's two inputs) may run either way
+        round, and each layer still computes the same from the same inputs.
+        """
+        return same_layers(self.capture_layers, self.production_layers)
 
     def describe(self) -> dict[str, Any]:
         """The plan for the report's ``capture`` entry."""
@@ -86,6 +89,12 @@ class OpenVinoPlan:
                 "dropped": len(self.dropped), "rounds": self.rounds,
                 "layers_match_production": self.layers_match_production,
                 "fusions_match_production": self.layers_match_production}
+
+
+def same_layers(these: Sequence[ExecutedLayer], those: Sequence[ExecutedLayer]) -> bool:
+    """The same executed layers, signature for signature, in whatever order."""
+    return Counter(layer.signature() for layer in these) == Counter(
+        layer.signature() for layer in those)
 
 
 def leaving_values(layers: Sequence[ExecutedLayer], index: GraphIndex,
@@ -133,7 +142,7 @@ def plan_capture(production_layers: list[ExecutedLayer], index: GraphIndex,
     if not lost:
         return plan
     # First guess: what the changed layers hand out themselves (module docstring);
-    # none where only the order changed, which says nothing of where.
+    # none where only layers were added, which says nothing of where.
     held = {node for layer in production_layers for node in layer.nodes}
     for layer in lost if len(lost) < len(production_layers) else ():
         for value in _handed_out(layer, index, held):
@@ -186,9 +195,8 @@ class _Trial:
         lost = Counter(layer.signature() for layer in plan.production_layers) - Counter(
             layer.signature() for layer in layers)
         changed = [layer for layer in plan.production_layers if layer.signature() in lost]
-        if not changed and [layer.signature() for layer in layers] != [
-                layer.signature() for layer in plan.production_layers]:
-            changed = list(plan.production_layers)  # another order: nothing to go by
+        if not changed and not same_layers(layers, plan.production_layers):
+            changed = list(plan.production_layers)  # layers added: nothing to go by
         if not changed or not plan.capture_layers or not wanted:
             plan.compiled, plan.capture_layers = compiled, layers
             plan.captured, plan.element_types = wanted, types

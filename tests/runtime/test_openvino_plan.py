@@ -152,3 +152,16 @@ def test_bf16_rounding_is_float_precision_where_the_runtime_computes_in_bf16():
     assert as_float32.kind == Kind.RUNTIME_KERNEL  # far beyond one float32 rounding
     assert "microsoft/onnxruntime" in as_float32.file_with
     assert as_bf16.kind == Kind.FLOAT_PRECISION and "bf16 rounding" in as_bf16.detail
+
+
+def test_independent_layers_in_another_order_are_production_s_layers():
+    calls: list = []
+
+    def compile_capture(names, types):
+        calls.append(list(names))
+        return "swapped", [PRODUCTION[1], PRODUCTION[0], PRODUCTION[2]]
+
+    plan = plan_capture(PRODUCTION, INDEX, {"out"}, compile_capture)
+    # Two branches run either way round: each layer computes the same, nothing dropped.
+    assert calls == [["r1", "r2"]] and plan.captured == ["r1", "r2"]
+    assert plan.layers_match_production and not plan.dropped
