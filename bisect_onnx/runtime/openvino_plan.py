@@ -200,7 +200,23 @@ class _Trial:
         if not changed or not plan.capture_layers or not wanted:
             plan.compiled, plan.capture_layers = compiled, layers
             plan.captured, plan.element_types = wanted, types
+        return _located(changed, layers, plan.production_layers)
+
+
+def _located(changed: list[ExecutedLayer], layers: Sequence[ExecutedLayer],
+             production: Sequence[ExecutedLayer]) -> list[ExecutedLayer]:
+    """The changed layers, those without an ONNX node stood for by the capture's strays.
+
+    A production layer of OpenVINO's own operations only (a Multiply it made) names no
+    ONNX node, so nothing says where it is; the capture's layers computing nodes that no
+    production layer names (the node it was made from, under its own name again) say
+    where the change is.
+    """
+    if all(layer.nodes for layer in changed):
         return changed
+    held = {node for layer in production for node in layer.nodes}
+    strays = [layer for layer in layers if layer.nodes and not held.intersection(layer.nodes)]
+    return [layer for layer in changed if layer.nodes] + strays
 
 
 def _handed_out(layer: ExecutedLayer, index: GraphIndex, held: set[str]) -> set[str]:

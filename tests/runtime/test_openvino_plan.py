@@ -165,3 +165,25 @@ def test_independent_layers_in_another_order_are_production_s_layers():
     # Two branches run either way round: each layer computes the same, nothing dropped.
     assert calls == [["r1", "r2"]] and plan.captured == ["r1", "r2"]
     assert plan.layers_match_production and not plan.dropped
+
+
+def test_a_changed_layer_of_openvino_s_own_operations_is_found_by_the_node_it_was():
+    # a -> n1 -> m -> n2 -> n3: production runs m as a Multiply of its own, under a name
+    # no ONNX node has; asking for m's input makes it come back as node m.
+    nodes = [NodeInfo(0, "n1", "MatMul", ("x1",), None, ("a",)),
+             NodeInfo(1, "m", "Mul", ("xm",), None, ("x1",)),
+             NodeInfo(2, "n2", "MatMul", ("y",), None, ("xm",)),
+             NodeInfo(3, "n3", "Relu", ("out",), None, ("y",))]
+    own = ExecutedLayer("Multiply_12", "Subgraph", "f32", "f32", (), ("Multiply_#",))
+    production = [_layer("LA", "n1", precision="f32"), own, _layer("LB", "n2", precision="f32"),
+                  _layer("LC", "n3", precision="f32")]
+
+    def compile_capture(names, types):
+        if "x1" in names:
+            return "split", [production[0], _layer("m", "m", precision="f32"),
+                             *production[2:]]
+        return "same", list(production)
+
+    plan = plan_capture(production, GraphIndex.of(nodes), {"out"}, compile_capture)
+    assert plan.layers_match_production and plan.compiled == "same"
+    assert set(plan.dropped) == {"x1"} and plan.captured == ["y"]
