@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-__all__ = ["ExecutedLayer", "GraphIndex", "executed_layers", "BOOKKEEPING_LAYERS",
-           "LAYOUT_OPS"]
+__all__ = ["ExecutedLayer", "GraphIndex", "executed_layers", "blank_numbers",
+           "BOOKKEEPING_LAYERS", "LAYOUT_OPS"]
 
 #: Layers that hold or hand on data without computing it: their presence depends on
 #: which values are outputs (a Reorder into an output's layout, an Output per result).
@@ -103,6 +103,11 @@ class ExecutedLayer:
                 "output_precisions": self.output_precisions, "nodes": list(self.nodes)}
 
 
+def blank_numbers(name: str) -> str:
+    """An operation's name with its numbers blanked (they change between compilations)."""
+    return _NUMBER.sub("#", name)
+
+
 def executed_layers(compiled: Any, index: GraphIndex) -> list[ExecutedLayer]:
     """The compiled model's computing layers, in execution order (bookkeeping left out).
 
@@ -125,7 +130,7 @@ def executed_layers(compiled: Any, index: GraphIndex) -> list[ExecutedLayer]:
                 continue
             node = index.onnx_node(name)
             if node is None:
-                own.append(_NUMBER.sub("#", name))
+                own.append(blank_numbers(name))
                 continue
             nodes.add(node)
             (whole if node == name or name in index.producer else parts).add(node)

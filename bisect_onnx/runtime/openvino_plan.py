@@ -41,7 +41,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bisect_onnx.runtime.openvino_layers import LAYOUT_OPS, ExecutedLayer, GraphIndex
+from bisect_onnx.runtime.openvino_layers import (
+    LAYOUT_OPS,
+    ExecutedLayer,
+    GraphIndex,
+    blank_numbers,
+)
 from bisect_onnx.runtime.openvino_sessions import NARROW_TYPES
 
 __all__ = ["OpenVinoPlan", "plan_capture", "leaving_values", "same_layers", "MAX_ROUNDS"]
@@ -50,8 +55,6 @@ logger = logging.getLogger(__name__)
 
 #: Compilations of the capture before giving up on keeping any value but the outputs.
 MAX_ROUNDS = 8
-#: Output precisions of layers whose values the capture asks for (runtime model spelling).
-FLOAT_PRECISIONS = frozenset({"f32", "bf16", "f16", "f64"})
 #: Compilations spent trying dropped values back (a group at a time).
 MAX_RESTORES = 24
 
@@ -103,14 +106,10 @@ def leaving_values(layers: Sequence[ExecutedLayer], index: GraphIndex,
 
     The graph's final outputs are outputs already and are not listed. A node held by
     two layers (a part split off it runs first) leaves from the last, which computes it.
-    Only layers that write floating-point values are asked: a mask OpenVINO computes
-    as ``u8`` (an ``IsNaN``'s boolean) needs a Convert of its own to be handed out.
     """
     home = {node: position for position, layer in enumerate(layers) for node in layer.nodes}
     leaving: dict[str, ExecutedLayer] = {}
     for position, layer in enumerate(layers):
-        if layer.output_precision not in FLOAT_PRECISIONS:
-            continue
         inside = set(layer.nodes)
         for node in layer.nodes:
             if home[node] != position:
@@ -135,7 +134,7 @@ def plan_capture(production_layers: list[ExecutedLayer], index: GraphIndex,
     """
     leaving = leaving_values(production_layers, index, finals)
     plan = OpenVinoPlan(production_layers, candidates=list(leaving))
-    trial = _Trial(plan, leaving, compile_capture)
+    trial = _Trial(plan, leaving, index, compile_capture)
     wanted = list(leaving)
     lost = trial(wanted)
     plan.rounds = 1
@@ -180,9 +179,10 @@ class _Trial:
     """Compiles captures; keeps in the plan the last one whose layers are production's."""
 
     def __init__(self, plan: OpenVinoPlan, leaving: dict[str, ExecutedLayer],
-                 compile_capture: Callable[[list[str], dict[str, str]],
+                 index: GraphIndex, compile_capture: Callable[[list[str], dict[str, str]],
                                            tuple[Any, list[ExecutedLayer]]]) -> None:
         self.plan, self.leaving, self.compile_capture = plan, leaving, compile_capture
+        self.index = index
 
     def __call__(self, wanted: Sequence[str]) -> list[ExecutedLayer]:
         """Production's layers the capture asking for ``wanted`` does not execute."""
@@ -192,6 +192,8 @@ class _Trial:
         types = {name: NARROW_TYPES[self.leaving[name].output_precision] for name in wanted
                  if self.leaving[name].output_precision in NARROW_TYPES}
         compiled, layers = self.compile_capture(wanted, types)
+        layers = _without_output_converts(
+            layers, {self.index.producer.get(name, name) for name in wanted})
         lost = Counter(layer.signature() for layer in plan.production_layers) - Counter(
             layer.signature() for layer in layers)
         changed = [layer for layer in plan.production_layers if layer.signature() in lost]
@@ -201,6 +203,21 @@ class _Trial:
             plan.compiled, plan.capture_layers = compiled, layers
             plan.captured, plan.element_types = wanted, types
         return _located(changed, layers, plan.production_layers)
+
+
+def _without_output_converts(layers: list[ExecutedLayer],
+                             producers: set[str]) -> list[ExecutedLayer]:
+    """``layers`` less the Converts that only hand a value out in its declared type.
+
+    A mask OpenVINO computes as ``u8`` (an ``IsNaN``'s boolean) or an index it computes
+    as ``i32`` is converted to the ONNX type when made an output: a layer of its own,
+    named after the node whose output it converts (``node_IsNaN_75.0``), which changes
+    nothing production computes.
+    """
+    converts = {blank_numbers(f"{producer}.0") for producer in producers}
+    return [layer for layer in layers
+            if not (layer.layer_type == "Convert" and not layer.nodes and layer.own_operations
+                    and set(layer.own_operations) <= converts)]
 
 
 def _located(changed: list[ExecutedLayer], layers: Sequence[ExecutedLayer],
