@@ -106,10 +106,11 @@ def culprit_call_ops(prepared: Any, reference: Reference, arrays: Sequence[np.nd
     holding = [key for key, group in groups.items()
                if wanted and wanted <= {node.index for node in group}]
     key = min(holding, key=lambda item: (len(groups[item]), -len(item[0])), default=None)
-    # What the file computes, captured or not (OpenVINO hands out only what leaves a
-    # fused layer): a value folded away (a Conv into its BatchNorm) is not among them.
-    known_values = {*onnx_capture.values, *(spec.name for spec in candidate.inputs),
-                    *(output for node in candidate.nodes for output in node.outputs)}
+    # Only what was captured: a call read from a value no capture holds (OpenVINO's
+    # residual input, a Conv folded into its BatchNorm) would be checked back past its
+    # own ops, where it holds no PyTorch value, and its first op blamed for what
+    # entered it.
+    known_values = {*onnx_capture.values, *(spec.name for spec in candidate.inputs)}
     while key is not None and key in groups:
         try:
             return _call_ops(prepared, reference, arrays, key, groups[key], onnx_capture,
