@@ -2,11 +2,13 @@
 
 A value that feeds no failing output cannot be why those outputs fail: a TopK's
 indices nothing reads may differ where values tie, and the divergence is elsewhere.
+Nor can one that reaches them only through values both sides computed bit for bit
+alike: an OpenVINO BitwiseOr computed in 32 bits whose result a Where then discards.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from bisect_onnx.graph.walk import subgraphs
@@ -16,8 +18,11 @@ __all__ = ["feeding"]
 
 
 def feeding(nodes: Sequence[NodeInfo], outputs: Iterable[str],
-            model: Any = None) -> frozenset[str] | None:
+            model: Any = None, settled: Collection[str] = ()) -> frozenset[str] | None:
     """Every value ``outputs`` are computed from, themselves included.
+
+    The walk stops at ``settled`` values (included): values the run checked equal on
+    both sides, bit for bit, through which no error upstream can travel.
 
     ``None`` where a node of ``model`` (the ONNX model ``nodes`` describe) holds a
     subgraph (If, Loop, com.microsoft's BeamSearch): what a subgraph reads of the outer
@@ -34,7 +39,7 @@ def feeding(nodes: Sequence[NodeInfo], outputs: Iterable[str],
         if value in found:
             continue
         found.add(value)
-        producer = producers.get(value)
+        producer = None if value in settled else producers.get(value)
         if producer is not None:
             stack.extend(name for name in producer.inputs if name)
     return frozenset(found)

@@ -87,6 +87,15 @@ class Record:
         """Whether this pair is out of tolerance (or mismatched in shape, dtype or NaN)."""
         return self.status != Status.PASS
 
+    @property
+    def identical(self) -> bool:
+        """Whether both sides computed this value bit for bit alike.
+
+        An integer chain, a masked value: no error before it reaches anything through it.
+        """
+        return (self.status == Status.PASS and self.max_abs_error == 0
+                and not self.nan_mismatch and self.shape == self.candidate_shape)
+
     def to_dict(self) -> dict[str, Any]:
         """The record as the JSON schema lays it out."""
         data = asdict(self)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from bisect_onnx.judge.records import Record
 from bisect_onnx.judge.vocabulary import Verdict
 
-__all__ = ["Decision", "decide"]
+__all__ = ["Decision", "decide", "identical_values"]
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,14 @@ def decide(comparisons: Sequence[Record], final_outputs: Sequence[Record],
     return Decision(Verdict.DIVERGED, first_output, [], note)
 
 
+def identical_values(comparisons: Sequence[Record]) -> frozenset[str]:
+    """The values both sides computed alike, bit for bit (``feeding``'s ``settled``).
+
+    An error upstream of one stops there.
+    """
+    return frozenset(record.onnx_value for record in comparisons if record.identical)
+
+
 def _feeding_rows(comparisons: Sequence[Record], failing_outputs: Sequence[Record],
                   feeding: Callable[[Sequence[str]], Collection[str] | None] | None,
                   ) -> tuple[list[Record], str | None]:
@@ -92,6 +100,7 @@ def _feeding_rows(comparisons: Sequence[Record], failing_outputs: Sequence[Recor
              if record.failed and record.onnx_value not in upstream]
     if not aside:
         return relevant, None
-    return relevant, (f"{len(aside)} failing value(s) feed no failing output (first: "
+    return relevant, (f"{len(aside)} failing value(s) feed no failing output, or only "
+                      "through a value both sides computed alike (first: "
                       f"{aside[0].onnx_value!r}), so none of them is where the divergence "
                       "starts")

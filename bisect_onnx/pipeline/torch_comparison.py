@@ -24,7 +24,7 @@ from bisect_onnx.judge.findings import ComparisonFindings
 from bisect_onnx.judge.records import Coverage, Record, make_record
 from bisect_onnx.judge.tolerance_judge import ToleranceJudge
 from bisect_onnx.judge.tolerances import Tolerance
-from bisect_onnx.judge.verdict import Decision, decide
+from bisect_onnx.judge.verdict import Decision, decide, identical_values
 from bisect_onnx.judge.vocabulary import ReportWarning
 from bisect_onnx.runtime.onnx_side import NodeInfo, OnnxRuntimeSide
 from bisect_onnx.runtime.sides import Capture, CapturedValue
@@ -270,7 +270,8 @@ def decide_sample(comparisons: Sequence[Record], final_outputs: Sequence[Record]
     """The verdict on a sample's rows: outputs taken in graph order, and what feeds them."""
     return decide(comparisons, final_outputs, output_order={
         name: value.provenance.position for name, value in capture.values.items()},
-        feeding=partial(feeding, candidate.nodes, model=candidate.model))
+        feeding=partial(feeding, candidate.nodes, model=candidate.model,
+                        settled=identical_values(comparisons)))
 
 
 def vacuity_warnings(references: Sequence[CapturedValue], records: Sequence[Record], *,

@@ -26,6 +26,7 @@ from bisect_onnx.judge.compare import ArrayComparison, Status, compare_arrays
 from bisect_onnx.judge.findings import KERNEL_VALUES, AttributionFindings, LocalFigures, RowRef
 from bisect_onnx.judge.records import Record, Report, make_record
 from bisect_onnx.judge.tolerances import Judge, Tolerance
+from bisect_onnx.judge.verdict import identical_values
 from bisect_onnx.pytorch.op_values import OpCapture
 from bisect_onnx.runtime.sides import CapturedValue
 from bisect_onnx.search.alone import narrow_to_failing_node
@@ -92,7 +93,8 @@ def attribute_divergence(
     failing = [record for record in report.comparisons if record.failed]
     upstream = feeding(candidate.nodes, [record.onnx_value for record in report.final_outputs
                                          if record.failed],
-                       candidate.model) if report.diverged else None
+                       candidate.model, identical_values(report.comparisons)
+                       ) if report.diverged else None
     if upstream is not None:  # what feeds no failing output is not why they fail
         failing = [record for record in failing if record.onnx_value in upstream]
     if (report.search or {}).get("first_failing") and report.first_divergence in failing:

@@ -38,3 +38,15 @@ def test_a_node_holding_a_subgraph_leaves_what_feeds_the_outputs_unknown():
     nodes = [_node(0, "Relu", ("x",), ("outer",)), _node(1, "If", ("condition",), ("y",))]
     assert "outer" not in feeding(nodes, ["y"])  # by inputs alone it looks unread
     assert feeding(nodes, ["y"], model) is None
+
+
+def test_the_walk_stops_at_a_value_both_sides_computed_alike():
+    """A Where that discards an int64 value OpenVINO got wrong: the error stops there."""
+    nodes = [_node(0, "BitwiseOr", ("shifted", "bits"), ("ored",)),
+             _node(1, "Where", ("negative", "ored", "shifted"), ("picked",)),
+             _node(2, "Mul", ("other", "scale"), ("scaled",)),
+             _node(3, "Add", ("picked", "scaled"), ("out",))]
+    assert "ored" in feeding(nodes, ["out"])
+    found = feeding(nodes, ["out"], settled={"picked"})
+    assert {"out", "picked", "scaled", "other", "scale"} <= found
+    assert not {"ored", "shifted", "negative", "bits"} & found

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from bisect_onnx.judge.compare import Status
 from bisect_onnx.judge.records import Record
-from bisect_onnx.judge.verdict import decide
+from bisect_onnx.judge.verdict import decide, identical_values
 
 
 def record(index: int, status: str = Status.PASS, *, module: str | None = None,
@@ -149,3 +151,26 @@ def test_a_failing_value_that_feeds_no_failing_output_is_not_the_first_divergenc
     # Control flow: what feeds the outputs is not known, so nothing is set aside.
     assert decide(comparisons, [failing],
                   feeding=lambda outputs: None).first_divergence is comparisons[0]
+
+
+def test_only_values_both_sides_computed_bit_for_bit_alike_are_identical():
+    exact, close = record(0), record(1, max_abs=1e-7)
+    reshaped = replace(record(2), candidate_shape=[1, 2])
+    failing = record(3, Status.FAIL)
+    assert identical_values([exact, close, reshaped, failing]) == {"v0"}
+
+
+def test_a_failing_value_behind_an_identical_one_is_set_aside():
+    """OpenVINO's 32-bit BitwiseOr (v0) under a Where both sides compute alike (v1)."""
+    from bisect_onnx.graph.reach import feeding
+    from bisect_onnx.runtime.onnx_side import NodeInfo
+
+    nodes = [NodeInfo(0, "or", "BitwiseOr", ("v0",), None, ("x",)),
+             NodeInfo(1, "where", "Where", ("v1",), None, ("v0", "x")),
+             NodeInfo(2, "mul", "Mul", ("v2",), None, ("x",)),
+             NodeInfo(3, "add", "Add", ("output_0",), None, ("v1", "v2"))]
+    comparisons = [record(0, Status.FAIL), record(1), record(2, Status.FAIL)]
+    decision = decide(comparisons, [output(Status.FAIL)], feeding=lambda outputs: feeding(
+        nodes, outputs, settled=identical_values(comparisons)))
+    assert decision.first_divergence is comparisons[2]
+    assert "'v0'" in decision.note and "computed alike" in decision.note
