@@ -350,7 +350,10 @@ def _pair_by_name(name: str, dtype: np.dtype, groups: CandidateGroups,
                          groups.quantization(name))
     if quantized:  # the pair's other members are other tensors
         return None
+    # A Cast the converter inserted stands in; one the reference holds too is its own
+    # value, paired with its namesake (an int64 shift's float Cast is another tensor).
     floats = [member for member in members if member in captured
+              and member not in reference_names
               and np.asarray(captured[member]).dtype.kind == "f"]
     if floats:
         return ValuePair(name, floats[-1], node, "cast", groups.quantization(source))

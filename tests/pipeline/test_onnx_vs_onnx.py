@@ -201,6 +201,25 @@ def test_each_qdq_pair_dequantizes_with_its_own_scale(captured, how):
     assert float(pair.quantization.scale) == pytest.approx(0.01)  # the second pair's
 
 
+def test_a_cast_the_reference_holds_too_does_not_stand_in_for_its_input():
+    """OpenVINO fused an int64 Where with its float Cast: the Cast's value is its own."""
+    from onnx import TensorProto, helper
+
+    from bisect_onnx.align.onnx_pairs import CandidateGroups, pair_graphs
+
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["shifted"], to=TensorProto.INT64),
+         helper.make_node("Cast", ["shifted"], ["as_float"], to=TensorProto.FLOAT)],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("as_float", TensorProto.FLOAT, [4])]))
+    pairing = pair_graphs(model, CandidateGroups(model, "."),
+                          {"shifted": np.zeros(4, np.int64), "as_float": np.zeros(4, np.float32)},
+                          {"as_float": np.zeros(4, np.float32)})
+    assert [(pair.reference, pair.candidate) for pair in pairing.pairs] == [
+        ("as_float", "as_float")]
+    assert [item.name for item in pairing.unpaired] == ["shifted"]
+
+
 def test_captured_quantized_integers_are_dequantized_like_dequantizelinear():
     quantization = Quantization(np.array([0.5, 2.0], np.float32), np.array([1, 0], np.uint8),
                                 axis=1)
