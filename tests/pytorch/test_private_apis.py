@@ -167,6 +167,25 @@ def test_a_missing_api_names_itself_the_version_and_what_is_lost(monkeypatch):
     assert isinstance(caught.value, bisect_onnx.BisectOnnxError)
 
 
+def test_the_exporters_registry_is_built_once_for_every_program(monkeypatch):
+    from torch.onnx._internal.exporter import _core, _registration
+
+    given = []
+    monkeypatch.setattr(_core, "_prepare_exported_program_for_export",
+                        lambda program, *, registry: given.append(registry) or program)
+    private_apis._torchlib_registry.cache_clear()
+    built = []
+    original = _registration.ONNXRegistry.from_torchlib
+    monkeypatch.setattr(_registration.ONNXRegistry, "from_torchlib",
+                        lambda: built.append(1) or original())
+    try:
+        for program in ("first call's program", "second call's program"):
+            assert private_apis.prepare_for_export()(program) == program
+    finally:
+        private_apis._torchlib_registry.cache_clear()  # not this test's stand-in
+    assert len(built) == 1 and given[0] is given[1]
+
+
 def test_op_overloads_are_told_without_torchs_private_class(monkeypatch):
     monkeypatch.delattr(torch._ops, "OpOverload")
     assert private_apis.is_op_overload(torch.ops.aten.linear.default)
