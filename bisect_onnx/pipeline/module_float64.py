@@ -57,27 +57,33 @@ class ModuleFloat64:
         self.graph_inputs, self.by_value = graph_inputs, by_value
         self.done: dict[str, np.ndarray | None] = {}
 
-    def __call__(self, check: Any) -> np.ndarray | None:
-        """PyTorch's float64 value of ``check``'s segment (``None``: why is logged)."""
+    def __call__(self, check: Any, known: Mapping[str, CapturedValue] | None = None
+                 ) -> np.ndarray | None:
+        """PyTorch's float64 value of ``check``'s segment (``None``: why is logged).
+
+        ``known``: module values of ONNX values the capture did not hold (inside a fused
+        kernel), by ONNX name, for a segment that ends or starts there.
+        """
         if check.value not in self.done:
             try:
-                self.done[check.value] = self._rerun(check)
+                self.done[check.value] = self._rerun(check, {**(known or {}),
+                                                             **self.by_value})
             except BisectOnnxError as error:
                 logger.info("no float64 rerun of %s in PyTorch: %s", check.value, error)
                 self.done[check.value] = None
         return self.done[check.value]
 
-    def _rerun(self, check: Any) -> np.ndarray:
-        output = self.by_value.get(check.value)
+    def _rerun(self, check: Any, by_value: Mapping[str, CapturedValue]) -> np.ndarray:
+        output = by_value.get(check.value)
         if output is None:
             raise BisectOnnxError("no module call's value is paired with it")
         pin = self._pin(output)
         if pin.given or pin.suffix:
             raise BisectOnnxError(f"it is not the one tensor {call_name(pin.path, pin.call)} "
                                   "returns")
-        pins = [self._pin(self.by_value[name], array) if name not in self.graph_inputs
+        pins = [self._pin(by_value[name], array) if name not in self.graph_inputs
                 else Pin("", 0, np.asarray(array)) for name, array in check.feeds.items()
-                if name in self.by_value or name in self.graph_inputs]
+                if name in by_value or name in self.graph_inputs]
         if len(pins) != len(check.feeds):
             raise BisectOnnxError("an input of its segment is no module call's value")
         return span_in_float64(self.model, self.arrays, self.keywords,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from functools import partial
 from typing import Any
 
@@ -21,7 +21,7 @@ import numpy as np
 from bisect_onnx.align.modules import Pair
 from bisect_onnx.errors import BisectOnnxError
 from bisect_onnx.graph.reach import feeding
-from bisect_onnx.graph.segments import embed_external_data, segment_model
+from bisect_onnx.graph.segments import InputSource, Segment, embed_external_data, segment_model
 from bisect_onnx.judge.compare import ArrayComparison, Status, compare_arrays
 from bisect_onnx.judge.findings import KERNEL_VALUES, AttributionFindings, LocalFigures, RowRef
 from bisect_onnx.judge.records import Record, Report, make_record
@@ -149,7 +149,7 @@ def _narrowed(findings: AttributionFindings, report: Report, checker: _LocalChec
     candidate_values = checker.candidate_values
     findings = _safely(findings, "the value inside a kernel", partial(
         _name_inside_kernels, report, findings, first, checker.checks, candidate,
-        inner, op_segments, tolerance))
+        inner, op_segments, tolerance, partial(_classify_inside, checker, candidate, inner)))
     findings = _safely(findings, "a node with no counterpart", partial(
         narrow_to_unpaired, findings, checker.checks[first], candidate,
         {**{name: value.array for name, value in inner.items()},
@@ -256,11 +256,15 @@ def _name_inside_kernels(report: Report, findings: AttributionFindings, first: s
                          checks: Mapping[str, LocalCheck], candidate: Any,
                          references: Mapping[str, CapturedValue],
                          op_segments: Mapping[str, Sequence[Any]] | None,
-                         tolerance: Judge) -> AttributionFindings:
+                         tolerance: Judge,
+                         classify_inside: Callable[..., Any] | None = None
+                         ) -> AttributionFindings:
     """Where a culprit's segment holds a fused kernel, name the failing value inside it.
 
     The value inside is a culprit only where the nodes that computed it from values
-    that pass are one node or one op; its record joins ``kernel_values``.
+    that pass are one node or one op; its record joins ``kernel_values``. It takes the
+    kernel's classification, or, where that is unclassified, its own where
+    ``classify_inside(inner, nodes, check, tolerance)`` gives one.
     """
     rows = {record.onnx_value: record for record in reversed(report.comparisons)}
     culprits = list(findings.culprits) or [RowRef(first)]
@@ -285,6 +289,13 @@ def _name_inside_kernels(report: Report, findings: AttributionFindings, first: s
                 findings = replace(findings, segment=narrowed_segment(
                     candidate.nodes, own_nodes, compute, inner))
             continue
+        if classify_inside is not None and inner.classification in (None, Kind.UNCLASSIFIED):
+            own = classify_inside(inner, own_nodes, checks[ref.value],
+                                  tolerance.of(rows[ref.value]))
+            if own is not None and own.kind != Kind.UNCLASSIFIED:
+                inner = replace(inner, classification=own.kind)
+                if ref.value == first:
+                    evidence["classification"] = asdict(own)
         kernel_values.append(inner)
         checked[inner.onnx_value] = LocalFigures(
             introduced_here=True, local_max_abs_error=inner.local_max_abs_error,
@@ -302,6 +313,46 @@ def _name_inside_kernels(report: Report, findings: AttributionFindings, first: s
             findings = replace(findings, segment=None)
     return replace(findings, kernel_checked=checked, culprits=tuple(refs),
                    kernel_values=tuple(kernel_values), evidence=evidence)
+
+
+def _classify_inside(checker: _LocalChecker, candidate: Any,
+                     references: Mapping[str, CapturedValue], inner: Record,
+                     nodes: Sequence[int], check: LocalCheck, tolerance: Tolerance) -> Any:
+    """The value named inside a kernel, classified on the nodes that compute it alone.
+
+    Module level (PyTorch's side a module call rerun in float64), on a runtime whose
+    capture leaves values between its layers out (OpenVINO): a kernel's segment that
+    reaches back past such values (a residual input) stays unclassified, while the
+    nodes inside it that compute ``inner`` (one node or one op) may read only values
+    the check was fed from PyTorch. Those nodes are rerun in float64 on both sides from
+    those very inputs. There op level would name the same node at the cost of tracing
+    the whole model (the call around it reads a value no capture holds); elsewhere the
+    call is traced and its op rows say more (where NaN starts), so nothing is done.
+    ``None`` also where a node reads a value the check computed or took from the
+    candidate: PyTorch's rerun could not start from what the nodes read.
+    """
+    if (checker.torch_float64 is None or check.segment is None
+            or not getattr(candidate, "layer_boundaries", None)):
+        return None
+    graph = candidate.model.graph
+    computed = {output for index in nodes for output in graph.node[index].output}
+    read = [name for index in nodes for name in graph.node[index].input if name]
+    entering = [name for name in dict.fromkeys(read)
+                if name not in computed and name not in check.segment.initializers]
+    fed = (InputSource.REFERENCE, InputSource.GRAPH_INPUT)
+    local = check.values.get(inner.onnx_value)
+    if (local is None or inner.onnx_value not in references
+            or any(check.segment.inputs.get(name) not in fed for name in entering)):
+        return None
+    segment = Segment(nodes=list(nodes),
+                      initializers={name for name in read if name in check.segment.initializers},
+                      inputs={name: check.segment.inputs[name] for name in entering})
+    alone = LocalCheck(inner.onnx_value, segment=segment,
+                       nodes=[graph.node[index].name for index in nodes],
+                       feeds={name: check.feeds[name] for name in entering}, local=local)
+    return _classify(alone, inner, candidate,
+                     {inner.onnx_value: references[inner.onnx_value].array}, None, {}, {},
+                     tolerance, partial(checker.torch_float64, known=references))
 
 
 def _classify(check: LocalCheck, record: Record, candidate: Any,

@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import onnx
 import pytest
 import torch
 
 pytest.importorskip("openvino", reason="openvino is not importable here")
 
 import bisect_onnx  # noqa: E402
+from bisect_onnx import events  # noqa: E402
 from bisect_onnx.cli.command import main  # noqa: E402
 from bisect_onnx.report.verdict import verdict_line  # noqa: E402
 from bisect_onnx.runtime.openvino_layers import executed_layers  # noqa: E402
@@ -101,6 +103,24 @@ def test_a_planted_weight_inside_a_fused_layer_is_narrowed_to_its_node(runtime, 
     line = verdict_line(report)
     assert (f"ran in OpenVINO's executed layer {ran['layer']['name']!r} (Convolution, "
             f"runtime precision {ran['layer']['runtime_precision']}") in line
+
+
+def test_a_conv_fused_with_its_residual_add_is_classified_without_tracing(fixture_case,
+                                                                         tmp_path):
+    model, inputs, onnx_path = fixture_case("resnet_like")
+    node, _ = plant(onnx_path, tmp_path / "planted.onnx", scale_conv_weight("layer1.bn2", 1.05))
+    seen = []
+    with events.listening(seen.append):
+        report = bisect_onnx.bisect(model, inputs, onnx_model=tmp_path / "planted.onnx",
+                                    runtime=OPENVINO_F32)
+    # The residual input is no capture's value, so the kernel's check runs back past it
+    # and no module call pins that segment; the Conv inside, fed PyTorch's values, is
+    # rerun in float64 on its own (its BatchNorm's call), and no call is traced for it.
+    assert report.culprit is not None and report.culprit.onnx_node == node, verdict_line(report)
+    assert report.culprit.classification == "graph semantics", verdict_line(report)
+    assert report.to_dict()["attribution"]["classification"]["kind"] == "graph semantics"
+    assert report.coverage.granularity == "module"
+    assert not [event for event in seen if "pytorch ops" in event.detail]
 
 
 @pytest.mark.parametrize("node", ["node_MatMul_9", "node_MatMul_33"],
@@ -205,6 +225,21 @@ def test_the_pytorch_form_on_the_command_line_runs_in_openvino(tmp_path, monkeyp
     assert "ONNX Runtime" not in out, out
     data = json.loads((tmp_path / "report.json").read_text())
     assert data["culprit"]["node"]["ran_in"]["layer"]["nodes"] == ["node_avg_pool2d"]
+
+
+def test_a_file_openvino_cannot_read_is_a_model_error_when_production_is_wanted(tmp_path):
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Frobnicate", ["x"], ["y"], domain="com.example")], "custom",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])])
+    path = tmp_path / "custom.onnx"
+    onnx.save(onnx.helper.make_model(graph, opset_imports=[
+        onnx.helper.make_opsetid("", 18), onnx.helper.make_opsetid("com.example", 1)]), str(path))
+    side = OpenVinoSide(path, precision="f32")  # compiled in the background meanwhile
+    with pytest.raises(bisect_onnx.ModelError, match="OpenVINO could not read custom.onnx"):
+        side.prepare()
+    with pytest.raises(bisect_onnx.ModelError, match="OpenVINO could not read custom.onnx"):
+        side.prepare()  # asked again, it says so again (read again, not a stale state)
 
 
 def test_probes_of_production_compile_in_openvino(fixture_case):
