@@ -15,11 +15,12 @@ and a value handed out as float32 makes its bf16 layer write float32. So:
    OpenVINO's own operations fused in);
 4. a first guess at what broke each production layer the capture lost: the values
    its own nodes hand out (a Subgraph's last Transpose splits off when its output is
-   an output), and where the layer holds an operation OpenVINO made itself (a scale
-   folded into a FullyConnected's weights), the Reshapes and Transposes after it,
-   across which the scale was moved. Those are dropped and the capture compiled
-   again; on BERT-base this gives production's layers in the second compilation
-   (and the guess is kept: trying its values back would cost a compilation each).
+   an output), the residual input a Convolution adds into in place, and where the
+   layer holds an operation OpenVINO made itself (a scale folded into a
+   FullyConnected's weights), the Reshapes and Transposes after it, across which the
+   scale was moved. Those are dropped and the capture compiled again; on BERT-base and
+   ResNet-50 this gives production's layers in the second compilation (and the guess
+   is kept: trying its values back would cost a compilation each).
 5. Where it does not, the values touching each layer still lost are dropped (its
    inputs and outputs first, then a node further each round), until the layers are
    production's, and the dropped values are then tried back, every changed layer's
@@ -144,7 +145,10 @@ def plan_capture(production_layers: list[ExecutedLayer], index: GraphIndex,
     # none where only layers were added, which says nothing of where.
     held = {node for layer in production_layers for node in layer.nodes}
     for layer in lost if len(lost) < len(production_layers) else ():
-        for value in _handed_out(layer, index, held):
+        # A residual added in place is what a Convolution is lost to, not what it hands
+        # out (ResNet's blocks: their outputs are kept, their shortcuts are not).
+        in_place = _added_in_place(layer, index) & set(leaving)
+        for value in in_place or _handed_out(layer, index, held):
             if value in leaving:
                 plan.dropped.setdefault(value, layer.name)
     guessed = set(plan.dropped)
@@ -256,6 +260,28 @@ def _handed_out(layer: ExecutedLayer, index: GraphIndex, held: set[str]) -> set[
                 values |= new
                 frontier.extend(new)
     return values
+
+
+def _added_in_place(layer: ExecutedLayer, index: GraphIndex) -> set[str]:
+    """The residual input a Convolution layer adds its result into, in place.
+
+    OpenVINO's CPU plugin fuses an Add of a Convolution's result and a value from
+    outside (a ResNet block's shortcut) into the Convolution, which writes the sum into
+    that value's buffer: made an output, the buffer cannot be overwritten, and the Add
+    runs as a layer of its own (on ResNet-50, 4 of the 16 blocks' layers are lost that
+    way to a shortcut that no lost layer hands out itself). Only Convolutions: an
+    attention ``Subgraph`` adding a mask is not lost to the mask (BERT-base).
+    """
+    if layer.layer_type != "Convolution":
+        return set()
+    made = {value for node in layer.nodes for value in index.outputs[node]}
+    added: set[str] = set()
+    for node in layer.nodes:
+        operands = index.inputs[node]
+        if index.op_types.get(node) in ("Add", "Sum") and made.intersection(operands):
+            added |= {value for value in operands if value not in made
+                      and value in index.producer}
+    return added
 
 
 def _touching(layer: ExecutedLayer, index: GraphIndex, radius: int) -> set[str]:

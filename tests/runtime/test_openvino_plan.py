@@ -7,6 +7,7 @@ output breaks the layer that reads it in place), so each round can be checked ex
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from bisect_onnx.runtime.onnx_side import NodeInfo
 from bisect_onnx.runtime.openvino_layers import ExecutedLayer, GraphIndex
@@ -24,21 +25,31 @@ NODES = [NodeInfo(0, "conv1", "Conv", ("c1",), None, ("a",)),
 INDEX = GraphIndex.of(NODES)
 
 
-def _layer(name: str, *nodes: str, precision: str = "bf16") -> ExecutedLayer:
-    return ExecutedLayer(name, "Convolution", precision, precision, tuple(nodes))
+def _layer(name: str, *nodes: str, precision: str = "bf16",
+           kind: str = "Convolution") -> ExecutedLayer:
+    return ExecutedLayer(name, kind, precision, precision, tuple(nodes))
 
 
-PRODUCTION = [_layer("L1", "conv1", "relu1"), _layer("L2", "conv2", "add", "relu2"),
-              _layer("L3", "conv3", precision="f32")]
+def _production(kind: str) -> list[ExecutedLayer]:
+    return [_layer("L1", "conv1", "relu1", kind=kind),
+            _layer("L2", "conv2", "add", "relu2", kind=kind),
+            _layer("L3", "conv3", precision="f32", kind=kind)]
 
 
-def _compiler(calls: list):
+PRODUCTION = _production("Convolution")
+#: The same layers under a type the plan knows no in-place rule for: found by rounds.
+OPAQUE = _production("Subgraph")
+
+
+def _compiler(calls: list, production: list[ExecutedLayer] = PRODUCTION):
+    kind = production[0].layer_type
+
     def compile_capture(names, types):
         calls.append((list(names), dict(types)))
         if "r1" in names:  # the in-place sum cannot write into an output
-            return "split", [PRODUCTION[0], _layer("L2a", "conv2"),
-                             _layer("L2b", "add", "relu2"), PRODUCTION[2]]
-        return "same", list(PRODUCTION)
+            return "split", [production[0], _layer("L2a", "conv2", kind=kind),
+                             _layer("L2b", "add", "relu2", kind=kind), production[2]]
+        return "same", list(production)
     return compile_capture
 
 
@@ -47,13 +58,25 @@ def test_the_values_leaving_each_layer_are_the_candidates():
     assert {name: layer.name for name, layer in leaving.items()} == {"r1": "L1", "r2": "L2"}
 
 
-def test_a_value_that_breaks_a_fusion_is_dropped_and_the_rest_kept_in_their_precision():
+def test_the_residual_a_convolution_adds_in_place_is_dropped_at_once():
     calls: list = []
     plan = plan_capture(PRODUCTION, INDEX, {"out"}, _compiler(calls))
     assert plan.layers_match_production and plan.compiled == "same"
-    # Round 1 asks for both, in bf16 (their layers' output precision). The first guess
-    # drops what the split L2 hands out (r2); r1 still splits it, so round 2 drops by
-    # neighbourhood, and the restore tries both back.
+    # Round 1 asks for both, in bf16 (their layers' output precision). L2 is lost, and
+    # the first guess drops the residual its Convolution adds into in place (r1), not
+    # what it hands out (r2): the second compilation is production's.
+    assert calls == [(["r1", "r2"], {"r1": "bf16", "r2": "bf16"}), (["r2"], {"r2": "bf16"})]
+    assert plan.dropped == {"r1": "L2"}
+    assert plan.captured == ["r2"] and plan.element_types == {"r2": "bf16"}
+
+
+def test_a_value_that_breaks_a_fusion_is_dropped_and_the_rest_kept_in_their_precision():
+    calls: list = []
+    plan = plan_capture(OPAQUE, INDEX, {"out"}, _compiler(calls, OPAQUE))
+    assert plan.layers_match_production and plan.compiled == "same"
+    # No in-place rule for these layers: the first guess drops what the split L2 hands
+    # out (r2); r1 still splits it, so round 2 drops by neighbourhood, and the restore
+    # tries both back.
     assert calls[0] == (["r1", "r2"], {"r1": "bf16", "r2": "bf16"})
     assert calls[1] == (["r1"], {"r1": "bf16"})
     assert calls[2] == ([], {})
@@ -63,7 +86,7 @@ def test_a_value_that_breaks_a_fusion_is_dropped_and_the_rest_kept_in_their_prec
 
 def test_a_dropped_value_that_did_not_break_anything_is_restored():
     calls: list = []
-    plan = plan_capture(PRODUCTION, INDEX, {"out"}, _compiler(calls))
+    plan = plan_capture(OPAQUE, INDEX, {"out"}, _compiler(calls, OPAQUE))
     assert plan.captured == ["r2"]
     assert plan.element_types == {"r2": "bf16"}
     assert [names for names, _ in calls[-1:]] == [["r2"]]
@@ -107,7 +130,8 @@ def test_a_scale_folded_across_layout_ops_is_found_in_one_round():
     assert set(plan.dropped) == {"f", "v", "t"}
 
 
-def test_groups_of_distant_layers_are_tried_back_in_one_compilation():
+@pytest.mark.parametrize("kind", ["Convolution", "Subgraph"])
+def test_groups_of_distant_layers_are_tried_back_in_one_compilation(kind):
     # Two far-apart copies of the in-place sum, each broken by its residual input.
     nodes = [*NODES[:5], NodeInfo(5, "conv3", "Conv", ("c3",), None, ("r2",)),
              NodeInfo(6, "relu3", "Relu", ("r3",), None, ("c3",)),
@@ -116,24 +140,29 @@ def test_groups_of_distant_layers_are_tried_back_in_one_compilation():
              NodeInfo(9, "add2", "Add", ("s2",), None, ("c5", "c4")),
              NodeInfo(10, "relu4", "Relu", ("out",), None, ("s2",))]
     index = GraphIndex.of(nodes)
-    production = [_layer("L1", "conv1", "relu1"), _layer("L2", "conv2", "add", "relu2"),
-                  _layer("L3", "conv3", "relu3"), _layer("L4", "conv4"),
-                  _layer("L5", "conv5", "add2", "relu4")]
+    production = [_layer(name, *held, kind=kind) for name, *held in (
+        ("L1", "conv1", "relu1"), ("L2", "conv2", "add", "relu2"), ("L3", "conv3", "relu3"),
+        ("L4", "conv4"), ("L5", "conv5", "add2", "relu4"))]
     calls: list = []
 
     def compile_capture(names, types):
         calls.append(list(names))
         layers = list(production)
         if "r1" in names:
-            layers[1:2] = [_layer("L2a", "conv2"), _layer("L2b", "add", "relu2")]
+            layers[1:2] = [_layer("L2a", "conv2", kind=kind),
+                           _layer("L2b", "add", "relu2", kind=kind)]
         if "c4" in names:
-            layers[-1:] = [_layer("L5a", "conv5"), _layer("L5b", "add2", "relu4")]
+            layers[-1:] = [_layer("L5a", "conv5", kind=kind),
+                           _layer("L5b", "add2", "relu4", kind=kind)]
         return len(calls), layers
 
     plan = plan_capture(production, index, {"out"}, compile_capture)
     assert plan.layers_match_production
     assert set(plan.dropped) == {"r1", "c4"}
     assert set(plan.captured) == {"r2", "r3"}
+    if kind == "Convolution":  # both residuals added in place: the first guess
+        assert len(calls) == 2
+        return
     # Each restoring compilation tries a group from both changed layers at once.
     restoring = calls[3:]
     assert any({"r1", "c4"} <= set(names) for names in restoring)
