@@ -249,8 +249,11 @@ def _run_sample(settings: Settings, arrays: list[np.ndarray], description: str):
     # PyTorch's values are recorded: one copy of the weights (the file's, where it holds them)
     settings.parking.park(candidate.model, candidate.path.parent)
     emit(CAPTURE_STARTED, "onnxruntime")
-    with (imported_meanwhile(candidate.model,  # the translations, for inside_op
-                             wanted=traces_one_call(settings) and not memory_reason),
+    # The translations (for inside_op), imported while the capture is made where that
+    # leaves a core idle (ONNX Runtime's sessions; OpenVINO's compilations take both).
+    with (imported_meanwhile(candidate.model,
+                             wanted=traces_one_call(settings) and not memory_reason
+                             and getattr(candidate, "prepares_on_one_core", True)),
           kept_in_heap(settings.parking.parked)):  # its pages kept for the weights read back
         run = run_candidate(candidate, arrays, memory_reason=memory_reason)
     warnings = list(settings.reference.warnings)

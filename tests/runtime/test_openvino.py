@@ -242,6 +242,20 @@ def test_a_file_openvino_cannot_read_is_a_model_error_when_production_is_wanted(
         side.prepare()  # asked again, it says so again (read again, not a stale state)
 
 
+def test_nothing_is_imported_beside_openvino_s_compilations(fixture_case, monkeypatch):
+    from bisect_onnx.pytorch import exporter_imports
+
+    started = []
+    monkeypatch.setattr(exporter_imports, "HIDDEN_FROM", 0)  # as for a large model
+    monkeypatch.setattr(exporter_imports, "_TORCHLIB", "a.module.not.imported.yet")
+    monkeypatch.setattr(exporter_imports, "preload_translations", lambda: started.append(1))
+    model, inputs, onnx_path = fixture_case("tiny_mlp")
+    bisect_onnx.bisect(model, inputs, onnx_model=onnx_path, runtime=OPENVINO_F32)
+    assert started == []  # its compilations take both cores: an import would compete
+    bisect_onnx.bisect(model, inputs, onnx_model=onnx_path)
+    assert started == [1]  # ONNX Runtime makes its sessions on one core: imported then
+
+
 def test_probes_of_production_compile_in_openvino(fixture_case):
     model, inputs, onnx_path = fixture_case("avgpool_divisor")
     # A budget nothing fits in: production is probed a few values at a time.
