@@ -12,19 +12,17 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import asdict, replace
 from functools import partial
 from typing import Any
 
 import numpy as np
 
-from bisect_onnx.align.modules import Pair
 from bisect_onnx.errors import BisectOnnxError
 from bisect_onnx.graph.reach import feeding
 from bisect_onnx.graph.segments import InputSource, Segment, embed_external_data, segment_model
-from bisect_onnx.judge.compare import ArrayComparison, Status, compare_arrays
-from bisect_onnx.judge.findings import KERNEL_VALUES, AttributionFindings, LocalFigures, RowRef
-from bisect_onnx.judge.records import Record, Report, make_record
+from bisect_onnx.judge.compare import ArrayComparison, Status
+from bisect_onnx.judge.findings import AttributionFindings
+from bisect_onnx.judge.records import Record, Report
 from bisect_onnx.judge.tolerances import Judge, Tolerance
 from bisect_onnx.judge.verdict import identical_values
 from bisect_onnx.pytorch.op_values import OpCapture
@@ -33,15 +31,12 @@ from bisect_onnx.search.alone import narrow_to_failing_node
 from bisect_onnx.search.attribution import CulpritSearch, LocalResult
 from bisect_onnx.search.claims import (
     attribution_findings,
-    compute_nodes,
-    exceeds,
-    isolation,
-    narrowed_segment,
     with_nodeless,
 )
 from bisect_onnx.search.classify import Kind
 from bisect_onnx.search.inner_values import inner_references
 from bisect_onnx.search.inserted import exporters_node, narrow_to_unpaired
+from bisect_onnx.search.inside_kernel import name_inside_kernels
 from bisect_onnx.search.local import LocalCheck, boundary_references, run_locally, runtime_of
 from bisect_onnx.search.nodeless import classification, fx_span, nodeless_culprit
 
@@ -148,7 +143,7 @@ def _narrowed(findings: AttributionFindings, report: Report, checker: _LocalChec
     row, graph_inputs = checker.by_value[first], checker.graph_inputs
     candidate_values = checker.candidate_values
     findings = _safely(findings, "the value inside a kernel", partial(
-        _name_inside_kernels, report, findings, first, checker.checks, candidate,
+        name_inside_kernels, report, findings, first, checker.checks, candidate,
         inner, op_segments, tolerance, partial(_classify_inside, checker, candidate, inner)))
     findings = _safely(findings, "a node with no counterpart", partial(
         narrow_to_unpaired, findings, checker.checks[first], candidate,
@@ -252,69 +247,6 @@ class _LocalChecker:
                            noise=noise)
 
 
-def _name_inside_kernels(report: Report, findings: AttributionFindings, first: str,
-                         checks: Mapping[str, LocalCheck], candidate: Any,
-                         references: Mapping[str, CapturedValue],
-                         op_segments: Mapping[str, Sequence[Any]] | None,
-                         tolerance: Judge,
-                         classify_inside: Callable[..., Any] | None = None
-                         ) -> AttributionFindings:
-    """Where a culprit's segment holds a fused kernel, name the failing value inside it.
-
-    The value inside is a culprit only where the nodes that computed it from values
-    that pass are one node or one op; its record joins ``kernel_values``. It takes the
-    kernel's classification, or, where that is unclassified, its own where
-    ``classify_inside(inner, nodes, check, tolerance)`` gives one.
-    """
-    rows = {record.onnx_value: record for record in reversed(report.comparisons)}
-    culprits = list(findings.culprits) or [RowRef(first)]
-    checked, kernel_values, evidence = dict(findings.kernel_checked), [], dict(findings.evidence)
-    refs = []
-    for ref in culprits:
-        found = (_inside_kernel(replace(rows[ref.value],  # the kernel's classification
-                                        classification=findings.checked[
-                                            ref.value].classification),
-                                checks[ref.value], candidate, references,
-                                tolerance.of(rows[ref.value]))
-                 if ref.value in rows else None)
-        if found is None:
-            refs.append(ref)
-            continue
-        inner, own_nodes = found
-        compute = compute_nodes(candidate.nodes, own_nodes)
-        kind = isolation(compute, op_segments)
-        if kind is None:  # several ops inside: the kernel's value stands, its segment narrows
-            refs.append(ref)
-            if ref.value == first and findings.segment is not None:
-                findings = replace(findings, segment=narrowed_segment(
-                    candidate.nodes, own_nodes, compute, inner))
-            continue
-        if classify_inside is not None and inner.classification in (None, Kind.UNCLASSIFIED):
-            own = classify_inside(inner, own_nodes, checks[ref.value],
-                                  tolerance.of(rows[ref.value]))
-            if own is not None and own.kind != Kind.UNCLASSIFIED:
-                inner = replace(inner, classification=own.kind)
-                if ref.value == first:
-                    evidence["classification"] = asdict(own)
-        kernel_values.append(inner)
-        checked[inner.onnx_value] = LocalFigures(
-            introduced_here=True, local_max_abs_error=inner.local_max_abs_error,
-            local_status=inner.local_status, local_nan_mismatch=inner.nan_mismatch,
-            local_exceeds=exceeds(inner, tolerance.of(inner).atol),
-            classification=inner.classification,
-            compute_nodes=tuple(node.name for node in compute), isolation=kind)
-        refs.append(RowRef(inner.onnx_value, KERNEL_VALUES))
-        if ref.value == first:
-            evidence["inside_kernel"] = {"value": inner.onnx_value, "node": inner.onnx_node,
-                                         "kernel_output": first}
-    if not findings.culprits:  # the kernel's value was a segment: the value inside is not
-        refs = [ref for ref in refs if ref.table == KERNEL_VALUES]
-        if refs:
-            findings = replace(findings, segment=None)
-    return replace(findings, kernel_checked=checked, culprits=tuple(refs),
-                   kernel_values=tuple(kernel_values), evidence=evidence)
-
-
 def _classify_inside(checker: _LocalChecker, candidate: Any,
                      references: Mapping[str, CapturedValue], inner: Record,
                      nodes: Sequence[int], check: LocalCheck, tolerance: Tolerance) -> Any:
@@ -401,47 +333,6 @@ def _float64_reruns(check: LocalCheck, record: Record, candidate: Any, program: 
             embed_external_data(tensor, candidate.path.resolve().parent)
         onnx64 = onnx_segment_in_float64(model, check.feeds, check.value)
     return torch64, onnx64
-
-
-def _inside_kernel(record: Record, check: LocalCheck, candidate: Any,
-                   references: Mapping[str, CapturedValue],
-                   tolerance: Tolerance) -> tuple[Record, list[int]] | None:
-    """The first value inside the culprit's segment that PyTorch has and that fails.
-
-    The segment reaches back through values ONNX Runtime fused away (a Conv's output
-    inside a FusedConv); PyTorch still has them, so the node that went wrong inside
-    the kernel can be named, with its own op, module and source line. With it, the
-    segment's nodes since the last value that PyTorch has and that passes: what the
-    check of that value ran.
-    """
-    from bisect_onnx.runtime.onnx_side import node_provenance
-
-    if check.segment is None:
-        return None
-    since_passing: list[int] = []
-    for index in check.segment.nodes:
-        node = candidate.nodes[index]
-        since_passing.append(index)
-        for output in node.outputs:
-            if output == check.value:
-                return None
-            reference, local = references.get(output), check.values.get(output)
-            if (reference is None or local is None
-                    or reference.array.shape != local.shape):
-                continue
-            # At the culprit's own tolerance (a per-value rule), not the report's base.
-            comparison = compare_arrays(reference.array, local, rtol=tolerance.rtol,
-                                        atol=tolerance.atol)
-            if comparison.status != Status.PASS:
-                value = CapturedValue(output, local, node_provenance(node, record.index))
-                inner = make_record(record.index, Pair(reference, value), comparison)
-                return replace(inner, introduced_here=True,
-                               local_max_abs_error=comparison.max_abs_error,
-                               local_status=comparison.status,
-                               local_nan_mismatch=comparison.nan_mismatch,
-                               classification=record.classification), since_passing
-            since_passing = []  # a value PyTorch has that passes: what follows starts there
-    return None
 
 
 def _excess(min_passing_atol: float | None, atol: float) -> float:

@@ -1,0 +1,129 @@
+"""The node that went wrong inside a fused kernel, named by the value PyTorch has there.
+
+A culprit's local check reruns a kernel the runtime fused (a Conv with its residual Add
+and ReLU) and computes every value inside it; PyTorch still has those values (an op's,
+a module call's), so the first one that fails names the node, with its own op, module
+and source line (:func:`name_inside_kernels`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, replace
+from typing import Any
+
+from bisect_onnx.align.modules import Pair
+from bisect_onnx.judge.compare import Status, compare_arrays
+from bisect_onnx.judge.findings import KERNEL_VALUES, AttributionFindings, LocalFigures, RowRef
+from bisect_onnx.judge.records import Record, Report, make_record
+from bisect_onnx.judge.tolerances import Judge, Tolerance
+from bisect_onnx.runtime.sides import CapturedValue
+from bisect_onnx.search.claims import compute_nodes, exceeds, isolation, narrowed_segment
+from bisect_onnx.search.classify import Kind
+from bisect_onnx.search.local import LocalCheck
+
+__all__ = ["name_inside_kernels"]
+
+
+def name_inside_kernels(report: Report, findings: AttributionFindings, first: str,
+                         checks: Mapping[str, LocalCheck], candidate: Any,
+                         references: Mapping[str, CapturedValue],
+                         op_segments: Mapping[str, Sequence[Any]] | None,
+                         tolerance: Judge,
+                         classify_inside: Callable[..., Any] | None = None
+                         ) -> AttributionFindings:
+    """Where a culprit's segment holds a fused kernel, name the failing value inside it.
+
+    The value inside is a culprit only where the nodes that computed it from values
+    that pass are one node or one op; its record joins ``kernel_values``. It takes the
+    kernel's classification, or, where that is unclassified, its own where
+    ``classify_inside(inner, nodes, check, tolerance)`` gives one.
+    """
+    rows = {record.onnx_value: record for record in reversed(report.comparisons)}
+    culprits = list(findings.culprits) or [RowRef(first)]
+    checked, kernel_values, evidence = dict(findings.kernel_checked), [], dict(findings.evidence)
+    refs = []
+    for ref in culprits:
+        found = (_inside_kernel(replace(rows[ref.value],  # the kernel's classification
+                                        classification=findings.checked[
+                                            ref.value].classification),
+                                checks[ref.value], candidate, references,
+                                tolerance.of(rows[ref.value]))
+                 if ref.value in rows else None)
+        if found is None:
+            refs.append(ref)
+            continue
+        inner, own_nodes = found
+        compute = compute_nodes(candidate.nodes, own_nodes)
+        kind = isolation(compute, op_segments)
+        if kind is None:  # several ops inside: the kernel's value stands, its segment narrows
+            refs.append(ref)
+            if ref.value == first and findings.segment is not None:
+                findings = replace(findings, segment=narrowed_segment(
+                    candidate.nodes, own_nodes, compute, inner))
+            continue
+        if classify_inside is not None and inner.classification in (None, Kind.UNCLASSIFIED):
+            own = classify_inside(inner, own_nodes, checks[ref.value],
+                                  tolerance.of(rows[ref.value]))
+            if own is not None and own.kind != Kind.UNCLASSIFIED:
+                inner = replace(inner, classification=own.kind)
+                if ref.value == first:
+                    evidence["classification"] = asdict(own)
+        kernel_values.append(inner)
+        checked[inner.onnx_value] = LocalFigures(
+            introduced_here=True, local_max_abs_error=inner.local_max_abs_error,
+            local_status=inner.local_status, local_nan_mismatch=inner.nan_mismatch,
+            local_exceeds=exceeds(inner, tolerance.of(inner).atol),
+            classification=inner.classification,
+            compute_nodes=tuple(node.name for node in compute), isolation=kind)
+        refs.append(RowRef(inner.onnx_value, KERNEL_VALUES))
+        if ref.value == first:
+            evidence["inside_kernel"] = {"value": inner.onnx_value, "node": inner.onnx_node,
+                                         "kernel_output": first}
+    if not findings.culprits:  # the kernel's value was a segment: the value inside is not
+        refs = [ref for ref in refs if ref.table == KERNEL_VALUES]
+        if refs:
+            findings = replace(findings, segment=None)
+    return replace(findings, kernel_checked=checked, culprits=tuple(refs),
+                   kernel_values=tuple(kernel_values), evidence=evidence)
+
+
+def _inside_kernel(record: Record, check: LocalCheck, candidate: Any,
+                   references: Mapping[str, CapturedValue],
+                   tolerance: Tolerance) -> tuple[Record, list[int]] | None:
+    """The first value inside the culprit's segment that PyTorch has and that fails.
+
+    The segment reaches back through values ONNX Runtime fused away (a Conv's output
+    inside a FusedConv); PyTorch still has them, so the node that went wrong inside
+    the kernel can be named, with its own op, module and source line. With it, the
+    segment's nodes since the last value that PyTorch has and that passes: what the
+    check of that value ran.
+    """
+    from bisect_onnx.runtime.onnx_side import node_provenance
+
+    if check.segment is None:
+        return None
+    since_passing: list[int] = []
+    for index in check.segment.nodes:
+        node = candidate.nodes[index]
+        since_passing.append(index)
+        for output in node.outputs:
+            if output == check.value:
+                return None
+            reference, local = references.get(output), check.values.get(output)
+            if (reference is None or local is None
+                    or reference.array.shape != local.shape):
+                continue
+            # At the culprit's own tolerance (a per-value rule), not the report's base.
+            comparison = compare_arrays(reference.array, local, rtol=tolerance.rtol,
+                                        atol=tolerance.atol)
+            if comparison.status != Status.PASS:
+                value = CapturedValue(output, local, node_provenance(node, record.index))
+                inner = make_record(record.index, Pair(reference, value), comparison)
+                return replace(inner, introduced_here=True,
+                               local_max_abs_error=comparison.max_abs_error,
+                               local_status=comparison.status,
+                               local_nan_mismatch=comparison.nan_mismatch,
+                               classification=record.classification), since_passing
+            since_passing = []  # a value PyTorch has that passes: what follows starts there
+    return None
