@@ -257,14 +257,17 @@ def kernel_references(paired: Paired, reference_capture: Capture) -> dict[str, C
 
     ONNX Runtime fuses a MatMul into its bias Add, say: the candidate never shows the
     MatMul's output, but the reference model computes it, so the node that went wrong
-    inside the kernel can be named. Floats only, not quantized integers.
+    inside the kernel can be named. Integer and boolean values too (OpenVINO hands out
+    no value of an integer chain it computes in i32: a BitShift planted there is named
+    by the reference's value of its output), but not quantized integers, whose scale
+    the candidate may change.
     """
     uncaptured = paired.uncaptured(reference_capture)
     found: dict[str, CapturedValue] = {}
     for pair in uncaptured:
         reference = reference_capture.values.get(pair.reference)
         if (reference is None or pair.quantization is not None or pair.candidate in found
-                or reference.array.dtype.kind not in "fc"):
+                or reference.array.dtype.kind not in "fciub"):
             continue
         found[pair.candidate] = CapturedValue(pair.candidate, reference.array,
                                               reference.provenance)

@@ -256,6 +256,39 @@ def test_nothing_is_imported_beside_openvino_s_compilations(fixture_case, monkey
     assert started == [1]  # ONNX Runtime makes its sessions on one core: imported then
 
 
+def _integer_chain(tmp_path, direction: str):
+    """x -> x*4 -> Floor -> int64 -> Abs -> uint64 -> BitShift by 1 -> float -> + x."""
+    helper, tensor = onnx.helper, onnx.TensorProto
+    nodes = [helper.make_node("Mul", ["x", "four"], ["scaled"], name="scale"),
+             helper.make_node("Floor", ["scaled"], ["floored"], name="floor"),
+             helper.make_node("Cast", ["floored"], ["whole"], to=tensor.INT64, name="to_int"),
+             helper.make_node("Abs", ["whole"], ["size"], name="abs"),
+             helper.make_node("Cast", ["size"], ["bits"], to=tensor.UINT64, name="to_uint"),
+             helper.make_node("BitShift", ["bits", "one"], ["shifted"], direction=direction,
+                              name="shift"),
+             helper.make_node("Cast", ["shifted"], ["back"], to=tensor.FLOAT, name="to_float"),
+             helper.make_node("Add", ["back", "x"], ["y"], name="add")]
+    graph = helper.make_graph(
+        nodes, "integer_chain", [helper.make_tensor_value_info("x", tensor.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", tensor.FLOAT, [2, 8])],
+        initializer=[helper.make_tensor("four", tensor.FLOAT, [], [4.0]),
+                     helper.make_tensor("one", tensor.UINT64, [], [1])])
+    path = tmp_path / f"{direction.lower()}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+    return path
+
+
+def test_a_node_of_an_integer_chain_openvino_hands_nothing_out_of_is_named(tmp_path):
+    clean, planted = _integer_chain(tmp_path, "LEFT"), _integer_chain(tmp_path, "RIGHT")
+    x = np.random.default_rng(0).uniform(-4, 4, (2, 8)).astype(np.float32)
+    report = bisect_onnx.bisect_onnx_models(clean, planted, [x],
+                                            candidate_runtime=OPENVINO_F32)
+    # OpenVINO computes the chain in i32 and hands none of its values out; the clean
+    # file's values of them (integers) name the node inside the layer that computed it.
+    assert report.culprit is not None and report.culprit.onnx_node == "shift", \
+        verdict_line(report)
+
+
 def test_probes_of_production_compile_in_openvino(fixture_case):
     model, inputs, onnx_path = fixture_case("avgpool_divisor")
     # A budget nothing fits in: production is probed a few values at a time.
