@@ -18,11 +18,17 @@ from bisect_onnx.judge.findings import KERNEL_VALUES, AttributionFindings, Local
 from bisect_onnx.judge.records import Record, Report, make_record
 from bisect_onnx.judge.tolerances import Judge, Tolerance
 from bisect_onnx.runtime.sides import CapturedValue
-from bisect_onnx.search.claims import compute_nodes, exceeds, isolation, narrowed_segment
+from bisect_onnx.search.claims import (
+    SHAPE_OPS,
+    compute_nodes,
+    exceeds,
+    isolation,
+    narrowed_segment,
+)
 from bisect_onnx.search.classify import Kind
 from bisect_onnx.search.local import LocalCheck
 
-__all__ = ["name_inside_kernels"]
+__all__ = ["name_inside_kernels", "first_failing_inside"]
 
 
 def name_inside_kernels(report: Report, findings: AttributionFindings, first: str,
@@ -44,7 +50,7 @@ def name_inside_kernels(report: Report, findings: AttributionFindings, first: st
     checked, kernel_values, evidence = dict(findings.kernel_checked), [], dict(findings.evidence)
     refs = []
     for ref in culprits:
-        found = (_inside_kernel(replace(rows[ref.value],  # the kernel's classification
+        found = (first_failing_inside(replace(rows[ref.value],  # the kernel's classification
                                         classification=findings.checked[
                                             ref.value].classification),
                                 checks[ref.value], candidate, references,
@@ -88,7 +94,7 @@ def name_inside_kernels(report: Report, findings: AttributionFindings, first: st
                    kernel_values=tuple(kernel_values), evidence=evidence)
 
 
-def _inside_kernel(record: Record, check: LocalCheck, candidate: Any,
+def first_failing_inside(record: Record, check: LocalCheck, candidate: Any,
                    references: Mapping[str, CapturedValue],
                    tolerance: Tolerance) -> tuple[Record, list[int]] | None:
     """The first value inside the culprit's segment that PyTorch has and that fails.
@@ -103,6 +109,7 @@ def _inside_kernel(record: Record, check: LocalCheck, candidate: Any,
 
     if check.segment is None:
         return None
+    data_free = _data_free(candidate, check.segment.nodes)
     since_passing: list[int] = []
     for index in check.segment.nodes:
         node = candidate.nodes[index]
@@ -125,5 +132,22 @@ def _inside_kernel(record: Record, check: LocalCheck, candidate: Any,
                                local_status=comparison.status,
                                local_nan_mismatch=comparison.nan_mismatch,
                                classification=record.classification), since_passing
-            since_passing = []  # a value PyTorch has that passes: what follows starts there
+            if output not in data_free:  # a shape that passes says nothing of the data
+                since_passing = []  # a value PyTorch has that passes: what follows starts there
     return None
+
+
+def _data_free(candidate: Any, indices: Sequence[int]) -> set[str]:
+    """The values among the nodes' outputs computed from shapes and constants alone.
+
+    A Slice's bounds computed from its input's ``Shape`` pass whatever the data: the
+    nodes before them on the data path (an inserted ``Mul``) are still unchecked.
+    """
+    weights = {tensor.name for tensor in candidate.model.graph.initializer}
+    free: set[str] = set()
+    for index in indices:
+        node = candidate.nodes[index]
+        inputs = [name for name in node.inputs if name and name not in weights]
+        if node.op_type in SHAPE_OPS or all(name in free for name in inputs):
+            free.update(node.outputs)
+    return free

@@ -1,0 +1,56 @@
+"""The value inside a fused kernel that names its node: the first that fails, on the data path."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+from onnx import TensorProto, helper
+
+from bisect_onnx.graph.provenance import Provenance
+from bisect_onnx.graph.segments import Segment
+from bisect_onnx.judge.tolerances import Tolerance
+from bisect_onnx.runtime.onnx_side import NodeInfo
+from bisect_onnx.runtime.sides import CapturedValue
+from bisect_onnx.search.inside_kernel import first_failing_inside
+from bisect_onnx.search.local import LocalCheck
+
+# x -> sub -> mul (inserted) -> slice -> relu -> y; the Slice's end is the Mul's width
+# halved, computed from its Shape (with a weight for the index), as TorchScript exports.
+NODES = [NodeInfo(0, "sub", "Sub", ("s",), None, ("x", "c")),
+         NodeInfo(1, "mul", "Mul", ("m",), None, ("s", "k")),
+         NodeInfo(2, "shape", "Shape", ("shape",), None, ("m",)),
+         NodeInfo(3, "gather", "Gather", ("width",), None, ("shape", "one")),
+         NodeInfo(4, "slice", "Slice", ("sl",), None, ("m", "starts", "width")),
+         NodeInfo(5, "relu", "Relu", ("y",), None, ("sl",))]
+WEIGHTS = ("c", "k", "one", "starts")
+
+
+def _candidate():
+    graph = helper.make_graph([], "g", [], [], initializer=[
+        helper.make_tensor(name, TensorProto.INT64, [], [0]) for name in WEIGHTS])
+    return SimpleNamespace(nodes=NODES, model=helper.make_model(graph))
+
+
+def _value(name: str, array: np.ndarray) -> CapturedValue:
+    return CapturedValue(name, array, Provenance(position=0))
+
+
+def test_a_shape_that_passes_does_not_hide_the_data_path_before_it():
+    s, width = np.arange(8, dtype=np.float32), np.array(8)
+    local = {"s": s, "m": s * 1.5, "shape": np.array([8]), "width": width, "sl": s * 1.5,
+             "y": s * 1.5}
+    check = LocalCheck("y", segment=Segment(nodes=list(range(6)), initializers=set(WEIGHTS),
+                                            inputs={"x": "reference"}), values=local)
+    # The reference has the Sub's value, the width (an integer) and the Slice's value,
+    # not the inserted Mul's: the width agrees, as a shape does whatever the data.
+    references = {"s": _value("s", s), "width": _value("width", width),
+                  "sl": _value("sl", s)}
+    found = first_failing_inside(SimpleNamespace(index=0, classification=None), check,
+                                 _candidate(), references, Tolerance(1e-3, 1e-5))
+    assert found is not None
+    record, nodes = found
+    assert record.onnx_value == "sl"
+    # What computed it since the last value on the data path that passes ("s"): the
+    # Mul too, so the Slice alone is not named.
+    assert [NODES[index].name for index in nodes] == ["mul", "shape", "gather", "slice"]
