@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -64,19 +63,8 @@ class OpenVinoSide:
         openvino = import_openvino()
         self.path = Path(path)
         self.promote = promote
-        self._core = openvino.Core()
-        self.precision = precision or default_precision(self._core)
-        """The inference precision asked for, or the CPU's default (``bf16``, ``f32``)."""
-        self.asked_precision = precision
-        self._read_model: Any = None
-        # OpenVINO reads the file itself and compiles production while the file is parsed
-        # here (one core, holding the GIL; OpenVINO's work runs in C++ without it): a
-        # BERT-base file's 0.3 s parse, where nothing parsed it before (the command line
-        # parses it for the inputs' check and hands it over). The thread ends before this
-        # returns; an error of its own is raised where production is first wanted.
-        with ThreadPoolExecutor(1, thread_name_prefix="bisect-onnx-openvino") as compiler:
-            self._compiling: Future | None = compiler.submit(self._compile_production)
-            self.model = load_onnx_model(self.path)
+        # Parsed (and its external weights' locations checked) before OpenVINO reads it.
+        self.model = load_onnx_model(self.path)
         graph = self.model.graph
         self.inputs = input_specs(graph)
         self.nodes = [
@@ -89,7 +77,12 @@ class OpenVinoSide:
         self.output_names = [value.name for value in graph.output]
         self.index = GraphIndex.of(self.nodes)
         self.version = openvino.__version__
+        self._core = openvino.Core()
+        self.precision = precision or default_precision(self._core)
+        """The inference precision asked for, or the CPU's default (``bf16``, ``f32``)."""
+        self.asked_precision = precision
         self.plan: OpenVinoPlan | None = None
+        self._read_model: Any = None
         self._production: OpenVinoSession | None = None
         self._capture: OpenVinoSession | None = None
         self.production_layers: list[ExecutedLayer] | None = None
@@ -155,7 +148,7 @@ class OpenVinoSide:
     def prepare(self) -> OpenVinoPlan | None:
         """Production compiled and its layers read; the capture planned (made once)."""
         if self._production is None:
-            compiled = self._compiled_production()
+            compiled = self._compile(self._read())
             self._production = OpenVinoSession(compiled, self.label)
             self.production_layers = executed_layers(compiled, self.index)
         if self.plan is None and self.promote == "fused":
@@ -225,18 +218,6 @@ class OpenVinoSide:
             "values": {value for layer in layers for node in layer.nodes
                        for value in self.index.outputs[node]},
             "nodes": [layer.signature() for layer in layers]}
-
-    def _compile_production(self) -> Any:
-        """The user's model read (kept for the capture's copies) and compiled as it is."""
-        self._read_model = read_model(self._core, self.path, self.label)
-        return self._compile(self._read_model.clone())
-
-    def _compiled_production(self) -> Any:
-        """Production's compiled model: the one compiled in the background, else now."""
-        compiling, self._compiling = self._compiling, None
-        if compiling is not None:
-            return compiling.result()  # its ModelError, if it failed, is raised here
-        return self._compile(self._read())
 
     def _compile_capture(self, names: list[str], types: dict[str, str]
                          ) -> tuple[Any, list[ExecutedLayer]]:

@@ -235,7 +235,7 @@ def test_a_file_openvino_cannot_read_is_a_model_error_when_production_is_wanted(
     path = tmp_path / "custom.onnx"
     onnx.save(onnx.helper.make_model(graph, opset_imports=[
         onnx.helper.make_opsetid("", 18), onnx.helper.make_opsetid("com.example", 1)]), str(path))
-    side = OpenVinoSide(path, precision="f32")  # compiled in the background meanwhile
+    side = OpenVinoSide(path, precision="f32")  # parsed: nothing compiled yet
     with pytest.raises(bisect_onnx.ModelError, match="OpenVINO could not read custom.onnx"):
         side.prepare()
     with pytest.raises(bisect_onnx.ModelError, match="OpenVINO could not read custom.onnx"):
