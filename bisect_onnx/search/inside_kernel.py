@@ -8,9 +8,12 @@ and source line (:func:`name_inside_kernels`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, replace
 from typing import Any
+
+import numpy as np
 
 from bisect_onnx.align.modules import Pair
 from bisect_onnx.judge.compare import Status, compare_arrays
@@ -29,6 +32,8 @@ from bisect_onnx.search.classify import Kind
 from bisect_onnx.search.local import LocalCheck
 
 __all__ = ["name_inside_kernels", "first_failing_inside"]
+
+logger = logging.getLogger(__name__)
 
 
 def name_inside_kernels(report: Report, findings: AttributionFindings, first: str,
@@ -69,8 +74,13 @@ def name_inside_kernels(report: Report, findings: AttributionFindings, first: st
                     candidate.nodes, own_nodes, compute, inner))
             continue
         if classify_inside is not None and inner.classification in (None, Kind.UNCLASSIFIED):
-            own = classify_inside(inner, own_nodes, checks[ref.value],
-                                  tolerance.of(rows[ref.value]))
+            try:
+                own = classify_inside(inner, own_nodes, checks[ref.value],
+                                      tolerance.of(rows[ref.value]))
+            except Exception:  # noqa: BLE001 - a refinement must not cost the node's name
+                logger.info("could not classify %s on its own", inner.onnx_value,
+                            exc_info=True)
+                own = None
             if own is not None and own.kind != Kind.UNCLASSIFIED:
                 inner = replace(inner, classification=own.kind)
                 if ref.value == first:
@@ -102,8 +112,9 @@ def first_failing_inside(record: Record, check: LocalCheck, candidate: Any,
     The segment reaches back through values ONNX Runtime fused away (a Conv's output
     inside a FusedConv); PyTorch still has them, so the node that went wrong inside
     the kernel can be named, with its own op, module and source line. With it, the
-    segment's nodes since the last value that PyTorch has and that passes: what the
-    check of that value ran.
+    segment's nodes since the last value on the data path that PyTorch has and that
+    passes (what the check of that value ran), less those that computed a shape or
+    constant that passes.
     """
     from bisect_onnx.runtime.onnx_side import node_provenance
 
@@ -119,7 +130,8 @@ def first_failing_inside(record: Record, check: LocalCheck, candidate: Any,
                 return None
             reference, local = references.get(output), check.values.get(output)
             if (reference is None or local is None
-                    or reference.array.shape != local.shape):
+                    or reference.array.shape != local.shape
+                    or _other_integers(reference.array.dtype, local.dtype)):
                 continue
             # At the culprit's own tolerance (a per-value rule), not the report's base.
             comparison = compare_arrays(reference.array, local, rtol=tolerance.rtol,
@@ -132,9 +144,36 @@ def first_failing_inside(record: Record, check: LocalCheck, candidate: Any,
                                local_status=comparison.status,
                                local_nan_mismatch=comparison.nan_mismatch,
                                classification=record.classification), since_passing
-            if output not in data_free:  # a shape that passes says nothing of the data
+            if output in data_free:  # a shape that passes says nothing of the data path
+                made = _makers(candidate, since_passing, output)
+                since_passing = [each for each in since_passing if each not in made]
+            else:
                 since_passing = []  # a value PyTorch has that passes: what follows starts there
     return None
+
+
+def _other_integers(reference: np.dtype, local: np.dtype) -> bool:
+    """Integers of another type (an i64 the runtime computed as i32): not comparable."""
+    return reference != local and (reference.kind in "iub" or local.kind in "iub")
+
+
+def _makers(candidate: Any, indices: Sequence[int], value: str) -> set[int]:
+    """The nodes among ``indices`` that ``value`` is computed by, directly or not.
+
+    Not through a ``Shape``: it reads its input's shape, not the values that made it.
+    """
+    producers = {output: index for index in indices
+                 for output in candidate.nodes[index].outputs}
+    made: set[int] = set()
+    pending = [value]
+    while pending:
+        index = producers.get(pending.pop())
+        if index is not None and index not in made:
+            made.add(index)
+            node = candidate.nodes[index]
+            if node.op_type not in SHAPE_OPS:
+                pending.extend(node.inputs)
+    return made
 
 
 def _data_free(candidate: Any, indices: Sequence[int]) -> set[str]:

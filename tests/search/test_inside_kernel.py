@@ -52,5 +52,35 @@ def test_a_shape_that_passes_does_not_hide_the_data_path_before_it():
     record, nodes = found
     assert record.onnx_value == "sl"
     # What computed it since the last value on the data path that passes ("s"): the
-    # Mul too, so the Slice alone is not named.
-    assert [NODES[index].name for index in nodes] == ["mul", "shape", "gather", "slice"]
+    # Mul too, so the Slice alone is not named; the width's nodes passed.
+    assert [NODES[index].name for index in nodes] == ["mul", "slice"]
+
+
+def test_a_weight_s_transpose_that_passes_is_not_among_the_nodes_of_the_failing_value():
+    nodes = [NodeInfo(0, "transpose", "Transpose", ("wt",), None, ("w",)),
+             NodeInfo(1, "matmul", "MatMul", ("mm",), None, ("x", "wt")),
+             NodeInfo(2, "relu", "Relu", ("y",), None, ("mm",))]
+    graph = helper.make_graph([], "g", [], [], initializer=[
+        helper.make_tensor("w", TensorProto.FLOAT, [2, 2], [1.0, 0.0, 0.0, 1.0])])
+    candidate = SimpleNamespace(nodes=nodes, model=helper.make_model(graph))
+    weight, product = np.eye(2, dtype=np.float32), np.ones((2, 2), np.float32)
+    check = LocalCheck("y", segment=Segment(nodes=[0, 1, 2], initializers={"w"},
+                                            inputs={"x": "reference"}),
+                       values={"wt": weight, "mm": product * 2, "y": product * 2})
+    found = first_failing_inside(SimpleNamespace(index=0, classification=None), check,
+                                 candidate, {"wt": _value("wt", weight),
+                                             "mm": _value("mm", product)},
+                                 Tolerance(1e-3, 1e-5))
+    assert found is not None and found[0].onnx_value == "mm"
+    assert [nodes[index].name for index in found[1]] == ["matmul"]  # named alone
+
+
+def test_integers_of_another_width_are_not_compared():
+    check = LocalCheck("y", segment=Segment(nodes=list(range(6)), initializers=set(WEIGHTS),
+                                            inputs={"x": "reference"}),
+                       values={"width": np.array(4, np.int32), "sl": np.zeros(8, np.float32)})
+    references = {"width": _value("width", np.array(8, np.int64)),
+                  "sl": _value("sl", np.zeros(8, np.float32))}
+    # An i64 the runtime computed as i32 says nothing either way: not the culprit.
+    assert first_failing_inside(SimpleNamespace(index=0, classification=None), check,
+                                _candidate(), references, Tolerance(1e-3, 1e-5)) is None
