@@ -259,19 +259,24 @@ def kernel_references(paired: Paired, reference_capture: Capture) -> dict[str, C
     MatMul's output, but the reference model computes it, so the node that went wrong
     inside the kernel can be named. Integer and boolean values too (OpenVINO hands out
     no value of an integer chain it computes in i32: a BitShift planted there is named
-    by the reference's value of its output), but not quantized integers, whose scale
-    the candidate may change.
+    by the reference's value of its output), but not 8-bit integers: a quantized
+    kernel's output (QLinearConv's) means another value under another scale.
     """
     uncaptured = paired.uncaptured(reference_capture)
     found: dict[str, CapturedValue] = {}
     for pair in uncaptured:
         reference = reference_capture.values.get(pair.reference)
         if (reference is None or pair.quantization is not None or pair.candidate in found
-                or reference.array.dtype.kind not in "fciub"):
+                or not _comparable_exactly(reference.array.dtype)):
             continue
         found[pair.candidate] = CapturedValue(pair.candidate, reference.array,
                                               reference.provenance)
     return found
+
+
+def _comparable_exactly(dtype: np.dtype) -> bool:
+    """Floats, booleans and integers wider than a byte (not a quantized value)."""
+    return dtype.kind in "fcb" or (dtype.kind in "iu" and dtype.itemsize > 1)
 
 
 def show_kernel_culprit(attribution: AttributionFindings, paired: Paired,
