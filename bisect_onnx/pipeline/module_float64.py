@@ -46,8 +46,8 @@ def module_float64(reference: Reference, arrays: Sequence[np.ndarray],
 class ModuleFloat64:
     """Called with a local check, gives PyTorch's float64 value of its segment, or ``None``.
 
-    Each value is rerun once per sample: module-level attribution may run again after a
-    trace was tried and refused.
+    Each value's segment is rerun once per sample (a segment: the value and what it was
+    fed): module-level attribution may run again after a trace was tried and refused.
     """
 
     def __init__(self, model: Any, arrays: Sequence[np.ndarray], keywords: Sequence[str],
@@ -55,7 +55,7 @@ class ModuleFloat64:
                  by_value: Mapping[str, CapturedValue]) -> None:
         self.model, self.arrays, self.keywords = model, arrays, keywords
         self.graph_inputs, self.by_value = graph_inputs, by_value
-        self.done: dict[str, np.ndarray | None] = {}
+        self.done: dict[tuple[str, frozenset[str]], np.ndarray | None] = {}
 
     def __call__(self, check: Any, known: Mapping[str, CapturedValue] | None = None
                  ) -> np.ndarray | None:
@@ -64,14 +64,15 @@ class ModuleFloat64:
         ``known``: module values of ONNX values the capture did not hold (inside a fused
         kernel), by ONNX name, for a segment that ends or starts there.
         """
-        if check.value not in self.done:
+        # The same value's segment checked from other values is another rerun.
+        key = (check.value, frozenset(check.feeds))
+        if key not in self.done:
             try:
-                self.done[check.value] = self._rerun(check, {**(known or {}),
-                                                             **self.by_value})
+                self.done[key] = self._rerun(check, {**(known or {}), **self.by_value})
             except BisectOnnxError as error:
                 logger.info("no float64 rerun of %s in PyTorch: %s", check.value, error)
-                self.done[check.value] = None
-        return self.done[check.value]
+                self.done[key] = None
+        return self.done[key]
 
     def _rerun(self, check: Any, by_value: Mapping[str, CapturedValue]) -> np.ndarray:
         output = by_value.get(check.value)
