@@ -1,8 +1,9 @@
 """The shape and dtype of each value of an ONNX graph, as far as anything knows them.
 
-Captured values say theirs exactly; the rest come from ONNX shape inference, which may
-leave a dimension symbolic (``None``) or know nothing of a value at all (a Reshape to a
-shape computed at run time): a value missing here has a shape nobody knows.
+Captured values say theirs exactly; the rest come from ONNX shape inference (with data
+propagation, which computes a Reshape's target from ``Shape`` nodes), which may still
+leave a dimension symbolic (``None``) or know nothing of a value at all (a shape it
+cannot propagate): a value missing here has a shape nobody knows.
 """
 
 from __future__ import annotations

@@ -250,7 +250,7 @@ def _run_sample(settings: Settings, arrays: list[np.ndarray], description: str):
     settings.parking.park(candidate.model, candidate.path.parent)
     emit(CAPTURE_STARTED, "onnxruntime")
     # The translations (for inside_op), imported while the capture is made where that
-    # leaves a core idle (ONNX Runtime's sessions; OpenVINO's compilations take both).
+    # leaves a core idle (ONNX Runtime's sessions; OpenVINO's compilations take them all).
     with (imported_meanwhile(candidate.model,
                              wanted=traces_one_call(settings) and not memory_reason
                              and getattr(candidate, "prepares_on_one_core", True)),
