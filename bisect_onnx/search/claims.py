@@ -21,13 +21,13 @@ from bisect_onnx.search.local import LocalCheck
 from bisect_onnx.search.nodeless import NO_ONNX_NODE
 
 __all__ = ["attribution_findings", "compute_nodes", "isolation", "exceeds",
-           "narrowed_segment", "with_nodeless", "NODE", "OP", "NO_ONNX_NODE", "SHAPE_OPS"]
+           "narrowed_segment", "with_nodeless", "NODE", "OP", "NO_ONNX_NODE"]
 
 NODE = "node"
 OP = "op"
 
 #: Ops that compute shapes or constants, never the data a divergence is in.
-SHAPE_OPS = frozenset({"Constant", "ConstantOfShape", "Shape", "Size"})
+_SHAPE_OPS = frozenset({"Constant", "ConstantOfShape", "Shape", "Size"})
 #: Ops that carry a value to the node that uses it: a quantized node is judged with its
 #: quantization pair (what a user acts on is that node, quantized or not).
 _CARRIERS = frozenset({"Identity", "QuantizeLinear", "DequantizeLinear"})
@@ -44,7 +44,7 @@ def compute_nodes(nodes: Sequence[Any], indices: Sequence[int]) -> list[Any]:
     for index in indices:
         node = nodes[index]
         inputs = [name for name in node.inputs if name]
-        if node.op_type in SHAPE_OPS or (inputs and all(name in shape_only
+        if node.op_type in _SHAPE_OPS or (inputs and all(name in shape_only
                                                           for name in inputs)):
             shape_only.update(node.outputs)
             continue

@@ -21,13 +21,7 @@ from bisect_onnx.judge.findings import KERNEL_VALUES, AttributionFindings, Local
 from bisect_onnx.judge.records import Record, Report, make_record
 from bisect_onnx.judge.tolerances import Judge, Tolerance
 from bisect_onnx.runtime.sides import CapturedValue
-from bisect_onnx.search.claims import (
-    SHAPE_OPS,
-    compute_nodes,
-    exceeds,
-    isolation,
-    narrowed_segment,
-)
+from bisect_onnx.search.claims import compute_nodes, exceeds, isolation, narrowed_segment
 from bisect_onnx.search.classify import Kind
 from bisect_onnx.search.local import LocalCheck
 
@@ -105,26 +99,23 @@ def name_inside_kernels(report: Report, findings: AttributionFindings, first: st
 
 
 def first_failing_inside(record: Record, check: LocalCheck, candidate: Any,
-                   references: Mapping[str, CapturedValue],
-                   tolerance: Tolerance) -> tuple[Record, list[int]] | None:
+                         references: Mapping[str, CapturedValue],
+                         tolerance: Tolerance) -> tuple[Record, list[int]] | None:
     """The first value inside the culprit's segment that PyTorch has and that fails.
 
     The segment reaches back through values ONNX Runtime fused away (a Conv's output
     inside a FusedConv); PyTorch still has them, so the node that went wrong inside
     the kernel can be named, with its own op, module and source line. With it, the
-    segment's nodes since the last value on the data path that PyTorch has and that
-    passes (what the check of that value ran), less those that computed a shape or
-    constant that passes.
+    segment's nodes that computed it from values that pass or were fed
+    (:func:`_computing`).
     """
     from bisect_onnx.runtime.onnx_side import node_provenance
 
     if check.segment is None:
         return None
-    data_free = _data_free(candidate, check.segment.nodes)
-    since_passing: list[int] = []
-    for index in check.segment.nodes:
+    passed: set[str] = set()
+    for position, index in enumerate(check.segment.nodes):
         node = candidate.nodes[index]
-        since_passing.append(index)
         for output in node.outputs:
             if output == check.value:
                 return None
@@ -136,57 +127,43 @@ def first_failing_inside(record: Record, check: LocalCheck, candidate: Any,
             # At the culprit's own tolerance (a per-value rule), not the report's base.
             comparison = compare_arrays(reference.array, local, rtol=tolerance.rtol,
                                         atol=tolerance.atol)
-            if comparison.status != Status.PASS:
-                value = CapturedValue(output, local, node_provenance(node, record.index))
-                inner = make_record(record.index, Pair(reference, value), comparison)
-                return replace(inner, introduced_here=True,
-                               local_max_abs_error=comparison.max_abs_error,
-                               local_status=comparison.status,
-                               local_nan_mismatch=comparison.nan_mismatch,
-                               classification=record.classification), since_passing
-            if output in data_free:  # a shape that passes says nothing of the data path
-                made = _makers(candidate, since_passing, output)
-                since_passing = [each for each in since_passing if each not in made]
-            else:
-                since_passing = []  # a value PyTorch has that passes: what follows starts there
+            if comparison.status == Status.PASS:
+                passed.add(output)
+                continue
+            value = CapturedValue(output, local, node_provenance(node, record.index))
+            inner = make_record(record.index, Pair(reference, value), comparison)
+            return replace(inner, introduced_here=True,
+                           local_max_abs_error=comparison.max_abs_error,
+                           local_status=comparison.status,
+                           local_nan_mismatch=comparison.nan_mismatch,
+                           classification=record.classification), _computing(
+                               candidate, check.segment.nodes[:position + 1], output, passed)
     return None
+
+
+def _computing(candidate: Any, indices: Sequence[int], value: str,
+               passed: set[str]) -> list[int]:
+    """The nodes among ``indices`` that compute ``value`` from values that pass or were fed.
+
+    Walked back from ``value`` along every input, each path stopping at a value PyTorch
+    has that passed: the nodes that made it are not suspects, and a value off every path
+    says nothing (an ``IsNaN`` that passes proves nothing of the ``Where`` beside it, nor a
+    Slice's bounds computed from ``Shape`` of the inserted ``Mul`` before it). In order.
+    """
+    producers = {output: index for index in indices
+                 for output in candidate.nodes[index].outputs}
+    found: set[int] = set()
+    pending = [value]
+    while pending:
+        index = producers.get(pending.pop())
+        if index is None or index in found:
+            continue
+        found.add(index)
+        pending.extend(name for name in candidate.nodes[index].inputs
+                       if name and name not in passed)
+    return [index for index in indices if index in found]
 
 
 def _other_integers(reference: np.dtype, local: np.dtype) -> bool:
     """Integers of another type (an i64 the runtime computed as i32): not comparable."""
     return reference != local and (reference.kind in "iub" or local.kind in "iub")
-
-
-def _makers(candidate: Any, indices: Sequence[int], value: str) -> set[int]:
-    """The nodes among ``indices`` that ``value`` is computed by, directly or not.
-
-    Not through a ``Shape``: it reads its input's shape, not the values that made it.
-    """
-    producers = {output: index for index in indices
-                 for output in candidate.nodes[index].outputs}
-    made: set[int] = set()
-    pending = [value]
-    while pending:
-        index = producers.get(pending.pop())
-        if index is not None and index not in made:
-            made.add(index)
-            node = candidate.nodes[index]
-            if node.op_type not in SHAPE_OPS:
-                pending.extend(node.inputs)
-    return made
-
-
-def _data_free(candidate: Any, indices: Sequence[int]) -> set[str]:
-    """The values among the nodes' outputs computed from shapes and constants alone.
-
-    A Slice's bounds computed from its input's ``Shape`` pass whatever the data: the
-    nodes before them on the data path (an inserted ``Mul``) are still unchecked.
-    """
-    weights = {tensor.name for tensor in candidate.model.graph.initializer}
-    free: set[str] = set()
-    for index in indices:
-        node = candidate.nodes[index]
-        inputs = [name for name in node.inputs if name and name not in weights]
-        if node.op_type in SHAPE_OPS or all(name in free for name in inputs):
-            free.update(node.outputs)
-    return free

@@ -75,6 +75,27 @@ def test_a_weight_s_transpose_that_passes_is_not_among_the_nodes_of_the_failing_
     assert [nodes[index].name for index in found[1]] == ["matmul"]  # named alone
 
 
+def test_a_mask_that_passes_does_not_vouch_for_the_value_it_was_taken_of():
+    # softmax -> mul (inserted) -> isnan -> where(isnan, zero, mul): Llama's attention.
+    nodes = [NodeInfo(0, "mul", "Mul", ("m",), None, ("p", "k")),
+             NodeInfo(1, "isnan", "IsNaN", ("nan",), None, ("m",)),
+             NodeInfo(2, "where", "Where", ("w",), None, ("nan", "zero", "m")),
+             NodeInfo(3, "relu", "Relu", ("y",), None, ("w",))]
+    graph = helper.make_graph([], "g", [], [], initializer=[
+        helper.make_tensor(name, TensorProto.FLOAT, [], [0.0]) for name in ("k", "zero")])
+    candidate = SimpleNamespace(nodes=nodes, model=helper.make_model(graph))
+    p, no_nan = np.full(4, 0.25, np.float32), np.zeros(4, bool)
+    check = LocalCheck("y", segment=Segment(nodes=[0, 1, 2, 3], initializers={"k", "zero"},
+                                            inputs={"p": "reference"}),
+                       values={"m": p * 1.5, "nan": no_nan, "w": p * 1.5, "y": p * 1.5})
+    found = first_failing_inside(SimpleNamespace(index=0, classification=None), check,
+                                 candidate, {"nan": _value("nan", no_nan), "w": _value("w", p)},
+                                 Tolerance(1e-3, 1e-5))
+    assert found is not None and found[0].onnx_value == "w"
+    # The mask agrees (no NaN either way), but the Where reads the Mul's value as well.
+    assert [nodes[index].name for index in found[1]] == ["mul", "where"]
+
+
 def test_integers_of_another_width_are_not_compared():
     check = LocalCheck("y", segment=Segment(nodes=list(range(6)), initializers=set(WEIGHTS),
                                             inputs={"x": "reference"}),
