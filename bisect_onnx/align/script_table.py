@@ -42,7 +42,8 @@ _ELEMENTWISE = {name: _ends(op) for name, op in (
     ("erf", "Erf"), ("abs", "Abs"), ("relu", "Relu"), ("sigmoid", "Sigmoid"), ("tanh", "Tanh"),
     ("leaky_relu", "LeakyRelu"), ("elu", "Elu"), ("hardtanh", "Clip"), ("clamp", "Clip"),
     ("softmax", "Softmax"), ("log_softmax", "LogSoftmax"), ("where", "Where"),
-    ("cumsum", "CumSum"),
+    ("cumsum", "CumSum"), ("floor", "Floor"), ("ceil", "Ceil"), ("round", "Round"),
+    ("sign", "Sign"),
 )}
 
 #: ATen op (without ``aten::``) -> the node its value is held by.
@@ -65,6 +66,9 @@ END_OF = {
     "adaptive_avg_pool2d": _ends("GlobalAveragePool AveragePool"),
     "upsample_bilinear2d": _ends("Resize"), "upsample_nearest2d": _ends("Resize"),
     "mean": _ends("ReduceMean"), "sum": _ends("ReduceSum"),
+    # A cast is one Cast (none where the dtype does not change: then nothing is paired);
+    # an integer remainder is one Mod, a floating one ends in the Sub of x - floor(x/y)*y.
+    "to": _ends("Cast"), "remainder": _ends("Mod Sub"),
     # Every padding but a circular one is one Pad (its pads computed from constants).
     **{name: _ends("Pad") for name in (
         "pad", "constant_pad_nd", "reflection_pad1d", "reflection_pad2d", "reflection_pad3d",
