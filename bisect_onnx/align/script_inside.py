@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bisect_onnx.align.script_table import END_OF
 from bisect_onnx.errors import BisectOnnxError, one_line
 from bisect_onnx.judge.compare import compare_arrays
 from bisect_onnx.judge.records import Report
@@ -42,16 +43,26 @@ def references_by_onnx_value(segments: Mapping[str, Sequence[NodeInfo]],
                              nodes: Sequence[NodeInfo] = ()) -> dict[str, Any]:
     """PyTorch's op values by the ONNX value each op ends in, fused-away ones included.
 
-    Not where that value feeds a node the exporter did not make (``nodes``: the graph's):
-    a node inserted inside the op (a Mul between a Linear's MatMul and Add) cuts its
-    segment short, and the value the segment ends in is then not the op's.
+    Not where that value feeds a node the exporter did not make (``nodes``: the graph's)
+    and the op's translation may go on past it: a node inserted inside the op (a Mul
+    between a Linear's MatMul and Add) cuts its segment short, and the value the segment
+    ends in is then not the op's. An op of one node (an ``add``) ends in its value
+    whatever reads it next.
     """
     from bisect_onnx.search.inserted import exporters_node
 
     foreign_inputs = {name for node in nodes if not exporters_node(node) for name in node.inputs}
+    kinds = {op.name: op.kind for op in ops.ops}
     return {segment[-1].outputs[0]: ops.values[name] for name, segment in segments.items()
             if segment and segment[-1].outputs and name in ops.values
-            and segment[-1].outputs[0] not in foreign_inputs}
+            and (segment[-1].outputs[0] not in foreign_inputs
+                 or not _may_go_on(kinds.get(name, "")))}
+
+
+def _may_go_on(kind: str) -> bool:
+    """Whether an op's translation may have nodes after the one its table entry names."""
+    end = END_OF.get(kind.split("::", 1)[-1])
+    return end is None or bool(end.then)
 
 
 def look_inside_script_op(report: Report, segments: Mapping[str, Sequence[NodeInfo]],

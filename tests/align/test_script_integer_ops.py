@@ -49,3 +49,4 @@ def test_an_attribute_planted_in_an_integer_remainder_is_blamed_on_its_node(tmp_
                if runtime == "openvino" else None)
     report = bisect_onnx.bisect(model, x.numpy(), onnx_model=planted, runtime=options)
     assert report.culprit is not None and report.culprit.onnx_node == node, report.summary()
+
