@@ -49,12 +49,12 @@ def name_inside_kernels(report: Report, findings: AttributionFindings, first: st
     checked, kernel_values, evidence = dict(findings.kernel_checked), [], dict(findings.evidence)
     refs = []
     for ref in culprits:
-        found = (first_failing_inside(replace(rows[ref.value],  # the kernel's classification
-                                        classification=findings.checked[
-                                            ref.value].classification),
-                                checks[ref.value], candidate, references,
-                                tolerance.of(rows[ref.value]))
-                 if ref.value in rows else None)
+        found = None
+        if ref.value in rows:  # the kernel's row, with the kernel's classification
+            kernel = replace(rows[ref.value],
+                             classification=findings.checked[ref.value].classification)
+            found = first_failing_inside(kernel, checks[ref.value], candidate, references,
+                                         tolerance.of(kernel))
         if found is None:
             refs.append(ref)
             continue
