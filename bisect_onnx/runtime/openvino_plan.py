@@ -13,14 +13,15 @@ and a value handed out as float32 makes its bf16 layer write float32. So:
 3. the capture is compiled and its layers compared with production's, signature by
    signature (type, runtime precision, output precisions, the ONNX nodes and
    OpenVINO's own operations fused in);
-4. a first guess at what broke each production layer the capture lost: the values
-   its own nodes hand out (a Subgraph's last Transpose splits off when its output is
-   an output), the residual input a Convolution adds into in place, and where the
-   layer holds an operation OpenVINO made itself (a scale folded into a
-   FullyConnected's weights), the Reshapes and Transposes after it, across which the
-   scale was moved. Those are dropped and the capture compiled again; on BERT-base and
-   ResNet-50 this gives production's layers in the second compilation (and the guess
-   is kept: trying its values back would cost a compilation each).
+4. a first guess at what broke each production layer the capture lost: for a
+   Convolution that adds a value from outside into its result in place (a ResNet
+   shortcut), that value; otherwise the values its own nodes hand out (a Subgraph's
+   last Transpose splits off when its output is an output), and where the layer holds
+   an operation OpenVINO made itself (a scale folded into a FullyConnected's weights),
+   the Reshapes and Transposes after it, across which the scale was moved. Those are
+   dropped and the capture compiled again; on BERT-base and ResNet-50 this gives
+   production's layers in the second compilation (and the guess is kept: trying its
+   values back would cost a compilation each).
 5. Where it does not, the values touching each layer still lost are dropped (its
    inputs and outputs first, then a node further each round), until the layers are
    production's, and the dropped values are then tried back, every changed layer's
@@ -147,7 +148,7 @@ def plan_capture(production_layers: list[ExecutedLayer], index: GraphIndex,
     for layer in lost if len(lost) < len(production_layers) else ():
         # A residual added in place is what a Convolution is lost to, not what it hands
         # out (ResNet's blocks: their outputs are kept, their shortcuts are not).
-        in_place = _added_in_place(layer, index) & set(leaving)
+        in_place = _added_in_place(layer, index) & leaving.keys()
         for value in in_place or _handed_out(layer, index, held):
             if value in leaving:
                 plan.dropped.setdefault(value, layer.name)
