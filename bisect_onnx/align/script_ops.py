@@ -87,6 +87,7 @@ class _ScopePairing:
         self.cursor: dict[ScopeKey, int] = {}
         self.onnx_of: dict[str, str] = {}  # op (or graph input) -> ONNX value holding it
         self.ends: dict[str, NodeInfo] = {}
+        self.first_node: dict[str, NodeInfo] = {}  # op -> the node of its table's type
         self.alignment = OpAlignment()
 
     def place(self, op: ScriptOp) -> None:
@@ -115,6 +116,8 @@ class _ScopePairing:
                                              "ends in, so it was not paired (not guessed)")
             return
         found = self._find(op, end, sources)
+        if isinstance(found, tuple):
+            found, self.first_node[op.name] = found
         if isinstance(found, str):  # a foreign node cut the op's nodes short
             self._unaligned(op, "foreign", found)
             return
@@ -189,12 +192,24 @@ class _ScopePairing:
         """``op``'s value is ``node``'s output ``output``; its segment, the nodes made for it.
 
         A second output of a node has none: the first output's segment holds the node.
+        The segment reaches back to the values holding what the op reads. Where one of
+        them has none (an op the table does not know, or declined), nothing marks where
+        the op's nodes begin: the nodes before it may be that other op's, and a segment
+        holding them would let a check of both stand for this op alone (a wrong
+        culprit). The segment is then the nodes the table names for the op only.
         """
         self.ends[op.name] = node
         self.onnx_of[op.name] = node.outputs[output]
-        self.alignment.segments[op.name] = self._segment(node, self.calls.of_op(op), sources)
+        unpaired = [name for name in self.capture.inputs_of.get(op.name, ())
+                    if name not in self.onnx_of]
+        self.alignment.segments[op.name] = (
+            self._segment(node, self.calls.of_op(op), sources) if not unpaired
+            else self._segment(node, self.calls.of_op(op), sources,
+                               since=self.first_node.get(op.name, node)))
 
-    def _find(self, op: ScriptOp, end: End, sources: Sequence[str]) -> NodeInfo | str | None:
+    def _find(self, op: ScriptOp, end: End, sources: Sequence[str],
+              ) -> tuple[NodeInfo, NodeInfo] | str | None:
+        """(the node holding ``op``'s value, the table's node it extends), why not, or None."""
         key = self.calls.of_op(op)
         scope = self.in_scope.get(key, [])
         wanted = self.capture.values[op.name].array
@@ -206,6 +221,7 @@ class _ScopePairing:
                     and self._same_permutation(op, node, wanted.ndim)
                     and self._descends(node, sources)):
                 continue
+            first = node
             while (position + 1 < len(scope) and scope[position + 1].op_type in end.then
                    and self._extends(scope[position + 1], node, wanted)):
                 position += 1
@@ -218,7 +234,7 @@ class _ScopePairing:
                 return (f"a node the exporter did not make reads {node.name}'s value, and "
                         f"{following.name}, which ends {op.kind}'s nodes, reads it: the op's "
                         "value is in neither")
-            return node
+            return node, first
         return None
 
     def _through_foreign(self, following: NodeInfo, node: NodeInfo) -> bool:
@@ -291,10 +307,14 @@ class _ScopePairing:
                 stack.extend(producer.inputs)
         return not missing
 
-    def _segment(self, end: NodeInfo, scope: ScopeKey,
-                 sources: Sequence[str]) -> list[NodeInfo]:
-        """The nodes of ``scope`` between the op's input values and its end, in graph order."""
-        members = {id(node) for node in self.in_scope.get(scope, [])}
+    def _segment(self, end: NodeInfo, scope: ScopeKey, sources: Sequence[str],
+                 since: NodeInfo | None = None) -> list[NodeInfo]:
+        """The nodes of ``scope`` between the op's input values and its end, in graph order.
+
+        ``since``: no node before this one (in graph order) is taken.
+        """
+        members = {id(node) for node in self.in_scope.get(scope, [])
+                   if since is None or node.index >= since.index}
         taken = {id(node) for segment in self.alignment.segments.values() for node in segment}
         found: dict[int, NodeInfo] = {}
         stack = [end]

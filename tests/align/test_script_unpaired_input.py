@@ -1,0 +1,54 @@
+"""An op whose input op has no ONNX value does not stand for that op's nodes.
+
+In a TorchScript export nothing marks where an op's nodes begin but the values its
+inputs were paired with. Where an input op was left unpaired (declined, or not in the
+table), the nodes before the op may be that other op's: the segment of a ``mul`` after
+a floor division reached back over the division's Div and Floor, so a check of all
+three stood for the ``mul`` alone and its Mul was named for an error planted in the
+Floor (the class behind corpus seed 1013).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import onnx
+import pytest
+import torch
+from torch import nn
+
+import bisect_onnx
+from tests.planting import plant
+from tests.torch_warnings import LEGACY_EXPORTER_DEPRECATED
+
+OPENVINO = pytest.param("openvino", marks=pytest.mark.skipif(
+    importlib.util.find_spec("openvino") is None, reason="openvino is not importable here"))
+
+
+class _Steps(nn.Module):
+    def forward(self, x):
+        # A floor division is declined by the op table (it ends past its Div).
+        return x + torch.div(x, 0.3, rounding_mode="floor") * 0.1
+
+
+def _ceil(model: onnx.ModelProto) -> onnx.NodeProto:
+    node = next(node for node in model.graph.node if node.op_type == "Floor")
+    node.op_type = "Ceil"
+    return node
+
+
+@LEGACY_EXPORTER_DEPRECATED
+@pytest.mark.parametrize("runtime", ["onnxruntime", OPENVINO])
+def test_an_error_before_an_unpaired_input_is_not_blamed_on_the_op_after_it(tmp_path,
+                                                                             runtime):
+    model, x = _Steps().eval(), torch.randn(2, 8, 16)
+    clean, planted = tmp_path / "clean.onnx", tmp_path / "planted.onnx"
+    torch.onnx.export(model, (x,), str(clean), dynamo=False, opset_version=18)
+    node, _ = plant(clean, planted, _ceil)
+    options = (bisect_onnx.RuntimeOptions(runtime="openvino", precision="f32")
+               if runtime == "openvino" else None)
+    report = bisect_onnx.bisect(model, x.numpy(), onnx_model=planted, runtime=options)
+    assert report.diverged, report.summary()
+    named = ([report.culprit.onnx_node] if report.culprit is not None
+             else report.culprit_segment["nodes"])
+    assert node in named, report.summary()
