@@ -43,7 +43,18 @@ _ELEMENTWISE = {name: _ends(op) for name, op in (
     ("leaky_relu", "LeakyRelu"), ("elu", "Elu"), ("hardtanh", "Clip"), ("clamp", "Clip"),
     ("softmax", "Softmax"), ("log_softmax", "LogSoftmax"), ("where", "Where"),
     ("cumsum", "CumSum"), ("floor", "Floor"), ("ceil", "Ceil"), ("round", "Round"),
-    ("sign", "Sign"),
+    ("sign", "Sign"), ("sin", "Sin"), ("cos", "Cos"), ("tan", "Tan"), ("asin", "Asin"),
+    ("acos", "Acos"), ("atan", "Atan"), ("reciprocal", "Reciprocal"), ("softplus", "Softplus"),
+    ("hardswish", "HardSwish"), ("hardsigmoid", "HardSigmoid"), ("selu", "Selu"),
+    ("celu", "Celu"), ("relu6", "Clip"), ("clamp_min", "Clip"), ("clamp_max", "Clip"),
+    ("maximum", "Max"), ("minimum", "Min"), ("fmod", "Mod"), ("square", "Mul"),
+    ("rsub", "Sub"), ("log_sigmoid", "Log"), ("masked_fill", "Where"), ("isnan", "IsNaN"),
+    ("gt", "Greater"), ("lt", "Less"), ("ge", "GreaterOrEqual"), ("le", "LessOrEqual"),
+    ("eq", "Equal"), ("ne", "Not"),  # Equal, then Not
+    ("logical_not", "Not"), ("bitwise_not", "Not BitwiseNot"), ("logical_and", "And"),
+    ("__and__", "And BitwiseAnd"), ("logical_or", "Or"), ("__or__", "Or BitwiseOr"),
+    ("logical_xor", "Xor"), ("__xor__", "Xor BitwiseXor"), ("tril", "Trilu"),
+    ("triu", "Trilu"),
 )}
 
 #: ATen op (without ``aten::``) -> the node its value is held by.
@@ -66,6 +77,16 @@ END_OF = {
     "adaptive_avg_pool2d": _ends("GlobalAveragePool AveragePool"),
     "upsample_bilinear2d": _ends("Resize"), "upsample_nearest2d": _ends("Resize"),
     "mean": _ends("ReduceMean"), "sum": _ends("ReduceSum"),
+    "amax": _ends("ReduceMax"), "amin": _ends("ReduceMin"), "prod": _ends("ReduceProd"),
+    "max": _ends("ReduceMax Max"), "min": _ends("ReduceMin Min"),  # of all, or of two
+    "argmax": _ends("ArgMax"), "argmin": _ends("ArgMin"),
+    "logsumexp": _ends("ReduceLogSumExp"), "linalg_vector_norm": _ends("ReduceL2 ReduceL1"),
+    "einsum": _ends("Einsum"), "instance_norm": _ends("InstanceNormalization"),
+    "pixel_shuffle": _ends("DepthToSpace"), "gather": _ends("GatherElements"),
+    "index_select": _ends("Gather"), "narrow": _ends("Slice"), "stack": _ends("Concat"),
+    "repeat": _ends("Tile"), "addcmul": _ends("Add"),
+    # Softplus, Tanh, Mul; Split, Sigmoid, Mul.
+    "mish": _ends("Mul", reads="Tanh"), "glu": _ends("Mul", reads="Sigmoid"),
     # A cast is one Cast (none where the dtype does not change: then nothing is paired);
     # an integer remainder is one Mod, a floating one ends in the Sub of x - floor(x/y)*y.
     "to": _ends("Cast"), "remainder": _ends("Mod Sub"),

@@ -1,0 +1,83 @@
+"""Each op of the TorchScript table is paired with the node its export ends in.
+
+A tiny model of one op (after a Mul, so the op's input is a paired value) is traced
+and exported; the op's value must be paired with a node of the table's type whose
+value equals it, and no other op's nodes may fall into its segment.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional
+
+from bisect_onnx.align.script_ops import align_script_ops
+from bisect_onnx.pytorch.script_ops import capture_script_ops, trace_script
+from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
+from tests.torch_warnings import LEGACY_EXPORTER_DEPRECATED
+
+#: ATen op -> (what the model does with y = x * 0.5, the ONNX node holding its value).
+OPS = {
+    "sin": (torch.sin, "Sin"),
+    "atan": (torch.atan, "Atan"),
+    "reciprocal": (torch.reciprocal, "Reciprocal"),
+    "softplus": (functional.softplus, "Softplus"),
+    "hardswish": (functional.hardswish, "HardSwish"),
+    "relu6": (functional.relu6, "Clip"),
+    "maximum": (lambda y: torch.maximum(y, y * 0.3), "Max"),
+    "max": (lambda y: torch.max(y, y * 0.3), "Max"),
+    "fmod": (lambda y: torch.fmod(y, 0.7), "Mod"),
+    "rsub": (lambda y: 1 - y, "Sub"),
+    "log_sigmoid": (functional.logsigmoid, "Log"),
+    "masked_fill": (lambda y: y.masked_fill(y > 0.2, 0.0), "Where"),
+    "ne": (lambda y: (y != 0.1).float(), "Not"),
+    "ge": (lambda y: (y >= 0.1).float(), "GreaterOrEqual"),
+    "tril": (torch.tril, "Trilu"),
+    "amax": (lambda y: torch.amax(y, -1), "ReduceMax"),
+    "argmax": (lambda y: torch.argmax(y, -1), "ArgMax"),
+    "logsumexp": (lambda y: torch.logsumexp(y, -1), "ReduceLogSumExp"),
+    "linalg_vector_norm": (lambda y: torch.norm(y, dim=-1), "ReduceL2"),
+    "einsum": (lambda y: torch.einsum("bij,bkj->bik", y, y), "Einsum"),
+    "gather": (lambda y: torch.gather(y, -1, torch.zeros(2, 8, 3, dtype=torch.long)),
+               "GatherElements"),
+    "stack": (lambda y: torch.stack([y, y]), "Concat"),
+    "repeat": (lambda y: y.repeat(1, 2, 1), "Tile"),
+    "addcmul": (lambda y: torch.addcmul(y, y, y, value=0.5), "Add"),
+    "mish": (functional.mish, "Mul"),
+    "glu": (lambda y: functional.glu(y, -1), "Mul"),
+}
+
+
+class _One(nn.Module):
+    def __init__(self, function):
+        super().__init__()
+        self.function = function
+
+    def forward(self, x):
+        return self.function(x * 0.5) + 0
+
+
+@LEGACY_EXPORTER_DEPRECATED
+@pytest.mark.parametrize("kind", OPS)
+def test_a_table_op_is_paired_with_its_node(tmp_path, kind):
+    function, node_type = OPS[kind]
+    model, x = _One(function).eval(), torch.randn(2, 8, 16)
+    path = tmp_path / "model.onnx"
+    torch.onnx.export(model, (x,), str(path), dynamo=False, opset_version=18)
+    arrays = [x.numpy()]
+    side = OnnxRuntimeSide(path, promote="all")
+    capture = capture_script_ops(trace_script(model, arrays), arrays)
+    alignment = align_script_ops(capture, side.nodes, side.run(arrays).values, side.model)
+
+    op = next(op for op in capture.ops if op.kind == f"aten::{kind}")
+    pair = next((pair for pair in alignment.pairs if pair.reference.name == op.name), None)
+    assert pair is not None, [item for item in alignment.torch_only if item.name == op.name]
+    producer = next(node for node in side.nodes if pair.candidate.name in node.outputs)
+    assert producer.op_type == node_type
+    np.testing.assert_allclose(pair.candidate.array, pair.reference.array, rtol=1e-5,
+                               atol=1e-6)
+    # The Mul before it is paired: its node is not in the op's segment.
+    before = next(node for node in side.nodes if side.model.graph.input[0].name in node.inputs)
+    assert before.name not in {node.name for node in alignment.segments[op.name]}
