@@ -33,11 +33,12 @@ from bisect_onnx.align.ops import RUNTIME_FUSED, OpAlignment
 from bisect_onnx.align.script_calls import CallScopes, ScopeKey
 from bisect_onnx.align.script_table import (
     END_OF,
-    PASS_THROUGH,
     TUPLE_END_OF,
     End,
     declined,
+    passes_through,
     permutation,
+    same_permutation,
 )
 from bisect_onnx.graph.scopes import read_scopes
 from bisect_onnx.graph.value_shapes import value_shapes
@@ -94,11 +95,14 @@ class _ScopePairing:
         """Find the node holding ``op``'s value, or say why there is none."""
         short = op.kind.split("::", 1)[-1]
         sources = self._sources(op)
-        if short in PASS_THROUGH and sources:
+        reads = self.capture.inputs_of.get(op.name, ())
+        read = (self.capture.values[reads[0]].array if reads and reads[0] in self.capture.values
+                else self.capture.graph_inputs.get(reads[0]) if reads else None)
+        if sources and passes_through(op, self.capture.values[op.name].array, read):
             self.onnx_of[op.name] = sources[0]
-            self._unaligned(op, "removed", f"returns its input unchanged (eval mode), so the "
-                                           f"exporter made no node for it; compared at "
-                                           f"{sources[0]}")
+            self._unaligned(op, "removed", f"returns its input unchanged (eval mode, or a "
+                                           f"slice of everything), so the exporter made no "
+                                           f"node for it; compared at {sources[0]}")
             return
         undone = self._undoes_transpose(op)
         if undone is not None:
@@ -244,19 +248,8 @@ class _ScopePairing:
                    for producer in map(self.producers.get, following.inputs))
 
     def _same_permutation(self, op: ScriptOp, node: NodeInfo, rank: int) -> bool:
-        """For a Transpose, whether its ``perm`` is the op's own.
-
-        The exporter merges consecutive transposes (``k.transpose(1, 2)`` then
-        ``.transpose(-2, -1)`` become one node); with a square shape, the merged node
-        would pass for either op by shape alone.
-        """
-        if node.op_type != "Transpose" or self.model is None:
-            return True
-        wanted = permutation(op, rank)
-        perm = next((list(attribute.ints) for attribute
-                     in self.model.graph.node[node.index].attribute if attribute.name == "perm"),
-                    list(reversed(range(rank))))
-        return wanted is not None and perm == wanted
+        return (node.op_type != "Transpose" or self.model is None
+                or same_permutation(op, self.model.graph.node[node.index], rank))
 
     def _alike(self, value: str, wanted: np.ndarray) -> bool:
         known = self.shapes.get(value)

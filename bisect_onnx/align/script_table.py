@@ -10,13 +10,14 @@ rather than paired with a value that is not theirs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from bisect_onnx.pytorch.script_ops import ScriptOp
 
 __all__ = ["End", "END_OF", "OutputEnd", "TUPLE_END_OF", "PASS_THROUGH", "declined",
-           "permutation"]
+           "passes_through", "permutation", "same_permutation"]
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ END_OF = {
     "logsumexp": _ends("ReduceLogSumExp"), "linalg_vector_norm": _ends("ReduceL2 ReduceL1"),
     "einsum": _ends("Einsum"), "instance_norm": _ends("InstanceNormalization"),
     "pixel_shuffle": _ends("DepthToSpace"), "gather": _ends("GatherElements"),
-    "index_select": _ends("Gather"), "narrow": _ends("Slice"), "stack": _ends("Concat"),
+    "index_select": _ends("Gather"), "narrow": _ends("Slice"), "slice": _ends("Slice"), "stack": _ends("Concat"),
     "repeat": _ends("Tile"), "addcmul": _ends("Add"),
     # Softplus, Tanh, Mul; Split, Sigmoid, Mul.
     "mish": _ends("Mul", reads="Tanh"), "glu": _ends("Mul", reads="Sigmoid"),
@@ -116,6 +117,30 @@ TUPLE_END_OF = {
 
 #: Ops that hand their input back in an eval-mode export: no node of their own.
 PASS_THROUGH = frozenset({"dropout", "feature_dropout", "contiguous", "clone", "alias"})
+
+
+def passes_through(op: ScriptOp, value: np.ndarray, read: np.ndarray | None) -> bool:
+    """Whether ``op`` hands back its input (``read``) unchanged: no node of its own.
+
+    Besides :data:`PASS_THROUGH`, a slice that keeps every element: ``x[:, 1:]`` is
+    traced as a slice of all of dim 0, then one of dim 1, and exported as one Slice.
+    """
+    short = op.kind.split("::", 1)[-1]
+    return short in PASS_THROUGH or (short == "slice" and read is not None
+                                     and read.shape == value.shape)
+
+
+def same_permutation(op: ScriptOp, node: Any, rank: int) -> bool:
+    """Whether a Transpose ``node`` (an ``onnx.NodeProto``) permutes as ``op`` does.
+
+    The exporter merges consecutive transposes (``k.transpose(1, 2)`` then
+    ``.transpose(-2, -1)`` become one node); with a square shape, the merged node
+    would pass for either op by shape alone.
+    """
+    wanted = permutation(op, rank)
+    perm = next((list(attribute.ints) for attribute in node.attribute
+                 if attribute.name == "perm"), list(reversed(range(rank))))
+    return wanted is not None and perm == wanted
 
 
 def declined(op: ScriptOp, value: np.ndarray) -> str | None:

@@ -81,3 +81,22 @@ def test_a_table_op_is_paired_with_its_node(tmp_path, kind):
     # The Mul before it is paired: its node is not in the op's segment.
     before = next(node for node in side.nodes if side.model.graph.input[0].name in node.inputs)
     assert before.name not in {node.name for node in alignment.segments[op.name]}
+
+
+@LEGACY_EXPORTER_DEPRECATED
+def test_a_slice_of_every_element_is_its_input_and_the_real_slice_is_paired(tmp_path):
+    """``x[:, 1:]`` is traced as two slices and exported as one Slice."""
+    model, x = _One(lambda y: y[:, 1:]).eval(), torch.randn(2, 8, 16)
+    path = tmp_path / "model.onnx"
+    torch.onnx.export(model, (x,), str(path), dynamo=False, opset_version=18)
+    arrays = [x.numpy()]
+    side = OnnxRuntimeSide(path, promote="all")
+    capture = capture_script_ops(trace_script(model, arrays), arrays)
+    alignment = align_script_ops(capture, side.nodes, side.run(arrays).values, side.model)
+
+    whole, part = (op.name for op in capture.ops if op.kind == "aten::slice")
+    assert [item.kind for item in alignment.torch_only if item.name == whole] == ["removed"]
+    pair = next(pair for pair in alignment.pairs if pair.reference.name == part)
+    assert next(node for node in side.nodes
+                if pair.candidate.name in node.outputs).op_type == "Slice"
+    np.testing.assert_array_equal(pair.candidate.array, pair.reference.array)
