@@ -84,8 +84,8 @@ END_OF = {
     "logsumexp": _ends("ReduceLogSumExp"), "linalg_vector_norm": _ends("ReduceL2 ReduceL1"),
     "einsum": _ends("Einsum"), "instance_norm": _ends("InstanceNormalization"),
     "pixel_shuffle": _ends("DepthToSpace"), "gather": _ends("GatherElements"),
-    "index_select": _ends("Gather"), "narrow": _ends("Slice"), "slice": _ends("Slice"), "stack": _ends("Concat"),
-    "repeat": _ends("Tile"), "addcmul": _ends("Add"),
+    "index_select": _ends("Gather"), "narrow": _ends("Slice"), "slice": _ends("Slice"),
+    "stack": _ends("Concat"), "repeat": _ends("Tile"), "addcmul": _ends("Add"),
     # Softplus, Tanh, Mul; Split, Sigmoid, Mul.
     "mish": _ends("Mul", reads="Tanh"), "glu": _ends("Mul", reads="Sigmoid"),
     # A cast is one Cast (none where the dtype does not change: then nothing is paired);
