@@ -6,6 +6,9 @@ take 1.3 s to import on two cores (onnx_ir brings sympy). ONNX Runtime's making 
 sessions runs mostly in C++ on one core, without the GIL: for a model whose weights take
 it long enough, the import is done meanwhile. For a small model it is not: on ResNet-50
 (97 MiB) it cost a run at parity 0.5 s, so there it is paid where a divergence needs it.
+OpenVINO's compilations take every core, but they leave the GIL and a core's share
+free often enough: beside them the import is started only once production's outputs
+diverge (the pipeline decides, ``wanted``).
 
 The thread is joined when the block it accompanies ends, so that no other import of
 the process ever runs beside it: torch's exporter modules import one another in cycles,

@@ -242,7 +242,8 @@ def test_a_file_openvino_cannot_read_is_a_model_error_when_production_is_wanted(
         side.prepare()  # asked again, it says so again (read again, not a stale state)
 
 
-def test_nothing_is_imported_beside_openvino_s_compilations(fixture_case, monkeypatch):
+def test_translations_are_imported_beside_openvino_only_where_production_diverges(
+        fixture_case, monkeypatch, tmp_path):
     from bisect_onnx.pytorch import exporter_imports
 
     started = []
@@ -251,9 +252,15 @@ def test_nothing_is_imported_beside_openvino_s_compilations(fixture_case, monkey
     monkeypatch.setattr(exporter_imports, "preload_translations", lambda: started.append(1))
     model, inputs, onnx_path = fixture_case("tiny_mlp")
     bisect_onnx.bisect(model, inputs, onnx_model=onnx_path, runtime=OPENVINO_F32)
-    assert started == []  # its compilations take both cores: an import would compete
+    assert started == []  # at parity: its compilations take both cores, for nothing
+    planted = tmp_path / "planted.onnx"
+    matmul = next(node for node in onnx.load(str(onnx_path)).graph.node
+                  if node.op_type in ("MatMul", "Gemm"))
+    plant(onnx_path, planted, scale_initializer_input(matmul.name, 1, 1.05))
+    assert bisect_onnx.bisect(model, inputs, onnx_model=planted, runtime=OPENVINO_F32).diverged
+    assert started == [1]  # production's outputs diverged before the capture was compiled
     bisect_onnx.bisect(model, inputs, onnx_model=onnx_path)
-    assert started == [1]  # ONNX Runtime makes its sessions on one core: imported then
+    assert started == [1, 1]  # ONNX Runtime makes its sessions on one core: imported then
 
 
 def _integer_chain(tmp_path, direction: str):
