@@ -67,6 +67,7 @@ from bisect_onnx.report.context import culprit_context
 from bisect_onnx.runtime.heap import give_back, kept_in_heap
 from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
 from bisect_onnx.runtime.reference_side import ReferenceEvaluatorSide, reference_side
+from bisect_onnx.runtime.runtimes import display_name
 from bisect_onnx.search.blame import attribute_divergence
 from bisect_onnx.search.local import boundary_references
 from bisect_onnx.sources.arrangement import arrange_inputs
@@ -220,10 +221,12 @@ class _Models:
     def run_sample(self, arrays: list[np.ndarray], description: str):
         """One sample through every stage: its report, and how to write its repro."""
         candidate_arrays = _candidate_inputs(arrays, self.reference, self.candidate)
+        reference_runtime, runtime = (display_name(getattr(side, "runtime", None))
+                                      for side in (self.reference, self.candidate))
         if not isinstance(self.reference, ReferenceEvaluatorSide):
-            emit(CAPTURE_STARTED, "onnxruntime (reference)")
+            emit(CAPTURE_STARTED, f"{reference_runtime} (reference)")
         reference_capture = self.reference.run(arrays)
-        emit(CAPTURE_STARTED, "onnxruntime")
+        emit(CAPTURE_STARTED, runtime)
         run = run_candidate(self.candidate, candidate_arrays, fall_back=True)
         self.candidate = run.side
         self.fell_back = self.fell_back or run.fallback

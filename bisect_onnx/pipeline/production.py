@@ -20,6 +20,7 @@ from bisect_onnx.judge.tolerances import Tolerance
 from bisect_onnx.judge.vocabulary import ReportWarning
 from bisect_onnx.pipeline.torch_comparison import NOTHING_ALIGNED
 from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
+from bisect_onnx.runtime.runtimes import display_name
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 from bisect_onnx.search import modes
 from bisect_onnx.search.probes import Checkpoint, ProbeBisection, ProbeRunner
@@ -115,7 +116,8 @@ def run_candidate(candidate: OnnxRuntimeSide, arrays: Sequence[np.ndarray], *,
             candidate = OnnxRuntimeSide(candidate.path, provider=candidate.provider,
                                         opt_level=candidate.opt_level, promote="all")
             fallback = CAPTURE_FELL_BACK.format(survivors=plan.survivors, values=plan.values)
-    logger.info("running ONNX Runtime with its values promoted")
+    logger.info("running %s and capturing its values",
+                display_name(getattr(candidate, "runtime", None)))
     capture = candidate.run(arrays)
     production, runner = modes.production_outputs(candidate, capture, arrays)
     return CandidateRun(candidate, capture, production, runner,

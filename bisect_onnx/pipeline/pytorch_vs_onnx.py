@@ -75,6 +75,7 @@ from bisect_onnx.pytorch.op_values import OpCapture
 from bisect_onnx.pytorch.parking import WeightParking, parking_for
 from bisect_onnx.pytorch.reference import Reference, exit_is_a_model_error, reference_for
 from bisect_onnx.runtime.heap import kept_in_heap
+from bisect_onnx.runtime.runtimes import display_name
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 from bisect_onnx.search.modes import (
     MEMORY_NO_OPS,
@@ -269,7 +270,7 @@ def _run_sample(settings: Settings, arrays: list[np.ndarray], description: str):
     torch_capture = _torch_capture(settings, arrays)
     # PyTorch's values are recorded: one copy of the weights (the file's, where it holds them)
     settings.parking.park(candidate.model, candidate.path.parent)
-    emit(CAPTURE_STARTED, "onnxruntime")
+    emit(CAPTURE_STARTED, display_name(getattr(candidate, "runtime", None)))
     # The translations (for inside_op), imported while the capture is made.
     with (imported_meanwhile(candidate.model, wanted=_imports_meanwhile(
               settings, arrays, torch_capture.outputs, memory_reason)),

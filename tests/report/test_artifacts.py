@@ -165,4 +165,5 @@ def test_progress_lines_come_from_the_library_events(capsys):
                            onnx_model=repo_path(model_case.onnx_file))
     lines = capsys.readouterr().err.splitlines()
     assert "bisect-onnx: running pytorch and recording every value…" in lines
+    assert "bisect-onnx: running ONNX Runtime and recording every value…" in lines
     assert "bisect-onnx: creating an ONNX Runtime session…" in lines

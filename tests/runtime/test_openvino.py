@@ -78,8 +78,11 @@ def test_asking_for_every_leaving_value_changes_the_fusions_the_plan_keeps():
 @pytest.mark.parametrize("name", ["tiny_mlp", "resnet_like", "tiny_transformer", "two_inputs"])
 def test_parity_on_the_fixtures_in_f32(name, fixture_case):
     model, inputs, onnx_path = fixture_case(name)
-    report = bisect_onnx.bisect(model, inputs, onnx_model=onnx_path, runtime=OPENVINO_F32)
+    seen = []
+    with events.listening(seen.append):
+        report = bisect_onnx.bisect(model, inputs, onnx_model=onnx_path, runtime=OPENVINO_F32)
     assert report.verdict == "parity", verdict_line(report)
+    assert "OpenVINO" in [event.detail for event in seen if event.kind == events.CAPTURE_STARTED]
     assert report.capture["layers_match_production"] is True
     assert report.capture["outputs_match_production"] is True
     assert report.environment["runtime"] == "openvino"
