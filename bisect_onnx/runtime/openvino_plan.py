@@ -10,18 +10,19 @@ and a value handed out as float32 makes its bf16 layer write float32. So:
 2. the candidates are the values leaving each layer (the outputs of its ONNX nodes
    that a node outside the layer reads), each asked for in its layer's output
    precision (bf16 stays bf16);
-3. the capture is compiled and its layers compared with production's, signature by
+3. values production's layers alone say would break them are left out from the start:
+   a Convolution's residual added in place (a ResNet shortcut: made an output, its
+   buffer cannot be overwritten, and the Add runs as a layer of its own), an attention
+   Subgraph's Transposes (they split off), and where a FullyConnected holds an
+   operation OpenVINO made itself (a scale folded into its weights) the values it hands
+   out and the Reshapes and Transposes after it, across which the scale was moved;
+4. the capture is compiled and its layers compared with production's, signature by
    signature (type, runtime precision, output precisions, the ONNX nodes and
-   OpenVINO's own operations fused in);
-4. a first guess at what broke each production layer the capture lost: for a
-   Convolution that adds a value from outside into its result in place (a ResNet
-   shortcut), that value; otherwise the values its own nodes hand out (a Subgraph's
-   last Transpose splits off when its output is an output), and where the layer holds
-   an operation OpenVINO made itself (a scale folded into a FullyConnected's weights),
-   the Reshapes and Transposes after it, across which the scale was moved. Those are
-   dropped and the capture compiled again; on BERT-base and ResNet-50 this gives
-   production's layers in the second compilation (and the guess is kept: trying its
-   values back would cost a compilation each).
+   OpenVINO's own operations fused in). On BERT-base and ResNet-50 they are
+   production's in this first compilation. Where a layer is lost, a first guess: its
+   residual added in place, else the values its own nodes hand out (and the layout
+   after a folded scale). Those are dropped and the capture compiled again (the guess
+   is kept: trying its values back would cost a compilation each);
 5. Where it does not, the values touching each layer still lost are dropped (its
    inputs and outputs first, then a node further each round), until the layers are
    production's, and the dropped values are then tried back, every changed layer's
@@ -40,7 +41,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from bisect_onnx.runtime.openvino_layers import (
@@ -137,7 +138,8 @@ def plan_capture(production_layers: list[ExecutedLayer], index: GraphIndex,
     leaving = leaving_values(production_layers, index, finals)
     plan = OpenVinoPlan(production_layers, candidates=list(leaving))
     trial = _Trial(plan, leaving, index, compile_capture)
-    wanted = list(leaving)
+    plan.dropped.update(_foreseen(production_layers, index, leaving))
+    wanted = [name for name in leaving if name not in plan.dropped]
     lost = trial(wanted)
     plan.rounds = 1
     if not lost:
@@ -147,7 +149,8 @@ def plan_capture(production_layers: list[ExecutedLayer], index: GraphIndex,
     held = {node for layer in production_layers for node in layer.nodes}
     for layer in lost if len(lost) < len(production_layers) else ():
         # A residual added in place is what a Convolution is lost to, not what it hands
-        # out (ResNet's blocks: their outputs are kept, their shortcuts are not).
+        # out (ResNet's blocks: their outputs are kept, their shortcuts are not; most
+        # are foreseen, step 3).
         in_place = _added_in_place(layer, index) & leaving.keys()
         for value in in_place or _handed_out(layer, index, held):
             if value in leaving:
@@ -212,17 +215,30 @@ class _Trial:
 
 def _without_output_converts(layers: list[ExecutedLayer],
                              producers: set[str]) -> list[ExecutedLayer]:
-    """``layers`` less the Converts that only hand a value out in its declared type.
+    """``layers`` less what only hands a value out in its declared type.
 
     A mask OpenVINO computes as ``u8`` (an ``IsNaN``'s boolean) or an index it computes
     as ``i32`` is converted to the ONNX type when made an output: a layer of its own,
     named after the node whose output it converts (``node_IsNaN_75.0``), which changes
-    nothing production computes.
+    nothing production computes. Where the node was already a copy of OpenVINO's (an
+    ``i64`` Unsqueeze of BERT's attention mask, run in ``i32``), the Convert is
+    ``node_Unsqueeze_437.0.0`` and the layer computing the node is renamed
+    ``node_Unsqueeze_437.0``, naming no ONNX node: it is the node's layer, as in
+    production.
     """
-    converts = {blank_numbers(f"{producer}.0") for producer in producers}
-    return [layer for layer in layers
-            if not (layer.layer_type == "Convert" and not layer.nodes and layer.own_operations
-                    and set(layer.own_operations) <= converts)]
+    converts = {blank_numbers(f"{producer}{suffix}") for producer in producers
+                for suffix in (".0", ".0.0")}
+    renamed = {blank_numbers(f"{producer}.0"): producer for producer in producers}
+    kept = []
+    for layer in layers:
+        if not layer.nodes and layer.own_operations and set(layer.own_operations) <= converts:
+            if layer.layer_type == "Convert":
+                continue
+            node = renamed.get(layer.own_operations[0])
+            if len(layer.own_operations) == 1 and layer.name == f"{node}.0":
+                layer = replace(layer, name=node, nodes=(node,), own_operations=())
+        kept.append(layer)
+    return kept
 
 
 def _located(changed: list[ExecutedLayer], layers: Sequence[ExecutedLayer],
@@ -239,6 +255,32 @@ def _located(changed: list[ExecutedLayer], layers: Sequence[ExecutedLayer],
     held = {node for layer in production for node in layer.nodes}
     strays = [layer for layer in layers if layer.nodes and not held.intersection(layer.nodes)]
     return [layer for layer in changed if layer.nodes] + strays
+
+
+def _foreseen(production_layers: Sequence[ExecutedLayer], index: GraphIndex,
+              leaving: dict[str, ExecutedLayer]) -> dict[str, str]:
+    """Values that break their layer's fusion when asked for, known from production alone.
+
+    Value -> the layer. Each kind was seen to break its layer in every model measured
+    (BERT-base, ResNet-50, the tiny Hugging Face architectures): a FullyConnected that
+    folded a scale into its weights moved it across the layout after it (the values its
+    first guess drops); an attention Subgraph's Transposes split off; a Convolution adds
+    its residual in place. Dropped before the first compilation, they save one (BERT-base
+    and ResNet-50 reach production's layers in one), and are tried back with the other
+    guesses where later rounds are needed.
+    """
+    held = {node for layer in production_layers for node in layer.nodes}
+    dropped: dict[str, str] = {}
+    for layer in production_layers:
+        values = _added_in_place(layer, index)
+        if layer.layer_type == "FullyConnected" and layer.own_operations:
+            values |= _handed_out(layer, index, held)
+        if layer.layer_type == "Subgraph":
+            values |= {value for node in layer.nodes if index.op_types.get(node) == "Transpose"
+                       for value in index.outputs[node]}
+        for value in sorted(values & leaving.keys()):
+            dropped.setdefault(value, layer.name)
+    return dropped
 
 
 def _handed_out(layer: ExecutedLayer, index: GraphIndex, held: set[str]) -> set[str]:
