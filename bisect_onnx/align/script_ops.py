@@ -33,6 +33,7 @@ from bisect_onnx.align.ops import RUNTIME_FUSED, OpAlignment
 from bisect_onnx.align.script_calls import CallScopes, ScopeKey
 from bisect_onnx.align.script_table import (
     END_OF,
+    LAYOUT,
     TUPLE_END_OF,
     End,
     declined,
@@ -200,12 +201,17 @@ class _ScopePairing:
         them has none (an op the table does not know, or declined), nothing marks where
         the op's nodes begin: the nodes before it may be that other op's, and a segment
         holding them would let a check of both stand for this op alone (a wrong
-        culprit). The segment is then the nodes the table names for the op only.
+        culprit). The segment is then the nodes the table names for the op only. A
+        layout op left unpaired is no such op: the exporter merged it into a node of
+        the op after it (a ``permute`` of the key into the attention's own Transpose);
+        nor is one that reads no data (T5's position bias, computed from weights alone).
         """
         self.ends[op.name] = node
         self.onnx_of[op.name] = node.outputs[output]
         unpaired = [name for name in self.capture.inputs_of.get(op.name, ())
-                    if name not in self.onnx_of]
+                    if name not in self.onnx_of and name in self.by_name
+                    and self.by_name[name].kind.split("::", 1)[-1] not in LAYOUT
+                    and self.capture.inputs_of.get(name)]
         self.alignment.segments[op.name] = (
             self._segment(node, self.calls.of_op(op), sources) if not unpaired
             else self._segment(node, self.calls.of_op(op), sources,

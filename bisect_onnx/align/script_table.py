@@ -16,7 +16,7 @@ import numpy as np
 
 from bisect_onnx.pytorch.script_ops import ScriptOp
 
-__all__ = ["End", "END_OF", "OutputEnd", "TUPLE_END_OF", "PASS_THROUGH", "declined",
+__all__ = ["End", "END_OF", "LAYOUT", "OutputEnd", "TUPLE_END_OF", "PASS_THROUGH", "declined",
            "passes_through", "permutation", "same_permutation"]
 
 
@@ -114,6 +114,11 @@ TUPLE_END_OF = {
     "max": (OutputEnd("ReduceMax", 0), OutputEnd("ArgMax", 0)),  # max(x, dim)
     "min": (OutputEnd("ReduceMin", 0), OutputEnd("ArgMin", 0)),
 }
+
+#: Ops that only move or view data: the exporter may merge one into a node of the next
+#: op (two transposes into one Transpose), which leaves it with no value of its own.
+LAYOUT = frozenset({"transpose", "permute", "t", "view", "reshape", "unsqueeze", "squeeze",
+                    "flatten", "unflatten", "expand", "expand_as"})
 
 #: Ops that hand their input back in an eval-mode export: no node of their own.
 PASS_THROUGH = frozenset({"dropout", "feature_dropout", "contiguous", "clone", "alias"})

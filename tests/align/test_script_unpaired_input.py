@@ -52,3 +52,38 @@ def test_an_error_before_an_unpaired_input_is_not_blamed_on_the_op_after_it(tmp_
     named = ([report.culprit.onnx_node] if report.culprit is not None
              else report.culprit_segment["nodes"])
     assert node in named, report.summary()
+
+
+class _Attention(nn.Module):
+    """Heads by ``view`` and ``permute`` (the key's merged into the attention's Transpose),
+    and a bias computed from a weight alone: unpaired inputs that are no other op's nodes."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(16, 16), nn.Linear(16, 16), nn.Linear(16, 16)
+        self.bias = nn.Parameter(torch.randn(1, 2, 8, 8))
+
+    def forward(self, x):
+        heads = [layer(x).view(2, 8, 2, 8).permute(0, 2, 1, 3)
+                 for layer in (self.q, self.k, self.v)]
+        out = nn.functional.scaled_dot_product_attention(
+            *heads, attn_mask=(self.bias * 0.5).contiguous())
+        return out.transpose(1, 2).reshape(2, 8, 16)
+
+
+def _softmax_axis(model: onnx.ModelProto) -> onnx.NodeProto:
+    node = next(node for node in model.graph.node if node.op_type == "Softmax")
+    del node.attribute[:]
+    node.attribute.append(onnx.helper.make_attribute("axis", 2))
+    return node
+
+
+@LEGACY_EXPORTER_DEPRECATED
+def test_an_attention_after_merged_layout_ops_is_still_looked_inside(tmp_path):
+    torch.manual_seed(0)
+    model, x = _Attention().eval(), torch.randn(2, 8, 16)
+    clean, planted = tmp_path / "clean.onnx", tmp_path / "planted.onnx"
+    torch.onnx.export(model, (x,), str(clean), dynamo=False, opset_version=18)
+    node, _ = plant(clean, planted, _softmax_axis)
+    report = bisect_onnx.bisect(model, x.numpy(), onnx_model=planted)
+    assert report.culprit is not None and report.culprit.onnx_node == node, report.summary()
