@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bisect_onnx.align.kept_names import RESHAPED, TAKEN_OVER, reshaped, taken_over
 from bisect_onnx.align.modules import Unaligned
 
 if TYPE_CHECKING:
@@ -56,10 +57,6 @@ NOT_IN_CANDIDATE = (
 NOT_CAPTURED = (
     "its candidate value is not among the captured values (inside a kernel the runtime "
     "fused; --promote all captures it)")
-RESHAPED = (
-    "the candidate's value of this name has another shape ({candidate} against {reference}): "
-    "a rewrite (a simplifier turning a 3-D MatMul into a 2-D Gemm) kept the name for "
-    "another tensor, so the two are not compared")
 NO_STRUCTURAL_MATCH = (
     "no value of the candidate graph is named so or matches it by structure (fused, "
     "folded or renamed beyond recognition)")
@@ -249,7 +246,18 @@ def pair_graphs(
     pairing = Pairing()
     missing: list[str] = []
     reference_names = _value_names(reference)
+    later = {theirs: mine for mine, theirs in taken_over(reference, candidate).items()}
     for name, array in reference_values.items():
+        if name in later.values():  # its namesake holds a later value
+            pairing.unpaired.append(Unaligned(name, TAKEN_OVER, "unmatched"))
+            continue
+        if name in later and name not in groups.names:
+            if later[name] in candidate_values:
+                pairing.pairs.append(ValuePair(name, later[name], groups.computing_node(
+                    later[name]), "taken over"))
+            else:
+                pairing.unpaired.append(Unaligned(name, NOT_CAPTURED, "runtime-fused"))
+            continue
         if name not in groups.names:
             missing.append(name)
             continue
@@ -257,7 +265,7 @@ def pair_graphs(
                              reference_names)
         if pair is None:
             pairing.unpaired.append(Unaligned(name, NOT_CAPTURED, "runtime-fused"))
-        elif _reshaped(pair, array, candidate_values):
+        elif reshaped(pair, array, candidate_values):
             # Another tensor under the same name: comparing it would claim a divergence.
             pairing.unpaired.append(Unaligned(name, RESHAPED.format(
                 candidate=list(np.shape(candidate_values[pair.candidate])),
@@ -282,14 +290,6 @@ def pair_graphs(
     return pairing
 
 
-def _reshaped(pair: ValuePair, reference: np.ndarray,
-              candidate_values: Mapping[str, np.ndarray]) -> bool:
-    """A pair by name whose candidate holds another shape (not a quantized form of it)."""
-    candidate = candidate_values.get(pair.candidate)
-    return (candidate is not None and pair.how == "name"
-            and np.shape(candidate) != np.shape(reference))
-
-
 def pair_uncaptured(reference: onnx.ModelProto, reference_values: Mapping[str, np.ndarray],
                     groups: CandidateGroups) -> list[ValuePair]:
     """Pairs, by name, for reference values whose candidate value was not captured.
@@ -301,8 +301,12 @@ def pair_uncaptured(reference: onnx.ModelProto, reference_values: Mapping[str, n
     """
     every: dict[str, None] = dict.fromkeys(groups.producers)
     reference_names = _value_names(reference)
+    later = {theirs: mine for mine, theirs in taken_over(reference, groups.model).items()}
     pairs = (_pair_by_name(name, np.asarray(array).dtype, groups, every, reference_names)
-             for name, array in reference_values.items() if name in groups.names)
+             if name not in later else ValuePair(name, later[name], groups.computing_node(
+                 later[name]), "taken over")
+             for name, array in reference_values.items()
+             if (name in groups.names or name in later) and name not in later.values())
     return [pair for pair in pairs if pair is not None]
 
 

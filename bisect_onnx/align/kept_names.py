@@ -1,0 +1,72 @@
+"""Names a rewrite kept for another tensor: such pairs by name are not compared.
+
+A simplifier turning a 3-D MatMul into a 2-D Gemm keeps the name for a value of another
+shape (:func:`reshaped`). onnxsim folds a ``BatchNormalization`` into the ``Conv`` before
+it and keeps the Conv's node and output names (``node_conv1d`` -> ``conv1d``) for the
+folded result (:func:`taken_over`): the candidate's ``conv1d`` holds what the reference
+calls ``getitem``, the BatchNorm's output. Paired by name, the two ``conv1d`` would be
+another tensor against the reference's, and a local check of the Conv would claim a
+divergence that nothing computes differently. The sign is in the nodes that read it: a
+node named and typed alike in both graphs reads, at one input, the name in the
+candidate and, in the reference, a value computed from that name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import onnx
+
+__all__ = ["taken_over", "reshaped", "TAKEN_OVER", "RESHAPED"]
+
+RESHAPED = (
+    "the candidate's value of this name has another shape ({candidate} against {reference}): "
+    "a rewrite (a simplifier turning a 3-D MatMul into a 2-D Gemm) kept the name for "
+    "another tensor, so the two are not compared")
+TAKEN_OVER = (
+    "the candidate's value of this name is a later one (a simplifier folded the nodes "
+    "after it into the node computing it and kept its name), so the two are not compared; "
+    "that later value is compared with it instead")
+
+
+def taken_over(reference: onnx.ModelProto, candidate: onnx.ModelProto) -> dict[str, str]:
+    """Candidate value name -> the later reference value it holds instead of its namesake."""
+    twins = {node.name: node for node in reference.graph.node if node.name}
+    producers = {output: node for node in reference.graph.node for output in node.output}
+    held: dict[str, str] = {}
+    for node in candidate.graph.node:
+        twin = twins.get(node.name)
+        if twin is None or twin.op_type != node.op_type or len(twin.input) != len(node.input):
+            continue
+        for mine, theirs in zip(node.input, twin.input, strict=True):
+            if mine and theirs and mine != theirs and _computed_from(theirs, mine, producers):
+                held.setdefault(mine, theirs)
+    return held
+
+
+def _computed_from(value: str, source: str, producers: dict[str, onnx.NodeProto]) -> bool:
+    """Whether the reference computes ``value`` from ``source`` (directly or not)."""
+    seen: set[str] = set()
+    stack = [value]
+    while stack:
+        current = stack.pop()
+        producer = producers.get(current)
+        if producer is None or current in seen:
+            continue
+        seen.add(current)
+        if source in producer.input:
+            return True
+        stack.extend(name for name in producer.input if name)
+    return False
+
+
+def reshaped(pair: Any, reference: np.ndarray,
+             candidate_values: Mapping[str, np.ndarray]) -> bool:
+    """A pair by name whose candidate holds another shape (not a quantized form of it)."""
+    candidate = candidate_values.get(pair.candidate)
+    return (candidate is not None and pair.how == "name"
+            and np.shape(candidate) != np.shape(reference))
