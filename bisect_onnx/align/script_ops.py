@@ -89,17 +89,14 @@ class _ScopePairing:
         self.cursor: dict[ScopeKey, int] = {}
         self.onnx_of: dict[str, str] = {}  # op (or graph input) -> ONNX value holding it
         self.ends: dict[str, NodeInfo] = {}
-        self.first_node: dict[str, NodeInfo] = {}  # op -> the node of its table's type
+        self.table_node: dict[str, NodeInfo] = {}  # op -> the node of its table's type
         self.alignment = OpAlignment()
 
     def place(self, op: ScriptOp) -> None:
         """Find the node holding ``op``'s value, or say why there is none."""
         short = op.kind.split("::", 1)[-1]
         sources = self._sources(op)
-        reads = self.capture.inputs_of.get(op.name, ())
-        read = (self.capture.values[reads[0]].array if reads and reads[0] in self.capture.values
-                else self.capture.graph_inputs.get(reads[0]) if reads else None)
-        if sources and passes_through(op, self.capture.values[op.name].array, read):
+        if sources and passes_through(op):
             self.onnx_of[op.name] = sources[0]
             self._unaligned(op, "removed", f"returns its input unchanged (eval mode, or a "
                                            f"slice of everything), so the exporter made no "
@@ -122,7 +119,7 @@ class _ScopePairing:
             return
         found = self._find(op, end, sources)
         if isinstance(found, tuple):
-            found, self.first_node[op.name] = found
+            found, self.table_node[op.name] = found
         if isinstance(found, str):  # a foreign node cut the op's nodes short
             self._unaligned(op, "foreign", found)
             return
@@ -197,25 +194,26 @@ class _ScopePairing:
         """``op``'s value is ``node``'s output ``output``; its segment, the nodes made for it.
 
         A second output of a node has none: the first output's segment holds the node.
-        The segment reaches back to the values holding what the op reads. Where one of
-        them has none (an op the table does not know, or declined), nothing marks where
-        the op's nodes begin: the nodes before it may be that other op's, and a segment
-        holding them would let a check of both stand for this op alone (a wrong
-        culprit). The segment is then the nodes the table names for the op only. A
-        layout op left unpaired is no such op: the exporter merged it into a node of
-        the op after it (a ``permute`` of the key into the attention's own Transpose);
-        nor is one that reads no data (T5's position bias, computed from weights alone).
+        The segment reaches back to the values holding what the op reads. Where one has
+        none (an op the table does not know, or declined), nothing marks where the op's
+        nodes begin: a segment holding that op's nodes would let a check of both stand
+        for this op alone (a wrong culprit), so it is the nodes the table names only. A
+        layout op merged into this op's nodes (a ``permute`` of the key into the
+        attention's Transpose) is none such, where its own input marks a beginning.
         """
         self.ends[op.name] = node
         self.onnx_of[op.name] = node.outputs[output]
-        unpaired = [name for name in self.capture.inputs_of.get(op.name, ())
-                    if name not in self.onnx_of and name in self.by_name
-                    and self.by_name[name].kind.split("::", 1)[-1] not in LAYOUT
-                    and self.capture.inputs_of.get(name)]
-        self.alignment.segments[op.name] = (
-            self._segment(node, self.calls.of_op(op), sources) if not unpaired
-            else self._segment(node, self.calls.of_op(op), sources,
-                               since=self.first_node.get(op.name, node)))
+        bounded = all(map(self._bounds, self.capture.inputs_of.get(op.name, ())))
+        self.alignment.segments[op.name] = self._segment(
+            node, self.calls.of_op(op), sources,
+            since=None if bounded else self.table_node.get(op.name, node))
+
+    def _bounds(self, name: str) -> bool:
+        """Whether a value an op reads marks where the op's nodes begin (see ``_pair``)."""
+        op = self.by_name.get(name)
+        return name in self.onnx_of or (
+            op is not None and op.kind.split("::", 1)[-1] in LAYOUT
+            and all(map(self._bounds, self.capture.inputs_of.get(name, ()))))
 
     def _find(self, op: ScriptOp, end: End, sources: Sequence[str],
               ) -> tuple[NodeInfo, NodeInfo] | str | None:

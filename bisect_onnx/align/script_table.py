@@ -41,13 +41,14 @@ _ELEMENTWISE = {name: _ends(op) for name, op in (
     ("add", "Add"), ("sub", "Sub"), ("mul", "Mul"), ("div", "Div"), ("neg", "Neg"),
     ("exp", "Exp"), ("log", "Log"), ("sqrt", "Sqrt"), ("rsqrt", "Reciprocal"), ("pow", "Pow"),
     ("erf", "Erf"), ("abs", "Abs"), ("relu", "Relu"), ("sigmoid", "Sigmoid"), ("tanh", "Tanh"),
-    ("leaky_relu", "LeakyRelu"), ("elu", "Elu"), ("hardtanh", "Clip"), ("clamp", "Clip"),
+    ("leaky_relu", "LeakyRelu"), ("elu", "Elu"), ("hardtanh", "Clip"),
     ("softmax", "Softmax"), ("log_softmax", "LogSoftmax"), ("where", "Where"),
     ("cumsum", "CumSum"), ("floor", "Floor"), ("ceil", "Ceil"), ("round", "Round"),
     ("sign", "Sign"), ("sin", "Sin"), ("cos", "Cos"), ("tan", "Tan"), ("asin", "Asin"),
-    ("acos", "Acos"), ("atan", "Atan"), ("reciprocal", "Reciprocal"), ("softplus", "Softplus"),
+    ("acos", "Acos"), ("atan", "Atan"), ("reciprocal", "Reciprocal"),
     ("hardswish", "HardSwish"), ("hardsigmoid", "HardSigmoid"), ("selu", "Selu"),
-    ("celu", "Celu"), ("relu6", "Clip"), ("clamp_min", "Clip"), ("clamp_max", "Clip"),
+    ("celu", "Celu"), ("relu6", "Clip"), ("clamp_min", "Clip Max"),
+    ("clamp_max", "Clip Min"),
     ("maximum", "Max"), ("minimum", "Min"), ("fmod", "Mod"), ("square", "Mul"),
     ("rsub", "Sub"), ("log_sigmoid", "Log"), ("masked_fill", "Where"), ("isnan", "IsNaN"),
     ("gt", "Greater"), ("lt", "Less"), ("ge", "GreaterOrEqual"), ("le", "LessOrEqual"),
@@ -61,6 +62,8 @@ _ELEMENTWISE = {name: _ends(op) for name, op in (
 #: ATen op (without ``aten::``) -> the node its value is held by.
 END_OF = {
     **_ELEMENTWISE,
+    # Bounds that are tensors are a Max, then a Min; softplus with a beta divides by it.
+    "clamp": _ends("Clip Max Min", then="Min"), "softplus": _ends("Softplus", then="Div"),
     "linear": _ends("MatMul Gemm", then="Add"),
     "matmul": _ends("MatMul"), "bmm": _ends("MatMul"), "mm": _ends("MatMul Gemm"),
     "addmm": _ends("Gemm"),
@@ -120,19 +123,27 @@ TUPLE_END_OF = {
 LAYOUT = frozenset({"transpose", "permute", "t", "view", "reshape", "unsqueeze", "squeeze",
                     "flatten", "unflatten", "expand", "expand_as"})
 
+#: The end a traced ``x[1:]`` slices to (``sys.maxsize``).
+_INT64_MAX = 2**63 - 1
+
 #: Ops that hand their input back in an eval-mode export: no node of their own.
 PASS_THROUGH = frozenset({"dropout", "feature_dropout", "contiguous", "clone", "alias"})
 
 
-def passes_through(op: ScriptOp, value: np.ndarray, read: np.ndarray | None) -> bool:
-    """Whether ``op`` hands back its input (``read``) unchanged: no node of its own.
+def passes_through(op: ScriptOp) -> bool:
+    """Whether ``op`` hands back its input unchanged, and the exporter made no node for it.
 
-    Besides :data:`PASS_THROUGH`, a slice that keeps every element: ``x[:, 1:]`` is
-    traced as a slice of all of dim 0, then one of dim 1, and exported as one Slice.
+    Besides :data:`PASS_THROUGH`, a slice from 0 to the end in steps of 1: ``x[:, 1:]`` is
+    traced as such a slice of dim 0, then one of dim 1, and exported as one Slice. A
+    slice that keeps every element by its bounds (``y[:, :8]`` of 8) is a Slice node.
     """
     short = op.kind.split("::", 1)[-1]
-    return short in PASS_THROUGH or (short == "slice" and read is not None
-                                     and read.shape == value.shape)
+    if short in PASS_THROUGH:
+        return True
+    literals = [argument.value for argument in op.arguments or ()
+                if argument.source == "constant"]
+    return (short == "slice" and len(literals) == 4 and literals[1] == 0
+            and literals[2] is not None and literals[2] >= _INT64_MAX and literals[3] == 1)
 
 
 def same_permutation(op: ScriptOp, node: Any, rank: int) -> bool:

@@ -133,8 +133,9 @@ def capture_script_ops(model: Any, arrays: Sequence[np.ndarray],
     calls = call_numbers(model, found)
     counts: dict[str, int] = {}
     for position, node in enumerate(found.nodes):
-        reads = [value.debugName() for value in node.inputs()]
-        if node.kind() in _NOT_DATA or not any(read in data for read in reads):
+        reads = [item.debugName() for value in node.inputs() for item in _held(value)]
+        if (node.kind() in _NOT_DATA or node.kind() in _CONTAINERS
+                or not any(read in data for read in reads)):
             continue
         data.update(value.debugName() for value in node.outputs())
         made = found.outputs_of.get(position, [])
@@ -165,6 +166,33 @@ def _record(capture: ScriptOpCapture, op: ScriptOp, reads: Sequence[str],
     for source in capture.inputs_of[op.name]:
         capture.users_of[source] = (*capture.users_of.get(source, ()), op.name)
     capture.values[op.name] = CapturedValue(op.name, to_numpy(value), provenance)
+
+
+#: How the trace packs tensors (a list for ``cat``, a tuple a module returns) and unpacks
+#: them: what an op reads through one is the tensors packed (:func:`_held`).
+_PACKS = frozenset({"prim::ListConstruct", "prim::TupleConstruct"})
+_CONTAINERS = _PACKS | {"prim::ListUnpack", "prim::TupleUnpack"}
+
+
+def _held(value: Any) -> list[Any]:
+    """The tensors ``value`` stands for, through the trace's packing and unpacking.
+
+    T5 hands its position bias from block to block in a tuple: the next block's
+    ``contiguous`` reads a ``TupleUnpack`` of a ``TupleConstruct``, and what it reads is
+    the tensor packed (computed from weights alone, not data). A list unpacked from an
+    op's output (``split``'s) stands for that output.
+    """
+    producer = value.node()
+    if producer.kind() in _PACKS:
+        return [item for part in producer.inputs() for item in _held(part)]
+    if producer.kind() in _CONTAINERS:  # an unpacking
+        packed = producer.inputsAt(0)
+        if packed.node().kind() not in _PACKS:
+            return [packed]
+        index = [output.debugName() for output in producer.outputs()].index(
+            value.debugName())
+        return _held(packed.node().inputsAt(index))
+    return [value]
 
 
 # Ops whose outputs are shapes, not data, though tracing records them as tensors.

@@ -2,7 +2,7 @@
 
 A tiny model of one op (after a Mul, so the op's input is a paired value) is traced
 and exported; the op's value must be paired with a node of the table's type whose
-value equals it, and no other op's nodes may fall into its segment.
+value equals it, and its segment must end at that node.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ OPS = {
     "atan": (torch.atan, "Atan"),
     "reciprocal": (torch.reciprocal, "Reciprocal"),
     "softplus": (functional.softplus, "Softplus"),
+    "softplus beta": (lambda y: functional.softplus(y, beta=2.0), "Div"),  # Softplus, Div
+    "clamp_min": (lambda y: torch.clamp_min(y, y * 0.3), "Max"),  # a tensor bound
+    "clamp": (lambda y: torch.clamp(y, y * 0.3, y * 0.9), "Min"),  # Max, then Min
     "hardswish": (functional.hardswish, "HardSwish"),
     "relu6": (functional.relu6, "Clip"),
     "maximum": (lambda y: torch.maximum(y, y * 0.3), "Max"),
@@ -71,16 +74,15 @@ def test_a_table_op_is_paired_with_its_node(tmp_path, kind):
     capture = capture_script_ops(trace_script(model, arrays), arrays)
     alignment = align_script_ops(capture, side.nodes, side.run(arrays).values, side.model)
 
-    op = next(op for op in capture.ops if op.kind == f"aten::{kind}")
+    op = next(op for op in capture.ops if op.kind == f"aten::{kind.split()[0]}")
     pair = next((pair for pair in alignment.pairs if pair.reference.name == op.name), None)
     assert pair is not None, [item for item in alignment.torch_only if item.name == op.name]
     producer = next(node for node in side.nodes if pair.candidate.name in node.outputs)
     assert producer.op_type == node_type
     np.testing.assert_allclose(pair.candidate.array, pair.reference.array, rtol=1e-5,
                                atol=1e-6)
-    # The Mul before it is paired: its node is not in the op's segment.
-    before = next(node for node in side.nodes if side.model.graph.input[0].name in node.inputs)
-    assert before.name not in {node.name for node in alignment.segments[op.name]}
+    # Its segment (what a local check of it runs) ends at that node.
+    assert alignment.segments[op.name][-1].name == producer.name
 
 
 @LEGACY_EXPORTER_DEPRECATED
@@ -100,3 +102,23 @@ def test_a_slice_of_every_element_is_its_input_and_the_real_slice_is_paired(tmp_
     assert next(node for node in side.nodes
                 if pair.candidate.name in node.outputs).op_type == "Slice"
     np.testing.assert_array_equal(pair.candidate.array, pair.reference.array)
+
+
+@LEGACY_EXPORTER_DEPRECATED
+def test_a_slice_bounded_at_the_axis_length_is_its_own_slice_node(tmp_path):
+    """``y[:, :8]`` of 8 keeps every element, but the exporter makes a Slice node for it."""
+    model, x = _One(lambda y: torch.sin(y[:, :8])).eval(), torch.randn(2, 8, 16)
+    path = tmp_path / "model.onnx"
+    torch.onnx.export(model, (x,), str(path), dynamo=False, opset_version=18)
+    arrays = [x.numpy()]
+    side = OnnxRuntimeSide(path, promote="all")
+    capture = capture_script_ops(trace_script(model, arrays), arrays)
+    alignment = align_script_ops(capture, side.nodes, side.run(arrays).values, side.model)
+
+    whole, bounded = (op.name for op in capture.ops if op.kind == "aten::slice")
+    assert [item.kind for item in alignment.torch_only if item.name == whole] == ["removed"]
+    pair = next(pair for pair in alignment.pairs if pair.reference.name == bounded)
+    assert next(node for node in side.nodes
+                if pair.candidate.name in node.outputs).op_type == "Slice"
+    sine = next(op.name for op in capture.ops if op.kind == "aten::sin")
+    assert [node.op_type for node in alignment.segments[sine]] == ["Sin"]

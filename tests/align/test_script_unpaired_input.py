@@ -21,14 +21,28 @@ import bisect_onnx
 from tests.planting import plant
 from tests.torch_warnings import LEGACY_EXPORTER_DEPRECATED
 
-OPENVINO = pytest.param("openvino", marks=pytest.mark.skipif(
-    importlib.util.find_spec("openvino") is None, reason="openvino is not importable here"))
+NO_OPENVINO = pytest.mark.skipif(importlib.util.find_spec("openvino") is None,
+                                 reason="openvino is not importable here")
 
 
 class _Steps(nn.Module):
     def forward(self, x):
         # A floor division is declined by the op table (it ends past its Div).
         return x + torch.div(x, 0.3, rounding_mode="floor") * 0.1
+
+
+class _Expanded(nn.Module):
+    def forward(self, x):
+        # An unpaired layout op (expand) after it does not mark a beginning either.
+        y = x * 0.5
+        return y + torch.div(y[:, :1], 0.3, rounding_mode="floor").expand(2, 8, 16) * 0.1
+
+
+class _Stacked(nn.Module):
+    def forward(self, x):
+        # The stack reads its inputs through a list.
+        y = x * 0.5
+        return torch.stack([torch.div(y, 0.3, rounding_mode="floor"), y]) * 2
 
 
 def _ceil(model: onnx.ModelProto) -> onnx.NodeProto:
@@ -38,10 +52,13 @@ def _ceil(model: onnx.ModelProto) -> onnx.NodeProto:
 
 
 @LEGACY_EXPORTER_DEPRECATED
-@pytest.mark.parametrize("runtime", ["onnxruntime", OPENVINO])
+@pytest.mark.parametrize(("runtime", "module"), [
+    ("onnxruntime", _Steps), pytest.param("openvino", _Steps, marks=NO_OPENVINO),
+    ("onnxruntime", _Expanded),
+    ("onnxruntime", _Stacked)])
 def test_an_error_before_an_unpaired_input_is_not_blamed_on_the_op_after_it(tmp_path,
-                                                                             runtime):
-    model, x = _Steps().eval(), torch.randn(2, 8, 16)
+                                                                             runtime, module):
+    model, x = module().eval(), torch.randn(2, 8, 16)
     clean, planted = tmp_path / "clean.onnx", tmp_path / "planted.onnx"
     torch.onnx.export(model, (x,), str(clean), dynamo=False, opset_version=18)
     node, _ = plant(clean, planted, _ceil)
@@ -55,8 +72,8 @@ def test_an_error_before_an_unpaired_input_is_not_blamed_on_the_op_after_it(tmp_
 
 
 class _Attention(nn.Module):
-    """Heads by ``view`` and ``permute`` (the key's merged into the attention's Transpose),
-    and a bias computed from a weight alone: unpaired inputs that are no other op's nodes."""
+    """Heads by ``view`` and ``permute``: the key's is merged into the attention's own
+    Transpose, an unpaired input whose nodes are the attention's."""
 
     def __init__(self):
         super().__init__()
