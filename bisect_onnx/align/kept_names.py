@@ -34,18 +34,34 @@ TAKEN_OVER = (
 
 
 def taken_over(reference: onnx.ModelProto, candidate: onnx.ModelProto) -> dict[str, str]:
-    """Candidate value name -> the later reference value it holds instead of its namesake."""
+    """Candidate value name -> the later reference value it holds instead of its namesake.
+
+    Only where the candidate's node computing the name was rewritten (another op,
+    other inputs or attributes: the Conv with the BatchNorm's scale in its weights),
+    and the later value is gone from the candidate: a node a tool dropped (a scale's
+    Mul) leaves the value before it as it was, and it is compared as it was.
+    """
     twins = {node.name: node for node in reference.graph.node if node.name}
     producers = {output: node for node in reference.graph.node for output in node.output}
+    made = {output: node for node in candidate.graph.node for output in node.output}
     held: dict[str, str] = {}
     for node in candidate.graph.node:
         twin = twins.get(node.name)
         if twin is None or twin.op_type != node.op_type or len(twin.input) != len(node.input):
             continue
         for mine, theirs in zip(node.input, twin.input, strict=True):
-            if mine and theirs and mine != theirs and _computed_from(theirs, mine, producers):
+            if (mine and theirs and mine != theirs and theirs not in made
+                    and _rewritten(made.get(mine), producers.get(mine))
+                    and _computed_from(theirs, mine, producers)):
                 held.setdefault(mine, theirs)
     return held
+
+
+def _rewritten(node: onnx.NodeProto | None, twin: onnx.NodeProto | None) -> bool:
+    """Whether the candidate's ``node`` computes otherwise than the reference's ``twin``."""
+    return node is not None and twin is not None and (
+        node.op_type != twin.op_type or list(node.input) != list(twin.input)
+        or list(node.attribute) != list(twin.attribute))
 
 
 def _computed_from(value: str, source: str, producers: dict[str, onnx.NodeProto]) -> bool:

@@ -19,7 +19,8 @@ member of its namesake's source group, and the record names the node that comput
 not an inserted Cast. Where the reference holds the same Q/DQ pairs (a QDQ model against
 itself at another optimization level), every value pairs with its namesake instead.
 When names do not survive (a graph simplified or optimized offline, every value
-renamed), :mod:`bisect_onnx.align.structural` pairs them by structure.
+renamed), :mod:`bisect_onnx.align.structural` pairs them by structure. A name a rewrite
+kept for another tensor is not compared with its namesake (:mod:`bisect_onnx.align.kept_names`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import numpy as np
 
 from bisect_onnx.align.kept_names import RESHAPED, TAKEN_OVER, reshaped, taken_over
 from bisect_onnx.align.modules import Unaligned
+from bisect_onnx.align.quantization import Quantization
 
 if TYPE_CHECKING:
     import onnx
@@ -60,50 +62,6 @@ NOT_CAPTURED = (
 NO_STRUCTURAL_MATCH = (
     "no value of the candidate graph is named so or matches it by structure (fused, "
     "folded or renamed beyond recognition)")
-
-
-@dataclass(frozen=True)
-class Quantization:
-    """The parameters of a QuantizeLinear/DequantizeLinear pair."""
-
-    scale: np.ndarray
-    zero_point: np.ndarray | None
-    axis: int = 1
-
-    @property
-    def step(self) -> float:
-        """The scale as one number (the largest, for per-channel scales)."""
-        return float(np.max(np.abs(self.scale.astype(np.float64))))
-
-    def dequantize(self, quantized: np.ndarray) -> np.ndarray:
-        """What DequantizeLinear computes: ``(q - zero_point) * scale`` in float32."""
-        scale = self.scale.astype(np.float32)
-        zero = (self.zero_point if self.zero_point is not None
-                else np.zeros_like(self.scale)).astype(np.float32)
-        if scale.ndim == 1 and quantized.ndim > 1:  # per axis
-            shape = [1] * quantized.ndim
-            shape[self.axis % quantized.ndim] = scale.size
-            scale, zero = scale.reshape(shape), zero.reshape(shape)
-        return ((quantized.astype(np.float32) - zero) * scale).astype(np.float32)
-
-    def round_trip(self, value: np.ndarray) -> np.ndarray:
-        """What QuantizeLinear then DequantizeLinear make of a float tensor.
-
-        Rounding half to even and saturating to the zero point's integer type, as the
-        ONNX specification says (uint8 when the pair has no zero point).
-        """
-        integer = np.dtype(self.zero_point.dtype if self.zero_point is not None else np.uint8)
-        limits = np.iinfo(integer)
-        scale = self.scale.astype(np.float32)
-        zero = (self.zero_point if self.zero_point is not None
-                else np.zeros_like(self.scale)).astype(np.float32)
-        if scale.ndim == 1 and value.ndim > 1:
-            shape = [1] * value.ndim
-            shape[self.axis % value.ndim] = scale.size
-            scale, zero = scale.reshape(shape), zero.reshape(shape)
-        quantized = np.clip(np.rint(value.astype(np.float32) / scale) + zero, limits.min,
-                            limits.max)
-        return self.dequantize(quantized.astype(integer))
 
 
 @dataclass(frozen=True)
@@ -251,12 +209,14 @@ def pair_graphs(
         if name in later.values():  # its namesake holds a later value
             pairing.unpaired.append(Unaligned(name, TAKEN_OVER, "unmatched"))
             continue
-        if name in later and name not in groups.names:
-            if later[name] in candidate_values:
+        if name in later:  # absent from the candidate (taken_over)
+            if later[name] not in candidate_values:
+                pairing.unpaired.append(Unaligned(name, NOT_CAPTURED, "runtime-fused"))
+            elif np.shape(candidate_values[later[name]]) != np.shape(array):
+                missing.append(name)
+            else:
                 pairing.pairs.append(ValuePair(name, later[name], groups.computing_node(
                     later[name]), "taken over"))
-            else:
-                pairing.unpaired.append(Unaligned(name, NOT_CAPTURED, "runtime-fused"))
             continue
         if name not in groups.names:
             missing.append(name)

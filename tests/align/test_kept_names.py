@@ -68,3 +68,30 @@ def test_a_folded_batch_norm_is_parity_with_nothing_claimed(tmp_path):
     assert compared["getitem"].onnx_value == "conv1d" and not compared["getitem"].failed
     assert any(item.name == "conv1d" and "later one" in item.reason
                for item in report.unaligned)
+
+
+def test_a_node_a_tool_dropped_leaves_the_value_before_it_compared_as_it_was(tmp_path):
+    """The scale's Mul dropped (a bug), the Softmax reads the MatMul's output: the MatMul
+    is unchanged, its value compared with its namesake, and the Softmax is named."""
+    def model(nodes, initializers):
+        graph = helper.make_graph(
+            nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+            [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 8])],
+            initializer=[numpy_helper.from_array(array, name)
+                         for name, array in initializers.items()])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+    weight = RNG.standard_normal((8, 8)).astype(np.float32)
+    matmul = helper.make_node("MatMul", ["x", "w"], ["m"], name="node_mm")
+    reference = model([matmul, helper.make_node("Mul", ["m", "c"], ["scaled"], name="node_mul"),
+                       helper.make_node("Softmax", ["scaled"], ["out"], name="node_sm")],
+                      {"w": weight, "c": np.array(0.125, np.float32)})
+    dropped = model([matmul, helper.make_node("Softmax", ["m"], ["out"], name="node_sm")],
+                    {"w": weight})
+    assert taken_over(reference, dropped) == {}
+    paths = tmp_path / "reference.onnx", tmp_path / "dropped.onnx"
+    for proto, path in zip((reference, dropped), paths, strict=True):
+        onnx.save(proto, str(path))
+    x = RNG.standard_normal((2, 8)).astype(np.float32) * 4
+    report = bisect_onnx.bisect_onnx_models(*paths, [x])
+    assert report.culprit is not None and report.culprit.onnx_node == "node_sm", report.summary()
