@@ -1,4 +1,4 @@
-"""The exporter's translations imported in a thread while ONNX Runtime makes its sessions.
+"""The exporter's translations imported in a thread while the runtime prepares its capture.
 
 A divergence in a file exported elsewhere is looked into with the exporter's own
 translations (:mod:`bisect_onnx.search.translation_eval`): onnxscript and its torch_lib

@@ -75,7 +75,8 @@ class OpenVinoPlan:
     capture_layers: list[ExecutedLayer] = field(default_factory=list)
     rounds: int = 0
     dropped: dict[str, str] = field(default_factory=dict)
-    """Value -> the production layer whose fusion it changed (why it is not captured)."""
+    """Value -> the production layer whose fusion it changed, or is known to change (left
+    out from the start, step 3): why it is not captured."""
     compiled: Any = None
     """The capture's compiled model (production's own when nothing is captured)."""
 
@@ -228,14 +229,13 @@ def _without_output_converts(layers: list[ExecutedLayer],
     """
     converts = {blank_numbers(f"{producer}{suffix}") for producer in producers
                 for suffix in (".0", ".0.0")}
-    renamed = {blank_numbers(f"{producer}.0"): producer for producer in producers}
     kept = []
     for layer in layers:
         if not layer.nodes and layer.own_operations and set(layer.own_operations) <= converts:
             if layer.layer_type == "Convert":
                 continue
-            node = renamed.get(layer.own_operations[0])
-            if len(layer.own_operations) == 1 and layer.name == f"{node}.0":
+            node = layer.name.removesuffix(".0")
+            if len(layer.own_operations) == 1 and node != layer.name and node in producers:
                 layer = replace(layer, name=node, nodes=(node,), own_operations=())
         kept.append(layer)
     return kept

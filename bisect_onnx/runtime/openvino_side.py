@@ -234,9 +234,12 @@ class OpenVinoSide:
         """
         last = self._last_production
         if last is None or last[0].keys() != feeds.keys() or not all(
-                np.array_equal(last[0][name], array) for name, array in feeds.items()):
+                np.array_equal(last[0][name], array, equal_nan=True)
+                for name, array in feeds.items()):
+            # Copies: the caller's arrays may change in place before the next call.
             last = self._last_production = (
-                dict(feeds), self._production.run(self.output_names, feeds))
+                {name: np.array(array) for name, array in feeds.items()},
+                self._production.run(self.output_names, feeds))
         return last[1]
 
     def _compile_capture(self, names: list[str], types: dict[str, str]

@@ -261,7 +261,7 @@ def test_translations_are_imported_beside_openvino_only_where_production_diverge
                   if node.op_type in ("MatMul", "Gemm"))
     plant(onnx_path, planted, scale_initializer_input(matmul.name, 1, 1.05))
     assert bisect_onnx.bisect(model, inputs, onnx_model=planted, runtime=OPENVINO_F32).diverged
-    assert started == [1]  # production's outputs diverged before the capture was compiled
+    assert started == [1]  # production's outputs diverged: imported beside the capture
     bisect_onnx.bisect(model, inputs, onnx_model=onnx_path)
     assert started == [1, 1]  # ONNX Runtime makes its sessions on one core: imported then
 

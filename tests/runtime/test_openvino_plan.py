@@ -264,24 +264,30 @@ def test_an_attention_subgraph_s_transposes_are_left_out_from_the_start():
 
 def test_an_integer_value_handed_out_through_a_renamed_copy_keeps_its_layer():
     # OpenVINO runs an int64 Unsqueeze in i32: asked for, its layer is renamed after a
-    # copy of the node ("unsq.0", naming no ONNX node) and a Convert ("unsq.0.0") hands
-    # the value out as int64. Production computes the same: the value is kept.
-    nodes = [NodeInfo(0, "unsq", "Unsqueeze", ("u",), None, ("mask",)),
-             NodeInfo(1, "cast", "Cast", ("c",), None, ("u",)),
-             NodeInfo(2, "relu", "Relu", ("out",), None, ("c",))]
-    production = [_layer("unsq", "unsq", precision="i32", kind="Reshape"),
-                  _layer("cast", "cast", precision="f32", kind="Convert"),
-                  _layer("relu", "relu", precision="f32", kind="Eltwise")]
+    # copy of the node ("node_Unsqueeze_437.0", naming no ONNX node) and a Convert
+    # (".0.0") hands the value out as int64. Production computes the same: the value is
+    # kept. Another node of the same name but its number is asked for too.
+    nodes = [NodeInfo(0, "node_Unsqueeze_437", "Unsqueeze", ("u",), None, ("mask",)),
+             NodeInfo(1, "node_Unsqueeze_12", "Unsqueeze", ("v",), None, ("u",)),
+             NodeInfo(2, "cast", "Cast", ("c",), None, ("v",)),
+             NodeInfo(3, "relu", "Relu", ("out",), None, ("c",))]
+    production = [_layer(node.name, node.name, precision="i32", kind="Reshape")
+                  for node in nodes[:2]] + [
+        _layer("cast", "cast", precision="f32", kind="Convert"),
+        _layer("relu", "relu", precision="f32", kind="Eltwise")]
     calls: list = []
 
     def compile_capture(names, types):
         calls.append(list(names))
         if "u" not in names:
             return "plain", list(production)
-        return "with u", [ExecutedLayer("unsq.0", "Reshape", "i32", "i32", (), ("unsq.#",)),
-                          ExecutedLayer("unsq.0.0", "Convert", "i32", "i64", (), ("unsq.#.#",)),
-                          *production[1:]]
+        return "with u", [
+            ExecutedLayer("node_Unsqueeze_437.0", "Reshape", "i32", "i32", (),
+                          ("node_Unsqueeze_#.#",)),
+            ExecutedLayer("node_Unsqueeze_437.0.0", "Convert", "i32", "i64", (),
+                          ("node_Unsqueeze_#.#.#",)),
+            *production[1:]]
 
     plan = plan_capture(production, GraphIndex.of(nodes), {"out"}, compile_capture)
-    assert calls == [["u", "c"]] and plan.captured == ["u", "c"]
+    assert calls == [["u", "v", "c"]] and plan.captured == ["u", "v", "c"]
     assert plan.layers_match_production and plan.compiled == "with u"
