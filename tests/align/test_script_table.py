@@ -62,22 +62,33 @@ class _One(nn.Module):
         return self.function(x * 0.5) + 0
 
 
-@LEGACY_EXPORTER_DEPRECATED
-@pytest.mark.parametrize("kind", OPS)
-def test_a_table_op_is_paired_with_its_node(tmp_path, kind):
-    function, node_type = OPS[kind]
+def _aligned(tmp_path, function):
+    """The traced ops of ``_One(function)``, its TorchScript export run with every value
+    captured, and their alignment."""
     model, x = _One(function).eval(), torch.randn(2, 8, 16)
     path = tmp_path / "model.onnx"
     torch.onnx.export(model, (x,), str(path), dynamo=False, opset_version=18)
     arrays = [x.numpy()]
     side = OnnxRuntimeSide(path, promote="all")
     capture = capture_script_ops(trace_script(model, arrays), arrays)
-    alignment = align_script_ops(capture, side.nodes, side.run(arrays).values, side.model)
+    return capture, side, align_script_ops(capture, side.nodes, side.run(arrays).values,
+                                           side.model)
+
+
+def _producer(side: OnnxRuntimeSide, value: str):
+    return next(node for node in side.nodes if value in node.outputs)
+
+
+@LEGACY_EXPORTER_DEPRECATED
+@pytest.mark.parametrize("kind", OPS)
+def test_a_table_op_is_paired_with_its_node(tmp_path, kind):
+    function, node_type = OPS[kind]
+    capture, side, alignment = _aligned(tmp_path, function)
 
     op = next(op for op in capture.ops if op.kind == f"aten::{kind.split()[0]}")
     pair = next((pair for pair in alignment.pairs if pair.reference.name == op.name), None)
     assert pair is not None, [item for item in alignment.torch_only if item.name == op.name]
-    producer = next(node for node in side.nodes if pair.candidate.name in node.outputs)
+    producer = _producer(side, pair.candidate.name)
     assert producer.op_type == node_type
     np.testing.assert_allclose(pair.candidate.array, pair.reference.array, rtol=1e-5,
                                atol=1e-6)
@@ -88,37 +99,23 @@ def test_a_table_op_is_paired_with_its_node(tmp_path, kind):
 @LEGACY_EXPORTER_DEPRECATED
 def test_a_slice_of_every_element_is_its_input_and_the_real_slice_is_paired(tmp_path):
     """``x[:, 1:]`` is traced as two slices and exported as one Slice."""
-    model, x = _One(lambda y: y[:, 1:]).eval(), torch.randn(2, 8, 16)
-    path = tmp_path / "model.onnx"
-    torch.onnx.export(model, (x,), str(path), dynamo=False, opset_version=18)
-    arrays = [x.numpy()]
-    side = OnnxRuntimeSide(path, promote="all")
-    capture = capture_script_ops(trace_script(model, arrays), arrays)
-    alignment = align_script_ops(capture, side.nodes, side.run(arrays).values, side.model)
+    capture, side, alignment = _aligned(tmp_path, lambda y: y[:, 1:])
 
     whole, part = (op.name for op in capture.ops if op.kind == "aten::slice")
     assert [item.kind for item in alignment.torch_only if item.name == whole] == ["removed"]
     pair = next(pair for pair in alignment.pairs if pair.reference.name == part)
-    assert next(node for node in side.nodes
-                if pair.candidate.name in node.outputs).op_type == "Slice"
+    assert _producer(side, pair.candidate.name).op_type == "Slice"
     np.testing.assert_array_equal(pair.candidate.array, pair.reference.array)
 
 
 @LEGACY_EXPORTER_DEPRECATED
 def test_a_slice_bounded_at_the_axis_length_is_its_own_slice_node(tmp_path):
     """``y[:, :8]`` of 8 keeps every element, but the exporter makes a Slice node for it."""
-    model, x = _One(lambda y: torch.sin(y[:, :8])).eval(), torch.randn(2, 8, 16)
-    path = tmp_path / "model.onnx"
-    torch.onnx.export(model, (x,), str(path), dynamo=False, opset_version=18)
-    arrays = [x.numpy()]
-    side = OnnxRuntimeSide(path, promote="all")
-    capture = capture_script_ops(trace_script(model, arrays), arrays)
-    alignment = align_script_ops(capture, side.nodes, side.run(arrays).values, side.model)
+    capture, side, alignment = _aligned(tmp_path, lambda y: torch.sin(y[:, :8]))
 
     whole, bounded = (op.name for op in capture.ops if op.kind == "aten::slice")
     assert [item.kind for item in alignment.torch_only if item.name == whole] == ["removed"]
     pair = next(pair for pair in alignment.pairs if pair.reference.name == bounded)
-    assert next(node for node in side.nodes
-                if pair.candidate.name in node.outputs).op_type == "Slice"
+    assert _producer(side, pair.candidate.name).op_type == "Slice"
     sine = next(op.name for op in capture.ops if op.kind == "aten::sin")
     assert [node.op_type for node in alignment.segments[sine]] == ["Sin"]

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 import bisect_onnx
-from tests.planting import plant
+from tests.planting import export_torchscript_at_parity, plant, set_attribute
 from tests.torch_warnings import LEGACY_EXPORTER_DEPRECATED
 
 NO_OPENVINO = pytest.mark.skipif(importlib.util.find_spec("openvino") is None,
@@ -59,8 +59,7 @@ def _ceil(model: onnx.ModelProto) -> onnx.NodeProto:
 def test_an_error_before_an_unpaired_input_is_not_blamed_on_the_op_after_it(tmp_path,
                                                                              runtime, module):
     model, x = module().eval(), torch.randn(2, 8, 16)
-    clean, planted = tmp_path / "clean.onnx", tmp_path / "planted.onnx"
-    torch.onnx.export(model, (x,), str(clean), dynamo=False, opset_version=18)
+    clean, planted = export_torchscript_at_parity(model, x, tmp_path)
     node, _ = plant(clean, planted, _ceil)
     options = (bisect_onnx.RuntimeOptions(runtime="openvino", precision="f32")
                if runtime == "openvino" else None)
@@ -88,19 +87,11 @@ class _Attention(nn.Module):
         return out.transpose(1, 2).reshape(2, 8, 16)
 
 
-def _softmax_axis(model: onnx.ModelProto) -> onnx.NodeProto:
-    node = next(node for node in model.graph.node if node.op_type == "Softmax")
-    del node.attribute[:]
-    node.attribute.append(onnx.helper.make_attribute("axis", 2))
-    return node
-
-
 @LEGACY_EXPORTER_DEPRECATED
 def test_an_attention_after_merged_layout_ops_is_still_looked_inside(tmp_path):
     torch.manual_seed(0)
     model, x = _Attention().eval(), torch.randn(2, 8, 16)
-    clean, planted = tmp_path / "clean.onnx", tmp_path / "planted.onnx"
-    torch.onnx.export(model, (x,), str(clean), dynamo=False, opset_version=18)
-    node, _ = plant(clean, planted, _softmax_axis)
+    clean, planted = export_torchscript_at_parity(model, x, tmp_path)
+    node, _ = plant(clean, planted, set_attribute("/Softmax", "Softmax", "axis", 2))
     report = bisect_onnx.bisect(model, x.numpy(), onnx_model=planted)
     assert report.culprit is not None and report.culprit.onnx_node == node, report.summary()
