@@ -114,11 +114,12 @@ def first_failing_inside(record: Record, check: LocalCheck, candidate: Any,
     if check.segment is None:
         return None
     passed: set[str] = set()
+    failing: list[tuple[int, Any, str, Any]] = []  # in graph order
     for position, index in enumerate(check.segment.nodes):
         node = candidate.nodes[index]
+        if check.value in node.outputs:
+            break
         for output in node.outputs:
-            if output == check.value:
-                return None
             reference, local = references.get(output), check.values.get(output)
             if (reference is None or local is None
                     or reference.array.shape != local.shape
@@ -129,15 +130,23 @@ def first_failing_inside(record: Record, check: LocalCheck, candidate: Any,
                                         atol=tolerance.atol)
             if comparison.status == Status.PASS:
                 passed.add(output)
-                continue
-            value = CapturedValue(output, local, node_provenance(node, record.index))
-            inner = make_record(record.index, Pair(reference, value), comparison)
-            return replace(inner, introduced_here=True,
-                           local_max_abs_error=comparison.max_abs_error,
-                           local_status=comparison.status,
-                           local_nan_mismatch=comparison.nan_mismatch,
-                           classification=record.classification), _computing(
-                               candidate, check.segment.nodes[:position + 1], output, passed)
+            else:
+                failing.append((position, node, output, comparison))
+    # A failing value every path of which to the kernel's output meets a value that
+    # passes is masked on the way (a comparison's NaN handling under an And with IsInf,
+    # seed 2019): it is not where the output's error comes from.
+    reaching = set(_computing(candidate, check.segment.nodes, check.value, passed))
+    for position, node, output, comparison in failing:
+        if check.segment.nodes[position] not in reaching:
+            continue
+        value = CapturedValue(output, check.values[output], node_provenance(node, record.index))
+        inner = make_record(record.index, Pair(references[output], value), comparison)
+        return replace(inner, introduced_here=True,
+                       local_max_abs_error=comparison.max_abs_error,
+                       local_status=comparison.status,
+                       local_nan_mismatch=comparison.nan_mismatch,
+                       classification=record.classification), _computing(
+                           candidate, check.segment.nodes[:position + 1], output, passed)
     return None
 
 

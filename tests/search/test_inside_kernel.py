@@ -105,3 +105,33 @@ def test_integers_of_another_width_are_not_compared():
     # An i64 the runtime computed as i32 says nothing either way: not the culprit.
     assert first_failing_inside(SimpleNamespace(index=0, classification=None), check,
                                 _candidate(), references, Tolerance(1e-3, 1e-5)) is None
+
+
+def test_a_failing_value_masked_on_every_path_to_the_output_is_passed_over():
+    # log -> greater(log, 0) -> and(isinf) -> where(., c, log) + mul(planted) -> y: the
+    # runtime's Greater disagrees on NaN, but the And with IsInf masks it (corpus seed
+    # 2019, OpenVINO); the planted Mul is where the output's error comes from.
+    nodes = [NodeInfo(0, "greater", "Greater", ("gt",), None, ("log", "zero")),
+             NodeInfo(1, "isinf", "IsInf", ("inf",), None, ("log",)),
+             NodeInfo(2, "and", "And", ("posinf",), None, ("gt", "inf")),
+             NodeInfo(3, "where", "Where", ("w",), None, ("posinf", "c", "log")),
+             NodeInfo(4, "mul", "Mul", ("m",), None, ("q", "k")),
+             NodeInfo(5, "add", "Add", ("y",), None, ("w", "m"))]
+    graph = helper.make_graph([], "g", [], [], initializer=[
+        helper.make_tensor(name, TensorProto.FLOAT, [], [0.0]) for name in ("zero", "c", "k")])
+    candidate = SimpleNamespace(nodes=nodes, model=helper.make_model(graph))
+    log = np.array([np.nan, 1.0, -1.0, 2.0], np.float32)
+    greater = np.array([False, True, False, True])
+    masked = np.zeros(4, bool)
+    local = {"gt": np.array([True, True, False, True]), "inf": masked, "posinf": masked,
+             "w": log, "m": np.full(4, 2.1, np.float32), "y": log + 2.1}
+    references = {name: _value(name, array) for name, array in (
+        ("gt", greater), ("inf", masked), ("posinf", masked), ("w", log),
+        ("m", np.full(4, 2.0, np.float32)))}
+    check = LocalCheck("y", segment=Segment(nodes=list(range(6)), initializers={"zero", "c", "k"},
+                                            inputs={"log": "reference", "q": "reference"}),
+                       values=local)
+    found = first_failing_inside(SimpleNamespace(index=0, classification=None), check,
+                                 candidate, references, Tolerance(1e-3, 1e-5))
+    assert found is not None and found[0].onnx_value == "m"
+    assert [nodes[index].name for index in found[1]] == ["mul"]
