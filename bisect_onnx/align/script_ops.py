@@ -109,7 +109,7 @@ class _ScopePairing:
                                            f"removed both; compared at {undone}")
             return
         end = END_OF.get(short)
-        reason = declined(op, self.capture.values[op.name].array) if end else None
+        reason = declined(op) if end else None
         if reason is not None:
             self._unaligned(op, "unmatched", reason)
             return

@@ -12,8 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from bisect_onnx.pytorch.script_ops import ScriptOp
 
 __all__ = ["End", "END_OF", "LAYOUT", "OutputEnd", "TUPLE_END_OF", "PASS_THROUGH", "declined",
@@ -159,20 +157,21 @@ def same_permutation(op: ScriptOp, node: Any, rank: int) -> bool:
     return wanted is not None and perm == wanted
 
 
-def declined(op: ScriptOp, value: np.ndarray) -> str | None:
+def declined(op: ScriptOp) -> str | None:
     """Why ``op`` is not paired with the node the table names for it, or ``None``.
 
     A ``div`` with a rounding mode (``floor``, ``trunc``) goes on past its Div node (a
     floor division of integers ends in a ``Where`` choosing the truncated quotient or
     one less), a tanh-approximated ``gelu`` has another decomposition than the exact
     one, and a circular padding is Slices and a Concat, not a Pad: the node's value is
-    not the op's. Where the arguments are unknown, an integer quotient is
-    taken as rounded.
+    not the op's. The overload says whether a ``div`` has a rounding mode, whatever its
+    arguments; where it is unknown, a quotient whose arguments are unknown is declined.
     """
     literals = [argument.value for argument in op.arguments or ()
                 if argument.source == "constant" and isinstance(argument.value, str)]
-    if op.kind == "aten::div" and (literals or (op.arguments is None
-                                                and value.dtype.kind in "iu")):
+    rounded = (op.overload.endswith("_mode") if op.overload
+               else op.arguments is None or bool(literals))
+    if op.kind == "aten::div" and (literals or rounded):
         return (f"{op.kind} with a rounding mode ends in a Where or Floor after its Div, "
                 "which the alignment does not pair (not guessed)")
     if op.kind == "aten::gelu" and (op.arguments is None or "tanh" in literals):

@@ -75,6 +75,9 @@ class ScriptOp:
     and indices) has one entry per output, named ``topk[0]``, ``topk[1]``..."""
     outputs: int = 1
     """How many outputs the op has; its entries follow one another in graph order."""
+    overload: str = ""
+    """The schema's overload (``Tensor_mode``: a ``div`` with a rounding mode); ``""``
+    where the traced node has no schema."""
 
 
 @dataclass
@@ -150,7 +153,7 @@ def capture_script_ops(model: Any, arrays: Sequence[np.ndarray],
         arguments = _arguments(node, names, model, computed, data)
         for output, (debug_name, index) in enumerate(made):
             op = ScriptOp(names[debug_name], node.kind(), _innermost(node, found), arguments,
-                          output=output, outputs=len(made))
+                          output=output, outputs=len(made), overload=_overload(node))
             _record(capture, op, reads, names, captured[index], _provenance(
                 node, op, found, calls.get(position, {}), len(capture.values)))
     logger.info("recorded %d op values of the traced graph", len(capture.values))
@@ -229,6 +232,15 @@ def _source_line(node: Any) -> Any:
         if file and number.isdigit():
             frames.append(f'File "{file}", line {number}')
     return user_source("\n".join(reversed(frames)))
+
+
+def _overload(node: Any) -> str:
+    import torch
+
+    try:
+        return torch.parse_schema(node.schema()).overload_name
+    except RuntimeError:  # no schema
+        return ""
 
 
 def _arguments(node: Any, names: dict[str, str], model: Any, computed: dict[str, Any],

@@ -47,3 +47,24 @@ def test_a_weight_after_a_floor_division_is_blamed_on_its_node(tmp_path, exporte
     assert report.culprit is not None, report.summary()
     assert report.culprit.onnx_node == node, report.summary()
 
+
+
+class _ChunkedFloorDiv(nn.Module):
+    def forward(self, x):
+        # The chunks are no argument the op could be called alone with: the rounding
+        # mode is known from the traced node's overload, not from its arguments.
+        numerator, denominator = (x * 4).chunk(2, dim=-1)
+        return torch.div(numerator, denominator.abs() + 1, rounding_mode="floor") + 1
+
+
+@LEGACY_EXPORTER_DEPRECATED
+def test_a_floor_division_of_chunks_is_at_parity(tmp_path):
+    torch.manual_seed(0)
+    model, x = _ChunkedFloorDiv().eval(), torch.randn(2, 8, 8)
+    path = tmp_path / "model.onnx"
+    torch.onnx.export(model, (x,), str(path), dynamo=False, opset_version=18)
+    report = bisect_onnx.bisect(model, x.numpy(), onnx_model=path,
+                                search=bisect_onnx.SearchOptions(granularity="op"))
+    assert report.verdict == "parity" and not report.hidden_divergences, report.summary()
+    assert any(item.name == "div" and "rounding mode" in item.reason
+               for item in report.unaligned), report.unaligned
