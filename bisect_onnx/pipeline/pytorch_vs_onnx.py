@@ -244,9 +244,10 @@ def _imports_meanwhile(settings: Settings, arrays: list[np.ndarray],
 
     Beside ONNX Runtime's sessions, made on one core, wherever a culprit's op may be
     looked inside. OpenVINO's compilations take every core: there only where
-    production's final outputs already diverge (one inference more; at parity the
-    import would spend 1.3 s of CPU for nothing, and it hides best behind the capture's
-    compilations: 0.9 s of BERT-base's diverged run).
+    production's final outputs, run first, already diverge (the side keeps them for the
+    capture's check, so nothing runs twice; at parity the import would spend 1.3 s of
+    CPU for nothing, and beside the capture's compilation it hides 0.6 s to 0.9 s of
+    BERT-base's diverged run).
     """
     candidate = settings.prepared.candidate
     if not traces_one_call(settings) or memory_reason:
