@@ -30,7 +30,7 @@ RESHAPED = (
 TAKEN_OVER = (
     "the candidate's value of this name is a later one (a simplifier folded the nodes "
     "after it into the node computing it and kept its name), so the two are not compared; "
-    "that later value is compared with it instead")
+    "the reference's later value is paired with it instead")
 
 
 def taken_over(reference: onnx.ModelProto, candidate: onnx.ModelProto) -> dict[str, str]:
