@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import bisect_onnx  # noqa: E402
-from bisect_onnx.runtime.openvino_side import OpenVinoSide  # noqa: E402
+from bisect_onnx.runtime.openvino.runner import OpenVinoRunner  # noqa: E402
 from fixtures.registry import FIXTURES, build_model, load_inputs, repo_path  # noqa: E402
 
 NAMES = ("tiny_mlp", "resnet_like", "tiny_transformer", "functional_attention",
@@ -47,8 +47,8 @@ def main() -> None:
     for name in NAMES:
         fixture = FIXTURES[name]
         path, inputs = repo_path(fixture.onnx_file), load_inputs(fixture)
-        side = OpenVinoSide(path, precision=precision)
-        side.run(list(inputs.values()))
+        side = OpenVinoRunner(path, precision=precision)
+        ran = side.run(list(inputs.values()))
         plan = side.plan
         model = build_model(fixture)
         ours = _best_time(lambda m=model, i=inputs, p=path: bisect_onnx.bisect(
@@ -57,7 +57,7 @@ def main() -> None:
             m, i, onnx_model=p))
         print(f"{name} | {side.precision} | {len(plan.production_layers)} | "
               f"{len(plan.candidates)} | {len(plan.captured)} | {plan.rounds} | "
-              f"{plan.layers_match_production} | {side.outputs_match_production} | "
+              f"{plan.layers_match_production} | {ran.production.matches} | "
               f"{ours:.2f} | {ort:.2f}")
 
 

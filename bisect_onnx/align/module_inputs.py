@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from bisect_onnx.runtime.onnx_side import NodeInfo
+from bisect_onnx.graph.nodes import NodeInfo
 from bisect_onnx.runtime.sides import CapturedValue
 
 __all__ = ["entering_pairs"]

@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bisect_onnx.align.module_inputs import entering_pairs
+from bisect_onnx.graph.nodes import NodeInfo
 from bisect_onnx.graph.scopes import NodeScope, read_scopes
 from bisect_onnx.pytorch.calls import input_of, split_into_calls
-from bisect_onnx.runtime.onnx_side import NodeInfo
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 
 __all__ = ["Pair", "Unaligned", "Alignment", "CallIndex", "align_modules", "nodes_of_calls"]

@@ -16,12 +16,12 @@ from typing import Any
 
 from bisect_onnx.align.modules import Pair
 from bisect_onnx.align.ops import OpAlignment, align_ops
+from bisect_onnx.graph.nodes import NodeInfo
 from bisect_onnx.judge.findings import Refinement
 from bisect_onnx.judge.records import Record, Report
 from bisect_onnx.judge.tolerance_judge import ToleranceJudge
 from bisect_onnx.judge.tolerances import Judge
 from bisect_onnx.pytorch.op_values import OpCapture
-from bisect_onnx.runtime.onnx_side import NodeInfo
 from bisect_onnx.runtime.sides import CapturedValue
 
 __all__ = ["GRANULARITIES", "op_records", "align_op_values", "aggregate_ops",

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bisect_onnx.align.modules import Pair, Unaligned
+from bisect_onnx.graph.nodes import NodeInfo
 from bisect_onnx.graph.provenance import short_op
 from bisect_onnx.pytorch.op_values import OpCapture
-from bisect_onnx.runtime.onnx_side import NodeInfo
 from bisect_onnx.runtime.sides import CapturedValue
 
 __all__ = ["OpAlignment", "align_ops"]

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from bisect_onnx.graph.nodes import NodeInfo
 from bisect_onnx.graph.scopes import NodeScope
 from bisect_onnx.pytorch.script_ops import ScriptOp, ScriptOpCapture
-from bisect_onnx.runtime.onnx_side import NodeInfo
 
 __all__ = ["ScopeKey", "CallScopes"]
 

@@ -24,11 +24,11 @@ import numpy as np
 
 from bisect_onnx.align.script_table import END_OF
 from bisect_onnx.errors import BisectOnnxError, one_line
+from bisect_onnx.graph.nodes import NodeInfo
 from bisect_onnx.judge.compare import compare_arrays
 from bisect_onnx.judge.records import Report
 from bisect_onnx.judge.tolerances import Judge
 from bisect_onnx.pytorch.script_ops import ScriptOp, ScriptOpCapture
-from bisect_onnx.runtime.onnx_side import NodeInfo
 
 if TYPE_CHECKING:
     import onnx
@@ -153,7 +153,7 @@ def _translate_alone(op: ScriptOp, ops: ScriptOpCapture,
                      opset: int | None) -> tuple[list[onnx.NodeProto], dict[str, np.ndarray]]:
     """Export ``op`` alone with the TorchScript exporter; its nodes and every value."""
     from bisect_onnx.pytorch.exporting import export_model
-    from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
+    from bisect_onnx.runtime.onnxruntime.runner import OnnxRuntimeRunner
 
     if op.arguments is None:
         raise BisectOnnxError(f"an argument of {op.name} is computed in the graph, not a "
@@ -173,8 +173,8 @@ def _translate_alone(op: ScriptOp, ops: ScriptOpCapture,
     with tempfile.TemporaryDirectory(prefix="bisect-onnx-op-") as folder:
         exported = export_model(module.eval(), inputs, Path(folder), exporter="torchscript",
                                 opset=opset)
-        side = OnnxRuntimeSide(exported.path, promote="all")
-        capture = side.run(inputs)
+        side = OnnxRuntimeRunner(exported.path, promote="all")
+        capture = side.run(inputs).capture
     nodes = [node for node in side.model.graph.node if node.op_type != "Constant"]
     return nodes, {name: value.array for name, value in capture.values.items()}
 

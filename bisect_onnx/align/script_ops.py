@@ -41,10 +41,10 @@ from bisect_onnx.align.script_table import (
     permutation,
     same_permutation,
 )
+from bisect_onnx.graph.nodes import NodeInfo
 from bisect_onnx.graph.scopes import read_scopes
 from bisect_onnx.graph.value_shapes import value_shapes
 from bisect_onnx.pytorch.script_ops import ScriptOp, ScriptOpCapture
-from bisect_onnx.runtime.onnx_side import NodeInfo
 from bisect_onnx.runtime.sides import CapturedValue
 
 __all__ = ["align_script_ops"]

@@ -89,7 +89,7 @@ def _side_runtimes(args: argparse.Namespace) -> tuple[RuntimeOptions, RuntimeOpt
     ``--ov-precision`` goes to the side (or sides) OpenVINO runs; ``--provider`` and
     ``--opt-level`` to those ONNX Runtime runs.
     """
-    from bisect_onnx.runtime.runtimes import OPENVINO
+    from bisect_onnx.runtime.registry import OPENVINO
 
     names = (args.runtime, args.against_runtime or args.runtime)
     if args.ov_precision is not None and OPENVINO not in names or (
@@ -133,8 +133,8 @@ def _names_a_factory(spec: str) -> bool:
 
 def add_against_options(parser: argparse.ArgumentParser) -> None:
     """The options of the ONNX-against-ONNX form, in their own --help group."""
-    from bisect_onnx.runtime.runtimes import RUNTIMES
-    from bisect_onnx.runtime.sessions import OPT_LEVELS
+    from bisect_onnx.runtime.onnxruntime.sessions import OPT_LEVELS
+    from bisect_onnx.runtime.registry import runtime_names
 
     against = parser.add_argument_group(
         "ONNX against ONNX (MODEL is the reference .onnx, run in ONNX Runtime with every "
@@ -147,7 +147,7 @@ def add_against_options(parser: argparse.ArgumentParser) -> None:
                          "--opt-level)")
     against.add_argument("--against-provider", metavar="NAME",
                          help="the candidate's execution provider (default --provider)")
-    against.add_argument("--against-runtime", choices=RUNTIMES,
+    against.add_argument("--against-runtime", choices=runtime_names(),
                          help="the candidate's runtime (default --runtime): one file in ONNX "
                          "Runtime against the same file in OpenVINO is --against-runtime "
                          "openvino")

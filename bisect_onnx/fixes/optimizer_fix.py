@@ -115,7 +115,7 @@ def _rerun(context: FixContext, *, opt_level: str, disabled: Sequence[str] = ())
     """The candidate's final outputs at ``opt_level`` with ``disabled``, scored."""
     from pathlib import Path
 
-    from bisect_onnx.runtime.sessions import CPU_PROVIDER, create_session
+    from bisect_onnx.runtime.onnxruntime.sessions import CPU_PROVIDER, create_session
 
     path = context.candidate_path
     source = path if path is not None else context.candidate.SerializeToString()

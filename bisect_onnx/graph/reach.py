@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
+from bisect_onnx.graph.nodes import NodeInfo
 from bisect_onnx.graph.walk import subgraphs
-from bisect_onnx.runtime.onnx_side import NodeInfo
 
 __all__ = ["feeding"]
 

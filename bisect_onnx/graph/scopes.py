@@ -18,7 +18,7 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from bisect_onnx.runtime.onnx_side import NodeInfo
+from bisect_onnx.graph.nodes import NodeInfo
 
 __all__ = ["NodeScope", "read_scopes", "detect_exporter", "count_attributed",
            "unqualified_name"]

@@ -15,6 +15,7 @@ import numpy as np
 
 from bisect_onnx.align.modules import Pair
 from bisect_onnx.align.onnx_pairs import ValuePair
+from bisect_onnx.graph.nodes import NodeInfo, node_provenance
 from bisect_onnx.judge.compare import ArrayComparison, compare_arrays
 from bisect_onnx.judge.records import Record, make_record
 from bisect_onnx.judge.tolerances import (
@@ -24,7 +25,6 @@ from bisect_onnx.judge.tolerances import (
     quantized_tolerance,
     rule_for,
 )
-from bisect_onnx.runtime.onnx_side import NodeInfo, node_provenance
 from bisect_onnx.runtime.sides import CapturedValue
 
 __all__ = ["PairJudge", "signal_to_noise"]

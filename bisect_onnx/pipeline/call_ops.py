@@ -21,6 +21,7 @@ import numpy as np
 from bisect_onnx.align.modules import Pair, nodes_of_calls
 from bisect_onnx.errors import BisectOnnxError
 from bisect_onnx.events import CAPTURE_STARTED, emit
+from bisect_onnx.graph.nodes import NodeInfo
 from bisect_onnx.graph.provenance import Provenance, fx_node_text, in_installed_package
 from bisect_onnx.judge.records import Report
 from bisect_onnx.pipeline.torch_comparison import OpScope
@@ -33,7 +34,6 @@ from bisect_onnx.pytorch.call_program import (
 )
 from bisect_onnx.pytorch.calls import call_name, split_call_name
 from bisect_onnx.pytorch.reference import MODULE, Reference
-from bisect_onnx.runtime.onnx_side import NodeInfo
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 from bisect_onnx.search.classify import Kind
 
@@ -102,7 +102,7 @@ def culprit_call_ops(prepared: Any, reference: Reference, arrays: Sequence[np.nd
                                            strict=True))}
     groups = nodes_of_calls(torch_capture, candidate.nodes, call_index=prepared.call_index)
     wanted = _nodes_in_question(report, candidate.nodes,
-                                bool(getattr(candidate, "layer_boundaries", None)))
+                                bool(candidate.layer_boundaries))
     holding = [key for key, group in groups.items()
                if wanted and wanted <= {node.index for node in group}]
     key = min(holding, key=lambda item: (len(groups[item]), -len(item[0])), default=None)

@@ -26,9 +26,9 @@ def describe_run(report: Report, prepared: PreparedCandidate, export: ExportOpti
                  tolerance: Tolerance) -> RunDescription:
     """What was compared, how, and where, for ``report`` (its culprit's node in its graph)."""
     candidate = prepared.candidate
-    capture = candidate.describe_capture()
+    capture = candidate.describe_capture(run.production_check)
     warnings = []
-    warning = capture_warning(candidate, capture,
+    warning = capture_warning(run.production_check, capture,
                               share=run.tolerance_used(tolerance.rtol, tolerance.atol))
     if warning:
         warnings.append(warning)

@@ -6,13 +6,13 @@ import os
 import platform
 from typing import Any
 
-from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
+from bisect_onnx.runtime.runner import Runner
 from bisect_onnx.version import __version__
 
 __all__ = ["environment"]
 
 
-def environment(candidate: OnnxRuntimeSide, *, exporter: str,
+def environment(candidate: Runner, *, exporter: str,
                 reference: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a bug report needs to reproduce the run.
 
@@ -39,7 +39,7 @@ def environment(candidate: OnnxRuntimeSide, *, exporter: str,
     else:
         record.update(reference)
     # OpenVINO's version and inference precision are in the report's ``candidate``.
-    record.update({"runtime": getattr(candidate, "runtime", "onnxruntime"),
+    record.update({"runtime": candidate.runtime,
                    "provider": candidate.provider, "opt_level": candidate.opt_level,
                    "promote": candidate.promote, "exporter": exporter,
                    "opset": candidate.opset})

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["sample_fixes", "candidate_class", "ort_settings", "session_settings"]
+__all__ = ["sample_fixes", "candidate_class", "session_settings"]
 
 #: The precision names of judge/tolerances.py, as fix classes (a class names a search).
 _CLASSES = {"float16": "float16", "bfloat16": "bfloat16", "int8 (QDQ)": "qdq"}
@@ -55,13 +55,6 @@ def sample_fixes(report: Any, reference_path: Path, candidate_path: Path,
         reference_outputs=[values.reference[name] for name in outputs],
         candidate_outputs=[values.candidate[name] for name in outputs], tolerance=tolerance,
         **session_settings(session))
-
-
-def ort_settings(side: Any) -> dict[str, Any] | None:
-    """An ONNX Runtime side's ``provider`` and ``opt_level``; ``None`` for another runtime."""
-    if getattr(side, "layer_of", None) is not None or not hasattr(side, "opt_level"):
-        return None  # OpenVINO compiles its own graph: no ORT optimizer to disable
-    return {"provider": side.provider, "opt_level": side.opt_level}
 
 
 def session_settings(session: dict[str, Any] | None) -> dict[str, Any]:

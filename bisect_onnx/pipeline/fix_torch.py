@@ -18,7 +18,7 @@ def sample_fixes(report: Any, settings: Any, arrays: Sequence[np.ndarray],
     (``CapturedValue``s), the figures every fix's ``before`` is made from.
     """
     from bisect_onnx.fixes.stage import with_fixes
-    from bisect_onnx.pipeline.fix_onnx import ort_settings, session_settings
+    from bisect_onnx.pipeline.fix_onnx import session_settings
     from bisect_onnx.pytorch.module_side import split_keywords, to_tensor
 
     prepared = settings.prepared
@@ -37,4 +37,4 @@ def sample_fixes(report: Any, settings: Any, arrays: Sequence[np.ndarray],
         candidate_outputs=[value.array for value in onnx_outputs],
         tolerance=settings.judge.base, torch_model=settings.reference.exportable,
         torch_inputs=tuple(args), torch_keywords=kwargs, memory_budget=settings.budget,
-        **session_settings(ort_settings(candidate)))
+        **session_settings(candidate.optimizer_settings()))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,6 +18,7 @@ from bisect_onnx.align.onnx_pairs import (
     pair_graphs,
     pair_uncaptured,
 )
+from bisect_onnx.graph.nodes import NodeInfo
 from bisect_onnx.graph.provenance import Provenance
 from bisect_onnx.judge.compare import ArrayComparison
 from bisect_onnx.judge.findings import AttributionFindings, ComparisonFindings
@@ -32,7 +33,7 @@ from bisect_onnx.judge.tolerances import (
 from bisect_onnx.judge.value_judge import PairJudge
 from bisect_onnx.judge.vocabulary import Granularity, ReportWarning
 from bisect_onnx.pipeline.torch_comparison import decide_sample, vacuity_warnings
-from bisect_onnx.runtime.onnx_side import NodeInfo, OnnxRuntimeSide
+from bisect_onnx.runtime.runner import Runner
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 from bisect_onnx.search.probes import Checkpoint
 
@@ -92,7 +93,7 @@ class Paired:
 
 
 
-def compare_sample(reference: Any, candidate: OnnxRuntimeSide, reference_capture: Capture,
+def compare_sample(reference: Runner, candidate: Runner, reference_capture: Capture,
                    candidate_capture: Capture, arrays: Sequence[np.ndarray], *,
                    rtol: float | None, atol: float | None, rules: Sequence[ToleranceRule],
                    warnings: list[str]) -> tuple[ComparisonFindings, Paired]:
@@ -167,7 +168,7 @@ class ProbePlan:
     """The pair behind each checkpoint."""
 
 
-def probe_checkpoints(paired: Paired, candidate: OnnxRuntimeSide,
+def probe_checkpoints(paired: Paired, candidate: Runner,
                       reference_capture: Capture) -> ProbePlan:
     """What production's probes check, and how a probed value is judged and shown.
 

@@ -30,7 +30,7 @@ from bisect_onnx.judge.findings import Findings, RunDescription
 from bisect_onnx.judge.records import Report
 from bisect_onnx.judge.tolerances import Judge, ToleranceRule
 from bisect_onnx.pipeline.environment import environment
-from bisect_onnx.pipeline.fix_onnx import ort_settings, sample_fixes
+from bisect_onnx.pipeline.fix_onnx import sample_fixes
 from bisect_onnx.pipeline.onnx_comparison import (
     SampleValues,
     as_candidate_values,
@@ -65,9 +65,10 @@ from bisect_onnx.pipeline.samples import (
 )
 from bisect_onnx.report.context import culprit_context
 from bisect_onnx.runtime.heap import give_back, kept_in_heap
-from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
-from bisect_onnx.runtime.reference_side import ReferenceEvaluatorSide, reference_side
-from bisect_onnx.runtime.runtimes import display_name
+from bisect_onnx.runtime.reference_evaluator.runner import ReferenceEvaluatorRunner
+from bisect_onnx.runtime.registry import display_name
+from bisect_onnx.runtime.runner import Runner
+from bisect_onnx.runtime.sides import Capture
 from bisect_onnx.search.blame import attribute_divergence
 from bisect_onnx.search.local import boundary_references
 from bisect_onnx.sources.arrangement import arrange_inputs
@@ -181,15 +182,15 @@ def bisect_onnx_models(
             (reference_path, reference_label) if candidate is None
             else _model_path(candidate, Path(workdir), "candidate"))
         models = _Models(
-            reference_side(reference_path, reference_runtime, evaluator=evaluator),
-            candidate_runtime.candidate_side(candidate_path),
+            ReferenceEvaluatorRunner(reference_path) if evaluator
+            else reference_runtime.runner(reference_path, promote="all"),
+            candidate_runtime.runner(candidate_path),
             labels=(reference_label, candidate_label), rtol=tolerance.rtol,
             atol=tolerance.atol, rules=rules, all_culprits=search.all_culprits,
             fixes=fixes, user_paths=(reference, candidate))
         # A large model's sessions are made in the heap, each making's buffers reusing
         # one another's pages (runtime/heap.py); what it kept is given back at the end.
-        large = any(isinstance(side, OnnxRuntimeSide) and side.holds_weights_once
-                    for side in (models.reference, models.candidate))
+        large = any(side.holds_weights_once for side in (models.reference, models.candidate))
         try:
             with kept_in_heap(large):
                 report = compare_samples(
@@ -204,10 +205,10 @@ def bisect_onnx_models(
 class _Models:
     """The two models of one run, and what every sample shares."""
 
-    reference: Any
-    """The reference side: ONNX Runtime with every value promoted, or the evaluator."""
-    candidate: OnnxRuntimeSide
-    """The candidate side; a promote-all one once a fallback was needed."""
+    reference: Runner
+    """The reference: its runtime with every value promoted, or the evaluator."""
+    candidate: Runner
+    """The runtime under test; a promote-all one once a fallback was needed."""
     labels: tuple[str, str]
     rtol: float | None
     atol: float | None
@@ -221,11 +222,11 @@ class _Models:
     def run_sample(self, arrays: list[np.ndarray], description: str):
         """One sample through every stage: its report, and how to write its repro."""
         candidate_arrays = _candidate_inputs(arrays, self.reference, self.candidate)
-        reference_runtime, runtime = (display_name(getattr(side, "runtime", None))
+        reference_runtime, runtime = (display_name(side.runtime)
                                       for side in (self.reference, self.candidate))
-        if not isinstance(self.reference, ReferenceEvaluatorSide):
+        if not isinstance(self.reference, ReferenceEvaluatorRunner):
             emit(CAPTURE_STARTED, f"{reference_runtime} (reference)")
-        reference_capture = self.reference.run(arrays)
+        reference_capture = self.reference.run(arrays).capture
         emit(CAPTURE_STARTED, runtime)
         run = run_candidate(self.candidate, candidate_arrays, fall_back=True)
         self.candidate = run.side
@@ -235,11 +236,12 @@ class _Models:
         if self.fixes.suggest:
             report = sample_fixes(report, self.reference.path, self.candidate.path,
                                   self.candidate.inputs, candidate_arrays, values,
-                                  judge.base, self.user_paths, ort_settings(self.candidate))
+                                  judge.base, self.user_paths,
+                                  self.candidate.optimizer_settings())
         return report, partial(_write_repro, report=report, candidate=self.candidate,
                                values=values, tolerance=judge)
 
-    def _report(self, run: CandidateRun, reference_capture: Any, arrays: Sequence[np.ndarray],
+    def _report(self, run: CandidateRun, reference_capture: Capture, arrays: Sequence[np.ndarray],
                 candidate_arrays: Sequence[np.ndarray],
                 description: str) -> tuple[Report, SampleValues, Judge]:
         """Compare, probe production where needed, attribute: the sample's report.
@@ -291,8 +293,8 @@ class _Models:
                 findings = replace(findings, attribution=show_kernel_culprit(
                     attribution, paired, reference_capture, local_values))
                 report = assemble(findings)
-        capture = candidate.describe_capture()
-        warning = capture_warning(candidate, capture,
+        capture = candidate.describe_capture(run.production_check)
+        warning = capture_warning(run.production_check, capture,
                                   share=run.tolerance_used(paired.judge.base.rtol,
                                                            paired.judge.base.atol))
         findings = replace(findings, description=RunDescription(
@@ -314,16 +316,15 @@ def _in_graph(model: Any) -> Any:
     return lambda node: node.name in names
 
 
-def _reference_runtime(reference: Any) -> dict[str, Any]:
+def _reference_runtime(reference: Runner) -> dict[str, Any]:
     """How the reference ran, for the environment record."""
-    evaluator = isinstance(reference, ReferenceEvaluatorSide)
-    return {"reference_runtime": "onnx.reference" if evaluator
-            else getattr(reference, "runtime", "onnxruntime"),
+    evaluator = isinstance(reference, ReferenceEvaluatorRunner)
+    return {"reference_runtime": "onnx.reference" if evaluator else reference.runtime,
             "reference_provider": None if evaluator else reference.provider,
             "reference_opt_level": None if evaluator else reference.opt_level}
 
 
-def _write_repro(folder: Path, report: Report, candidate: OnnxRuntimeSide,
+def _write_repro(folder: Path, report: Report, candidate: Runner,
                  values: SampleValues, tolerance: Judge) -> dict[str, Any]:
     """Write the first culprit's minimal repro, the reference's values as the expected."""
     record = report.culprit or report.first_divergence
@@ -372,7 +373,7 @@ def _check_runtimes(reference: RuntimeOptions, candidate: RuntimeOptions) -> Non
         raise UsageError(REFERENCE_PROMOTES_ALL)
 
 
-def _reference_inputs(reference: Any, inputs: Any, random_inputs: RandomInputs,
+def _reference_inputs(reference: Runner, inputs: Any, random_inputs: RandomInputs,
                       ) -> Iterator[tuple[list[np.ndarray], str]]:
     """The reference graph's inputs: given (arranged by name), or samples drawn from it."""
     if inputs is None:
@@ -387,8 +388,8 @@ def _reference_inputs(reference: Any, inputs: Any, random_inputs: RandomInputs,
         yield arrays, description
 
 
-def _candidate_inputs(arrays: Sequence[np.ndarray], reference: Any,
-                      candidate: OnnxRuntimeSide) -> list[np.ndarray]:
+def _candidate_inputs(arrays: Sequence[np.ndarray], reference: Runner,
+                      candidate: Runner) -> list[np.ndarray]:
     """The same inputs for the candidate, floats cast to its input types (float16 I/O)."""
     if len(candidate.inputs) != len(arrays):
         raise InputError(f"the reference takes {len(arrays)} input(s) and the candidate "

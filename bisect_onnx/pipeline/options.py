@@ -18,20 +18,20 @@ from typing import TYPE_CHECKING, Any
 from bisect_onnx.errors import UsageError
 from bisect_onnx.judge.compare import DEFAULT_ATOL, DEFAULT_RTOL, check_tolerances
 from bisect_onnx.runtime.memory import default_budget, parse_size
-from bisect_onnx.runtime.runtimes import (
-    ONNXRUNTIME,
-    OPENVINO,
-    OV_PRECISIONS,
-    RUNTIMES,
-    check_runtime_name,
-)
-from bisect_onnx.runtime.sessions import (
+from bisect_onnx.runtime.onnxruntime.sessions import (
     CPU_PROVIDER,
     DEFAULT_OPT_LEVEL,
     OPT_LEVELS,
     PROMOTE_CHOICES,
-    check_runtime,
 )
+from bisect_onnx.runtime.registry import (
+    ONNXRUNTIME,
+    OV_PRECISIONS,
+    check_settings,
+    make_runner,
+    runtime_names,
+)
+from bisect_onnx.runtime.runner import Runner, RunnerSettings
 from bisect_onnx.sources.input_sizes import check_sample_count
 
 if TYPE_CHECKING:
@@ -184,13 +184,7 @@ class RuntimeOptions:
 
     def __post_init__(self) -> None:
         # One-line errors for settings that cannot work, before anything is exported.
-        check_runtime_name(self.runtime, self.precision)
-        check_runtime(self.provider, self.opt_level, self.promote)
-        if self.runtime == OPENVINO and (self.provider, self.opt_level) != (
-                CPU_PROVIDER, DEFAULT_OPT_LEVEL):
-            raise UsageError("provider and opt_level (--provider, --opt-level) are ONNX "
-                             "Runtime's; OpenVINO runs on its CPU plugin as it compiles: "
-                             "drop them with runtime openvino")
+        check_settings(self.runtime, self.settings())
         if self.max_memory is not None:
             parse_size(self.max_memory)
 
@@ -205,30 +199,22 @@ class RuntimeOptions:
         return all(getattr(self, name) == getattr(other, name)
                    for name in ("runtime", "provider", "opt_level", "precision"))
 
-    def session_keywords(self) -> dict[str, str]:
-        """What :class:`~bisect_onnx.runtime.onnx_side.OnnxRuntimeSide` takes of these."""
-        return {"provider": self.provider, "opt_level": self.opt_level,
-                "promote": self.promote}
+    def settings(self, *, promote: str | None = None) -> RunnerSettings:
+        """What the runtime is asked to run with (``promote`` overriding the options')."""
+        return RunnerSettings(provider=self.provider, opt_level=self.opt_level,
+                              promote=promote or self.promote, precision=self.precision)
 
-    def candidate_side(self, path: Path, *, promote: str | None = None) -> Any:
-        """The side that runs the ONNX file at ``path`` as these options say.
+    def runner(self, path: Path, *, promote: str | None = None) -> Runner:
+        """The runner of the ONNX file at ``path`` in this runtime, as these options say.
 
         ``promote`` overrides the options' own (a reference promotes every value).
         """
-        promote = promote or self.promote
-        if self.runtime == OPENVINO:
-            from bisect_onnx.runtime.openvino_side import OpenVinoSide
-
-            return OpenVinoSide(path, precision=self.precision, promote=promote)
-        from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
-
-        return OnnxRuntimeSide(path, provider=self.provider, opt_level=self.opt_level,
-                               promote=promote)
+        return make_runner(self.runtime, path, self.settings(promote=promote))
 
     @staticmethod
     def add_arguments(parser: Arguments) -> None:
         """The runtime's options: ``--runtime`` ... ``--max-memory``."""
-        parser.add_argument("--runtime", choices=RUNTIMES, default=ONNXRUNTIME,
+        parser.add_argument("--runtime", choices=runtime_names(), default=ONNXRUNTIME,
                             help="runtime that runs the ONNX model: onnxruntime (default) or "
                             "openvino (CPU; pip install bisect-onnx[openvino])")
         parser.add_argument("--ov-precision", choices=OV_PRECISIONS, default=None,

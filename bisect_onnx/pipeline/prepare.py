@@ -17,6 +17,7 @@ import numpy as np
 
 from bisect_onnx.errors import BisectOnnxError, InputError, UsageError
 from bisect_onnx.events import CAPTURE_STARTED, emit
+from bisect_onnx.graph.nodes import NodeInfo
 from bisect_onnx.graph.scopes import detect_exporter
 from bisect_onnx.graph.walk import graph_tensors
 from bisect_onnx.graph.weights import copy_model, external_location
@@ -34,7 +35,7 @@ from bisect_onnx.pytorch.reference import (
     SCRIPT_MODULE,
     Reference,
 )
-from bisect_onnx.runtime.onnx_side import NodeInfo, OnnxRuntimeSide
+from bisect_onnx.runtime.runner import Runner
 from bisect_onnx.runtime.sides import Capture
 from bisect_onnx.sources.arrangement import (
     arrange_inputs,
@@ -53,7 +54,7 @@ logger = logging.getLogger(__name__)
 class PreparedCandidate:
     """The ONNX model under test, ready to run, and what is already known about it."""
 
-    candidate: OnnxRuntimeSide
+    candidate: Runner
     source: str
     """``exported here``, or what the user passed."""
     exporter: str
@@ -211,9 +212,8 @@ def _given_candidate(reference: Reference, onnx_model: Any, folder: Path,
     return candidate, source, program if names_the_values(program, candidate.nodes) else None
 
 
-def _runtime_side(path: Path, runtime: RuntimeOptions) -> OnnxRuntimeSide:
-    # OpenVinoSide where runtime="openvino": it has OnnxRuntimeSide's face.
-    return runtime.candidate_side(path)
+def _runtime_side(path: Path, runtime: RuntimeOptions) -> Runner:
+    return runtime.runner(path)
 
 
 def names_the_values(program: Any, nodes: Sequence[NodeInfo]) -> bool:
@@ -268,7 +268,7 @@ def _keywords(reference: Reference, given: Any) -> list[str]:
                          required=reference.required_inputs) or []
 
 
-def _graph_keywords(reference: Reference, candidate: OnnxRuntimeSide) -> list[str]:
+def _graph_keywords(reference: Reference, candidate: Runner) -> list[str]:
     """Names for inputs in the graph's order, when they must go to ``forward`` by name."""
     if reference.kind != MODULE:  # a program's inputs are the graph's; TorchScript's positional
         return []
@@ -277,7 +277,7 @@ def _graph_keywords(reference: Reference, candidate: OnnxRuntimeSide) -> list[st
                                required=reference.required_inputs)
 
 
-def arrange_for(reference: Reference, candidate: OnnxRuntimeSide | None,
+def arrange_for(reference: Reference, candidate: Runner | None,
                 given: list[np.ndarray] | dict[str, np.ndarray]) -> list[np.ndarray]:
     """The given inputs in the order the model (and its ONNX graph) takes them."""
     keywords = _keywords(reference, given)

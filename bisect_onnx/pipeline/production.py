@@ -19,8 +19,8 @@ from bisect_onnx.judge.records import Record, Report
 from bisect_onnx.judge.tolerances import Tolerance
 from bisect_onnx.judge.vocabulary import ReportWarning
 from bisect_onnx.pipeline.torch_comparison import NOTHING_ALIGNED
-from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
-from bisect_onnx.runtime.runtimes import display_name
+from bisect_onnx.runtime.registry import display_name
+from bisect_onnx.runtime.runner import ProductionCheck, Runner
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 from bisect_onnx.search import modes
 from bisect_onnx.search.probes import Checkpoint, ProbeBisection, ProbeRunner
@@ -57,13 +57,18 @@ SURVIVAL_FLOOR = 0.5
 
 @dataclass
 class CandidateRun:
-    """ONNX Runtime's side of one sample: the capture, and production's final outputs."""
+    """The runtime's side of one sample: the capture, and production's final outputs.
 
-    side: OnnxRuntimeSide
-    """The side that captured (a promote-all one after a fallback)."""
+    ``production_check``: how the capture was checked against production (``None``
+    over the memory budget, where nothing is captured).
+    """
+
+    side: Runner
+    """The runner that captured (a promote-all one after a fallback)."""
     capture: Capture
     production: list[CapturedValue]
     """The production session's final outputs: the verdict is theirs."""
+    production_check: ProductionCheck | None
     runner: ProbeRunner | None = None
     """Probes of production, where one was needed already."""
     capture_differs: bool = False
@@ -95,7 +100,7 @@ class CandidateRun:
         return Capture(values=self.capture.values, outputs=self.production)
 
 
-def run_candidate(candidate: OnnxRuntimeSide, arrays: Sequence[np.ndarray], *,
+def run_candidate(candidate: Runner, arrays: Sequence[np.ndarray], *,
                   memory_reason: str | None = None,
                   fall_back: bool = False) -> CandidateRun:
     """Capture the candidate's values and production's final outputs for one sample.
@@ -107,21 +112,17 @@ def run_candidate(candidate: OnnxRuntimeSide, arrays: Sequence[np.ndarray], *,
     if memory_reason:
         runner = ProbeRunner(candidate, arrays)
         return CandidateRun(candidate, Capture(values={}, outputs=runner.outputs),
-                            runner.outputs, runner)
+                            runner.outputs, None, runner)
     fallback = None
-    if fall_back and isinstance(candidate, OnnxRuntimeSide):  # ORT's survival figures
-        plan = candidate.prepare()  # decided from production's graph, before any capture
-        if (plan.promoted is not None and plan.values
-                and plan.survivors < SURVIVAL_FLOOR * plan.values):
-            candidate = OnnxRuntimeSide(candidate.path, provider=candidate.provider,
-                                        opt_level=candidate.opt_level, promote="all")
-            fallback = CAPTURE_FELL_BACK.format(survivors=plan.survivors, values=plan.values)
-    logger.info("running %s and capturing its values",
-                display_name(getattr(candidate, "runtime", None)))
-    capture = candidate.run(arrays)
-    production, runner = modes.production_outputs(candidate, capture, arrays)
-    return CandidateRun(candidate, capture, production, runner,
-                        capture_differs=modes.outputs_differ(capture.outputs, production),
+    survival = candidate.survival() if fall_back else None
+    if survival is not None and survival[0] < SURVIVAL_FLOOR * survival[1]:
+        candidate = candidate.with_promotion("all")
+        fallback = CAPTURE_FELL_BACK.format(survivors=survival[0], values=survival[1])
+    logger.info("running %s and capturing its values", display_name(candidate.runtime))
+    ran = candidate.run(arrays)
+    production, runner = modes.production_outputs(candidate, ran, arrays)
+    return CandidateRun(candidate, ran.capture, production, ran.production, runner,
+                        capture_differs=modes.outputs_differ(ran.capture.outputs, production),
                         fallback=fallback)
 
 
@@ -162,7 +163,7 @@ def wants_probes(report: Report, run: CandidateRun, tolerance: Tolerance) -> boo
                                 or modes.no_value_fails(report))
 
 
-def capture_warning(candidate: OnnxRuntimeSide, capture: dict, *,
+def capture_warning(production: ProductionCheck | None, capture: dict, *,
                     share: float | None = None) -> str | None:
     """The warning that the capture session computes other outputs than production.
 
@@ -171,13 +172,13 @@ def capture_warning(candidate: OnnxRuntimeSide, capture: dict, *,
     :data:`~bisect_onnx.search.modes.FAITHFUL_SHARE` nothing is said. Without it, any
     difference is.
     """
-    if candidate.outputs_match_production is not False:
+    if production is None or production.matches is not False:
         return None
     if share is not None and share <= modes.FAITHFUL_SHARE:
         return None
     used = "" if share is None else (
         ", more than the tolerance" if share > 1 else f", {share:.0%} of the tolerance")
-    return CAPTURE_DIFFERS_WARNING.format(difference=candidate.production_difference,
+    return CAPTURE_DIFFERS_WARNING.format(difference=production.difference,
                                           mode=capture.get("mode"), share=used)
 
 

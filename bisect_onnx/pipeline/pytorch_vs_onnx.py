@@ -75,7 +75,7 @@ from bisect_onnx.pytorch.op_values import OpCapture
 from bisect_onnx.pytorch.parking import WeightParking, parking_for
 from bisect_onnx.pytorch.reference import Reference, exit_is_a_model_error, reference_for
 from bisect_onnx.runtime.heap import kept_in_heap
-from bisect_onnx.runtime.runtimes import display_name
+from bisect_onnx.runtime.registry import display_name
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 from bisect_onnx.search.modes import (
     MEMORY_NO_OPS,
@@ -252,7 +252,7 @@ def _imports_meanwhile(settings: Settings, arrays: list[np.ndarray],
     candidate = settings.prepared.candidate
     if not traces_one_call(settings) or memory_reason:
         return False
-    if getattr(candidate, "prepares_on_one_core", True):
+    if candidate.prepares_on_one_core:
         return True
     early = compare_final_outputs(torch_outputs, candidate.run_outputs(arrays),
                                   judge=settings.judge, warnings=[])
@@ -271,7 +271,7 @@ def _run_sample(settings: Settings, arrays: list[np.ndarray], description: str):
     torch_capture = _torch_capture(settings, arrays)
     # PyTorch's values are recorded: one copy of the weights (the file's, where it holds them)
     settings.parking.park(candidate.model, candidate.path.parent)
-    emit(CAPTURE_STARTED, display_name(getattr(candidate, "runtime", None)))
+    emit(CAPTURE_STARTED, display_name(candidate.runtime))
     # The translations (for inside_op), imported while the capture is made.
     with (imported_meanwhile(candidate.model, wanted=_imports_meanwhile(
               settings, arrays, torch_capture.outputs, memory_reason)),

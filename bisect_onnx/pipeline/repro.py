@@ -11,13 +11,13 @@ import numpy as np
 from bisect_onnx.judge.records import Report
 from bisect_onnx.judge.tolerances import Judge
 from bisect_onnx.report.repro import write_repro
-from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
+from bisect_onnx.runtime.runner import Runner
 from bisect_onnx.runtime.sides import Capture
 
 __all__ = ["write_sample_repro", "write_torch_repro"]
 
 
-def write_sample_repro(folder: Path, *, report: Report, candidate: OnnxRuntimeSide,
+def write_sample_repro(folder: Path, *, report: Report, candidate: Runner,
                        failing_value: str, reference_values: Mapping[str, np.ndarray],
                        candidate_values: Mapping[str, np.ndarray],
                        graph_inputs: Mapping[str, np.ndarray], rtol: float, atol: float,
@@ -40,7 +40,7 @@ def write_sample_repro(folder: Path, *, report: Report, candidate: OnnxRuntimeSi
             "reproduces": repro.reproduces}
 
 
-def write_torch_repro(folder: Path, *, report: Report, candidate: OnnxRuntimeSide,
+def write_torch_repro(folder: Path, *, report: Report, candidate: Runner,
                       reference_values: Mapping[str, np.ndarray],
                       candidate_values: Mapping[str, np.ndarray], torch_capture: Capture,
                       onnx_capture: Capture, graph_inputs: Mapping[str, np.ndarray],

@@ -14,7 +14,7 @@ from bisect_onnx.judge.assembly import amended
 from bisect_onnx.judge.records import Report
 from bisect_onnx.pipeline.options import RandomInputs
 from bisect_onnx.report.repro import attach_repro
-from bisect_onnx.runtime.onnx_side import InputSpec
+from bisect_onnx.runtime.input_specs import InputSpec
 from bisect_onnx.sources.input_samples import Samples
 from bisect_onnx.sources.input_sizes import Budget
 from bisect_onnx.sources.random_inputs import synthesize_inputs, vocabulary_limits

@@ -16,6 +16,7 @@ import numpy as np
 from bisect_onnx.align.modules import Alignment, Pair, align_modules
 from bisect_onnx.align.op_level import aggregate_ops, op_records
 from bisect_onnx.align.ops import OpAlignment
+from bisect_onnx.graph.nodes import NodeInfo
 from bisect_onnx.graph.reach import feeding
 from bisect_onnx.graph.scopes import count_attributed, detect_exporter
 from bisect_onnx.graph.walk import subgraphs
@@ -26,7 +27,7 @@ from bisect_onnx.judge.tolerance_judge import ToleranceJudge
 from bisect_onnx.judge.tolerances import Tolerance
 from bisect_onnx.judge.verdict import Decision, decide, identical_values
 from bisect_onnx.judge.vocabulary import ReportWarning
-from bisect_onnx.runtime.onnx_side import NodeInfo, OnnxRuntimeSide
+from bisect_onnx.runtime.runner import Runner
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 
 __all__ = ["OpScope", "compare_sample", "compare_final_outputs", "decide_sample",
@@ -83,7 +84,7 @@ def subgraph_warnings(model: Any) -> list[str]:
 def compare_sample(
     torch_capture: Capture,
     onnx_capture: Capture,
-    candidate: OnnxRuntimeSide,
+    candidate: Runner,
     call_index: Mapping[str, Mapping[str, int]],
     op_alignment: OpAlignment | None,
     torch_ops: int,
@@ -215,7 +216,7 @@ def _module_rows(pairs: Sequence[Pair], judge: ToleranceJudge) -> list[Record]:
 
 
 def _coverage(alignment: Alignment, op_alignment: OpAlignment | None, pairs: Sequence[Pair],
-              onnx_capture: Capture, candidate: OnnxRuntimeSide, granularity: str,
+              onnx_capture: Capture, candidate: Runner, granularity: str,
               torch_ops: int) -> Coverage:
     coverage = Coverage(
         onnx_values=len(onnx_capture.values),

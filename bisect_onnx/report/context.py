@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from bisect_onnx.judge.records import Record
-    from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
+    from bisect_onnx.runtime.runner import Runner
     from bisect_onnx.runtime.sides import Capture
 
 __all__ = ["culprit_context", "ran_in"]
@@ -18,7 +18,7 @@ _MAX_ATTRIBUTE_TEXT = 200
 
 def culprit_context(
     record: Record | None,
-    candidate: OnnxRuntimeSide,
+    candidate: Runner,
     torch_capture: Capture,
     onnx_capture: Capture,
     comparisons: Sequence[Record],
@@ -69,29 +69,15 @@ def culprit_context(
     }
 
 
-def ran_in(candidate: Any, record: Record) -> dict[str, Any]:
-    """Where production ran ``record``'s node: OpenVINO's layer, or ONNX Runtime's kernel.
+def ran_in(candidate: Runner, record: Record) -> dict[str, Any]:
+    """Where production ran ``record``'s node: ONNX Runtime's kernel, OpenVINO's layer.
 
     ONNX Runtime: the kernel and provider its capture session's profile names
     (``kernel``: ``name``, ``op_type``, ``precision``, ``fused`` when the value is
-    computed inside a kernel that outputs ``output``). Without a profile, only the CPU
-    provider is certain: with another, nodes it lacks kernels for fall back to the CPU,
-    so the provider is left ``None`` rather than guessed.
+    computed inside a kernel that outputs ``output``). A compiling runtime (OpenVINO):
+    the layer it executed, in its inference precision.
     """
-    layer_of = getattr(candidate, "layer_of", None)
-    if layer_of is not None:  # a compiling runtime (OpenVINO): the layer it executed
-        layer = layer_of(record.onnx_node)
-        return {"runtime": candidate.runtime, "inference_precision": candidate.precision,
-                "layer": layer.to_dict() if layer is not None else None}
-    from bisect_onnx.runtime.sessions import CPU_PROVIDER
-
-    profiled = getattr(candidate, "kernel_that_ran", None)
-    kernel = profiled(record.onnx_value, record.onnx_node) if profiled else None
-    if kernel is not None:
-        return {"runtime": "onnxruntime", "provider": kernel.pop("provider"), "kernel": kernel}
-    provider = getattr(candidate, "provider", None)
-    return {"runtime": "onnxruntime",
-            "provider": provider if provider == CPU_PROVIDER else None, "kernel": None}
+    return candidate.where_it_ran(record.onnx_value, record.onnx_node)
 
 
 def _attribute_text(attribute: Any) -> str:

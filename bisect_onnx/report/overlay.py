@@ -94,7 +94,7 @@ def _drawn_ids(model: str | None) -> dict[str, str] | None:
     """
     if not model or not Path(model).is_file():
         return None
-    from bisect_onnx.runtime.onnx_side import load_onnx_model
+    from bisect_onnx.runtime.onnx_files import load_onnx_model
 
     graph = load_onnx_model(Path(model)).graph  # the graph only, not external weights
     subgraphs = any(attribute.type in (attribute.GRAPH, attribute.GRAPHS)

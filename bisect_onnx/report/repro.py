@@ -36,8 +36,8 @@ from bisect_onnx.graph.weights import external_location, weight_bytes, write_ext
 from bisect_onnx.judge.compare import check_tolerances, compare_arrays
 from bisect_onnx.report.backend_test import DATA_SET, write_backend_test
 from bisect_onnx.report.repro_script import readme_text, repro_script
-from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
-from bisect_onnx.runtime.sessions import CPU_PROVIDER, DEFAULT_OPT_LEVEL, OPT_LEVELS
+from bisect_onnx.runtime.onnxruntime.runner import OnnxRuntimeRunner
+from bisect_onnx.runtime.onnxruntime.sessions import CPU_PROVIDER, DEFAULT_OPT_LEVEL, OPT_LEVELS
 
 if TYPE_CHECKING:
     import onnx
@@ -231,8 +231,8 @@ def _reproduces(folder: Path, feeds: Mapping[str, np.ndarray], expected: np.ndar
                 rtol: float, atol: float, opt_level: str) -> bool:
     """Whether the written segment, run alone on the CPU, still mismatches ``expected``."""
     try:
-        actual = OnnxRuntimeSide(folder / "model.onnx", provider=CPU_PROVIDER,
-                                 opt_level=opt_level).run_outputs(list(feeds.values()))[0].array
+        actual = OnnxRuntimeRunner(folder / "model.onnx", provider=CPU_PROVIDER,
+                                   opt_level=opt_level).run_outputs(list(feeds.values()))[0].array
     except ModelError as error:
         raise ModelError(f"the repro segment written to {folder} does not run on its own "
                          f"({error}); the full model ran, so the cut is at fault: please "

@@ -14,7 +14,7 @@ from bisect_onnx.report.formatting import (
     format_record_shape,
 )
 from bisect_onnx.report.verdict import describe_origin, fed_description, ops_scope
-from bisect_onnx.runtime.runtimes import display_name
+from bisect_onnx.runtime.registry import display_name
 
 if TYPE_CHECKING:  # types only: records import this module to format themselves
     from bisect_onnx.judge.records import Record, Report

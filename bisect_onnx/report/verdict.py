@@ -108,7 +108,7 @@ def _diverged_line(report: Report, basis: str) -> str:
 
 def _runtime(report: Report) -> str:
     """The candidate's runtime, by name."""
-    from bisect_onnx.runtime.runtimes import display_name
+    from bisect_onnx.runtime.registry import display_name
 
     return display_name((report.environment or {}).get("runtime"))
 

@@ -1,10 +1,9 @@
-"""The interface both sides of a comparison implement.
+"""Captured values, and the interface a PyTorch reference implements.
 
-A *reference* side (a PyTorch model today) and a *candidate* side (an ONNX model in
-ONNX Runtime today) each run on the same inputs and hand back named values with
-their provenance. A reference side only has to implement :class:`Side`; a
-candidate side (the runtime under test) also offers what the pipeline reads off it
-(production's outputs, the capture's check, its own sessions): docs/runtimes.md.
+A PyTorch reference (:mod:`bisect_onnx.pytorch`) implements :class:`Side`: it runs on
+the inputs and hands back named values with their provenance, a :class:`Capture`. A
+runtime that runs an ONNX file is a :class:`~bisect_onnx.runtime.runner.Runner`,
+whose runs return a :class:`Capture` too, with how it was checked against production.
 """
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ class Capture:
 
 @runtime_checkable
 class Side(Protocol):
-    """One side of a comparison."""
+    """A PyTorch reference: one side of a comparison."""
 
     def describe(self) -> dict[str, Any]:
         """What this side is, for the report (kind, model, settings)."""

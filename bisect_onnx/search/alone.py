@@ -174,7 +174,7 @@ def _named(findings: AttributionFindings, alone: _Alone, runs: Sequence[_Alone],
                     "local_nan_mismatch", "local_exceeds", "compute_nodes", "isolation")})}
         return replace(findings, checked=checked, culprits=(RowRef(row.onnx_value), *later),
                        segment=None, evidence=evidence)
-    from bisect_onnx.runtime.onnx_side import node_provenance
+    from bisect_onnx.graph.nodes import node_provenance
 
     made = make_record(row.index, Pair(inner[alone.value], CapturedValue(
         alone.value, alone.local, node_provenance(alone.node, row.index))), comparison)

@@ -26,6 +26,7 @@ from bisect_onnx.judge.records import Record, Report
 from bisect_onnx.judge.tolerances import Judge, Tolerance
 from bisect_onnx.judge.verdict import identical_values
 from bisect_onnx.pytorch.op_values import OpCapture
+from bisect_onnx.runtime.runner import Runner
 from bisect_onnx.runtime.sides import CapturedValue
 from bisect_onnx.search.alone import narrow_to_failing_node
 from bisect_onnx.search.attribution import CulpritSearch, LocalResult
@@ -37,7 +38,7 @@ from bisect_onnx.search.classify import Kind
 from bisect_onnx.search.inner_values import inner_references
 from bisect_onnx.search.inserted import exporters_node, narrow_to_unpaired
 from bisect_onnx.search.inside_kernel import name_inside_kernels
-from bisect_onnx.search.local import LocalCheck, boundary_references, run_locally, runtime_of
+from bisect_onnx.search.local import LocalCheck, boundary_references, run_locally
 from bisect_onnx.search.nodeless import classification, fx_span, nodeless_culprit
 
 __all__ = ["attribute_divergence"]
@@ -47,7 +48,7 @@ logger = logging.getLogger(__name__)
 
 def attribute_divergence(
     report: Report,
-    candidate: Any,
+    candidate: Runner,
     reference_values: Mapping[str, np.ndarray],
     candidate_values: Mapping[str, np.ndarray],
     graph_inputs: Mapping[str, np.ndarray],
@@ -128,7 +129,7 @@ def attribute_divergence(
 
 
 def _narrowed(findings: AttributionFindings, report: Report, checker: _LocalChecker,
-              first: str, candidate: Any, inner: Mapping[str, CapturedValue],
+              first: str, candidate: Runner, inner: Mapping[str, CapturedValue],
               op_segments: Mapping[str, Sequence[Any]] | None, tolerance: Judge,
               compare: Callable[[str, np.ndarray], ArrayComparison] | None,
               has_counterpart: Callable[[Any], bool],
@@ -167,12 +168,11 @@ def _safely(fallback: Any, what: str, step: Callable[[], Any]) -> Any:
         return fallback
 
 
-def _rerun(candidate: Any, graph_inputs: Mapping[str, np.ndarray], tolerance: Tolerance,
+def _rerun(candidate: Runner, graph_inputs: Mapping[str, np.ndarray], tolerance: Tolerance,
            compare: Callable[[str, np.ndarray], ArrayComparison] | None) -> Callable[..., Any]:
     """Local checks of the candidate's values with other references (one run each)."""
-    return partial(run_locally, candidate.model, candidate.path.resolve().parent,
-                   graph_inputs=graph_inputs, rtol=tolerance.rtol, atol=tolerance.atol,
-                   compare=compare, **runtime_of(candidate))
+    return partial(run_locally, candidate, graph_inputs=graph_inputs, tolerance=tolerance,
+                   compare=compare)
 
 
 class _LocalChecker:
@@ -181,7 +181,7 @@ class _LocalChecker:
     It keeps every value's local check and classification, for writing into the report.
     """
 
-    def __init__(self, report: Report, candidate: Any, failing: Sequence[Record],
+    def __init__(self, report: Report, candidate: Runner, failing: Sequence[Record],
                  reference_values: Mapping[str, np.ndarray],
                  candidate_values: Mapping[str, np.ndarray],
                  graph_inputs: Mapping[str, np.ndarray], *, program: Any,
@@ -209,11 +209,9 @@ class _LocalChecker:
         """Run ``names`` locally in one session, and say how each fares."""
         candidate = self.candidate
         self.checks.update(run_locally(
-            candidate.model, candidate.path.resolve().parent, names,
-            reference_values=self.reference_values, candidate_values=self.candidate_values,
-            graph_inputs=self.graph_inputs, rtol=self.tolerance.base.rtol,
-            atol=self.tolerance.base.atol,
-            compare=self.compare, **runtime_of(candidate)))
+            candidate, names, reference_values=self.reference_values,
+            candidate_values=self.candidate_values, graph_inputs=self.graph_inputs,
+            tolerance=self.tolerance.base, compare=self.compare))
         # In order: whether one is classified depends on the culprits found before it.
         return {name: self._result(name) for name in names}
 
@@ -247,7 +245,7 @@ class _LocalChecker:
                            noise=noise)
 
 
-def _classify_inside(checker: _LocalChecker, candidate: Any,
+def _classify_inside(checker: _LocalChecker, candidate: Runner,
                      references: Mapping[str, CapturedValue], inner: Record,
                      nodes: Sequence[int], check: LocalCheck, tolerance: Tolerance) -> Any:
     """The value named inside a kernel, classified on the nodes that compute it alone.
@@ -264,7 +262,7 @@ def _classify_inside(checker: _LocalChecker, candidate: Any,
     candidate: PyTorch's rerun could not start from what the nodes read.
     """
     if (checker.torch_float64 is None or check.segment is None
-            or not getattr(candidate, "layer_boundaries", None)):
+            or not candidate.layer_boundaries):
         return None
     graph = candidate.model.graph
     computed = {output for index in nodes for output in graph.node[index].output}
@@ -287,7 +285,7 @@ def _classify_inside(checker: _LocalChecker, candidate: Any,
                      tolerance, partial(checker.torch_float64, known=references))
 
 
-def _classify(check: LocalCheck, record: Record, candidate: Any,
+def _classify(check: LocalCheck, record: Record, candidate: Runner,
               reference_values: Mapping[str, np.ndarray], program: Any,
               torch_values: Mapping[str, np.ndarray], fx_names: Mapping[str, str],
               tolerance: Tolerance, torch_float64: Callable[[LocalCheck], Any] | None) -> Any:
@@ -306,7 +304,7 @@ def _classify(check: LocalCheck, record: Record, candidate: Any,
                     ort32=np.asarray(check.local), rtol=tolerance.rtol, atol=tolerance.atol)
 
 
-def _float64_reruns(check: LocalCheck, record: Record, candidate: Any, program: Any,
+def _float64_reruns(check: LocalCheck, record: Record, candidate: Runner, program: Any,
                     torch_values: Mapping[str, np.ndarray], fx_names: Mapping[str, str]):
     """The culprit's segment in float64: the same ops in torch, the nodes in onnx.reference."""
     from bisect_onnx.search.float64_reruns import onnx_segment_in_float64, torch_op_in_float64

@@ -19,10 +19,14 @@ arrays alone.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from bisect_onnx.judge.compare import ArrayComparison, Status, compare_arrays
+
+if TYPE_CHECKING:
+    from bisect_onnx.runtime.runner import Runner
 
 __all__ = ["DEFAULT_KERNEL_FACTOR", "Classification", "Kind", "KernelRuntime", "classify",
            "kernel_runtime"]
@@ -63,14 +67,13 @@ class KernelRuntime:
     inference precision): one rounding is then that precision's, not float32's."""
 
 
-def kernel_runtime(candidate: object) -> KernelRuntime:
-    """The runtime of a candidate side (OpenVINO's precision where it is narrower)."""
-    from bisect_onnx.runtime.runtimes import ONNXRUNTIME, REPOSITORIES, display_name
+def kernel_runtime(candidate: Runner) -> KernelRuntime:
+    """The runtime of a runner (OpenVINO's precision where it is narrower)."""
+    from bisect_onnx.runtime.registry import ONNXRUNTIME, display_name, repository
 
-    runtime = getattr(candidate, "runtime", None) or ONNXRUNTIME
-    if runtime != ONNXRUNTIME:
-        precision = getattr(candidate, "precision", None)
-        return KernelRuntime(display_name(runtime), REPOSITORIES.get(runtime, runtime),
+    if candidate.runtime != ONNXRUNTIME:
+        precision = candidate.precision
+        return KernelRuntime(display_name(candidate.runtime), repository(candidate.runtime),
                              precision if precision in _NARROW_EPSILON else None)
     return KernelRuntime()
 

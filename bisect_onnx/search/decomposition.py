@@ -269,13 +269,13 @@ def translate_alone(
     Returns the fresh model's nodes (Constant nodes dropped) and its values by name.
     """
     from bisect_onnx.pytorch.exporting import export_model
-    from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
+    from bisect_onnx.runtime.onnxruntime.runner import OnnxRuntimeRunner
 
     module, inputs = _isolate(fx_node, program, reference_values)
     with tempfile.TemporaryDirectory(prefix="bisect-onnx-op-") as folder:
         exported = export_model(module, inputs, Path(folder), opset=opset)
-        side = OnnxRuntimeSide(exported.path, promote="all")  # every intermediate
-        capture = side.run(inputs)
+        side = OnnxRuntimeRunner(exported.path, promote="all")  # every intermediate
+        capture = side.run(inputs).capture
     nodes = [node for node in side.model.graph.node if node.op_type != "Constant"]
     return nodes, {name: value.array for name, value in capture.values.items()}
 

@@ -40,7 +40,7 @@ def module_references(modules: Any, checks: Mapping[str, LocalCheck], candidate:
     had been captured, so a module whose output lives inside a fused kernel is paired.
     """
     from bisect_onnx.align.modules import align_modules
-    from bisect_onnx.runtime.onnx_side import node_provenance
+    from bisect_onnx.graph.nodes import node_provenance
 
     capture, call_index = modules
     virtual = {name: CapturedValue(name, np.asarray(array), Provenance(position=0))

@@ -109,7 +109,7 @@ def first_failing_inside(record: Record, check: LocalCheck, candidate: Any,
     segment's nodes that computed it from values that pass or were fed
     (:func:`_computing`).
     """
-    from bisect_onnx.runtime.onnx_side import node_provenance
+    from bisect_onnx.graph.nodes import node_provenance
 
     if check.segment is None:
         return None

@@ -14,8 +14,7 @@ import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,9 +22,12 @@ from bisect_onnx.errors import BisectOnnxError
 from bisect_onnx.graph.segments import Segment, find_segment, segment_feeds, segment_node_names
 from bisect_onnx.graph.walk import subgraphs
 from bisect_onnx.judge.compare import ArrayComparison, Status, compare_arrays
-from bisect_onnx.runtime.sessions import create_session
 
-__all__ = ["LocalCheck", "run_locally", "runtime_of", "boundary_references"]
+if TYPE_CHECKING:
+    from bisect_onnx.judge.tolerances import Tolerance
+    from bisect_onnx.runtime.runner import Runner
+
+__all__ = ["LocalCheck", "run_locally", "boundary_references"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,20 +54,14 @@ class LocalCheck:
 
 
 def run_locally(
-    model: Any,
-    model_dir: Path,
+    runner: Runner,
     values: Sequence[str],
     *,
     reference_values: Mapping[str, np.ndarray],
     candidate_values: Mapping[str, np.ndarray],
     graph_inputs: Mapping[str, np.ndarray],
-    rtol: float,
-    atol: float,
-    provider: str,
-    opt_level: str,
+    tolerance: Tolerance,
     compare: Callable[[str, np.ndarray], ArrayComparison] | None = None,
-    make_session: Callable[[bytes, str], Any] | None = None,
-    layer_boundaries: frozenset[str] = frozenset(),
 ) -> dict[str, LocalCheck]:
     """Check each of ``values`` locally, all in one ONNX Runtime run.
 
@@ -75,9 +71,9 @@ def run_locally(
     ``compare`` judges a value's local result (value name, array) where its reference
     needs converting or a tolerance of its own (another ONNX model's value); by
     default ``compare_arrays`` against ``reference_values`` at ``rtol`` and ``atol``.
-    A value without a reference value is not checked. ``make_session(bytes, label)``:
-    the candidate's runtime, where it is not ONNX Runtime (OpenVINO, in its precision).
-    ``layer_boundaries``: values between two of production's executed layers that the
+    A value without a reference value is not checked. The checks run in ``runner``'s
+    own sessions (OpenVINO's in its precision). Its ``layer_boundaries``, values
+    between two of production's executed layers that the
     capture could not ask for (OpenVINO): no kernel holds them, so they are cut at too,
     on the reference's values (a residual input: the segment stays one block, not the
     whole residual trunk back to a captured value). Where a value then passes, the error
@@ -86,12 +82,12 @@ def run_locally(
     # Only values both sides captured stop the walk back: see above.
     captured = {name: array for name, array in reference_values.items()
                 if name in candidate_values}
+    layer_boundaries = runner.layer_boundaries
     run = functools.partial(
-        _run_checks, model, model_dir, reference_values=reference_values,
+        _run_checks, runner, reference_values=reference_values,
         candidate_values=candidate_values, graph_inputs=graph_inputs,
-        runtime={"provider": provider, "opt_level": opt_level, "make_session": make_session},
         judge=compare if compare is not None else functools.partial(
-            _against_reference, reference_values, rtol=rtol, atol=atol))
+            _against_reference, reference_values, rtol=tolerance.rtol, atol=tolerance.atol))
     checks = run(values, {**captured, **{name: array for name, array in reference_values.items()
                                           if name in layer_boundaries}})
     # A value that passes on a cut at a value production never handed out says nothing
@@ -106,13 +102,14 @@ def run_locally(
     return checks
 
 
-def _run_checks(model: Any, model_dir: Path, values: Sequence[str],
+def _run_checks(runner: Runner, values: Sequence[str],
                 checkpoints: Mapping[str, np.ndarray], *,
                 reference_values: Mapping[str, np.ndarray],
                 candidate_values: Mapping[str, np.ndarray],
-                graph_inputs: Mapping[str, np.ndarray], runtime: Mapping[str, Any],
+                graph_inputs: Mapping[str, np.ndarray],
                 judge: Callable[[str, np.ndarray], ArrayComparison]) -> dict[str, LocalCheck]:
     """``values``' segments back to ``checkpoints``, run in one session, and judged."""
+    model = runner.model
     graph = model.graph
     checks = {value: LocalCheck(value) for value in values}
     combined = _CombinedSegments()
@@ -128,7 +125,7 @@ def _run_checks(model: Any, model_dir: Path, values: Sequence[str],
         return checks
     local_model = combined.model(model)
     try:
-        results = combined.run(local_model, model_dir, **runtime)
+        results = combined.run(local_model, runner)
     except Exception as error:  # the report stands without attribution
         logger.info("local checks could not run: %s", error)
         for check in checks.values():
@@ -141,14 +138,7 @@ def _run_checks(model: Any, model_dir: Path, values: Sequence[str],
     return checks
 
 
-def runtime_of(candidate: Any) -> dict[str, Any]:
-    """``run_locally``'s runtime keywords for a candidate side (its own sessions, if any)."""
-    return {"provider": candidate.provider, "opt_level": candidate.opt_level,
-            "make_session": getattr(candidate, "local_session", None),
-            "layer_boundaries": getattr(candidate, "layer_boundaries", frozenset())}
-
-
-def boundary_references(candidate: Any, reference_values: Mapping[str, np.ndarray],
+def boundary_references(candidate: Runner, reference_values: Mapping[str, np.ndarray],
                         torch_values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """``reference_values`` with PyTorch's values of the candidate's layer boundaries.
 
@@ -156,8 +146,8 @@ def boundary_references(candidate: Any, reference_values: Mapping[str, np.ndarra
     for (OpenVINO) are cut at on PyTorch's values (by their FX names, a dynamo export's
     value names): no kernel holds them, and the segments stay one layer long.
     """
-    boundaries = getattr(candidate, "layer_boundaries", ())
-    return {**{name: torch_values[name] for name in boundaries if name in torch_values},
+    return {**{name: torch_values[name] for name in candidate.layer_boundaries
+               if name in torch_values},
             **reference_values}
 
 
@@ -234,14 +224,9 @@ class _CombinedSegments:
             opset_imports=list(model.opset_import), functions=list(model.functions),
             ir_version=model.ir_version)
 
-    def run(self, local_model: Any, model_dir: Path, *, provider: str, opt_level: str,
-            make_session: Callable[[bytes, str], Any] | None = None) -> dict[str, np.ndarray]:
-        """Every output of the combined model, by its prefixed name."""
-        session = (make_session(local_model.SerializeToString(), "local checks")
-                   if make_session is not None else
-                   create_session(local_model.SerializeToString(), model_dir=model_dir,
-                                  label="local checks", provider=provider,
-                                  opt_level=opt_level))
+    def run(self, local_model: Any, runner: Runner) -> dict[str, np.ndarray]:
+        """Every output of the combined model, by its prefixed name, in ``runner``'s session."""
+        session = runner.local_session(local_model.SerializeToString(), "local checks")
         fetched = [output.name for output in self.outputs]
         return dict(zip(fetched, session.run(fetched, self.feeds), strict=True))
 

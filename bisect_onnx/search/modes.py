@@ -29,8 +29,8 @@ from bisect_onnx.judge.compare import compare_arrays
 from bisect_onnx.judge.findings import FINAL_OUTPUTS, RowRef, SearchFindings
 from bisect_onnx.judge.records import Record, Report, make_record
 from bisect_onnx.runtime.memory import estimate_values_bytes, format_size
-from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
-from bisect_onnx.runtime.sides import Capture, CapturedValue
+from bisect_onnx.runtime.runner import Runner, RuntimeRun
+from bisect_onnx.runtime.sides import CapturedValue
 from bisect_onnx.search.probes import ProbeBisection, ProbeRunner, checkpoints_for
 
 __all__ = ["MEMORY", "CAPTURE_DIFFERS", "NO_VALUE_FAILS", "FULL_CAPTURE", "over_budget",
@@ -59,7 +59,7 @@ MEMORY_NO_OPS = (
 )
 
 
-def over_budget(candidate: OnnxRuntimeSide, arrays: Sequence[np.ndarray],
+def over_budget(candidate: Runner, arrays: Sequence[np.ndarray],
                 budget: int | None) -> str | None:
     """The reason to probe instead of capturing, when both sides would not fit."""
     if budget is None:
@@ -76,7 +76,7 @@ def over_budget(candidate: OnnxRuntimeSide, arrays: Sequence[np.ndarray],
     return MEMORY.format(need=format_size(2 * one_side), budget=format_size(budget))
 
 
-def production_outputs(candidate: OnnxRuntimeSide, capture: Capture,
+def production_outputs(candidate: Runner, ran: RuntimeRun,
                        arrays: Sequence[np.ndarray]) -> tuple[list[CapturedValue],
                                                               ProbeRunner | None]:
     """The production session's final outputs for the capture just run.
@@ -85,9 +85,9 @@ def production_outputs(candidate: OnnxRuntimeSide, capture: Capture,
     session (every value promoted). The verdict is production's, whatever the capture
     session computed.
     """
-    if candidate.production_outputs is not None:
+    if ran.production.outputs is not None:
         return [replace(value, array=np.asarray(array)) for value, array in
-                zip(capture.outputs, candidate.production_outputs, strict=True)], None
+                zip(ran.capture.outputs, ran.production.outputs, strict=True)], None
     runner = ProbeRunner(candidate, arrays)
     return runner.outputs, runner
 
@@ -148,7 +148,7 @@ def tolerance_share(capture_outputs: Sequence[CapturedValue],
     return worst
 
 
-def bisect_production(runner: ProbeRunner, candidate: OnnxRuntimeSide,
+def bisect_production(runner: ProbeRunner, candidate: Runner,
                       references: Mapping[str, CapturedValue], *, rtol: float,
                       atol: float, suspects: Sequence[str] = (),
                       memory_budget: int | None = None) -> ProbeBisection | None:

@@ -19,12 +19,12 @@ from typing import Any
 import numpy as np
 
 from bisect_onnx.align.modules import Pair
+from bisect_onnx.graph.nodes import NodeInfo
 from bisect_onnx.graph.scopes import read_scopes
 from bisect_onnx.judge.compare import Status, compare_arrays
 from bisect_onnx.judge.records import Record, make_record
 from bisect_onnx.judge.tolerances import Tolerance
 from bisect_onnx.pytorch.calls import input_of
-from bisect_onnx.runtime.onnx_side import NodeInfo
 from bisect_onnx.runtime.sides import CapturedValue
 
 __all__ = ["Nodeless", "NO_ONNX_NODE", "nodeless_culprit", "at_module_level", "at_op_level",

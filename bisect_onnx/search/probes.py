@@ -10,20 +10,18 @@ in :mod:`bisect_onnx.search.bisection`.
 from __future__ import annotations
 
 import logging
-import tempfile
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from bisect_onnx.errors import ModelError, one_line
+from bisect_onnx.graph.nodes import NodeInfo, node_provenance
 from bisect_onnx.graph.provenance import Provenance
 from bisect_onnx.judge.compare import ArrayComparison, Status, compare_arrays
-from bisect_onnx.runtime.capture_plan import graph_nodes, op_counts, session_and_graph
-from bisect_onnx.runtime.onnx_side import NodeInfo, OnnxRuntimeSide, node_provenance
+from bisect_onnx.runtime.runner import CompiledGraph, Runner, Session
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 from bisect_onnx.search.bisection import ProbeSearch
 from bisect_onnx.search.value_graph import ValueGraph
@@ -104,19 +102,10 @@ class ProbeBisection:
                 if not check.startswith(("identical", "differs only"))]
 
 
-@dataclass(frozen=True)
-class _Optimized:
-    """What a session's optimized graph is: op counts, values, and node by node."""
-
-    counts: Counter
-    values: set[str]
-    nodes: list[tuple]
-
-
 class ProbeRunner:
     """Runs the production session, then probes of it, on one input."""
 
-    def __init__(self, candidate: OnnxRuntimeSide, inputs: Sequence[np.ndarray]) -> None:
+    def __init__(self, candidate: Runner, inputs: Sequence[np.ndarray]) -> None:
         self.candidate = candidate
         self.feeds = {spec.name: array for spec, array in zip(candidate.inputs, inputs,
                                                               strict=True)}
@@ -198,29 +187,11 @@ class ProbeRunner:
             ((node.op_type, node.inputs, node.outputs) for node in self.candidate.nodes),
             [spec.name for spec in self.candidate.inputs])
 
-    def _session(self, names: Sequence[str] | None) -> tuple[Any, _Optimized]:
-        """A session marking ``names`` (production for ``None``), and its optimized graph.
+    def _session(self, names: Sequence[str] | None) -> tuple[Session, CompiledGraph]:
+        """A session marking ``names`` (production for ``None``), and what it compiled."""
+        return self.candidate.probe_session(names)
 
-        ORT writes that graph's weights to the null device where it can
-        (:func:`bisect_onnx.runtime.sessions.create_session`): a check costs no weight write.
-        """
-        candidate = self.candidate
-        if hasattr(candidate, "probe_session"):  # a runtime of its own (OpenVINO)
-            session, graph = candidate.probe_session(names)
-            return session, _Optimized(**graph)
-        # The user's file for production; a copy with a few more outputs for a probe.
-        source = (candidate.path if names is None
-                  else candidate.promoted_bytes(set(names)))
-        with tempfile.TemporaryDirectory(prefix="bisect-onnx-probe-") as folder:
-            session, optimized = session_and_graph(
-                source, candidate.path.resolve().parent, Path(folder), candidate.provider,
-                candidate.opt_level, candidate.path.name)
-        return session, _Optimized(Counter(op_counts(optimized)),
-                                   {name for node in optimized.graph.node
-                                    for name in node.output},
-                                   graph_nodes(optimized))
-
-    def _graph_check(self, names: Sequence[str], graph: _Optimized) -> str:
+    def _graph_check(self, names: Sequence[str], graph: CompiledGraph) -> str:
         """How the probe's optimized graph differs from production's, and whether it may."""
         production = self.production
         lost, gained = production.counts - graph.counts, graph.counts - production.counts
@@ -261,7 +232,7 @@ def values_per_probe(checkpoints: Sequence[Checkpoint],
     return min(CUTS_PER_PROBE, fits), min(SEGMENT_PER_PROBE, fits)
 
 
-def checkpoints_for(candidate: OnnxRuntimeSide,
+def checkpoints_for(candidate: Runner,
                     references: Mapping[str, CapturedValue]) -> list[Checkpoint]:
     """Every node output with a floating-point reference value, in graph order."""
     found = []

@@ -21,7 +21,7 @@ from bisect_onnx.pytorch.module_side import describe_arrays
 from bisect_onnx.sources.input_sizes import npz_members
 
 if TYPE_CHECKING:
-    from bisect_onnx.runtime.onnx_side import InputSpec
+    from bisect_onnx.runtime.input_specs import InputSpec
 
 __all__ = ["POSITIONAL_KEY", "check_against_onnx", "check_count", "check_header",
            "check_npz_members"]

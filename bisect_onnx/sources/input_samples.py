@@ -18,7 +18,7 @@ from bisect_onnx.sources.file_kinds import NPY_MAGIC, read_head
 from bisect_onnx.sources.loading import load_input_files
 
 if TYPE_CHECKING:
-    from bisect_onnx.runtime.onnx_side import InputSpec
+    from bisect_onnx.runtime.input_specs import InputSpec
 
 __all__ = ["Samples", "load_input_samples", "SAMPLE_SUFFIXES"]
 

@@ -40,7 +40,7 @@ from bisect_onnx.sources.output_paths import check_outputs
 if TYPE_CHECKING:
     import torch
 
-    from bisect_onnx.runtime.onnx_side import InputSpec
+    from bisect_onnx.runtime.input_specs import InputSpec
 
 __all__ = ["load_model", "load_input_files", "check_writable"]
 

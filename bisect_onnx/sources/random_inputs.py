@@ -20,7 +20,7 @@ from bisect_onnx.sources.input_sizes import Budget, array_bytes, input_budget
 if TYPE_CHECKING:
     import onnx
 
-    from bisect_onnx.runtime.onnx_side import InputSpec
+    from bisect_onnx.runtime.input_specs import InputSpec
 
 __all__ = ["synthesize_inputs", "parse_dim_options", "vocabulary_limits"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from bisect_onnx.align.modules import NO_METADATA, NO_NODE, align_modules
+from bisect_onnx.graph.nodes import NodeInfo
 from bisect_onnx.graph.provenance import Provenance, TorchMetadata
-from bisect_onnx.runtime.onnx_side import NodeInfo
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 
 

@@ -12,7 +12,7 @@ import bisect_onnx
 from bisect_onnx.cli.command import main
 from bisect_onnx.pipeline.prepare import names_the_values
 from bisect_onnx.pipeline.torch_comparison import NO_OP_LEVEL
-from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
+from bisect_onnx.runtime.onnxruntime.runner import OnnxRuntimeRunner
 from fixtures.architectures import ARCHITECTURES
 from fixtures.registry import FIXTURES, repo_path
 from tests.planting import fx_segment, plant, scale_initializer_input, set_attribute
@@ -69,7 +69,7 @@ def test_transformer_lists_each_value_without_a_counterpart_with_its_reason(fixt
     # Every float ONNX value is either compared or explained.
     compared = {record.onnx_value for record in report.comparisons}
     explained = set(reasons)
-    candidate = OnnxRuntimeSide(exported, promote="all").run(list(inputs.values()))
+    candidate = OnnxRuntimeRunner(exported, promote="all").run(list(inputs.values())).capture
     assert set(candidate.values) == compared | explained
     assert not compared & explained
 
@@ -153,8 +153,8 @@ def test_a_program_of_another_model_does_not_name_the_values(fixture_case):
     _, _, exported = fixture_case("resnet_like")
     mlp, mlp_inputs, _ = fixture_case("tiny_mlp")
     program = torch.export.export(mlp, tuple(torch.from_numpy(a) for a in mlp_inputs.values()))
-    assert not names_the_values(program, OnnxRuntimeSide(exported).nodes)
-    assert not names_the_values(None, OnnxRuntimeSide(exported).nodes)
+    assert not names_the_values(program, OnnxRuntimeRunner(exported).nodes)
+    assert not names_the_values(None, OnnxRuntimeRunner(exported).nodes)
 
 
 def test_op_granularity_where_it_cannot_be_had_says_so(fixture_case):

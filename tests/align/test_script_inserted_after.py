@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from bisect_onnx.align.script_inside import references_by_onnx_value
-from bisect_onnx.runtime.onnx_side import NodeInfo
+from bisect_onnx.graph.nodes import NodeInfo
 
 
 def test_a_one_node_op_s_value_stands_for_it_whatever_was_inserted_after_it():

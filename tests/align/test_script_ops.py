@@ -17,7 +17,7 @@ from onnx import numpy_helper
 import bisect_onnx
 from bisect_onnx.align.script_ops import align_script_ops
 from bisect_onnx.pytorch.script_ops import capture_script_ops, trace_script
-from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
+from bisect_onnx.runtime.onnxruntime.runner import OnnxRuntimeRunner
 from fixtures.registry import FIXTURES, repo_path
 from tests.planting import (
     export_torchscript_at_parity,
@@ -112,10 +112,10 @@ def test_every_pair_holds_the_same_tensor_on_a_faithful_export(fixture_case):
     """With every value promoted, each paired ONNX value equals its op's torch value."""
     model, inputs, _ = fixture_case("tiny_transformer")
     arrays = list(inputs.values())
-    side = OnnxRuntimeSide(repo_path(FIXTURES["tiny_transformer"].torchscript_onnx_file),
+    side = OnnxRuntimeRunner(repo_path(FIXTURES["tiny_transformer"].torchscript_onnx_file),
                            promote="all")
     capture = capture_script_ops(trace_script(model, arrays), arrays)
-    alignment = align_script_ops(capture, side.nodes, side.run(arrays).values, side.model)
+    alignment = align_script_ops(capture, side.nodes, side.run(arrays).capture.values, side.model)
 
     assert len(alignment.pairs) >= 30
     for pair in alignment.pairs:

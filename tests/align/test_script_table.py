@@ -15,7 +15,7 @@ from torch.nn import functional
 
 from bisect_onnx.align.script_ops import align_script_ops
 from bisect_onnx.pytorch.script_ops import capture_script_ops, trace_script
-from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
+from bisect_onnx.runtime.onnxruntime.runner import OnnxRuntimeRunner
 from tests.torch_warnings import LEGACY_EXPORTER_DEPRECATED
 
 #: ATen op -> (what the model does with y = x * 0.5, the ONNX node holding its value).
@@ -69,13 +69,13 @@ def _aligned(tmp_path, function):
     path = tmp_path / "model.onnx"
     torch.onnx.export(model, (x,), str(path), dynamo=False, opset_version=18)
     arrays = [x.numpy()]
-    side = OnnxRuntimeSide(path, promote="all")
+    side = OnnxRuntimeRunner(path, promote="all")
     capture = capture_script_ops(trace_script(model, arrays), arrays)
-    return capture, side, align_script_ops(capture, side.nodes, side.run(arrays).values,
+    return capture, side, align_script_ops(capture, side.nodes, side.run(arrays).capture.values,
                                            side.model)
 
 
-def _producer(side: OnnxRuntimeSide, value: str):
+def _producer(side: OnnxRuntimeRunner, value: str):
     return next(node for node in side.nodes if value in node.outputs)
 
 

@@ -23,7 +23,7 @@ from torch import nn
 import bisect_onnx
 from bisect_onnx.align.script_ops import align_script_ops
 from bisect_onnx.pytorch.script_ops import capture_script_ops, trace_script
-from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
+from bisect_onnx.runtime.onnxruntime.runner import OnnxRuntimeRunner
 from tests.planting import plant, set_attribute
 from tests.torch_warnings import LEGACY_EXPORTER_DEPRECATED
 
@@ -67,9 +67,9 @@ def export(tmp_path_factory):
 
 
 def _alignment(model, array, path):
-    side = OnnxRuntimeSide(path, promote="all")
+    side = OnnxRuntimeRunner(path, promote="all")
     capture = capture_script_ops(trace_script(model, [array]), [array])
-    return align_script_ops(capture, side.nodes, side.run([array]).values, side.model), side
+    return align_script_ops(capture, side.nodes, side.run([array]).capture.values, side.model), side
 
 
 def test_each_output_of_a_tuple_valued_op_is_paired_with_its_node_output(export):

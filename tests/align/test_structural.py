@@ -21,7 +21,7 @@ from bisect_onnx.align.graph_description import (
     describe_model,
 )
 from bisect_onnx.align.structural import MAX_REGION_NODES, StructuralMatch, match_graphs
-from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
+from bisect_onnx.runtime.onnxruntime.runner import OnnxRuntimeRunner
 from fixtures.registry import FIXTURES, load_inputs, repo_path
 
 SPEC = ValueSpec((2, 3), "float32")
@@ -390,7 +390,7 @@ def ort_optimized(path: Path, level: str, folder: Path) -> onnx.ModelProto:
 
 def run_everything(path: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Every value of one unoptimized ONNX Runtime run, graph inputs included."""
-    capture = OnnxRuntimeSide(path, opt_level="disabled").run(list(feeds.values()))
+    capture = OnnxRuntimeRunner(path, opt_level="disabled").run(list(feeds.values())).capture
     return {name: value.array for name, value in capture.values.items()} | feeds
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import onnx
 from onnx import TensorProto, helper
 
+from bisect_onnx.graph.nodes import NodeInfo
 from bisect_onnx.graph.reach import feeding
-from bisect_onnx.runtime.onnx_side import NodeInfo
 
 
 def _node(index: int, op_type: str, inputs: tuple[str, ...], outputs: tuple[str, ...]):

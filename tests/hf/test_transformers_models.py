@@ -21,7 +21,7 @@ pytest.importorskip("transformers")
 import bisect_onnx  # noqa: E402
 from bisect_onnx.events import CAPTURE_STARTED  # noqa: E402
 from bisect_onnx.graph.provenance import read_torch_metadata  # noqa: E402
-from bisect_onnx.runtime.onnx_side import input_specs  # noqa: E402
+from bisect_onnx.runtime.input_specs import input_specs  # noqa: E402
 from bisect_onnx.sources.random_inputs import synthesize_inputs, vocabulary_limits  # noqa: E402
 from tests.hf.architectures import ARCHITECTURES, T5_ENCODER  # noqa: E402
 

@@ -162,8 +162,8 @@ def test_only_values_both_sides_computed_bit_for_bit_alike_are_identical():
 
 def test_a_failing_value_behind_an_identical_one_is_set_aside():
     """OpenVINO's 32-bit BitwiseOr (v0) under a Where both sides compute alike (v1)."""
+    from bisect_onnx.graph.nodes import NodeInfo
     from bisect_onnx.graph.reach import feeding
-    from bisect_onnx.runtime.onnx_side import NodeInfo
 
     nodes = [NodeInfo(0, "or", "BitwiseOr", ("v0",), None, ("x",)),
              NodeInfo(1, "where", "Where", ("v1",), None, ("v0", "x")),

@@ -28,8 +28,8 @@ from bisect_onnx.graph.walk import graph_tensors
 from bisect_onnx.graph.weights import copy_model, link_or_copy, weight_bytes, write_external_data
 from bisect_onnx.pipeline import onnx_vs_onnx
 from bisect_onnx.report import repro
-from bisect_onnx.runtime import onnx_side
-from bisect_onnx.runtime.sessions import create_session
+from bisect_onnx.runtime.onnxruntime import runner as onnx_side
+from bisect_onnx.runtime.onnxruntime.sessions import create_session
 from tests.torch_warnings import DYNAMO_LEAFSPEC_DEPRECATED
 
 pytestmark = DYNAMO_LEAFSPEC_DEPRECATED

@@ -351,12 +351,12 @@ def test_malformed_tolerance_file_is_one_line_naming_file_and_line(tmp_path, tex
 
 def _output(path: Path, x: np.ndarray, *, promote: str) -> np.ndarray:
     """The final output of a session: production's (``fused``, read back) or a capture's."""
-    from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
+    from bisect_onnx.runtime.onnxruntime.runner import OnnxRuntimeRunner
 
-    side = OnnxRuntimeSide(path, promote=promote)
-    capture = side.run([x])
-    return np.asarray(side.production_outputs[0] if promote == "fused"
-                      else capture.outputs[0].array)
+    side = OnnxRuntimeRunner(path, promote=promote)
+    ran = side.run([x])
+    return np.asarray(ran.production.outputs[0] if promote == "fused"
+                      else ran.capture.outputs[0].array)
 
 
 def test_float16_fallback_takes_its_verdict_from_the_production_session(made):
@@ -443,7 +443,7 @@ def test_repro_of_a_float16_culprit_feeds_float16_reference_values(made, tmp_pat
 
 
 def test_samples_keep_the_worst_report_and_write_a_repro_per_sample(made, tmp_path):
-    from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
+    from bisect_onnx.runtime.onnxruntime.runner import OnnxRuntimeRunner
     from bisect_onnx.sources.random_inputs import synthesize_inputs
 
     report = bisect_onnx.bisect_onnx_models(
@@ -452,7 +452,7 @@ def test_samples_keep_the_worst_report_and_write_a_repro_per_sample(made, tmp_pa
     assert report.diverged and "worst of 3 random samples (3 diverged)" in report.note
     assert sorted(path.name for path in tmp_path.iterdir()) == [
         "sample-1", "sample-2", "sample-3"]
-    specs = OnnxRuntimeSide(RESNET).inputs
+    specs = OnnxRuntimeRunner(RESNET).inputs
     needed = [bisect_onnx.bisect_onnx_models(
         RESNET, made["fp16_planted"], synthesize_inputs(specs, seed=3, sample=sample),
         ).final_outputs[0].min_passing_atol for sample in range(3)]

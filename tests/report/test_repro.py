@@ -20,7 +20,7 @@ from bisect_onnx.errors import InputError
 from bisect_onnx.graph.segments import MAX_SEGMENT_NODES
 from bisect_onnx.judge.compare import compare_arrays
 from bisect_onnx.report.repro import write_repro
-from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
+from bisect_onnx.runtime.onnxruntime.runner import OnnxRuntimeRunner
 from fixtures.registry import FIXTURES, build_model, load_inputs, repo_path
 
 RTOL, ATOL = 1e-3, 1e-5
@@ -43,8 +43,9 @@ def avgpool():
     with torch.no_grad():
         module(torch.from_numpy(inputs["x"]))
     path = repo_path(fixture.onnx_file)
-    side = OnnxRuntimeSide(path)
-    candidate = {name: value.array for name, value in side.run([inputs["x"]]).values.items()}
+    side = OnnxRuntimeRunner(path)
+    capture = side.run([inputs["x"]]).capture
+    candidate = {name: value.array for name, value in capture.values.items()}
     return path, side.model, inputs, captured, candidate
 
 

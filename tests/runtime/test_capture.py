@@ -15,9 +15,9 @@ from torch.nn import functional as F
 
 import bisect_onnx
 from bisect_onnx.cli.command import main
-from bisect_onnx.runtime.capture_plan import op_counts
-from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
-from bisect_onnx.runtime.sessions import create_session
+from bisect_onnx.runtime.onnxruntime.capture_plan import op_counts
+from bisect_onnx.runtime.onnxruntime.runner import OnnxRuntimeRunner
+from bisect_onnx.runtime.onnxruntime.sessions import create_session
 from fixtures.registry import FIXTURES, repo_path
 from tests.planting import plant, scale_conv_weight
 
@@ -58,23 +58,23 @@ def _optimized_ops(serialized: bytes, folder, name: str) -> dict[str, int]:
 def test_fusion_preserving_capture_fuses_as_production_and_promoting_all_does_not(
         fusable, tmp_path):
     _, x, path = fusable
-    side = OnnxRuntimeSide(path)
-    side.run([x])
+    side = OnnxRuntimeRunner(path)
+    ran = side.run([x])
     plan = side.plan
     production = plan.production_ops
     original = {node.op_type for node in side.model.graph.node}
     assert {op for op in production if op not in original}, "ORT fused nothing"
     assert plan.capture_ops == production
-    assert side.describe_capture()["fusions_match_production"] is True
-    assert side.outputs_match_production is True
+    assert side.describe_capture(ran.production)["fusions_match_production"] is True
+    assert ran.production.matches is True
     # Node for node production's graph: production is not run again, and a production
     # session does give the very same outputs.
     assert plan.same_graph_as_production
-    assert side.production_check == "identical optimized graph"
+    assert ran.production.how == "identical optimized graph"
     session = create_session(path, model_dir=path.parent, label="production")
     expected = session.run(None, {side.inputs[0].name: x})
     assert all(np.array_equal(ours, theirs)
-               for ours, theirs in zip(side.production_outputs, expected, strict=True))
+               for ours, theirs in zip(ran.production.outputs, expected, strict=True))
     # Every node output promoted: ORT can no longer fuse what feeds a graph output.
     everything = _optimized_ops(side.promoted_bytes(None), tmp_path, "all")
     assert everything != production
@@ -176,7 +176,7 @@ def test_nan_on_one_side_is_reported_where_it_starts(tmp_path):
 
 
 def test_the_layout_transformer_is_disabled_only_where_it_rewrote_the_graph(monkeypatch):
-    from bisect_onnx.runtime import capture_plan
+    from bisect_onnx.runtime.onnxruntime import capture_plan
 
     # As if every model lost most of its value names: only a graph the NCHWc
     # transformer rewrote (a CNN on x86) is captured without it.

@@ -18,8 +18,8 @@ import bisect_onnx  # noqa: E402
 from bisect_onnx import events  # noqa: E402
 from bisect_onnx.cli.command import main  # noqa: E402
 from bisect_onnx.report.verdict import verdict_line  # noqa: E402
-from bisect_onnx.runtime.openvino_layers import executed_layers  # noqa: E402
-from bisect_onnx.runtime.openvino_side import OpenVinoSide  # noqa: E402
+from bisect_onnx.runtime.openvino.layers import executed_layers  # noqa: E402
+from bisect_onnx.runtime.openvino.runner import OpenVinoRunner  # noqa: E402
 from fixtures.registry import FIXTURES, REPO_ROOT, load_inputs, repo_path  # noqa: E402
 from tests.planting import (  # noqa: E402
     insert_mul,
@@ -37,18 +37,19 @@ def _inputs(name: str) -> list[np.ndarray]:
     return list(load_inputs(FIXTURES[name]).values())
 
 
-def _side(name: str, precision: str | None = None) -> OpenVinoSide:
-    return OpenVinoSide(repo_path(FIXTURES[name].onnx_file), precision=precision)
+def _side(name: str, precision: str | None = None) -> OpenVinoRunner:
+    return OpenVinoRunner(repo_path(FIXTURES[name].onnx_file), precision=precision)
 
 
 @pytest.mark.parametrize("precision", [None, "f32"], ids=["default precision", "f32"])
 @pytest.mark.parametrize("name", ["resnet_like", "tiny_transformer"])
 def test_the_capture_runs_productions_layers_and_its_outputs(name, precision):
     side = _side(name, precision)
-    capture = side.run(_inputs(name))
+    ran = side.run(_inputs(name))
+    capture = ran.capture
     plan = side.plan
     assert plan.layers_match_production and plan.captured
-    assert side.outputs_match_production is True
+    assert ran.production.matches is True
     for ours, theirs in zip(capture.outputs, side.run_outputs(_inputs(name)), strict=True):
         assert np.array_equal(ours.array, theirs.array)  # bitwise production's
     # Every captured value says which of production's layers produced it, and how.
@@ -238,7 +239,7 @@ def test_a_file_openvino_cannot_read_is_a_model_error_when_production_is_wanted(
     path = tmp_path / "custom.onnx"
     onnx.save(onnx.helper.make_model(graph, opset_imports=[
         onnx.helper.make_opsetid("", 18), onnx.helper.make_opsetid("com.example", 1)]), str(path))
-    side = OpenVinoSide(path, precision="f32")  # parsed: nothing compiled yet
+    side = OpenVinoRunner(path, precision="f32")  # parsed: nothing compiled yet
     with pytest.raises(bisect_onnx.ModelError, match="OpenVINO could not read custom.onnx"):
         side.prepare()
     with pytest.raises(bisect_onnx.ModelError, match="OpenVINO could not read custom.onnx"):

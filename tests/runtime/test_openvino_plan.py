@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bisect_onnx.runtime.onnx_side import NodeInfo
-from bisect_onnx.runtime.openvino_layers import ExecutedLayer, GraphIndex
-from bisect_onnx.runtime.openvino_plan import leaving_values, plan_capture
+from bisect_onnx.graph.nodes import NodeInfo
+from bisect_onnx.runtime.openvino.layers import ExecutedLayer, GraphIndex
+from bisect_onnx.runtime.openvino.plan import leaving_values, plan_capture
 from bisect_onnx.search.classify import KernelRuntime, Kind, classify
 
 # a -> conv1 -> relu1 -> conv2 -> add(+relu1) -> relu2 -> out; the Add adds in place into
@@ -71,7 +71,7 @@ def test_the_residual_a_convolution_adds_in_place_is_left_out_from_the_start():
 
 
 def test_a_residual_the_plan_did_not_foresee_is_the_first_guess(monkeypatch):
-    from bisect_onnx.runtime import openvino_plan
+    from bisect_onnx.runtime.openvino import plan as openvino_plan
 
     monkeypatch.setattr(openvino_plan, "_foreseen", lambda *_: {})
     calls: list = []

@@ -18,7 +18,7 @@ import torch
 from onnx import numpy_helper
 
 from bisect_onnx.graph.provenance import read_torch_metadata
-from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide
+from bisect_onnx.runtime.onnxruntime.runner import OnnxRuntimeRunner
 from bisect_onnx.search.decomposition import (
     localize_in_segment,
     pair_by_structure,
@@ -86,7 +86,7 @@ def attention(tmp_path_factory) -> Exported:
 
 def _candidate_values(model: onnx.ModelProto, inputs, path: Path) -> dict[str, np.ndarray]:
     onnx.save(model, str(path))
-    capture = OnnxRuntimeSide(path, promote="all").run(inputs)  # every intermediate
+    capture = OnnxRuntimeRunner(path, promote="all").run(inputs).capture  # every intermediate
     return {name: value.array for name, value in capture.values.items()}
 
 

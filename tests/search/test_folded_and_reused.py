@@ -16,7 +16,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import bisect_onnx
-from bisect_onnx.runtime.onnx_side import NodeInfo
+from bisect_onnx.graph.nodes import NodeInfo
 from bisect_onnx.search.nodeless import modules_computing
 from tests.planting import plant, scale_initializer_input
 from tests.torch_warnings import DYNAMO_LEAFSPEC_DEPRECATED, LEGACY_EXPORTER_DEPRECATED

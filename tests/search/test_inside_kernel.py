@@ -7,10 +7,10 @@ from types import SimpleNamespace
 import numpy as np
 from onnx import TensorProto, helper
 
+from bisect_onnx.graph.nodes import NodeInfo
 from bisect_onnx.graph.provenance import Provenance
 from bisect_onnx.graph.segments import Segment
 from bisect_onnx.judge.tolerances import Tolerance
-from bisect_onnx.runtime.onnx_side import NodeInfo
 from bisect_onnx.runtime.sides import CapturedValue
 from bisect_onnx.search.inside_kernel import first_failing_inside
 from bisect_onnx.search.local import LocalCheck

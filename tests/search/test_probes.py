@@ -15,8 +15,8 @@ from torch import nn
 import bisect_onnx
 from bisect_onnx.cli.command import main
 from bisect_onnx.errors import UsageError
-from bisect_onnx.runtime import capture_plan
 from bisect_onnx.runtime.memory import estimate_values_bytes, parse_size
+from bisect_onnx.runtime.onnxruntime import capture_plan
 from fixtures.registry import FIXTURES, repo_path
 from tests.planting import plant, scale_conv_weight
 from tests.torch_warnings import DYNAMO_LEAFSPEC_DEPRECATED
@@ -254,7 +254,7 @@ def test_over_budget_at_parity_the_verdict_names_the_budget(fixture_case):
 
 
 def _checkpoints(*sizes):
-    from bisect_onnx.runtime.onnx_side import NodeInfo
+    from bisect_onnx.graph.nodes import NodeInfo
     from bisect_onnx.runtime.sides import CapturedValue
     from bisect_onnx.search.probes import Checkpoint
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from bisect_onnx.errors import InputError, ModelError, UsageError
-from bisect_onnx.runtime.onnx_side import InputSpec
+from bisect_onnx.runtime.input_specs import InputSpec
 from bisect_onnx.sources.arrangement import (
     arrange_inputs,
     check_input_count,

@@ -12,7 +12,7 @@ import torch
 from onnx import TensorProto, helper
 
 from bisect_onnx.errors import InputError, UsageError
-from bisect_onnx.runtime.onnx_side import InputSpec
+from bisect_onnx.runtime.input_specs import InputSpec
 from bisect_onnx.sources.random_inputs import (
     DEFAULT_INT_HIGH,
     parse_dim_options,

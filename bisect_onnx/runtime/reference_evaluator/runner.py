@@ -2,8 +2,7 @@
 
 Two ways to run it:
 
-* ONNX Runtime with every node output promoted
-  (:class:`~bisect_onnx.runtime.onnx_side.OnnxRuntimeSide` with ``promote="all"``):
+* its runtime's runner with every node output promoted (``promote="all"``):
   fast, any op ONNX Runtime has, with the provider and optimization level asked for;
 * ONNX's reference evaluator (``onnx.reference.ReferenceEvaluator``), which follows the
   ONNX specification op by op in numpy and keeps every intermediate result: slow, but
@@ -22,84 +21,95 @@ import numpy as np
 
 from bisect_onnx.errors import ModelError, UsageError, one_line
 from bisect_onnx.events import CAPTURE_STARTED, emit
-from bisect_onnx.graph.provenance import Provenance
-from bisect_onnx.runtime.onnx_side import OnnxRuntimeSide, node_provenance
-from bisect_onnx.runtime.sides import Capture, CapturedValue
+from bisect_onnx.runtime.runner import (
+    CompiledGraph,
+    ProductionCheck,
+    Runner,
+    RuntimeRun,
+    Session,
+    captured_by_node,
+)
+from bisect_onnx.runtime.sides import CapturedValue
 
-__all__ = ["ReferenceEvaluatorSide", "reference_side", "EVALUATOR_DOMAINS"]
+__all__ = ["ReferenceEvaluatorRunner", "EVALUATOR_DOMAINS", "EVALUATOR"]
 
 logger = logging.getLogger(__name__)
 
+#: The runner's name in the report (``environment.runtime``, ``reference.kind``).
+EVALUATOR = "onnx-reference-evaluator"
 #: The operator domains ``onnx.reference`` implements.
 EVALUATOR_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"})
 
 
-def reference_side(path: Path, runtime: Any, *, evaluator: bool) -> Any:
-    """The side that runs the reference model, every value captured.
+class ReferenceEvaluatorRunner(Runner):
+    """Runs an ONNX model with ``onnx.reference.ReferenceEvaluator``, every value kept.
 
-    ``runtime``: the reference's :class:`~bisect_onnx.pipeline.options.RuntimeOptions`
-    (ONNX Runtime or OpenVINO), unless it runs in the evaluator.
+    It is a reference only: it compiles nothing, so there is no production to check
+    against, probe or look up kernels in.
     """
-    if evaluator:
-        return ReferenceEvaluatorSide(path)
-    return runtime.candidate_side(path, promote="all")
 
-
-class ReferenceEvaluatorSide:
-    """Runs an ONNX model with ``onnx.reference.ReferenceEvaluator``, every value kept."""
+    runtime = EVALUATOR
 
     def __init__(self, path: Path) -> None:
-        # The graph as bisect-onnx reads any ONNX file (nodes, metadata, input specs);
-        # no ONNX Runtime session is made for it.
-        self.graph = OnnxRuntimeSide(path, promote="all")
-        self.path = self.graph.path
-        self.model = self.graph.model
-        self.nodes = self.graph.nodes
-        self.inputs = self.graph.inputs
-        self.output_names = self.graph.output_names
-        self.opset = self.graph.opset
+        # The graph as bisect-onnx reads any ONNX file (nodes, metadata, input specs).
+        super().__init__(path, promote="all")
         check_evaluator_ops(self.model)
         self._evaluator: Any = None  # made at the first run, kept for the next samples
 
     def describe(self) -> dict[str, Any]:
-        """What this side is, for the report."""
-        return {**self.graph.describe(), "kind": "onnx-reference-evaluator",
+        """What this runner is, for the report."""
+        return {"kind": EVALUATOR, "model": str(self.path),
+                "producer": f"{self.model.producer_name} {self.model.producer_version}".strip(),
+                "graph": self.model.graph.name, "nodes": len(self.nodes),
                 "provider": None, "opt_level": None}
 
-    def describe_capture(self) -> dict[str, Any]:
+    def describe_capture(self, production: ProductionCheck | None) -> dict[str, Any]:
         """Every value is computed and kept; nothing is fused."""
         names = [name for node in self.model.graph.node if node.op_type != "Constant"
                  for name in node.output if name]
         return {"mode": "all values (onnx.reference)", "values": len(names)}
 
-    def run(self, inputs: Sequence[np.ndarray], *, keywords: Sequence[str] = ()) -> Capture:
+    def with_promotion(self, promote: str) -> ReferenceEvaluatorRunner:
+        """Itself: the evaluator keeps every value whatever is asked."""
+        return self
+
+    def run(self, inputs: Sequence[np.ndarray]) -> RuntimeRun:
         """Evaluate the model once and keep every node output."""
         emit(CAPTURE_STARTED, "onnx.reference")
-        evaluator = self._load()
         wanted = [name for node in self.nodes if node.op_type != "Constant"
                   for name in node.outputs if name]
         wanted += [name for name in self.output_names if name not in wanted]
+        by_name = dict(zip(wanted, self._evaluate(wanted, inputs), strict=True))
+        capture = captured_by_node(self.nodes, self.output_names, by_name,
+                                   skip_constants=True)
+        logger.info("onnx.reference produced %d values", len(capture.values))
+        return RuntimeRun(capture)
+
+    def run_outputs(self, inputs: Sequence[np.ndarray]) -> list[CapturedValue]:
+        """The final outputs alone."""
+        return self.run(inputs).capture.outputs
+
+    def local_session(self, serialized: bytes, label: str) -> Session:
+        """Not available: the evaluator is a reference, never the runtime under test."""
+        raise UsageError("ONNX's reference evaluator runs only as the reference; compare "
+                         "it against a runtime (--against-reference-evaluator)")
+
+    def probe_session(self, names: Sequence[str] | None) -> tuple[Session, CompiledGraph]:
+        """Not available: the evaluator compiles no production graph to probe."""
+        return self.local_session(b"", "probe")
+
+    def where_it_ran(self, value: str, node: str | None) -> dict[str, Any]:
+        """In numpy, op by op, as the ONNX specification says."""
+        return {"runtime": self.runtime, "provider": None, "kernel": None}
+
+    def _evaluate(self, wanted: list[str], inputs: Sequence[np.ndarray]) -> list[Any]:
+        evaluator = self._load()
         feeds = {spec.name: array for spec, array in zip(self.inputs, inputs, strict=True)}
         try:
-            results = evaluator.run(wanted, feeds)
+            return evaluator.run(wanted, feeds)
         except Exception as error:
             raise ModelError(f"ONNX's reference evaluator failed on {self.path.name}: "
                              f"{one_line(error)}") from error
-        by_name = dict(zip(wanted, results, strict=True))
-        values: dict[str, CapturedValue] = {}
-        producers = {}
-        for node in self.nodes:
-            for output in node.outputs:
-                if output in by_name and node.op_type != "Constant" and output not in values:
-                    producers[output] = node
-                    values[output] = CapturedValue(output, np.asarray(by_name[output]),
-                                                   node_provenance(node, len(values)))
-        outputs = [CapturedValue(name, np.asarray(by_name[name]),
-                                 node_provenance(producers[name], index) if name in producers
-                                 else Provenance(position=index))
-                   for index, name in enumerate(self.output_names)]
-        logger.info("onnx.reference produced %d values", len(values))
-        return Capture(values=values, outputs=outputs)
 
     def _load(self) -> Any:
         """The evaluator of the model with its weights, loaded once for every sample."""

@@ -6,7 +6,7 @@ a Convolution and an Eltwise), a scale folded into a FullyConnected moves out of
 and a value handed out as float32 makes its bf16 layer write float32. So:
 
 1. production is compiled, and its executed layers read
-   (:mod:`bisect_onnx.runtime.openvino_layers`);
+   (:mod:`bisect_onnx.runtime.openvino.layers`);
 2. the candidates are the values leaving each layer (the outputs of its ONNX nodes
    that a node outside the layer reads), each asked for in its layer's output
    precision (bf16 stays bf16);
@@ -44,13 +44,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from bisect_onnx.runtime.openvino_layers import (
+from bisect_onnx.runtime.openvino.layers import (
     LAYOUT_OPS,
     ExecutedLayer,
     GraphIndex,
     blank_numbers,
 )
-from bisect_onnx.runtime.openvino_sessions import NARROW_TYPES
+from bisect_onnx.runtime.openvino.sessions import NARROW_TYPES
 
 __all__ = ["OpenVinoPlan", "plan_capture", "leaving_values", "same_layers", "MAX_ROUNDS"]
 

@@ -1,14 +1,14 @@
 """An ONNX model run by OpenVINO's CPU plugin, captured under its compiled graph.
 
 The candidate's values are the outputs of the layers OpenVINO executed, asked for so
-that the capture compiles to production's layers (:mod:`bisect_onnx.runtime.openvino_plan`);
+that the capture compiles to production's layers (:mod:`bisect_onnx.runtime.openvino.plan`);
 every run also runs production's own compiled model, and compares the capture's
 final outputs with it, bitwise. Each captured value's provenance names the executed
 layer that produced it (name, type, runtime precision).
 
 The model is read from the user's path by OpenVINO itself: nothing is written. Local
 checks and probes compile in OpenVINO too, in the same inference precision
-(:meth:`OpenVinoSide.local_session`, :meth:`OpenVinoSide.probe_session`).
+(:meth:`OpenVinoRunner.local_session`, :meth:`OpenVinoRunner.probe_session`).
 """
 
 from __future__ import annotations
@@ -22,59 +22,49 @@ from typing import Any
 
 import numpy as np
 
-from bisect_onnx.graph.provenance import Provenance, read_torch_metadata
-from bisect_onnx.runtime.onnx_side import (
-    NodeInfo,
-    input_specs,
-    load_onnx_model,
-    node_provenance,
-)
-from bisect_onnx.runtime.openvino_layers import ExecutedLayer, GraphIndex, executed_layers
-from bisect_onnx.runtime.openvino_plan import OpenVinoPlan, plan_capture
-from bisect_onnx.runtime.openvino_sessions import (
+from bisect_onnx.graph.nodes import NodeInfo, node_provenance
+from bisect_onnx.graph.provenance import Provenance
+from bisect_onnx.runtime.onnxruntime.sessions import PROMOTE_CHOICES
+from bisect_onnx.runtime.openvino.layers import ExecutedLayer, GraphIndex, executed_layers
+from bisect_onnx.runtime.openvino.plan import OpenVinoPlan, plan_capture
+from bisect_onnx.runtime.openvino.sessions import (
     OpenVinoSession,
     compile_model,
     default_precision,
+    import_openvino,
     read_model,
     with_outputs,
 )
-from bisect_onnx.runtime.runtimes import OPENVINO, import_openvino
-from bisect_onnx.runtime.sessions import PROMOTE_CHOICES
+from bisect_onnx.runtime.runner import (
+    CompiledGraph,
+    ProductionCheck,
+    Runner,
+    RuntimeRun,
+    captured_by_node,
+)
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 
-__all__ = ["OpenVinoSide"]
+__all__ = ["OpenVinoRunner"]
 
 logger = logging.getLogger(__name__)
 
 
-class OpenVinoSide:
+class OpenVinoRunner(Runner):
     """Runs an ONNX model in OpenVINO (CPU) with its executed layers' outputs captured.
 
     ``promote="fused"`` (the default) captures what production's layers let out;
     ``"all"``: every node output, which changes what OpenVINO fuses (a reference).
     """
 
-    runtime = OPENVINO
+    runtime = "openvino"
 
     def __init__(self, path: Path, *, precision: str | None = None,
                  promote: str = "fused") -> None:
         if promote not in PROMOTE_CHOICES:
             raise ValueError(f"promote must be one of {PROMOTE_CHOICES}, got {promote!r}")
         openvino = import_openvino()
-        self.path = Path(path)
-        self.promote = promote
         # Parsed (and its external weights' locations checked) before OpenVINO reads it.
-        self.model = load_onnx_model(self.path)
-        graph = self.model.graph
-        self.inputs = input_specs(graph)
-        self.nodes = [
-            NodeInfo(index=index, name=node.name or f"{node.op_type}_{index}",
-                     op_type=node.op_type, outputs=tuple(node.output),
-                     torch=read_torch_metadata({p.key: p.value for p in node.metadata_props}),
-                     inputs=tuple(node.input))
-            for index, node in enumerate(graph.node)
-        ]
-        self.output_names = [value.name for value in graph.output]
+        super().__init__(path, promote=promote)
         self.index = GraphIndex.of(self.nodes)
         self.version = openvino.__version__
         self._core = openvino.Core()
@@ -86,26 +76,17 @@ class OpenVinoSide:
         self._production: OpenVinoSession | None = None
         self._capture: OpenVinoSession | None = None
         self.production_layers: list[ExecutedLayer] | None = None
-        self.production_outputs: list | None = None
         self._last_production: tuple[dict[str, np.ndarray], list] | None = None
-        self.outputs_match_production: bool | None = None
-        self.production_difference: float | None = None
-        self.production_check: str | None = None
 
-    # What the pipeline asks every candidate (see OnnxRuntimeSide).
-    holds_weights_once = False
     #: Its compilations run on every core: nothing is imported beside them unless
     #: production's outputs diverge (a BERT-base run at parity paid 1.3 s of CPU for an
     #: import only a divergence uses; a diverged one saves 0.6 s to 0.9 s with it).
     prepares_on_one_core = False
-    provider = "OpenVINO CPU"
-    opt_level = None
 
     @property
-    def opset(self) -> int | None:
-        """The default-domain opset the model was exported with."""
-        return next((entry.version for entry in self.model.opset_import
-                     if entry.domain in ("", "ai.onnx")), None)
+    def provider(self) -> str:
+        """The device, as the report names it beside ONNX Runtime's providers."""
+        return "OpenVINO CPU"
 
     @property
     def label(self) -> str:
@@ -114,21 +95,23 @@ class OpenVinoSide:
 
     def describe(self) -> dict[str, Any]:
         """What this side is, for the report."""
-        return {"kind": OPENVINO, "model": str(self.path),
+        return {"kind": self.runtime, "model": str(self.path),
                 "producer": f"{self.model.producer_name} {self.model.producer_version}".strip(),
                 "graph": self.model.graph.name, "nodes": len(self.nodes), "device": "CPU",
                 "inference_precision": self.precision,
                 "precision_asked": self.asked_precision, "openvino": self.version}
 
-    def describe_capture(self) -> dict[str, Any]:
+    def describe_capture(self, production: ProductionCheck | None) -> dict[str, Any]:
         """How the capture was made and checked, for the report."""
         if self.promote == "all":
             return {"mode": "all values"} if self._capture is not None else {}
         if self.plan is None:
             return {}
-        return {**self.plan.describe(), "outputs_match_production": self.outputs_match_production,
-                "production_check": self.production_check,
-                "production_max_abs_difference": self.production_difference}
+        return {**self.plan.describe(), **(production or ProductionCheck()).describe()}
+
+    def with_promotion(self, promote: str) -> OpenVinoRunner:
+        """The same file in the same precision, capturing as ``promote`` says."""
+        return OpenVinoRunner(self.path, precision=self.asked_precision, promote=promote)
 
     @property
     def layer_boundaries(self) -> frozenset[str]:
@@ -146,6 +129,12 @@ class OpenVinoSide:
         self.prepare()
         return next((layer for layer in reversed(self.production_layers or ())
                      if node in layer.nodes), None)
+
+    def where_it_ran(self, value: str, node: str | None) -> dict[str, Any]:
+        """Production's executed layer that computed ``node``, in its precision."""
+        layer = self.layer_of(node)
+        return {"runtime": self.runtime, "inference_precision": self.precision,
+                "layer": layer.to_dict() if layer is not None else None}
 
     def prepare(self) -> OpenVinoPlan | None:
         """Production compiled and its layers read; the capture planned (made once)."""
@@ -169,7 +158,7 @@ class OpenVinoSide:
             self.production_layers = executed_layers(compiled, self.index)
         return self._production
 
-    def run(self, inputs: Sequence[np.ndarray], *, keywords: Sequence[str] = ()) -> Capture:
+    def run(self, inputs: Sequence[np.ndarray]) -> RuntimeRun:
         """One run of the capture, one of production; their final outputs compared."""
         self.prepare()
         feeds = self._feeds(inputs)
@@ -179,22 +168,20 @@ class OpenVinoSide:
                          for name in node.outputs if name]
                 model = with_outputs(self._read(), names)
                 self._capture = OpenVinoSession(self._compile(model), self.label)
-            return self._captured(self._capture.run_all(feeds))
+            return RuntimeRun(self._captured(self._capture.run_all(feeds)))
         by_name = self._capture.run_all(feeds)
         expected = self._production_run(feeds)
-        self.production_outputs = expected
-        self.production_check = ("executed layers compared with production's; final outputs "
-                                 "compared bitwise")
-        self.production_difference = None
-        self.outputs_match_production = True
+        difference = None
+        matches = True
         for name, array in zip(self.output_names, expected, strict=True):
             got = by_name[name]
             if not np.array_equal(got, array, equal_nan=True):
-                self.outputs_match_production = False
+                matches = False
                 if got.shape == array.shape and got.dtype.kind == "f" and got.size:
-                    self.production_difference = float(np.nanmax(np.abs(
-                        got.astype(np.float64) - array)))
-        return self._captured(by_name)
+                    difference = float(np.nanmax(np.abs(got.astype(np.float64) - array)))
+        return RuntimeRun(self._captured(by_name), ProductionCheck(
+            tuple(expected), matches, difference,
+            "executed layers compared with production's; final outputs compared bitwise"))
 
     def run_outputs(self, inputs: Sequence[np.ndarray]) -> list[CapturedValue]:
         """Production's compiled model, one run: the final outputs only (nothing planned)."""
@@ -208,7 +195,8 @@ class OpenVinoSide:
         """A local check's model (its nodes' copies), compiled in this side's precision."""
         return OpenVinoSession(self._compile(read_model(self._core, serialized, label)), label)
 
-    def probe_session(self, names: Sequence[str] | None) -> tuple[OpenVinoSession, dict]:
+    def probe_session(self, names: Sequence[str] | None
+                      ) -> tuple[OpenVinoSession, CompiledGraph]:
         """Production with ``names`` made outputs (``None``: none), and what it executed.
 
         Each value is asked for in its layer's precision; what it executed comes in the
@@ -220,11 +208,11 @@ class OpenVinoSide:
         types = {name: layer.output_precision for name, layer in leaving.items()
                  if names and name in names and layer.output_precision in ("bf16", "f16")}
         compiled, layers = self._compile_capture(list(names or ()), types)
-        return OpenVinoSession(compiled, self.label), {
-            "counts": Counter(layer.layer_type for layer in layers),
-            "values": {value for layer in layers for node in layer.nodes
-                       for value in self.index.outputs[node]},
-            "nodes": [layer.signature() for layer in layers]}
+        return OpenVinoSession(compiled, self.label), CompiledGraph(
+            Counter(layer.layer_type for layer in layers),
+            {value for layer in layers for node in layer.nodes
+             for value in self.index.outputs[node]},
+            [layer.signature() for layer in layers])
 
     def _production_run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """Production's final outputs on ``feeds``; the last ones again for the same feeds.
@@ -263,19 +251,9 @@ class OpenVinoSide:
         """The values by ONNX node, each with the executed layer that produced it."""
         layers = {node: layer for layer in self.production_layers or ()
                   for node in layer.nodes}
-        values: dict[str, CapturedValue] = {}
-        producers: dict[str, NodeInfo] = {}
-        for node in self.nodes:
-            for output in node.outputs:
-                if output in by_name and output not in values:
-                    producers[output] = node
-                    values[output] = CapturedValue(output, by_name[output],
-                                                   self._provenance(node, len(values), layers))
-        outputs = [CapturedValue(name, by_name[name],
-                                 self._provenance(producers[name], index, layers)
-                                 if name in producers else Provenance(position=index))
-                   for index, name in enumerate(self.output_names)]
-        return Capture(values=values, outputs=outputs)
+        return captured_by_node(
+            self.nodes, self.output_names, by_name,
+            provenance=lambda node, position: self._provenance(node, position, layers))
 
     def _provenance(self, node: NodeInfo, position: int,
                     layers: dict[str, ExecutedLayer]) -> Provenance:

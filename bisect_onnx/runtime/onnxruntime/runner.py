@@ -1,4 +1,4 @@
-"""The ONNX Runtime candidate side: promote node outputs, run one session.
+"""ONNX Runtime's runner: promote the node outputs production keeps, run one session.
 
 The model the user gave is read without its external data and never written to.
 A promoted copy (every top-level node output appended as a graph output) is handed
@@ -9,38 +9,44 @@ weights, so nothing lands next to the user's model.
 from __future__ import annotations
 
 import logging
+import tempfile
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from bisect_onnx.errors import ModelError, one_line
-from bisect_onnx.graph.provenance import Provenance, TorchMetadata, read_torch_metadata
-from bisect_onnx.graph.walk import graph_tensors, subgraphs
+from bisect_onnx.graph.provenance import Provenance
+from bisect_onnx.graph.walk import graph_tensors
 from bisect_onnx.graph.weights import weight_bytes
 from bisect_onnx.judge.compare import compare_arrays
-from bisect_onnx.runtime.capture_plan import (
+from bisect_onnx.runtime.onnxruntime.capture_plan import (
     CapturePlan,
     check_capture_graph,
+    graph_nodes,
+    op_counts,
     plan_capture,
+    session_and_graph,
 )
-from bisect_onnx.runtime.input_specs import InputSpec, input_specs
-from bisect_onnx.runtime.onnx_files import load_onnx_model
-from bisect_onnx.runtime.placement import Kernel, ProfileFolder, ran_in, read_kernels
-from bisect_onnx.runtime.sessions import (
+from bisect_onnx.runtime.onnxruntime.placement import Kernel, ProfileFolder, ran_in, read_kernels
+from bisect_onnx.runtime.onnxruntime.sessions import (
     CPU_PROVIDER,
     DEFAULT_OPT_LEVEL,
-    OPT_LEVELS,
     check_runtime,
     create_session,
 )
-from bisect_onnx.runtime.sides import Capture, CapturedValue
+from bisect_onnx.runtime.runner import (
+    CompiledGraph,
+    ProductionCheck,
+    Runner,
+    RuntimeRun,
+    Session,
+)
+from bisect_onnx.runtime.sides import CapturedValue
 
-__all__ = ["InputSpec", "NodeInfo", "OnnxRuntimeSide", "load_onnx_model", "input_specs",
-           "create_session", "CPU_PROVIDER", "DEFAULT_OPT_LEVEL", "OPT_LEVELS", "graph_tensors",
-           "subgraphs"]
+__all__ = ["OnnxRuntimeRunner"]
 
 logger = logging.getLogger(__name__)
 
@@ -54,24 +60,15 @@ GPU_ATOL = 1e-6
 HOLD_WEIGHTS_ONCE_ABOVE = 2**30
 
 
-@dataclass(frozen=True)
-class NodeInfo:
-    """One top-level ONNX node with the torch exporter's metadata, if any."""
-
-    index: int
-    name: str
-    op_type: str
-    outputs: tuple[str, ...]
-    torch: TorchMetadata | None
-    inputs: tuple[str, ...] = ()
-
-
-class OnnxRuntimeSide:
+class OnnxRuntimeRunner(Runner):
     """Runs an ONNX model in ONNX Runtime with its intermediate values promoted to outputs.
 
     Only the values production's optimized graph keeps, by default (``promote="fused"``,
-    :mod:`bisect_onnx.runtime.capture_plan`); every node output with ``promote="all"``.
+    :mod:`bisect_onnx.runtime.onnxruntime.capture_plan`); every node output with
+    ``promote="all"``.
     """
+
+    runtime = "onnxruntime"
 
     def __init__(
         self,
@@ -82,62 +79,31 @@ class OnnxRuntimeSide:
         promote: str = "fused",
     ) -> None:
         check_runtime(provider, opt_level, promote)
-        self.path = Path(path)
-        self.provider = provider
-        self.opt_level = opt_level
-        self.promote = promote
+        super().__init__(path, promote=promote)
+        self._provider = provider
+        self._opt_level = opt_level
         self.plan: CapturePlan | None = None
-        self.production_difference: float | None = None
-        """The largest difference from production's outputs, when they differ."""
-        self.outputs_match_production: bool | None = None
-        """Whether the last capture run's final outputs equal the production session's
-        (bitwise on CPU; within a tight tolerance on other providers)."""
-        self.production_outputs: list | None = None
-        """The production session's final outputs in the last run (``None`` where
-        nothing is fused: ``promote="all"``)."""
-        self.production_check: str | None = None
-        """How the capture was checked against production in the last run: its final
-        outputs compared with a production run's, or its optimized graph found to be
-        production's node for node (then production is not run again)."""
-        self.model = load_onnx_model(self.path)
-        graph = self.model.graph
-        self.inputs = input_specs(graph)
-        self.nodes = [
-            NodeInfo(
-                index=index,
-                name=node.name or f"{node.op_type}_{index}",
-                op_type=node.op_type,
-                outputs=tuple(node.output),
-                torch=read_torch_metadata({p.key: p.value for p in node.metadata_props}),
-                inputs=tuple(node.input),
-            )
-            for index, node in enumerate(graph.node)
-        ]
-        self.output_names = [value.name for value in graph.output]
         self._promoted_session: Any = None
         self._profile: ProfileFolder | None = None
         self.kernels: dict[str, Kernel] | None = None
         """The capture session's kernels by node, from its first run's profile."""
-        self._hold_weights_once = (weight_bytes(graph_tensors(graph))
+        self.holds_weights_once = (weight_bytes(graph_tensors(self.model.graph))
                                    > HOLD_WEIGHTS_ONCE_ABOVE)
         """Whether no two sessions on the whole model may exist at once (each holds
         every weight, prepacked): then each is made for a run and released after it."""
 
     @property
-    def holds_weights_once(self) -> bool:
-        """Whether the model is large enough that its sessions are made one at a time."""
-        return self._hold_weights_once
+    def provider(self) -> str:
+        """The execution provider every session of this runner is made on."""
+        return self._provider
 
     @property
-    def opset(self) -> int | None:
-        """The default-domain opset the model was exported with."""
-        for entry in self.model.opset_import:
-            if entry.domain in ("", "ai.onnx"):
-                return entry.version
-        return None
+    def opt_level(self) -> str:
+        """The graph optimization level every session of this runner is made at."""
+        return self._opt_level
 
     def describe(self) -> dict[str, Any]:
-        """What this side is, for the report."""
+        """What this runner is, for the report."""
         return {
             "kind": "onnxruntime",
             "model": str(self.path),
@@ -148,13 +114,16 @@ class OnnxRuntimeSide:
             "opt_level": self.opt_level,
         }
 
-    def describe_capture(self) -> dict[str, Any]:
-        """How the capture was made, for the report."""
+    def describe_capture(self, production: ProductionCheck | None) -> dict[str, Any]:
+        """How the capture was made and checked, for the report."""
         if self.plan is None:
             return {}
-        return {**self.plan.describe(), "outputs_match_production": self.outputs_match_production,
-                "production_check": self.production_check,
-                "production_max_abs_difference": self.production_difference}
+        return {**self.plan.describe(), **(production or ProductionCheck()).describe()}
+
+    def with_promotion(self, promote: str) -> OnnxRuntimeRunner:
+        """The same file, provider and level, capturing as ``promote`` says."""
+        return OnnxRuntimeRunner(self.path, provider=self.provider, opt_level=self.opt_level,
+                                 promote=promote)
 
     def run_outputs(self, inputs: Sequence[np.ndarray]) -> list[CapturedValue]:
         """One plain session (nothing promoted) and one run: the final outputs only."""
@@ -172,15 +141,22 @@ class OnnxRuntimeSide:
                                      label=self.path.name)
         return self.plan
 
-    def run(self, inputs: Sequence[np.ndarray], *, keywords: Sequence[str] = ()) -> Capture:
+    def survival(self) -> tuple[int, int] | None:
+        """How many candidate values production's optimized graph keeps, of how many."""
+        plan = self.prepare()  # decided from production's graph, before any capture
+        if plan.promoted is None or not plan.values:
+            return None
+        return plan.survivors, plan.values
+
+    def run(self, inputs: Sequence[np.ndarray]) -> RuntimeRun:
         """One session, one run, every promoted value fetched.
 
         Inputs feed the graph's inputs in order, keyword or not: an export names and
         orders its inputs as the model was called.
         """
-        self.prepare()
+        plan = self.prepare()
         expected = None
-        if self.plan.promoted is not None and not self.plan.production_nodes:
+        if plan.promoted is not None and not plan.production_nodes:
             # The capture mirrors another graph (NCHWc disabled): production must run.
             # It runs first and goes, so that its session and the capture's, each with
             # every weight, are never held together.
@@ -192,24 +168,26 @@ class OnnxRuntimeSide:
         finally:
             if self._profile is not None:  # one profiled run says where each kernel ran
                 self.kernels, self._profile = read_kernels(session, self._profile), None
-        if self._hold_weights_once:  # what follows (local checks, repro) goes without it
+        if self.holds_weights_once:  # what follows (local checks, repro) goes without it
             self._promoted_session = None
         logger.info("ONNX Runtime produced %d values", len(by_name))
-        self.production_check = None
-        if self.plan.same_graph_as_production:
+        how = None
+        if plan.same_graph_as_production:
             # The very kernels of production ran, on the same inputs: its outputs are
             # these, and a production session would only repeat them.
             expected = [by_name[name] for name in self.output_names]
-            self.production_check = "identical optimized graph"
+            how = "identical optimized graph"
         elif self.promote != "all":  # (a big model's capture session is gone by now)
             if expected is None:
-                expected = self._production_outputs(inputs, release=self._hold_weights_once)
-            self.production_check = "outputs compared" + (
+                expected = self._production_outputs(inputs, release=self.holds_weights_once)
+            how = "outputs compared" + (
                 " bitwise" if self.provider == CPU_PROVIDER else " within a tight tolerance")
-        self.production_outputs = expected
-        self.outputs_match_production = (None if expected is None
-                                         else self._matches_production(by_name, expected))
-        return self._capture(by_name)
+        if expected is None:
+            production = ProductionCheck()
+        else:
+            matches, difference = self._matches_production(by_name, expected)
+            production = ProductionCheck(tuple(expected), matches, difference, how)
+        return RuntimeRun(self.captured(by_name), production)
 
     def _production_outputs(self, inputs: Sequence[np.ndarray], *, release: bool) -> list:
         """Production's final outputs on ``inputs``, from a plain session.
@@ -238,8 +216,12 @@ class OnnxRuntimeSide:
                 opt_level=self.opt_level, label=self.path.name, profile=self._profile)
         return self._promoted_session
 
-    def _matches_production(self, by_name: dict[str, Any], expected: Sequence[Any]) -> bool:
-        """Whether the capture's final outputs are what the production session computed."""
+    def _matches_production(self, by_name: dict[str, Any], expected: Sequence[Any]
+                            ) -> tuple[bool, float | None]:
+        """Whether the capture's final outputs are production's, and by how much not.
+
+        The difference is the first differing output's largest, where it has one.
+        """
         exact = self.provider == CPU_PROVIDER
         for name, array in zip(self.output_names, expected, strict=True):
             got = np.asarray(by_name[name])
@@ -248,14 +230,13 @@ class OnnxRuntimeSide:
             same = (np.array_equal(got, array, equal_nan=True) if exact
                     else compare_arrays(array, got, rtol=GPU_RTOL, atol=GPU_ATOL).passed)
             if not same:
-                self.production_difference = (
-                    float(np.nanmax(np.abs(got.astype(np.float64) - array)))
-                    if got.shape == array.shape and got.dtype.kind in "fc" and got.size
-                    else None)
+                difference = (float(np.nanmax(np.abs(got.astype(np.float64) - array)))
+                              if got.shape == array.shape and got.dtype.kind in "fc"
+                              and got.size else None)
                 logger.info("the capture session's output %s differs from production's "
-                            "(max abs %s)", name, self.production_difference)
-                return False
-        return True
+                            "(max abs %s)", name, difference)
+                return False, difference
+        return True, None
 
     def _session(self, serialized: bytes | Path, disabled: Sequence[str] = (),
                  profile: ProfileFolder | None = None) -> Any:
@@ -264,12 +245,49 @@ class OnnxRuntimeSide:
                               opt_level=self.opt_level, disabled_optimizers=disabled,
                               profile=profile)
 
-    def kernel_that_ran(self, value: str, node: str | None) -> dict[str, Any] | None:
-        """Where the capture's kernel computing ``value`` ran (``None``: not profiled)."""
-        if not self.kernels:
-            return None
-        producers = self.plan.capture_producers if self.plan is not None else {}
-        return ran_in(value, node, self.model, self.kernels, producers)
+    def local_session(self, serialized: bytes, label: str) -> Session:
+        """A local check's model in a session on this runner's provider and level."""
+        return create_session(serialized, model_dir=self.path.resolve().parent, label=label,
+                              provider=self.provider, opt_level=self.opt_level)
+
+    def probe_session(self, names: Sequence[str] | None) -> tuple[Session, CompiledGraph]:
+        """A session marking ``names`` (production for ``None``), and its optimized graph.
+
+        ORT writes that graph's weights to the null device where it can
+        (:func:`~bisect_onnx.runtime.onnxruntime.sessions.create_session`): a probe
+        costs no weight write.
+        """
+        # The user's file for production; a copy with a few more outputs for a probe.
+        source = self.path if names is None else self.promoted_bytes(set(names))
+        with tempfile.TemporaryDirectory(prefix="bisect-onnx-probe-") as folder:
+            session, optimized = session_and_graph(
+                source, self.path.resolve().parent, Path(folder), self.provider,
+                self.opt_level, self.path.name)
+        return session, CompiledGraph(Counter(op_counts(optimized)),
+                                      {name for node in optimized.graph.node
+                                       for name in node.output},
+                                      graph_nodes(optimized))
+
+    def where_it_ran(self, value: str, node: str | None) -> dict[str, Any]:
+        """The capture's kernel computing ``value`` and its provider, from the profile.
+
+        Without a profile only the CPU provider is certain: with another, nodes it
+        lacks kernels for fall back to the CPU, so the provider is left ``None``.
+        """
+        kernel = None
+        if self.kernels:
+            producers = self.plan.capture_producers if self.plan is not None else {}
+            kernel = ran_in(value, node, self.model, self.kernels, producers)
+        if kernel is not None:
+            return {"runtime": self.runtime, "provider": kernel.pop("provider"),
+                    "kernel": kernel}
+        return {"runtime": self.runtime,
+                "provider": self.provider if self.provider == CPU_PROVIDER else None,
+                "kernel": None}
+
+    def optimizer_settings(self) -> dict[str, Any] | None:
+        """The provider and level the optimizer fix search reruns with."""
+        return {"provider": self.provider, "opt_level": self.opt_level}
 
     def _run(self, session: Any, fetched: list[str], inputs: Sequence[np.ndarray]) -> list:
         feeds = {spec.name: array for spec, array in zip(self.inputs, inputs, strict=True)}
@@ -278,27 +296,6 @@ class OnnxRuntimeSide:
         except Exception as error:
             raise ModelError(f"ONNX Runtime failed to run {self.path.name}: {one_line(error)}") \
                 from error
-
-    def _capture(self, by_name: dict[str, Any]) -> Capture:
-        values: dict[str, CapturedValue] = {}
-        producers: dict[str, NodeInfo] = {}
-        for node in self.nodes:
-            for output in node.outputs:
-                if output in by_name and output not in values:
-                    producers[output] = node
-                    values[output] = CapturedValue(
-                        output, np.asarray(by_name[output]), node_provenance(node, len(values))
-                    )
-        outputs = [
-            CapturedValue(
-                name,
-                np.asarray(by_name[name]),
-                node_provenance(producers[name], index) if name in producers
-                else Provenance(position=index),
-            )
-            for index, name in enumerate(self.output_names)
-        ]
-        return Capture(values=values, outputs=outputs)
 
     def promoted_bytes(self, wanted: set[str] | None = None) -> bytes:
         """The model serialized with its top-level node outputs also graph outputs.
@@ -329,16 +326,3 @@ class OnnxRuntimeSide:
             return self.model.SerializeToString()
         finally:
             del outputs[original:]
-
-
-def node_provenance(node: NodeInfo, position: int) -> Provenance:
-    """What an ONNX node says about where its output came from."""
-    meta = node.torch
-    return Provenance(
-        position=position,
-        module=meta.scopes[-1] if meta and meta.scopes else None,
-        node=node.name,
-        node_op=node.op_type,
-        torch_op=meta.torch_op if meta else None,
-        source=meta.source if meta else None,
-    )

@@ -48,7 +48,7 @@ class GraphIndex:
 
     @classmethod
     def of(cls, nodes: Sequence[Any]) -> GraphIndex:
-        """From :class:`~bisect_onnx.runtime.onnx_side.NodeInfo` records."""
+        """From :class:`~bisect_onnx.runtime.onnxruntime.runner.NodeInfo` records."""
         consumers: dict[str, list[str]] = {}
         for node in nodes:
             for name in node.inputs:

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bisect_onnx.runtime.placement import ProfileFolder, kernels_by_output
-from bisect_onnx.runtime.sessions import PROMOTE_CHOICES, create_session
+from bisect_onnx.runtime.onnxruntime.placement import ProfileFolder, kernels_by_output
+from bisect_onnx.runtime.onnxruntime.sessions import PROMOTE_CHOICES, create_session
 
 # PROMOTE_CHOICES lives in sessions (check_runtime needs it, and sessions may not
 # import this module); it is named here too for the CLI's choices.
@@ -56,7 +56,7 @@ class CapturePlan:
     production_session: Any = None
     """The plain session, as production runs it, made where production must run (the
     capture's optimized graph is not production's); released after each run when the
-    model is big (:data:`bisect_onnx.runtime.onnx_side.HOLD_WEIGHTS_ONCE_ABOVE`)."""
+    model is big (:data:`bisect_onnx.runtime.onnxruntime.runner.HOLD_WEIGHTS_ONCE_ABOVE`)."""
     survivors: int = 0
     values: int = 0
     production_ops: dict[str, int] = field(default_factory=dict)

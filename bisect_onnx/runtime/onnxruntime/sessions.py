@@ -11,7 +11,7 @@ from typing import Any
 from bisect_onnx.errors import ModelError, UsageError, one_line
 from bisect_onnx.events import SESSION_CREATED, SESSION_STARTED, emit
 from bisect_onnx.runtime.heap import made_in_heap
-from bisect_onnx.runtime.placement import ProfileFolder
+from bisect_onnx.runtime.onnxruntime.placement import ProfileFolder
 
 __all__ = ["CPU_PROVIDER", "DEFAULT_OPT_LEVEL", "OPT_LEVELS", "PROMOTE_CHOICES", "create_session",
            "check_provider", "check_runtime"]
@@ -23,7 +23,7 @@ OPT_LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
               "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
 #: ``fused``: promote only values that survive ORT's optimizations (the default);
 #: ``all``: every node output, which changes what ORT fuses
-#: (:mod:`bisect_onnx.runtime.capture_plan`).
+#: (:mod:`bisect_onnx.runtime.onnxruntime.capture_plan`).
 PROMOTE_CHOICES = ("fused", "all")
 
 
@@ -67,7 +67,7 @@ def create_session(serialized: bytes | Path, *, model_dir: Path, label: str,
     written), which is a link to the null device where links can be made.
 
     ``profile``: the session profiles its runs into that folder, to tell which
-    provider ran each kernel (:mod:`bisect_onnx.runtime.placement`).
+    provider ran each kernel (:mod:`bisect_onnx.runtime.onnxruntime.placement`).
     """
     import onnxruntime as ort
 

@@ -19,16 +19,25 @@ from typing import Any
 
 import numpy as np
 
-from bisect_onnx.errors import ModelError, one_line
-from bisect_onnx.runtime.runtimes import import_openvino
+from bisect_onnx.errors import ModelError, UsageError, one_line
 
-__all__ = ["OpenVinoSession", "compile_model", "read_model", "with_outputs", "as_float32",
-           "default_precision", "NARROW_TYPES", "DEVICE"]
+__all__ = ["import_openvino", "OpenVinoSession", "compile_model", "read_model", "with_outputs",
+           "as_float32", "default_precision", "NARROW_TYPES", "DEVICE"]
 
 DEVICE = "CPU"
 #: Output precisions (as the runtime model writes them) a captured value is asked in,
 #: so that its layer keeps the precision it has in production.
 NARROW_TYPES = {"bf16": "bf16", "f16": "f16"}
+
+
+def import_openvino() -> Any:
+    """The ``openvino`` package, or a one-line error saying how to install it."""
+    try:
+        import openvino
+    except ImportError as error:
+        raise UsageError(f"runtime openvino needs OpenVINO, which is not importable "
+                         f"({error}); pip install bisect-onnx[openvino]") from None
+    return openvino
 
 
 def read_model(core: Any, source: Path | bytes, label: str) -> Any:

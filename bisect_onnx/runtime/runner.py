@@ -1,0 +1,233 @@
+"""The interface every runtime implements: :class:`Runner`, and the values it returns.
+
+A runner runs one ONNX file the way a runtime runs it in production, and hands back
+what the pipeline, the search and the report need, always as returned values: a run
+(:class:`RuntimeRun`: the captured values and :class:`ProductionCheck`, how they were
+checked against production's own kernels), production's final outputs alone, a
+session on a few nodes copied out of the model (a local check), a probe of production
+with a few values made outputs (:class:`CompiledGraph`: what it compiled), and where a
+node ran. Nothing is written onto a runner for others to read.
+
+A runtime is a folder (``runtime/onnxruntime/``, ``runtime/openvino/``,
+``runtime/reference_evaluator/``) with one :class:`Runner` subclass, named in
+:mod:`bisect_onnx.runtime.registry`. docs/runtimes.md is this module's guide.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
+
+from bisect_onnx.graph.nodes import NodeInfo, node_provenance, read_nodes
+from bisect_onnx.graph.provenance import Provenance
+from bisect_onnx.runtime.input_specs import InputSpec, input_specs
+from bisect_onnx.runtime.onnx_files import load_onnx_model
+from bisect_onnx.runtime.sides import Capture, CapturedValue
+
+__all__ = ["Runner", "RunnerSettings", "RuntimeRun", "ProductionCheck", "CompiledGraph",
+           "Session", "captured_by_node"]
+
+
+class Session(Protocol):
+    """A compiled model that runs: ONNX Runtime's ``InferenceSession`` face."""
+
+    def run(self, output_names: Sequence[str] | None,
+            input_feed: Mapping[str, np.ndarray]) -> list[Any]:
+        """The arrays of ``output_names`` (every output for ``None``) on ``input_feed``."""
+        ...
+
+    def get_outputs(self) -> Sequence[Any]:
+        """The model's outputs, each with a ``name``."""
+        ...
+
+
+@dataclass(frozen=True)
+class RunnerSettings:
+    """What a runtime is asked to run with: the command line's ``--provider`` and so on.
+
+    Each runtime takes the settings that are its own and refuses the others
+    (:meth:`bisect_onnx.runtime.registry.RuntimeEntry.check`).
+    """
+
+    provider: str
+    opt_level: str
+    promote: str
+    precision: str | None = None
+
+
+@dataclass(frozen=True)
+class ProductionCheck:
+    """How a capture was checked against production's own kernels, in one run."""
+
+    outputs: tuple[np.ndarray, ...] | None = None
+    """Production's final outputs (``None`` where no production run was made: every
+    value promoted, which runs no production kernels to check against)."""
+    matches: bool | None = None
+    """Whether the capture's final outputs are production's (bitwise on CPU)."""
+    difference: float | None = None
+    """The largest difference of the capture's final outputs from production's."""
+    how: str | None = None
+    """A sentence: the outputs compared, or the optimized graph found identical."""
+
+    def describe(self) -> dict[str, Any]:
+        """The report's ``capture`` fields for it."""
+        return {"outputs_match_production": self.matches, "production_check": self.how,
+                "production_max_abs_difference": self.difference}
+
+
+@dataclass(frozen=True)
+class RuntimeRun:
+    """One run of a runner: every value it captured, and how that was checked."""
+
+    capture: Capture
+    production: ProductionCheck = field(default_factory=ProductionCheck)
+
+
+@dataclass(frozen=True)
+class CompiledGraph:
+    """What a runtime compiled for a session: op counts, values, and node by node."""
+
+    counts: Counter
+    values: set[str]
+    nodes: list[tuple]
+
+
+class Runner(ABC):
+    """Runs an ONNX file as one runtime does, its values captured.
+
+    The model is read from ``path`` without its external data and never written to;
+    ``nodes``, ``inputs`` and ``output_names`` are its graph's. ``promote`` is
+    ``"fused"`` (capture only what production's compiled graph keeps) or ``"all"``
+    (every node output: a reference, which changes what the runtime fuses).
+    """
+
+    #: The runtime's name in the registry, the report's ``environment.runtime``.
+    runtime: ClassVar[str]
+    #: Whether no two sessions on the whole model may be held at once (each holds every
+    #: weight): the comparison then makes them one at a time.
+    holds_weights_once: bool = False
+    #: Whether making its sessions leaves a core free: the exporter's translations are
+    #: imported beside the capture only then (a compiling runtime takes every core).
+    prepares_on_one_core: bool = True
+    #: The inference precision a compiling runtime computes float32 values in
+    #: (``bf16``, ``f16``, ``f32``); ``None``: float32 as the file says.
+    precision: str | None = None
+
+    def __init__(self, path: Path, *, promote: str) -> None:
+        self.path = Path(path)
+        self.promote = promote
+        self.model = load_onnx_model(self.path)
+        graph = self.model.graph
+        self.inputs: list[InputSpec] = input_specs(graph)
+        self.nodes: list[NodeInfo] = read_nodes(graph)
+        self.output_names = [value.name for value in graph.output]
+
+    @property
+    def opset(self) -> int | None:
+        """The default-domain opset the model was exported with."""
+        return next((entry.version for entry in self.model.opset_import
+                     if entry.domain in ("", "ai.onnx")), None)
+
+    @property
+    def provider(self) -> str | None:
+        """ONNX Runtime's execution provider, or how another runtime names its device."""
+        return None
+
+    @property
+    def opt_level(self) -> str | None:
+        """ONNX Runtime's optimization level; ``None`` for a runtime without levels."""
+        return None
+
+    @property
+    def layer_boundaries(self) -> frozenset[str]:
+        """Values between two of production's compiled layers the capture cannot ask for.
+
+        Local checks cut at them on the reference's values. Empty where every such
+        value can be captured (ONNX Runtime).
+        """
+        return frozenset()
+
+    @abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """What this runner is, for the report's ``candidate`` entry."""
+
+    @abstractmethod
+    def describe_capture(self, production: ProductionCheck | None) -> dict[str, Any]:
+        """How the capture is made, with how a run of it was checked, for the report."""
+
+    @abstractmethod
+    def run(self, inputs: Sequence[np.ndarray]) -> RuntimeRun:
+        """One run on ``inputs`` (the graph's inputs in order), every value captured."""
+
+    @abstractmethod
+    def run_outputs(self, inputs: Sequence[np.ndarray]) -> list[CapturedValue]:
+        """Production as it is, one run: the final outputs only."""
+
+    @abstractmethod
+    def with_promotion(self, promote: str) -> Runner:
+        """The same file under the same settings, capturing as ``promote`` says."""
+
+    @abstractmethod
+    def local_session(self, serialized: bytes, label: str) -> Session:
+        """A session on a model of nodes copied out of this one (a local check)."""
+
+    @abstractmethod
+    def probe_session(self, names: Sequence[str] | None) -> tuple[Session, CompiledGraph]:
+        """Production with ``names`` made outputs (``None``: production itself).
+
+        With it, what it compiled, which a probe compares with production's.
+        """
+
+    @abstractmethod
+    def where_it_ran(self, value: str, node: str | None) -> dict[str, Any]:
+        """The report's ``culprit.node.ran_in``: the kernel or layer that computed it."""
+
+    def prepare(self) -> None:  # noqa: B027 (a hook: nothing to plan by default)
+        """Plan the capture from production's compiled graph, before any run."""
+
+    def survival(self) -> tuple[int, int] | None:
+        """How many of the candidate values production's graph keeps, of how many.
+
+        ``None`` where the runtime does not say; a few survivors make the pipeline
+        promote every value instead (a float16 or QDQ file in ONNX Runtime).
+        """
+        return None
+
+    def optimizer_settings(self) -> dict[str, Any] | None:
+        """The ONNX Runtime settings the optimizer fix search reruns with, if any."""
+        return None
+
+    def captured(self, by_name: Mapping[str, np.ndarray]) -> Capture:
+        """The values of one run in graph order, each with its node's provenance."""
+        return captured_by_node(self.nodes, self.output_names, by_name)
+
+
+def captured_by_node(nodes: Sequence[NodeInfo], output_names: Sequence[str],
+                     by_name: Mapping[str, Any], *, skip_constants: bool = False,
+                     provenance: Any = node_provenance) -> Capture:
+    """A run's arrays by name as a :class:`Capture`: node outputs in graph order.
+
+    ``provenance(node, position)`` says where a value came from (a runtime's layer may
+    add to the node's own); ``skip_constants``: a Constant's output is no value of its.
+    """
+    values: dict[str, CapturedValue] = {}
+    producers: dict[str, NodeInfo] = {}
+    for node in nodes:
+        if skip_constants and node.op_type == "Constant":
+            continue
+        for output in node.outputs:
+            if output in by_name and output not in values:
+                producers[output] = node
+                values[output] = CapturedValue(output, np.asarray(by_name[output]),
+                                               provenance(node, len(values)))
+    outputs = [CapturedValue(name, np.asarray(by_name[name]),
+                             provenance(producers[name], index) if name in producers
+                             else Provenance(position=index))
+               for index, name in enumerate(output_names)]
+    return Capture(values=values, outputs=outputs)
