@@ -17,7 +17,7 @@ import torch
 from onnx import TensorProto, helper, numpy_helper
 
 import bisect_onnx
-import bisect_onnx.pipeline.pytorch_vs_onnx
+import bisect_onnx.pipeline.torch_sample
 from bisect_onnx.cli.command import main
 from bisect_onnx.errors import BisectOnnxError, InputError
 from bisect_onnx.sources.loading import load_input_files
@@ -315,7 +315,7 @@ def test_temporary_folder_is_removed_on_every_exit_path(private_tmp, monkeypatch
         seen.extend(name for name in os.listdir(private_tmp) if name.startswith("bisect-onnx-"))
         raise raised("boom")
 
-    monkeypatch.setattr(bisect_onnx.pipeline.pytorch_vs_onnx, "check_against_onnx", explode)
+    monkeypatch.setattr(bisect_onnx.pipeline.torch_sample, "check_against_onnx", explode)
     status = main([MLP.factory, "--input", MLP.input_file, "--onnx", MLP.onnx_file])
     assert seen, "the step ran inside bisect-onnx's temporary folder"
     assert status == {KeyboardInterrupt: 130, RuntimeError: 4, InputError: 2}[raised]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -37,12 +37,15 @@ from bisect_onnx.pytorch.reference import MODULE, Reference
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 from bisect_onnx.search.classify import Kind
 
+if TYPE_CHECKING:
+    from bisect_onnx.pipeline.torch_settings import Settings
+
 __all__ = ["traces_one_call", "exact_at_module_level", "checked_segment", "culprit_call_ops",
            "alignment_inputs", "op_scope"]
 
 logger = logging.getLogger(__name__)
 
-def traces_one_call(settings: Any) -> bool:
+def traces_one_call(settings: Settings) -> bool:
     """Whether a divergence may trace only the culprit's module call.
 
     At default granularity, for a dynamo file exported elsewhere from this ``nn.Module``,

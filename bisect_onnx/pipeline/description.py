@@ -11,20 +11,15 @@ from bisect_onnx.report.context import culprit_context
 
 if TYPE_CHECKING:
     from bisect_onnx.judge.records import Report
-    from bisect_onnx.judge.tolerances import Tolerance
-    from bisect_onnx.pipeline.options import ExportOptions
-    from bisect_onnx.pipeline.prepare import PreparedCandidate
-    from bisect_onnx.pipeline.production import CandidateRun
-    from bisect_onnx.runtime.sides import Capture, Side
+    from bisect_onnx.pipeline.torch_sample import TorchSample
 
 __all__ = ["describe_run"]
 
 
-def describe_run(report: Report, prepared: PreparedCandidate, export: ExportOptions,
-                 reference_side: Side, run: CandidateRun, description: str,
-                 torch_capture: Capture, onnx_capture: Capture, *,
-                 tolerance: Tolerance) -> RunDescription:
+def describe_run(sample: TorchSample, report: Report) -> RunDescription:
     """What was compared, how, and where, for ``report`` (its culprit's node in its graph)."""
+    settings, run = sample.settings, sample.run
+    prepared, export, tolerance = settings.prepared, settings.export, settings.judge.base
     candidate = prepared.candidate
     capture = candidate.describe_capture(run.production_check)
     warnings = []
@@ -38,9 +33,9 @@ def describe_run(report: Report, prepared: PreparedCandidate, export: ExportOpti
     shown = report.culprit or report.first_divergence
     return RunDescription(
         environment=environment(candidate, exporter=prepared.exporter),
-        reference={**reference_side.describe(), "inputs": description},
+        reference={**settings.reference.side.describe(), "inputs": sample.description},
         candidate={**candidate.describe(), "model": prepared.source},
         capture=capture,
-        culprit_node=culprit_context(shown, candidate, torch_capture, onnx_capture,
-                                     report.comparisons),
+        culprit_node=culprit_context(shown, candidate, sample.torch_capture,
+                                     sample.onnx_capture, report.comparisons),
         warnings=tuple(warnings))

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from bisect_onnx.pipeline.torch_settings import Settings
 
 __all__ = ["sample_fixes"]
 
 
-def sample_fixes(report: Any, settings: Any, arrays: Sequence[np.ndarray],
+def sample_fixes(report: Any, settings: Settings, arrays: Sequence[np.ndarray],
                  torch_outputs: Sequence[Any], onnx_outputs: Sequence[Any]) -> Any:
     """``report`` with the fix searches' checked results for its culprit.
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import tempfile
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,22 +24,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bisect_onnx.errors import InputError, UsageError
-from bisect_onnx.events import BISECTION_STARTED, CAPTURE_STARTED, emit
-from bisect_onnx.judge.assembly import assemble
-from bisect_onnx.judge.findings import Findings, RunDescription
+from bisect_onnx.events import BISECTION_STARTED, emit
 from bisect_onnx.judge.records import Report
-from bisect_onnx.judge.tolerances import Judge, ToleranceRule
-from bisect_onnx.pipeline.environment import environment
-from bisect_onnx.pipeline.fix_onnx import sample_fixes
+from bisect_onnx.judge.tolerances import Judge
 from bisect_onnx.pipeline.onnx_comparison import (
     SampleValues,
-    as_candidate_values,
-    compare_sample,
-    kernel_references,
-    local_judge,
-    probe_checkpoints,
-    show_kernel_culprit,
 )
+from bisect_onnx.pipeline.onnx_sample import OnnxModels, OnnxSample, run_onnx_sample
 from bisect_onnx.pipeline.options import (
     FixOptions,
     OutputOptions,
@@ -49,13 +40,6 @@ from bisect_onnx.pipeline.options import (
     Tolerance,
 )
 from bisect_onnx.pipeline.prepare import onnx_model_path
-from bisect_onnx.pipeline.production import (
-    CandidateRun,
-    capture_warning,
-    probe_production,
-    run_candidate,
-    wants_probes,
-)
 from bisect_onnx.pipeline.repro import write_sample_repro
 from bisect_onnx.pipeline.samples import (
     as_arrays,
@@ -63,14 +47,9 @@ from bisect_onnx.pipeline.samples import (
     random_samples,
     samples_kind,
 )
-from bisect_onnx.report.context import culprit_context
 from bisect_onnx.runtime.heap import give_back, kept_in_heap
 from bisect_onnx.runtime.reference_evaluator.runner import ReferenceEvaluatorRunner
-from bisect_onnx.runtime.registry import display_name
 from bisect_onnx.runtime.runner import Runner
-from bisect_onnx.runtime.sides import Capture
-from bisect_onnx.search.blame import attribute_divergence
-from bisect_onnx.search.local import boundary_references
 from bisect_onnx.sources.arrangement import arrange_inputs
 from bisect_onnx.sources.file_kinds import check_onnx_file
 from bisect_onnx.sources.graph_inputs import check_against_onnx
@@ -181,13 +160,13 @@ def bisect_onnx_models(
         candidate_path, candidate_label = (
             (reference_path, reference_label) if candidate is None
             else _model_path(candidate, Path(workdir), "candidate"))
-        models = _Models(
+        models = _Models(OnnxModels(
             ReferenceEvaluatorRunner(reference_path) if evaluator
             else reference_runtime.runner(reference_path, promote="all"),
-            candidate_runtime.runner(candidate_path),
             labels=(reference_label, candidate_label), rtol=tolerance.rtol,
             atol=tolerance.atol, rules=rules, all_culprits=search.all_culprits,
-            fixes=fixes, user_paths=(reference, candidate))
+            fixes=fixes, user_paths=(reference, candidate)),
+            candidate_runtime.runner(candidate_path))
         # A large model's sessions are made in the heap, each making's buffers reusing
         # one another's pages (runtime/heap.py); what it kept is given back at the end.
         large = any(side.holds_weights_once for side in (models.reference, models.candidate))
@@ -203,125 +182,29 @@ def bisect_onnx_models(
 
 @dataclass
 class _Models:
-    """The two models of one run, and what every sample shares."""
+    """The two models of one run; what a sample changes for the samples after it."""
 
-    reference: Runner
-    """The reference: its runtime with every value promoted, or the evaluator."""
+    shared: OnnxModels
     candidate: Runner
     """The runtime under test; a promote-all one once a fallback was needed."""
-    labels: tuple[str, str]
-    rtol: float | None
-    atol: float | None
-    rules: Sequence[ToleranceRule]
-    all_culprits: bool
-    fixes: FixOptions = field(default_factory=FixOptions)
-    user_paths: tuple[Any, ...] = ()
     fell_back: str | None = None
     """The promote-all fallback's warning, said in every sample once it happened."""
 
+    @property
+    def reference(self) -> Runner:
+        """The reference model's runner."""
+        return self.shared.reference
+
     def run_sample(self, arrays: list[np.ndarray], description: str):
         """One sample through every stage: its report, and how to write its repro."""
-        candidate_arrays = _candidate_inputs(arrays, self.reference, self.candidate)
-        reference_runtime, runtime = (display_name(side.runtime)
-                                      for side in (self.reference, self.candidate))
-        if not isinstance(self.reference, ReferenceEvaluatorRunner):
-            emit(CAPTURE_STARTED, f"{reference_runtime} (reference)")
-        reference_capture = self.reference.run(arrays).capture
-        emit(CAPTURE_STARTED, runtime)
-        run = run_candidate(self.candidate, candidate_arrays, fall_back=True)
-        self.candidate = run.side
-        self.fell_back = self.fell_back or run.fallback
-        report, values, judge = self._report(run, reference_capture, arrays,
-                                             candidate_arrays, description)
-        if self.fixes.suggest:
-            report = sample_fixes(report, self.reference.path, self.candidate.path,
-                                  self.candidate.inputs, candidate_arrays, values,
-                                  judge.base, self.user_paths,
-                                  self.candidate.optimizer_settings())
-        return report, partial(_write_repro, report=report, candidate=self.candidate,
-                               values=values, tolerance=judge)
-
-    def _report(self, run: CandidateRun, reference_capture: Capture, arrays: Sequence[np.ndarray],
-                candidate_arrays: Sequence[np.ndarray],
-                description: str) -> tuple[Report, SampleValues, Judge]:
-        """Compare, probe production where needed, attribute: the sample's report.
-
-        One step: each stage's findings, then the report assembled from them.
-        """
-        reference, candidate = self.reference, self.candidate
-        # The verdict is production's, whatever the capture session computed.
-        judged = run.judged_capture()
-        comparison, paired = compare_sample(
-            reference, candidate, reference_capture, judged, arrays, rtol=self.rtol,
-            atol=self.atol, rules=self.rules, warnings=[self.fell_back] if self.fell_back else [])
-        findings = Findings(comparison)
-        report = assemble(findings)
-        candidate_values = {name: value.array for name, value in run.capture.values.items()}
-        pairs = list(paired.pairs)
-        if wants_probes(report, run, paired.judge.base):
-            plan = probe_checkpoints(paired, candidate, reference_capture)
-            probed = probe_production(report, run, candidate_arrays, plan.checkpoints,
-                                      tolerance=paired.judge.base, compare=plan.compare,
-                                      make_row=plan.make_row)
-            if probed is not None:
-                bisection, search = probed
-                findings = replace(findings, search=search)
-                known = {pair.candidate for pair in pairs}
-                pairs.extend(pair for pair in plan.pairs if pair.candidate not in known)
-                candidate_values.update({name: value.array for name, value
-                                         in bisection.capture.values.items()})
-        candidate_values.update({value.name: value.array for value in run.production})
-        pairs.extend(paired.outputs)
-        values = SampleValues(
-            reference=boundary_references(  # one file: the reference's values fit as they are
-                candidate, as_candidate_values(pairs, reference_capture, candidate_values),
-                {name: value.array for name, value in reference_capture.values.items()}
-                if reference.path == candidate.path else {}),
-            candidate=candidate_values,
-            graph_inputs={spec.name: array for spec, array in zip(candidate.inputs,
-                                                                   candidate_arrays,
-                                                                   strict=True)})
-        report = assemble(findings)
-        if report.diverged or report.hidden_divergences:  # hidden ones have culprits too
-            attribution, local_values = attribute_divergence(
-                report, candidate, values.reference, values.candidate, values.graph_inputs,
-                tolerance=paired.judge, everything=self.all_culprits,
-                has_counterpart=_in_graph(reference.model),
-                compare=local_judge(paired.judge, pairs, reference_capture),
-                kernel_references=kernel_references(paired, reference_capture))
-            if attribution is not None:
-                findings = replace(findings, attribution=show_kernel_culprit(
-                    attribution, paired, reference_capture, local_values))
-                report = assemble(findings)
-        capture = candidate.describe_capture(run.production_check)
-        warning = capture_warning(run.production_check, capture,
-                                  share=run.tolerance_used(paired.judge.base.rtol,
-                                                           paired.judge.base.atol))
-        findings = replace(findings, description=RunDescription(
-            environment=environment(candidate, exporter="unknown",
-                                    reference=_reference_runtime(reference)),
-            reference={**reference.describe(), "model": self.labels[0], "inputs": description},
-            candidate={**candidate.describe(), "model": self.labels[1]},
-            capture=capture,
-            culprit_node=culprit_context(report.culprit or report.first_divergence,
-                                         candidate, reference_capture, judged,
-                                         report.comparisons),
-            warnings=(warning,) if warning else ()))
-        return assemble(findings), values, paired.judge
-
-
-def _in_graph(model: Any) -> Any:
-    """Whether a candidate node is one the reference graph holds (by name)."""
-    names = {node.name for node in model.graph.node if node.name}
-    return lambda node: node.name in names
-
-
-def _reference_runtime(reference: Runner) -> dict[str, Any]:
-    """How the reference ran, for the environment record."""
-    evaluator = isinstance(reference, ReferenceEvaluatorRunner)
-    return {"reference_runtime": "onnx.reference" if evaluator else reference.runtime,
-            "reference_provider": None if evaluator else reference.provider,
-            "reference_opt_level": None if evaluator else reference.opt_level}
+        sample = run_onnx_sample(OnnxSample(
+            self.shared, self.candidate, arrays,
+            _candidate_inputs(arrays, self.reference, self.candidate), description,
+            fell_back=self.fell_back))
+        self.candidate, self.fell_back = sample.candidate, sample.fell_back
+        return sample.report, partial(_write_repro, report=sample.report,
+                                      candidate=sample.candidate, values=sample.values,
+                                      tolerance=sample.paired.judge)
 
 
 def _write_repro(folder: Path, report: Report, candidate: Runner,

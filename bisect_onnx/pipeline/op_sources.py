@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -33,12 +33,15 @@ from bisect_onnx.pytorch.private_apis import PrivateApiMissing
 from bisect_onnx.pytorch.script_ops import capture_script_ops
 from bisect_onnx.runtime.sides import Capture
 
+if TYPE_CHECKING:
+    from bisect_onnx.pipeline.torch_settings import Settings
+
 __all__ = ["op_values", "later_op_values", "LaterOps"]
 
 logger = logging.getLogger(__name__)
 
 
-def op_values(settings: Any, arrays: Sequence[np.ndarray], *, diverged: bool,
+def op_values(settings: Settings, arrays: Sequence[np.ndarray], *, diverged: bool,
               memory_reason: str | None, later: bool = True) -> OpCapture | None:
     """Every ATen op's value, where the program the exporter translated is at hand.
 
@@ -89,7 +92,7 @@ class LaterOps(NamedTuple):
     with them, where op level could name nothing finer: the sample's, as they are."""
 
 
-def later_op_values(settings: Any, arrays: Sequence[np.ndarray], report: Report,
+def later_op_values(settings: Settings, arrays: Sequence[np.ndarray], report: Report,
                     captures: tuple[Capture, Capture], pairs: Sequence[Any], run: Any, *,
                     attribute: Callable[[Findings], tuple[Findings, Any]]) -> LaterOps:
     """Op values for a divergence ``report`` found without them.

@@ -25,9 +25,10 @@ from bisect_onnx.pipeline.options import (
     Tolerance,
 )
 from bisect_onnx.pipeline.prepare import arrange_for, prepare_candidate, resolve_export
-from bisect_onnx.pipeline.pytorch_vs_onnx import Settings, run_prepared
+from bisect_onnx.pipeline.pytorch_vs_onnx import run_prepared
 from bisect_onnx.pipeline.samples import as_arrays
 from bisect_onnx.pipeline.torch_comparison import compare_final_outputs, is_vacuity
+from bisect_onnx.pipeline.torch_settings import Settings
 from bisect_onnx.pytorch.fast_paths import as_the_exporter_runs
 from bisect_onnx.pytorch.parking import parking_for
 from bisect_onnx.pytorch.reference import exit_is_a_model_error, reference_for

@@ -1,36 +1,21 @@
 """PyTorch against ONNX: the public ``bisect``, one sample at a time through the stages.
 
-Data flows one way: prepare the ONNX model (export or given file), then per sample
-capture both sides, compare, search production where the capture cannot show the
-first divergence, attribute it, and describe the run. Each step lives in its own
-module; this one wires them.
+Data flows one way: prepare the ONNX model (export or given file), then each sample
+runs through the list of stages of :mod:`bisect_onnx.pipeline.torch_sample` (capture
+both sides, compare, search production where the capture cannot show the first
+divergence, attribute it, describe the run), and the worst sample's report is the run's.
 """
 
 from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from bisect_onnx.align.op_level import align_op_values
-from bisect_onnx.events import BISECTION_STARTED, CAPTURE_STARTED, emit
-from bisect_onnx.judge.assembly import assemble
-from bisect_onnx.judge.compare import DEFAULT_ATOL, DEFAULT_RTOL
-from bisect_onnx.judge.findings import Findings
+from bisect_onnx.events import BISECTION_STARTED, emit
 from bisect_onnx.judge.records import Report
-from bisect_onnx.judge.tolerance_judge import ToleranceJudge
-from bisect_onnx.judge.vocabulary import Granularity
-from bisect_onnx.pipeline.call_ops import alignment_inputs, op_scope, traces_one_call
-from bisect_onnx.pipeline.description import describe_run
-from bisect_onnx.pipeline.fix_torch import sample_fixes
-from bisect_onnx.pipeline.module_float64 import module_float64
-from bisect_onnx.pipeline.op_sources import later_op_values, op_values
 from bisect_onnx.pipeline.options import (
     ExportOptions,
     FixOptions,
@@ -41,19 +26,10 @@ from bisect_onnx.pipeline.options import (
     Tolerance,
 )
 from bisect_onnx.pipeline.prepare import (
-    PreparedCandidate,
     arrange_for,
     prepare_candidate,
     resolve_export,
 )
-from bisect_onnx.pipeline.production import (
-    memory_bisection,
-    nothing_fetched,
-    probe_production,
-    run_candidate,
-    wants_probes,
-)
-from bisect_onnx.pipeline.repro import write_torch_repro
 from bisect_onnx.pipeline.samples import (
     RANDOM_SAMPLES,
     compare_samples,
@@ -61,38 +37,19 @@ from bisect_onnx.pipeline.samples import (
     random_samples,
     samples_kind,
 )
-from bisect_onnx.pipeline.torch_attribution import attribute_sample, graph_inputs
-from bisect_onnx.pipeline.torch_comparison import (
-    FOREIGN_FILE,
-    NO_OP_LEVEL,
-    compare_final_outputs,
-    compare_sample,
-    subgraph_warnings,
-)
-from bisect_onnx.pytorch.exporter_imports import imported_meanwhile
+from bisect_onnx.pipeline.torch_sample import run_torch_sample
+from bisect_onnx.pipeline.torch_settings import Settings
 from bisect_onnx.pytorch.fast_paths import as_the_exporter_runs
-from bisect_onnx.pytorch.op_values import OpCapture
-from bisect_onnx.pytorch.parking import WeightParking, parking_for
-from bisect_onnx.pytorch.reference import Reference, exit_is_a_model_error, reference_for
-from bisect_onnx.runtime.heap import kept_in_heap
-from bisect_onnx.runtime.registry import display_name
-from bisect_onnx.runtime.sides import Capture, CapturedValue
-from bisect_onnx.search.modes import (
-    MEMORY_NO_OPS,
-    bisect_production,
-    over_budget,
-    references_by_value,
-)
-from bisect_onnx.search.probes import ProbeBisection, checkpoints_for
-from bisect_onnx.sources.graph_inputs import check_against_onnx
-from bisect_onnx.sources.input_sizes import Budget, input_budget
+from bisect_onnx.pytorch.parking import parking_for
+from bisect_onnx.pytorch.reference import exit_is_a_model_error, reference_for
+from bisect_onnx.sources.input_sizes import input_budget
 from bisect_onnx.sources.output_paths import check_run_files
 
 if TYPE_CHECKING:
     import onnx
     import torch
 
-__all__ = ["bisect", "run_prepared", "Settings"]
+__all__ = ["bisect", "run_prepared"]
 
 logger = logging.getLogger(__name__)
 
@@ -184,39 +141,6 @@ def bisect(
     return write_fixed(report, fixes.write_fixed, (model, onnx_model))
 
 
-@dataclass
-class Settings:
-    """What every sample of one PyTorch-form run shares."""
-
-    reference: Reference
-    prepared: PreparedCandidate
-    export: ExportOptions
-    workdir: Path
-    """The run's temporary folder (a template export for a foreign file goes there)."""
-    judge: ToleranceJudge = field(
-        default_factory=lambda: ToleranceJudge.from_floats(DEFAULT_RTOL, DEFAULT_ATOL))
-    """Every value's tolerance: the base, and the user's per-value rules."""
-    granularity: str | None = None
-    all_culprits: bool = False
-    budget: int | None = None
-    """Memory the captured values of both sides may take; ``None``: unknown."""
-    input_budget: Budget | None = None
-    """What one sample's inputs may take (``--max-memory``, else most of the memory)."""
-    parking: WeightParking = field(default_factory=lambda: WeightParking(None, Path()))
-    """Where a large model's weights wait while ONNX Runtime holds its copy."""
-    fixes: FixOptions = field(default_factory=FixOptions)
-
-    @property
-    def rtol(self) -> float:
-        """The base relative tolerance (a value without a rule of its own)."""
-        return self.judge.base.rtol
-
-    @property
-    def atol(self) -> float:
-        """The base absolute tolerance."""
-        return self.judge.base.atol
-
-
 def run_prepared(settings: Settings, given: list[tuple[Any, str]] | None,
                  random_inputs: RandomInputs, *, repro_dir: str | Path | None,
                  kind: str | None = None) -> Report:
@@ -233,158 +157,5 @@ def run_prepared(settings: Settings, given: list[tuple[Any, str]] | None,
     else:
         samples = random_samples(candidate.inputs, candidate.model, random_inputs,
                                  budget=settings.input_budget)
-    return compare_samples(samples, partial(_run_sample, settings), repro_dir=repro_dir,
+    return compare_samples(samples, partial(run_torch_sample, settings), repro_dir=repro_dir,
                            kind=RANDOM_SAMPLES if given is None else kind)
-
-
-def _imports_meanwhile(settings: Settings, arrays: list[np.ndarray],
-                       torch_outputs: Sequence[CapturedValue],
-                       memory_reason: str | None) -> bool:
-    """Whether the exporter's translations are imported while the capture is made.
-
-    Beside ONNX Runtime's sessions, made on one core, wherever a culprit's op may be
-    looked inside. OpenVINO's compilations take every core: there only where
-    production's final outputs, run first, already diverge (the side keeps them for the
-    capture's check, so nothing runs twice; at parity the import would spend 1.3 s of
-    CPU for nothing, and beside the capture's compilation it hides 0.6 s to 0.9 s of
-    BERT-base's diverged run).
-    """
-    candidate = settings.prepared.candidate
-    if not traces_one_call(settings) or memory_reason:
-        return False
-    if candidate.prepares_on_one_core:
-        return True
-    early = compare_final_outputs(torch_outputs, candidate.run_outputs(arrays),
-                                  judge=settings.judge, warnings=[])
-    return any(record.failed for record in early)
-
-
-def _run_sample(settings: Settings, arrays: list[np.ndarray], description: str):
-    """One sample through every stage: its report, and how to write its repro.
-
-    One step: each stage returns its findings, and the report is assembled from them.
-    """
-    candidate = settings.prepared.candidate
-    check_against_onnx(arrays, candidate.inputs)
-    # Known from shapes alone, before either side holds a value.
-    memory_reason = over_budget(candidate, arrays, settings.budget)
-    torch_capture = _torch_capture(settings, arrays)
-    # PyTorch's values are recorded: one copy of the weights (the file's, where it holds them)
-    settings.parking.park(candidate.model, candidate.path.parent)
-    emit(CAPTURE_STARTED, display_name(candidate.runtime))
-    # The translations (for inside_op), imported while the capture is made.
-    with (imported_meanwhile(candidate.model, wanted=_imports_meanwhile(
-              settings, arrays, torch_capture.outputs, memory_reason)),
-          kept_in_heap(settings.parking.parked)):  # its pages kept for the weights read back
-        run = run_candidate(candidate, arrays, memory_reason=memory_reason)
-    warnings = list(settings.reference.warnings)
-    # The verdict is production's, whatever the capture session computed.
-    final_outputs = compare_final_outputs(torch_capture.outputs, run.production,
-                                          judge=settings.judge, warnings=warnings)
-    diverged = any(record.failed for record in final_outputs)
-    ops = op_values(settings, arrays, diverged=diverged, memory_reason=memory_reason)
-    bisection = None
-    if memory_reason and diverged:
-        bisection = bisect_production(run.runner, candidate, references_by_value([], ops),
-                                      rtol=settings.rtol, atol=settings.atol,
-                                      memory_budget=settings.budget)
-        if bisection is None:
-            warnings.append(MEMORY_NO_OPS)
-    onnx_capture = bisection.capture if bisection is not None else run.capture
-    findings, pairs, segments = _compare(settings, torch_capture, onnx_capture, arrays, ops,
-                                         final_outputs, list(warnings))
-    float64 = module_float64(settings.reference, arrays, settings.prepared.keywords,
-                             graph_inputs(candidate, arrays), pairs)
-    attribute = partial(attribute_sample, settings, arrays=arrays, torch_capture=torch_capture,
-                        onnx_capture=onnx_capture)
-    attributed = None  # a module-level attribution that is the report, as it is
-    report = assemble(findings)
-    if ops is None and not memory_reason and (diverged or report.hidden_divergences):
-        # A hidden divergence has a culprit too: op precision, as for a divergence.
-        ops, attributed = later_op_values(
-            settings, arrays, report, (torch_capture, onnx_capture), pairs, run,
-            attribute=partial(attribute, pairs=pairs, bisection=None, ops=None,
-                              segments=segments, float64=float64))
-        if attributed is not None:
-            findings = attributed[0]
-        if ops is not None:
-            findings, pairs, segments = _compare(settings, torch_capture, onnx_capture, arrays,
-                                                 ops, final_outputs, list(warnings))
-    findings, bisection = _search_production(settings, findings, run, arrays, bisection,
-                                             memory_reason, references_by_value(pairs, ops))
-    findings = replace(findings, warnings=tuple(subgraph_warnings(candidate.model)))
-    if attributed is not None and bisection is None:
-        values = attributed[1]
-    else:
-        findings, values = attribute(findings, pairs=pairs, bisection=bisection, ops=ops,
-                                     segments=segments, float64=float64)
-    report = assemble(findings)
-    report = assemble(replace(findings, description=describe_run(
-        report, settings.prepared, settings.export, settings.reference.side, run,
-        description, torch_capture, onnx_capture, tolerance=settings.judge.base)))
-    if settings.fixes.suggest:
-        report = sample_fixes(report, settings, arrays, torch_capture.outputs, run.production)
-    return report, partial(write_torch_repro, report=report, candidate=candidate,
-                           reference_values=values.reference,
-                           candidate_values=values.candidate, torch_capture=torch_capture,
-                           onnx_capture=onnx_capture,
-                           graph_inputs=graph_inputs(candidate, arrays),
-                           tolerance=settings.judge)
-
-
-def _search_production(settings: Settings, findings: Findings, run: Any,
-                       arrays: Sequence[np.ndarray], bisection: ProbeBisection | None,
-                       memory_reason: str | None,
-                       references: Any) -> tuple[Findings, ProbeBisection | None]:
-    """Say how production was searched; probe it where the capture may not show it."""
-    report = assemble(findings)
-    if bisection is not None:
-        search = memory_bisection(report, bisection, memory_reason)
-    elif memory_reason:
-        search = nothing_fetched(report, memory_reason)
-    elif wants_probes(report, run, settings.judge.base):
-        probed = probe_production(report, run, arrays,
-                                  checkpoints_for(settings.prepared.candidate, references),
-                                  tolerance=settings.judge.base,
-                                  compare=settings.judge.probe_comparer())
-        if probed is None:
-            return findings, None
-        bisection, search = probed
-    else:
-        return findings, None
-    return replace(findings, search=search), bisection
-
-
-def _torch_capture(settings: Settings, arrays: Sequence[np.ndarray]) -> Capture:
-    """PyTorch's values: the export's run on these inputs, or a run now."""
-    prepared = settings.prepared
-    if prepared.capture is not None and prepared.ran_on(arrays):
-        return prepared.capture
-    settings.parking.restore()  # an earlier sample's ONNX Runtime side is gone
-    emit(CAPTURE_STARTED, "pytorch")
-    return settings.reference.side.run(arrays, keywords=settings.prepared.keywords)
-
-
-def _compare(settings: Settings, torch_capture: Capture, onnx_capture: Capture,
-             arrays: Sequence[np.ndarray], ops: OpCapture | None, final_outputs: list,
-             warnings: list[str]) -> tuple[Findings, list[Any], dict[str, Any]]:
-    """Align op and module values, compare them, decide: the sample's first findings."""
-    prepared, candidate = settings.prepared, settings.prepared.candidate
-    op_alignment = None
-    if ops is not None:
-        op_alignment = align_op_values(
-            ops, *alignment_inputs(ops, candidate.nodes, onnx_capture.values),
-            template=prepared.template,
-            foreign=candidate.model, foreign_dir=candidate.path.resolve().parent,
-            graph_inputs=graph_inputs(candidate, arrays), rtol=settings.rtol,
-            atol=settings.atol)
-    if settings.granularity == Granularity.OP and ops is None:
-        warnings.append(NO_OP_LEVEL)
-    if prepared.template is not None:
-        warnings.append(FOREIGN_FILE)
-    comparison, pairs, segments = compare_sample(
-        torch_capture, onnx_capture, candidate, prepared.call_index, op_alignment,
-        len(ops.values) if ops else 0, final_outputs, judge=settings.judge, warnings=warnings,
-        granularity=Granularity.OP if ops is not None and settings.granularity != Granularity.MODULE
-        else Granularity.MODULE, op_scope=op_scope(ops, onnx_capture.values))
-    return Findings(comparison), pairs, segments

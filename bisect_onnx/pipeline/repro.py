@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from bisect_onnx.judge.records import Report
-from bisect_onnx.judge.tolerances import Judge
 from bisect_onnx.report.repro import write_repro
 from bisect_onnx.runtime.runner import Runner
 from bisect_onnx.runtime.sides import Capture
+
+if TYPE_CHECKING:
+    from bisect_onnx.pipeline.torch_sample import TorchSample
 
 __all__ = ["write_sample_repro", "write_torch_repro"]
 
@@ -40,23 +42,23 @@ def write_sample_repro(folder: Path, *, report: Report, candidate: Runner,
             "reproduces": repro.reproduces}
 
 
-def write_torch_repro(folder: Path, *, report: Report, candidate: Runner,
-                      reference_values: Mapping[str, np.ndarray],
-                      candidate_values: Mapping[str, np.ndarray], torch_capture: Capture,
-                      onnx_capture: Capture, graph_inputs: Mapping[str, np.ndarray],
-                      tolerance: Judge) -> dict[str, Any]:
+def write_torch_repro(folder: Path, *, sample: TorchSample) -> dict[str, Any]:
     """The PyTorch form's repro: PyTorch's values as the expected, outputs included.
 
-    Judged at the tolerance of the culprit's row (``tolerance``, the run's judge).
+    Judged at the tolerance of the culprit's row (the run's judge).
     """
-    expected = dict(reference_values)
+    report, candidate = sample.report, sample.candidate
+    torch_capture, onnx_capture = sample.torch_capture, sample.onnx_capture
+    expected = dict(sample.values.reference)
     expected.update({cand.name: ref.array for ref, cand in
                      zip(torch_capture.outputs, onnx_capture.outputs, strict=False)})
-    judged = tolerance.of(report.culprit or report.first_divergence)
+    judged = sample.settings.judge.of(report.culprit or report.first_divergence)
+    graph_inputs = {spec.name: array for spec, array in zip(candidate.inputs, sample.arrays,
+                                                            strict=True)}
     return write_sample_repro(
         folder, report=report, candidate=candidate,
         failing_value=_repro_value(report, onnx_capture), reference_values=expected,
-        candidate_values=candidate_values, graph_inputs=graph_inputs,
+        candidate_values=sample.values.candidate, graph_inputs=graph_inputs,
         rtol=judged.rtol, atol=judged.atol, reference_label="PyTorch")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,10 +24,8 @@ from bisect_onnx.pytorch.script_ops import ScriptOpCapture
 from bisect_onnx.search.blame import attribute_divergence
 
 if TYPE_CHECKING:
-    from bisect_onnx.pipeline.module_float64 import ModuleFloat64
-    from bisect_onnx.pytorch.op_values import OpCapture
-    from bisect_onnx.runtime.sides import Capture
-    from bisect_onnx.search.probes import ProbeBisection
+    from bisect_onnx.pipeline.torch_sample import TorchSample
+    from bisect_onnx.runtime.runner import Runner
 
 __all__ = ["SampleValues", "attribute_sample", "graph_inputs"]
 
@@ -40,16 +38,17 @@ class SampleValues:
     candidate: dict[str, np.ndarray]
 
 
-def attribute_sample(settings: Any, findings: Findings, arrays: Sequence[np.ndarray],
-               torch_capture: Capture, onnx_capture: Capture, pairs: Sequence,
-               bisection: ProbeBisection | None, ops: OpCapture | None,
-               segments: Any, float64: ModuleFloat64 | None) -> tuple[Findings, SampleValues]:
+def attribute_sample(sample: TorchSample, findings: Findings) -> tuple[Findings, SampleValues]:
     """Check failing values on PyTorch's inputs: which node introduced the error.
 
-    ``float64`` reruns a module-level culprit's segment in PyTorch, where no program
-    gives its float64 value. Returns the findings with the attribution (and what was
-    found inside the culprit's op), and the sample's values.
+    The sample's ``float64`` reruns a module-level culprit's segment in PyTorch, where
+    no program gives its float64 value. Returns ``findings`` with the attribution (and
+    what was found inside the culprit's op), and the sample's values.
     """
+    settings, arrays, ops = sample.settings, sample.arrays, sample.ops
+    pairs, bisection, segments = sample.pairs, sample.bisection, sample.segments
+    torch_capture, onnx_capture, float64 = (sample.torch_capture, sample.onnx_capture,
+                                            sample.float64)
     prepared, candidate = settings.prepared, settings.prepared.candidate
     program = getattr(ops, "program", None) or prepared.program  # one call's, or the model's
     values = SampleValues(
@@ -96,6 +95,6 @@ def attribute_sample(settings: Any, findings: Findings, arrays: Sequence[np.ndar
     return replace(findings, refinement=refinement), values
 
 
-def graph_inputs(candidate: Any, arrays: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+def graph_inputs(candidate: Runner, arrays: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
     """The sample's arrays by the ONNX graph's input names."""
     return {spec.name: array for spec, array in zip(candidate.inputs, arrays, strict=True)}

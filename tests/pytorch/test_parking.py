@@ -236,11 +236,11 @@ def test_weights_come_back_before_pytorch_traces_a_divergence(fixture_case, tmp_
 
 def test_a_parked_run_keeps_freed_memory_for_the_weights_then_gives_it_back(
         fixture_case, monkeypatch, heap_watch):
-    from bisect_onnx.pipeline import pytorch_vs_onnx
+    from bisect_onnx.pipeline import torch_sample
 
     model, inputs, onnx_path = fixture_case("resnet_like")
     monkeypatch.setattr(parking, "PARK_MIN_BYTES", 0)
-    happened = heap_watch(pytorch_vs_onnx, parking)
+    happened = heap_watch(torch_sample, parking)
     original = WeightParking.restore
     monkeypatch.setattr(WeightParking, "restore", lambda self: (
         happened.append("restored" if self.parked else "nothing parked"), original(self))[1])

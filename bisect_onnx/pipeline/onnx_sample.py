@@ -1,0 +1,247 @@
+"""One ONNX-against-ONNX sample as a list of stages over an :class:`OnnxSample`.
+
+The same framework as the PyTorch form (:mod:`bisect_onnx.pipeline.stages`), and the
+same runtime stages (the capture checked against production, production probed where
+the capture cannot show the first divergence): the reference model's values, the
+candidate's capture, the values paired and compared, production probed, the values
+gathered, the culprit attributed, the run described, and the fix searches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bisect_onnx.events import CAPTURE_STARTED, emit
+from bisect_onnx.judge.assembly import assemble
+from bisect_onnx.judge.findings import Findings, RunDescription
+from bisect_onnx.judge.records import Report
+from bisect_onnx.pipeline.environment import environment
+from bisect_onnx.pipeline.fix_onnx import sample_fixes
+from bisect_onnx.pipeline.onnx_comparison import (
+    Paired,
+    SampleValues,
+    as_candidate_values,
+    compare_sample,
+    kernel_references,
+    local_judge,
+    probe_checkpoints,
+    show_kernel_culprit,
+)
+from bisect_onnx.pipeline.production import (
+    CandidateRun,
+    capture_warning,
+    probe_production,
+    run_candidate,
+    wants_probes,
+)
+from bisect_onnx.pipeline.stages import Stage, run_stages
+from bisect_onnx.report.context import culprit_context
+from bisect_onnx.runtime.reference_evaluator.runner import ReferenceEvaluatorRunner
+from bisect_onnx.runtime.registry import display_name
+from bisect_onnx.runtime.runner import Runner
+from bisect_onnx.runtime.sides import Capture
+from bisect_onnx.search.blame import attribute_divergence
+from bisect_onnx.search.local import boundary_references
+
+if TYPE_CHECKING:
+    from bisect_onnx.judge.tolerances import ToleranceRule
+    from bisect_onnx.pipeline.options import FixOptions
+
+__all__ = ["OnnxSample", "OnnxModels", "ONNX_STAGES", "run_onnx_sample"]
+
+
+@dataclass(frozen=True)
+class OnnxModels:
+    """The two models of one run, and the settings every sample shares."""
+
+    reference: Runner
+    """The reference: its runtime with every value promoted, or the evaluator."""
+    labels: tuple[str, str]
+    rtol: float | None
+    atol: float | None
+    rules: Sequence[ToleranceRule]
+    all_culprits: bool
+    fixes: FixOptions
+    user_paths: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
+class OnnxSample:
+    """What one ONNX-against-ONNX sample has found so far; each stage returns a new one."""
+
+    models: OnnxModels
+    candidate: Runner
+    """The runtime under test (a promote-all one once a fallback was needed)."""
+    arrays: list[np.ndarray]
+    """The reference graph's inputs."""
+    candidate_arrays: list[np.ndarray]
+    """The same inputs in the candidate's input types."""
+    description: str
+    fell_back: str | None = None
+    """The promote-all fallback's warning, said in every sample once it happened."""
+    reference_capture: Capture | None = None
+    run: CandidateRun | None = None
+    paired: Paired | None = None
+    findings: Findings | None = None
+    pairs: tuple[Any, ...] = ()
+    candidate_values: dict[str, np.ndarray] = field(default_factory=dict)
+    values: SampleValues | None = None
+    report: Report | None = None
+
+
+def run_onnx_sample(sample: OnnxSample) -> OnnxSample:
+    """One sample through :data:`ONNX_STAGES`."""
+    return run_stages(ONNX_STAGES, sample)
+
+
+def _capture_reference(sample: OnnxSample) -> OnnxSample:
+    """Every value of the reference model."""
+    reference = sample.models.reference
+    if not isinstance(reference, ReferenceEvaluatorRunner):
+        emit(CAPTURE_STARTED, f"{display_name(reference.runtime)} (reference)")
+    return replace(sample, reference_capture=reference.run(sample.arrays).capture)
+
+
+def _run_runtime(sample: OnnxSample) -> OnnxSample:
+    """The candidate's capture and production's final outputs (every value where few survive)."""
+    emit(CAPTURE_STARTED, display_name(sample.candidate.runtime))
+    run = run_candidate(sample.candidate, sample.candidate_arrays, fall_back=True)
+    return replace(sample, run=run, candidate=run.side,
+                   fell_back=sample.fell_back or run.fallback)
+
+
+def _compare(sample: OnnxSample) -> OnnxSample:
+    """Pair the values and compare them: production's final outputs give the verdict."""
+    models = sample.models
+    comparison, paired = compare_sample(
+        models.reference, sample.candidate, sample.reference_capture,
+        sample.run.judged_capture(), sample.arrays, rtol=models.rtol, atol=models.atol,
+        rules=models.rules, warnings=[sample.fell_back] if sample.fell_back else [])
+    return replace(sample, findings=Findings(comparison), paired=paired,
+                   pairs=tuple(paired.pairs),
+                   candidate_values={name: value.array
+                                     for name, value in sample.run.capture.values.items()})
+
+
+def _wants_probes(sample: OnnxSample) -> bool:
+    return wants_probes(assemble(sample.findings), sample.run, sample.paired.judge.base)
+
+
+def _probe_production(sample: OnnxSample) -> OnnxSample:
+    """Production probed where the capture may not show the first divergence."""
+    paired = sample.paired
+    plan = probe_checkpoints(paired, sample.candidate, sample.reference_capture)
+    probed = probe_production(assemble(sample.findings), sample.run, sample.candidate_arrays,
+                              plan.checkpoints, tolerance=paired.judge.base,
+                              compare=plan.compare, make_row=plan.make_row)
+    if probed is None:
+        return sample
+    bisection, search = probed
+    known = {pair.candidate for pair in sample.pairs}
+    return replace(
+        sample, findings=replace(sample.findings, search=search),
+        pairs=(*sample.pairs, *(pair for pair in plan.pairs if pair.candidate not in known)),
+        candidate_values={**sample.candidate_values,
+                          **{name: value.array for name, value
+                             in bisection.capture.values.items()}})
+
+
+def _gather_values(sample: OnnxSample) -> OnnxSample:
+    """Both models' values under the candidate's names, what local checks feed."""
+    reference, candidate = sample.models.reference, sample.candidate
+    candidate_values = {**sample.candidate_values,
+                        **{value.name: value.array for value in sample.run.production}}
+    pairs = (*sample.pairs, *sample.paired.outputs)
+    reference_capture = sample.reference_capture
+    values = SampleValues(
+        reference=boundary_references(  # one file: the reference's values fit as they are
+            candidate, as_candidate_values(list(pairs), reference_capture, candidate_values),
+            {name: value.array for name, value in reference_capture.values.items()}
+            if reference.path == candidate.path else {}),
+        candidate=candidate_values,
+        graph_inputs={spec.name: array for spec, array in zip(candidate.inputs,
+                                                               sample.candidate_arrays,
+                                                               strict=True)})
+    return replace(sample, pairs=pairs, candidate_values=candidate_values, values=values)
+
+
+def _diverged(sample: OnnxSample) -> bool:
+    report = assemble(sample.findings)
+    return report.diverged or bool(report.hidden_divergences)  # hidden ones have culprits too
+
+
+def _attribute(sample: OnnxSample) -> OnnxSample:
+    """Which node introduced the error, each fed the reference's values."""
+    paired, values = sample.paired, sample.values
+    attribution, local_values = attribute_divergence(
+        assemble(sample.findings), sample.candidate, values.reference, values.candidate,
+        values.graph_inputs, tolerance=paired.judge, everything=sample.models.all_culprits,
+        has_counterpart=_in_graph(sample.models.reference.model),
+        compare=local_judge(paired.judge, list(sample.pairs), sample.reference_capture),
+        kernel_references=kernel_references(paired, sample.reference_capture))
+    if attribution is None:
+        return sample
+    return replace(sample, findings=replace(sample.findings, attribution=show_kernel_culprit(
+        attribution, paired, sample.reference_capture, local_values)))
+
+
+def _describe(sample: OnnxSample) -> OnnxSample:
+    """What was compared, how, and where: the sample's report."""
+    models, candidate, run = sample.models, sample.candidate, sample.run
+    reference, base = models.reference, sample.paired.judge.base
+    report = assemble(sample.findings)
+    capture = candidate.describe_capture(run.production_check)
+    warning = capture_warning(run.production_check, capture,
+                              share=run.tolerance_used(base.rtol, base.atol))
+    findings = replace(sample.findings, description=RunDescription(
+        environment=environment(candidate, exporter="unknown",
+                                reference=_reference_runtime(reference)),
+        reference={**reference.describe(), "model": models.labels[0],
+                   "inputs": sample.description},
+        candidate={**candidate.describe(), "model": models.labels[1]},
+        capture=capture,
+        culprit_node=culprit_context(report.culprit or report.first_divergence,
+                                     candidate, sample.reference_capture,
+                                     run.judged_capture(), report.comparisons),
+        warnings=(warning,) if warning else ()))
+    return replace(sample, findings=findings, report=assemble(findings))
+
+
+def _suggest_fixes(sample: OnnxSample) -> OnnxSample:
+    """The ONNX fix searches' checked results for the culprit."""
+    models, candidate = sample.models, sample.candidate
+    return replace(sample, report=sample_fixes(
+        sample.report, models.reference.path, candidate.path, candidate.inputs,
+        sample.candidate_arrays, sample.values, sample.paired.judge.base, models.user_paths,
+        candidate.optimizer_settings()))
+
+
+def _in_graph(model: Any) -> Any:
+    """Whether a candidate node is one the reference graph holds (by name)."""
+    names = {node.name for node in model.graph.node if node.name}
+    return lambda node: node.name in names
+
+
+def _reference_runtime(reference: Runner) -> dict[str, Any]:
+    """How the reference ran, for the environment record."""
+    evaluator = isinstance(reference, ReferenceEvaluatorRunner)
+    return {"reference_runtime": "onnx.reference" if evaluator else reference.runtime,
+            "reference_provider": None if evaluator else reference.provider,
+            "reference_opt_level": None if evaluator else reference.opt_level}
+
+
+#: An ONNX-against-ONNX sample's stages, in order.
+ONNX_STAGES: Sequence[Stage[OnnxSample]] = (
+    Stage("capture the reference's values", _capture_reference),
+    Stage("run the runtime", _run_runtime),
+    Stage("pair and compare", _compare),
+    Stage("probe production", _probe_production, _wants_probes),
+    Stage("gather the values", _gather_values),
+    Stage("attribute the culprit", _attribute, _diverged),
+    Stage("describe the run", _describe),
+    Stage("suggest fixes", _suggest_fixes, lambda sample: sample.models.fixes.suggest),
+)

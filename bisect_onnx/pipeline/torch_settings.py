@@ -1,0 +1,49 @@
+"""What every sample of one PyTorch-form run shares: :class:`Settings`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bisect_onnx.judge.compare import DEFAULT_ATOL, DEFAULT_RTOL
+from bisect_onnx.judge.tolerance_judge import ToleranceJudge
+from bisect_onnx.pipeline.options import ExportOptions, FixOptions
+from bisect_onnx.pipeline.prepare import PreparedCandidate
+from bisect_onnx.pytorch.parking import WeightParking
+from bisect_onnx.pytorch.reference import Reference
+from bisect_onnx.sources.input_sizes import Budget
+
+__all__ = ["Settings"]
+
+
+@dataclass
+class Settings:
+    """What every sample of one PyTorch-form run shares."""
+
+    reference: Reference
+    prepared: PreparedCandidate
+    export: ExportOptions
+    workdir: Path
+    """The run's temporary folder (a template export for a foreign file goes there)."""
+    judge: ToleranceJudge = field(
+        default_factory=lambda: ToleranceJudge.from_floats(DEFAULT_RTOL, DEFAULT_ATOL))
+    """Every value's tolerance: the base, and the user's per-value rules."""
+    granularity: str | None = None
+    all_culprits: bool = False
+    budget: int | None = None
+    """Memory the captured values of both sides may take; ``None``: unknown."""
+    input_budget: Budget | None = None
+    """What one sample's inputs may take (``--max-memory``, else most of the memory)."""
+    parking: WeightParking = field(default_factory=lambda: WeightParking(None, Path()))
+    """Where a large model's weights wait while ONNX Runtime holds its copy."""
+    fixes: FixOptions = field(default_factory=FixOptions)
+
+    @property
+    def rtol(self) -> float:
+        """The base relative tolerance (a value without a rule of its own)."""
+        return self.judge.base.rtol
+
+    @property
+    def atol(self) -> float:
+        """The base absolute tolerance."""
+        return self.judge.base.atol
