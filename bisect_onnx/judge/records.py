@@ -237,11 +237,8 @@ class Report:
     (:class:`bisect_onnx.judge.findings.Findings`)."""
 
     def _row(self, ref: Any) -> Record | None:
-        """The record ``ref`` (a :class:`~bisect_onnx.judge.findings.RowRef`) names."""
-        if ref is None:
-            return None
-        rows = [row for row in getattr(self, ref.table) if row.onnx_value == ref.value]
-        return next((row for row in rows if row.failed), rows[0] if rows else None)
+        """The record ``ref`` (a :class:`~bisect_onnx.judge.refs.RowRef`) names."""
+        return None if ref is None else ref.find(getattr(self, ref.table))
 
     @property
     def first_divergence(self) -> Record | None:
