@@ -67,14 +67,21 @@ def _made(fixture_case, folder, name: str, kind: str) -> Report:
         return bisect_onnx.bisect_onnx_models(
             repo_path(RESNET.onnx_file), planted, [np.load(repo_path(RESNET.input_file))],
             search=bisect_onnx.SearchOptions(all_culprits=True))
-    assert kind == "op", kind
     model, inputs, exported = fixture_case(name)
+    if kind == "reference evaluator":
+        return bisect_onnx.bisect_onnx_models(exported, inputs=inputs,
+                                              reference_runtime="onnx.reference")
+    if kind == "probed":  # a budget nothing fits in: production probed, `search` in full
+        return bisect_onnx.bisect(model, inputs, onnx_model=exported,
+                                  runtime=bisect_onnx.RuntimeOptions(max_memory=1))
+    assert kind == "op", kind
     return bisect_onnx.bisect(model, inputs, onnx_model=exported,
                               search=bisect_onnx.SearchOptions(granularity="op"))
 
 
 EVERY_FIXTURE = [(name, kind) for name in FIXTURES for kind in EXPORTERS]
-OTHER_FORMS = [("avgpool_divisor", "op"), ("avgpool_divisor", "onnx-vs-onnx"),
+OTHER_FORMS = [("avgpool_divisor", "op"), ("avgpool_divisor", "probed"),
+               ("avgpool_divisor", "onnx-vs-onnx"), ("avgpool_divisor", "reference evaluator"),
                ("resnet_like", "onnx-vs-onnx planted")]
 
 
@@ -93,9 +100,10 @@ def test_a_saved_report_loads_back_equal(report_of, tmp_path, name, kind):
         report.first_divergence, report.culprit, report.culprits, report.nan_origin)
 
 
-def test_the_fixtures_cover_both_verdicts_and_a_culprit_inside_a_kernel(report_of):
+def test_the_reports_cover_both_verdicts_probes_and_a_culprit_inside_a_kernel(report_of):
     verdicts = {report_of(name, kind).verdict for name, kind in EVERY_FIXTURE}
     assert verdicts == {"parity", "diverged"}
+    assert report_of("avgpool_divisor", "probed").search["probes"]
     planted = report_of("resnet_like", "onnx-vs-onnx planted")
     assert planted.culprit in planted.kernel_values and planted.culprits
     assert planted.culprit not in planted.comparisons
