@@ -260,6 +260,7 @@ def _cycle_within(graph: dict[str, dict[str, int]], group: set[str]) -> list[str
 
 
 #: The one module that makes a Report (from the stages' findings), and what it calls.
+#: (``Report.from_dict`` only reads back the JSON of a report made there.)
 REPORT_MAKER = f"{PACKAGE}.judge.assembly"
 REPORT_MAKERS = ("Report", "replace")
 

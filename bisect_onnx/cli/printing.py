@@ -18,7 +18,6 @@ __all__ = ["print_report", "colour_wanted", "show_progress"]
 def print_report(args: argparse.Namespace, report: Report) -> int:
     """Print the report as the options ask, write its files; the exit status it means."""
     from bisect_onnx.report.fixes_text import fixes_section
-    from bisect_onnx.report.json import write_json
 
     for warning in report.warnings:
         print(f"WARNING: {warning}", file=sys.stderr)
@@ -30,16 +29,11 @@ def print_report(args: argparse.Namespace, report: Report) -> int:
     fixes = fixes_section(report)
     if fixes:
         print(f"\n{fixes}")
-    if args.json is not None:
-        write_json(report, args.json)
-    if args.html is not None:
-        from bisect_onnx.report.html import write_html
-
-        write_html(report, args.html)
-    if args.model_explorer is not None:
-        from bisect_onnx.report.overlay import write_model_explorer
-
-        write_model_explorer(report, args.model_explorer)
+    # Each file in the format its option names, whatever its suffix.
+    for path, kind in ((args.json, "json"), (args.html, "html"),
+                       (args.model_explorer, "model-explorer")):
+        if path is not None:
+            report.save(path, format=kind)
     return EXIT_DIVERGED if report.diverged else EXIT_PARITY
 
 

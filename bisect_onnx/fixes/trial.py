@@ -55,6 +55,14 @@ class OutputFigures:
                 "failing_outputs": self.failing_outputs, "outputs": self.outputs,
                 "passes": self.passes}
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> OutputFigures:
+        """The figures :meth:`as_dict` gave, read back from JSON (``null`` is inf)."""
+        def number(value: float | None) -> float:
+            return math.inf if value is None else value
+        return cls(number(data["max_abs"]), number(data["max_rel"]), data["failing_outputs"],
+                   data["outputs"])
+
 
 def output_figures(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray], *,
                    rtol: float, atol: float) -> OutputFigures:
@@ -100,10 +108,12 @@ class FixResult:
     before: OutputFigures
     after: OutputFigures
     details: Mapping[str, Any] = field(default_factory=dict)
-    fixed_model: bytes | None = field(default=None, repr=False)
-    """The fixed ONNX model, serialized, where the fix is a model (for ``--write-fixed``)."""
-    seconds: float = 0.0
-    """Time the search for this fix took, reruns included."""
+    fixed_model: bytes | None = field(default=None, repr=False, compare=False)
+    """The fixed ONNX model, serialized, where the fix is a model (for ``--write-fixed``).
+    Left out of equality, as of the JSON report: the change and its figures are the fix."""
+    seconds: float = field(default=0.0, compare=False)
+    """Time the search for this fix took, reruns included: a measure of the run, not of
+    the fix (two runs of one search find equal fixes)."""
 
     @property
     def reaches_parity(self) -> bool:
@@ -125,3 +135,10 @@ class FixResult:
                 "factor": factor if math.isfinite(factor) else None,
                 "before": self.before.as_dict(), "after": self.after.as_dict(),
                 "details": dict(self.details), "seconds": round(self.seconds, 3)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FixResult:
+        """The fix :meth:`as_dict` gave, read back from JSON (no ``fixed_model``)."""
+        return cls(data["kind"], data["change"], OutputFigures.from_dict(data["before"]),
+                   OutputFigures.from_dict(data["after"]), data["details"],
+                   seconds=data["seconds"])

@@ -60,6 +60,13 @@ class SourceLocation:
                 "call_site": {"file": call_site.file, "line": call_site.line}
                 if call_site is not None else None}
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SourceLocation:
+        """The location :meth:`to_dict` gave, read back from JSON."""
+        call_site = data["call_site"]
+        return cls(data["file"], data["line"],
+                   cls(call_site["file"], call_site["line"]) if call_site else None)
+
 
 @dataclass(frozen=True)
 class Provenance:

@@ -196,8 +196,7 @@ def _with_local(row: Record, figures: LocalFigures) -> Record:
 
 
 def _find(tables: dict[str, list[Record]], ref: RowRef) -> Record | None:
-    rows = [row for row in tables.get(ref.table, ()) if row.onnx_value == ref.value]
-    return next((row for row in rows if row.failed), rows[0] if rows else None)
+    return ref.find(tables.get(ref.table, ()))
 
 
 def _shown_culprits(attribution: AttributionFindings | None, tables: dict[str, list[Record]],

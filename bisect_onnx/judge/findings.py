@@ -18,34 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bisect_onnx.judge.records import Coverage, Record
+from bisect_onnx.judge.refs import COMPARISONS, FINAL_OUTPUTS, KERNEL_VALUES, RowRef
 from bisect_onnx.judge.vocabulary import Verdict
 
 __all__ = ["RowRef", "ComparisonFindings", "SearchFindings", "LocalFigures",
            "AttributionFindings", "Refinement", "RunDescription", "Findings",
            "COMPARISONS", "FINAL_OUTPUTS", "KERNEL_VALUES"]
-
-COMPARISONS = "comparisons"
-FINAL_OUTPUTS = "final_outputs"
-KERNEL_VALUES = "kernel_values"
-"""Values inside a kernel ONNX Runtime fused, computed by the culprit's local check:
-no row of the table, but a record the culprit may be."""
-
-
-@dataclass(frozen=True)
-class RowRef:
-    """A record of the report, by its ONNX value and the list it is in.
-
-    Several rows may hold one value (a module passing its input through): the first
-    failing one is meant, else the first.
-    """
-
-    value: str
-    table: str = COMPARISONS
-
-    @classmethod
-    def of(cls, record: Record | None, table: str = COMPARISONS) -> RowRef | None:
-        """The reference to ``record`` (``None`` for none)."""
-        return None if record is None else cls(record.onnx_value, table)
 
 
 @dataclass(frozen=True)

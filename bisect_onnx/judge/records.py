@@ -6,21 +6,26 @@ line and (later) HTML and the pytest plugin all format these and nothing else.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING, Any
 
 from bisect_onnx.align.modules import Pair, Unaligned
 from bisect_onnx.graph.provenance import SourceLocation
 from bisect_onnx.judge.compare import ArrayComparison
+from bisect_onnx.judge.report_data import (
+    SCHEMA_VERSION,
+    attribution_data,
+    culprit_data,
+    report_fields,
+)
 from bisect_onnx.judge.vocabulary import Granularity, Status, Verdict
 
-__all__ = ["Record", "Coverage", "Report", "make_record", "SCHEMA_VERSION"]
+if TYPE_CHECKING:  # types only: the files a report is saved to and loaded from
+    import os
+    from pathlib import Path
 
-SCHEMA_VERSION = 2
-# Schema 2 (from 1): ``culprit`` is the answer, the first node that introduces the
-# error (schema 1's ``first_culprit``); the node's graph neighbourhood is
-# ``culprit.node`` (schema 1's top-level ``culprit``); ``inside_op`` moved into
-# ``attribution``, which no longer repeats the culprit's value name or the culprits'.
+__all__ = ["Record", "Coverage", "Report", "make_record", "SCHEMA_VERSION"]
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,19 @@ class Record:
         data["source"] = self.source.to_dict() if self.source else None
         return data
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Record:
+        """The record :meth:`to_dict` gave, read back from JSON.
+
+        A non-finite figure (``null`` in JSON) reads back as ``None``; keys that are not
+        the record's (the culprit's ``node``) are ignored.
+        """
+        values = {item.name: data[item.name] for item in fields(cls)}
+        source, local = values["source"], values["local_status"]
+        return cls(**{**values, "status": Status(values["status"]),
+                      "local_status": Status(local) if local is not None else None,
+                      "source": SourceLocation.from_dict(source) if source else None})
+
 
 def make_record(index: int, pair: Pair, result: ArrayComparison, *, final: bool = False) -> Record:
     """Build a record from an aligned pair and its comparison."""
@@ -164,14 +182,20 @@ class Coverage:
     """Op level for one module call only (``layer3.4``, traced alone for a file exported
     elsewhere): the ops counted are that call's, the other rows module calls."""
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Coverage:
+        """The coverage as the JSON report writes it, read back."""
+        return cls(**{**data, "granularity": Granularity(data["granularity"])})
+
 
 @dataclass(frozen=True)
 class Report:
     """The result of one bisection: verdict, records and context.
 
     Made only by :func:`bisect_onnx.judge.assembly.assemble`, from the stages' findings
-    (``findings``). The culprit, the first divergence and the NaN origin are looked up
-    by value name among the report's own rows, so they cannot disagree with them.
+    (``findings``), or read back by :meth:`load` from the JSON of a report made so. The
+    culprit, the first divergence and the NaN origin are looked up by value name among
+    the report's own rows, so they cannot disagree with them.
     """
 
     verdict: Verdict
@@ -237,11 +261,8 @@ class Report:
     (:class:`bisect_onnx.judge.findings.Findings`)."""
 
     def _row(self, ref: Any) -> Record | None:
-        """The record ``ref`` (a :class:`~bisect_onnx.judge.findings.RowRef`) names."""
-        if ref is None:
-            return None
-        rows = [row for row in getattr(self, ref.table) if row.onnx_value == ref.value]
-        return next((row for row in rows if row.failed), rows[0] if rows else None)
+        """The record ``ref`` (a :class:`~bisect_onnx.judge.refs.RowRef`) names."""
+        return None if ref is None else ref.find(getattr(self, ref.table))
 
     @property
     def first_divergence(self) -> Record | None:
@@ -285,7 +306,7 @@ class Report:
         return self.verdict == Verdict.DIVERGED
 
     def to_dict(self) -> dict[str, Any]:
-        """The report as schema-1 JSON data."""
+        """The report as JSON data (schema :data:`SCHEMA_VERSION`)."""
         return {
             "schema": SCHEMA_VERSION,
             "verdict": self.verdict,
@@ -294,7 +315,7 @@ class Report:
             "environment": self.environment,
             "reference": self.reference,
             "candidate": self.candidate,
-            "culprit": self._culprit_dict(),
+            "culprit": culprit_data(self),
             "first_divergence": self.first_divergence.to_dict() if self.first_divergence else None,
             "final_outputs": [record.to_dict() for record in self.final_outputs],
             "comparisons": [record.to_dict() for record in self.comparisons],
@@ -305,7 +326,7 @@ class Report:
             "onnx_unaligned": [asdict(item) for item in self.onnx_unaligned],
             "op_comparisons": [record.to_dict() for record in self.op_comparisons],
             "note": self.note,
-            "attribution": self._attribution_dict(),
+            "attribution": attribution_data(self),
             "culprits": ([record.to_dict() for record in self.culprits]
                          if self.culprits is not None else None),
             "nan_origin": self.nan_origin.to_dict() if self.nan_origin else None,
@@ -318,25 +339,40 @@ class Report:
             "culprit_segment": self.culprit_segment,
         }
 
-    def _culprit_dict(self) -> dict[str, Any] | None:
-        """The culprit's record with its node in the graph, or ``None``."""
-        if self.culprit is None:
-            return None
-        node = self.culprit_node
-        if node is not None and node.get("node") != self.culprit.onnx_node:
-            node = None  # described for the first divergence, not for the culprit
-        if node is not None:  # the record already says the node's name, module, op, source
-            node = {key: value for key, value in node.items()
-                    if key not in ("node", "torch_module", "torch_op", "source")}
-        return {**self.culprit.to_dict(), "node": node}
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Report:
+        """The report :meth:`to_dict` gave, read back from JSON (errors as :meth:`load`'s)."""
+        return cls(**report_fields(data, record=Record.from_dict, coverage=Coverage.from_dict))
 
-    def _attribution_dict(self) -> dict[str, Any] | None:
-        """The evidence behind the culprit, each fact once (the names are in ``culprit``)."""
-        if self.attribution is None and self.inside_op is None:
-            return None
-        evidence = {key: value for key, value in (self.attribution or {}).items()
-                    if key not in ("first_culprit", "culprits")}
-        return {**evidence, "inside_op": self.inside_op}
+    def save(self, path: str | os.PathLike[str], format: str | None = None) -> Path:
+        """Write the report to ``path`` (returned) as JSON, HTML or Model Explorer data.
+
+        ``format`` is ``"json"``, ``"html"`` or ``"model-explorer"``; without it the
+        suffix decides (``.json``; ``.html`` or ``.htm``). The path is checked and its
+        errors said as for the CLI's ``--json``, ``--html`` and ``--model-explorer``.
+
+        Raises:
+            UsageError: No format is known for ``path``, or it is a compared model file.
+            InputError: ``path`` cannot be written.
+        """
+        from bisect_onnx.report.saving import save_report
+
+        return save_report(self, path, format)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Report:
+        """A JSON report bisect-onnx wrote, read back: ``Report.load(r.save(p)) == r``.
+
+        What JSON cannot hold reads back as docs/json-schema.md says (a non-finite
+        figure as ``None``, a warning as its text).
+
+        Raises:
+            InputError: ``path`` is missing, not JSON, not a bisect-onnx report, or a
+                report of another schema version.
+        """
+        from bisect_onnx.report.saving import load_report
+
+        return load_report(path, cls.from_dict)
 
     def summary(self) -> str:
         """The verdict in one line."""

@@ -32,7 +32,6 @@ from bisect_onnx.pipeline.torch_settings import Settings
 from bisect_onnx.pytorch.fast_paths import as_the_exporter_runs
 from bisect_onnx.pytorch.parking import parking_for
 from bisect_onnx.pytorch.reference import exit_is_a_model_error, reference_for
-from bisect_onnx.report.json import write_json
 from bisect_onnx.runtime.heap import kept_in_heap
 from bisect_onnx.sources.graph_inputs import check_against_onnx
 from bisect_onnx.sources.output_paths import check_run_files
@@ -122,11 +121,9 @@ def assert_parity(
 
 def _write_artifacts(report: Report, folder: Path, stem: str) -> None:
     """The JSON and HTML reports beside the repro (checked writable before the run)."""
-    from bisect_onnx.report.html import write_html
-
     folder.mkdir(parents=True, exist_ok=True)
-    write_json(report, folder / f"{stem}.json")
-    write_html(report, folder / f"{stem}.html")
+    report.save(folder / f"{stem}.json")
+    report.save(folder / f"{stem}.html")
 
 
 def _failure_message(report: Report, label: str, records: list, warnings: list[str]) -> str:

@@ -1,15 +1,17 @@
-"""The schema-1 JSON file (documented in docs/json-schema.md)."""
+"""The JSON report file (schema 2, documented in docs/json-schema.md)."""
 
 from __future__ import annotations
 
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bisect_onnx.errors import InputError
-from bisect_onnx.judge.records import Report
 from bisect_onnx.sources.output_paths import check_report_path
+
+if TYPE_CHECKING:  # types only: records import the report formats to save themselves
+    from bisect_onnx.judge.records import Report
 
 __all__ = ["to_json", "write_json"]
 

@@ -44,6 +44,7 @@ def test_failing_check_bisects_and_names_the_culprit(fixture_case, tmp_path):
     assert raised.value.report.first_divergence.onnx_node == "node_avg_pool2d"
     written = json.loads((tmp_path / "pool_model.json").read_text())
     assert written["first_divergence"]["torch_module"] == "pool"
+    assert bisect_onnx.Report.load(tmp_path / "pool_model.json") == raised.value.report
     assert "node_avg_pool2d" in (tmp_path / "pool_model.html").read_text()
     assert (tmp_path / "pool_model.repro" / "repro.py").is_file()
 
