@@ -44,7 +44,7 @@ from bisect_onnx.runtime.reference_evaluator.runner import ReferenceEvaluatorRun
 from bisect_onnx.runtime.registry import display_name
 from bisect_onnx.runtime.runner import Runner
 from bisect_onnx.runtime.sides import Capture
-from bisect_onnx.search.blame import attribute_divergence
+from bisect_onnx.search.blame import Evidence, SampleArrays, attribute_divergence
 from bisect_onnx.search.local import boundary_references
 
 if TYPE_CHECKING:
@@ -178,11 +178,12 @@ def _attribute(sample: OnnxSample) -> OnnxSample:
     """Which node introduced the error, each fed the reference's values."""
     paired, values = sample.paired, sample.values
     attribution, local_values = attribute_divergence(
-        assemble(sample.findings), sample.candidate, values.reference, values.candidate,
-        values.graph_inputs, tolerance=paired.judge, everything=sample.models.all_culprits,
-        has_counterpart=_in_graph(sample.models.reference.model),
-        compare=local_judge(paired.judge, list(sample.pairs), sample.reference_capture),
-        kernel_references=kernel_references(paired, sample.reference_capture))
+        assemble(sample.findings), sample.candidate,
+        SampleArrays(values.reference, values.candidate, values.graph_inputs),
+        tolerance=paired.judge, everything=sample.models.all_culprits, evidence=Evidence(
+            has_counterpart=_in_graph(sample.models.reference.model),
+            compare=local_judge(paired.judge, list(sample.pairs), sample.reference_capture),
+            kernel_references=kernel_references(paired, sample.reference_capture)))
     if attribution is None:
         return sample
     return replace(sample, findings=replace(sample.findings, attribution=show_kernel_culprit(

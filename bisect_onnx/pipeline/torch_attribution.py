@@ -21,7 +21,7 @@ from bisect_onnx.judge.vocabulary import Granularity
 from bisect_onnx.pipeline.inside_op import look_inside_module_culprit, name_the_ops
 from bisect_onnx.pytorch.module_side import in_training_mode
 from bisect_onnx.pytorch.script_ops import ScriptOpCapture
-from bisect_onnx.search.blame import attribute_divergence
+from bisect_onnx.search.blame import Evidence, SampleArrays, attribute_divergence
 
 if TYPE_CHECKING:
     from bisect_onnx.pipeline.torch_sample import TorchSample
@@ -66,15 +66,16 @@ def attribute_sample(sample: TorchSample, findings: Findings) -> tuple[Findings,
     script = isinstance(ops, ScriptOpCapture)  # op names are not ONNX value names there
     module_level = float64 is not None and ops is None  # PyTorch's side is its module calls
     attribution, local_values = attribute_divergence(
-        report, candidate, values.reference, values.candidate,
-        graph_inputs(candidate, arrays), tolerance=settings.judge, program=program,
-        ops=None if script else ops, modules=(torch_capture, prepared.call_index),
-        everything=settings.all_culprits,
-        kernel_references=(references_by_onnx_value(segments, ops, candidate.nodes)
-                           if script else None),
-        compare=settings.judge.local_comparer(report, values.reference),
-        torch_float64=float64 if module_level else None, op_segments=segments,
-        training=in_training_mode(settings.reference.exportable))
+        report, candidate, SampleArrays(values.reference, values.candidate,
+                                        graph_inputs(candidate, arrays)),
+        tolerance=settings.judge, everything=settings.all_culprits, evidence=Evidence(
+            program=program, ops=None if script else ops,
+            modules=(torch_capture, prepared.call_index),
+            kernel_references=(references_by_onnx_value(segments, ops, candidate.nodes)
+                               if script else None),
+            compare=settings.judge.local_comparer(report, values.reference),
+            torch_float64=float64 if module_level else None, op_segments=segments,
+            training=in_training_mode(settings.reference.exportable)))
     findings = replace(findings, attribution=attribution)
     report = assemble(findings)
     refinement = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -41,51 +42,65 @@ from bisect_onnx.search.inside_kernel import name_inside_kernels
 from bisect_onnx.search.local import LocalCheck, boundary_references, run_locally
 from bisect_onnx.search.nodeless import classification, fx_span, nodeless_culprit
 
-__all__ = ["attribute_divergence"]
+__all__ = ["attribute_divergence", "SampleArrays", "Evidence"]
 
 logger = logging.getLogger(__name__)
 
 
-def attribute_divergence(
-    report: Report,
-    candidate: Runner,
-    reference_values: Mapping[str, np.ndarray],
-    candidate_values: Mapping[str, np.ndarray],
-    graph_inputs: Mapping[str, np.ndarray],
-    *,
-    tolerance: Judge,
-    program: Any = None,
-    ops: OpCapture | None = None,
-    modules: Any = None,
-    everything: bool = False,
-    compare: Callable[[str, np.ndarray], ArrayComparison] | None = None,
-    kernel_references: Mapping[str, CapturedValue] | None = None,
-    torch_float64: Callable[[LocalCheck], np.ndarray | None] | None = None,
-    op_segments: Mapping[str, Sequence[Any]] | None = None,
-    training: Collection[str] = (),
-    has_counterpart: Callable[[Any], bool] | None = None,
-) -> tuple[AttributionFindings | None, dict[str, np.ndarray]]:
+@dataclass(frozen=True)
+class SampleArrays:
+    """One sample's arrays by the candidate's ONNX value names."""
+
+    reference: Mapping[str, np.ndarray]
+    """The reference's values (PyTorch's, or the reference model's)."""
+    candidate: Mapping[str, np.ndarray]
+    """What the candidate computed (captured or probed)."""
+    graph_inputs: Mapping[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the reference offers beyond its values, to name and classify a finer culprit."""
+
+    program: Any = None
+    """The program PyTorch ran (FX): an op rerun in float64."""
+    ops: OpCapture | None = None
+    """PyTorch's op values by FX node name: the values inside a fused kernel compared."""
+    modules: Any = None
+    """``(module capture, call index)``: for module rows what ``ops`` does for op rows."""
+    compare: Callable[[str, np.ndarray], ArrayComparison] | None = None
+    """Judges a local result where the reference needs converting
+    (:func:`bisect_onnx.search.local.run_locally`)."""
+    kernel_references: Mapping[str, CapturedValue] | None = None
+    """The reference's values of the values ONNX Runtime fused away (ONNX against ONNX:
+    the reference model computes them), by the candidate's names: the node that went
+    wrong inside a fused kernel named as ``ops`` do."""
+    torch_float64: Callable[[LocalCheck], np.ndarray | None] | None = None
+    """PyTorch's float64 value of a checked segment where no program gives it (module
+    level: its enclosing module call rerun)."""
+    op_segments: Mapping[str, Sequence[Any]] | None = None
+    """Op name -> its ONNX nodes: a check of one op's nodes told from one of several."""
+    training: Collection[str] = ()
+    """Module paths of mode-dependent modules left in training mode (a computation with
+    no ONNX node there is PyTorch's mode)."""
+    has_counterpart: Callable[[Any], bool] | None = None
+    """Whether the reference has a node (default: the exporter made it)."""
+
+
+def attribute_divergence(report: Report, candidate: Runner, values: SampleArrays, *,
+                         tolerance: Judge, everything: bool = False,
+                         evidence: Evidence = Evidence(),  # noqa: B008 (frozen)
+                         ) -> tuple[AttributionFindings | None, dict[str, np.ndarray]]:
     """Find which failing values were introduced where they fail, and classify them.
 
-    ``reference_values`` are PyTorch's values by ONNX value name; ``program`` and
-    ``ops`` (PyTorch's op values by FX node name) let an op be rerun in float64, and
-    the values inside a fused kernel be compared. Returns the values the first
-    culprit's nodes computed from exact inputs (for looking inside a multi-node op),
-    with the findings (``None`` when nothing fails).
-    ``modules`` (``(module capture, call index)``) does for module rows what ``ops``
-    does for op rows. ``compare`` judges a local result where the reference needs
-    converting (see :func:`bisect_onnx.search.local.run_locally`).
-    ``kernel_references`` are the reference's values of the values ONNX Runtime fused
-    away (ONNX against ONNX: the reference model computes them), by the candidate's
-    names, to name the node that went wrong inside a fused kernel as ``ops`` do.
+    Returns the values the first culprit's nodes computed from exact inputs (for
+    looking inside a multi-node op), with the findings (``None`` when nothing fails).
     ``tolerance`` is the run's judge: each value is checked and classified at the
-    tolerance its row was judged by. ``torch_float64`` gives PyTorch's float64 value of a
-    checked segment where no program does (module level: its enclosing module call
-    rerun). ``op_segments`` (op name -> its ONNX nodes) tells a check of one op's nodes
-    from one of several ops. ``training``: module paths of mode-dependent modules left
-    in training mode (a computation with no ONNX node there is PyTorch's mode).
-    ``has_counterpart``: whether the reference has a node (default: the exporter made it).
+    tolerance its row was judged by. ``everything``: every culprit, not only the first.
     """
+    reference_values, candidate_values = values.reference, values.candidate
+    graph_inputs, ops, program = values.graph_inputs, evidence.ops, evidence.program
+    compare, op_segments = evidence.compare, evidence.op_segments
     failing = [record for record in report.comparisons if record.failed]
     upstream = feeding(candidate.nodes, [record.onnx_value for record in report.final_outputs
                                          if record.failed],
@@ -103,7 +118,7 @@ def attribute_divergence(
     checker = _LocalChecker(report, candidate, failing, reference_values, candidate_values,
                             graph_inputs, program=program, torch_values=torch_values,
                             everything=everything, compare=compare,
-                            torch_float64=torch_float64, tolerance=tolerance)
+                            torch_float64=evidence.torch_float64, tolerance=tolerance)
     attribution = CulpritSearch([record.onnx_value for record in failing], checker).run(
         everything=everything)
     findings = attribution_findings(report.comparisons, attribution, checker.checks,
@@ -112,18 +127,19 @@ def attribute_divergence(
                                     torch_ops=checker.torch_ops if program else None)
     nodeless = _safely(None, "a computation with no ONNX node", partial(
         nodeless_culprit, failing[0], checker.checks.get(failing[0].onnx_value), checker.fx_names,
-        candidate_values, program=program, ops=ops, modules=modules, op_segments=op_segments,
-        tolerance=tolerance.of(failing[0]), training=training, nodes=candidate.nodes))
+        candidate_values, program=program, ops=ops, modules=evidence.modules,
+        op_segments=op_segments, tolerance=tolerance.of(failing[0]),
+        training=evidence.training, nodes=candidate.nodes))
     if nodeless is not None:  # the first failing value's check was fed the wrong value
         return with_nodeless(findings, nodeless, failing[0], classification(nodeless),
                              atol=tolerance.of(failing[0]).atol), {}
     first = attribution.culprit
     if first is None:
         return findings, {}
-    inner = inner_references(ops, kernel_references, modules, checker.checks,
-                             candidate, candidate_values)
+    inner = inner_references(ops, evidence.kernel_references, evidence.modules,
+                             checker.checks, candidate, candidate_values)
     findings = _narrowed(findings, report, checker, first, candidate, inner, op_segments,
-                         tolerance, compare, has_counterpart or exporters_node,
+                         tolerance, compare, evidence.has_counterpart or exporters_node,
                          (reference_values, failing[0].index))
     return findings, checker.checks[first].values
 
