@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from bisect_onnx.search.translation_eval import (
     parse_op_call,
 )
 
+if TYPE_CHECKING:
+    from bisect_onnx.runtime.runner import Runner
+
 __all__ = ["look_inside_module_culprit", "name_the_ops"]
 
 logger = logging.getLogger(__name__)
@@ -45,7 +48,7 @@ class _Op(NamedTuple):
     target: str
 
 
-def look_inside_module_culprit(report: Report, candidate: Any, model: Any,
+def look_inside_module_culprit(report: Report, candidate: Runner, model: Any,
                                references: Mapping[str, np.ndarray],
                                candidate_values: Mapping[str, np.ndarray], *,
                                tolerance: Judge) -> Refinement | None:
@@ -87,19 +90,18 @@ def look_inside_module_culprit(report: Report, candidate: Any, model: Any,
     return Refinement(inside_op=inside, node=named_node(found))
 
 
-def name_the_ops(report: Report, candidate: Any) -> dict[str, str]:
+def name_the_ops(report: Report, candidate: Runner) -> dict[str, str]:
     """The op of the culprit's and the first divergence's value, where it is its output.
 
     A module-level value the file names after the FX node that computes it (``linear_4``,
     a Linear's output) is that op's value too: the verdict names the op, as op level does.
     Returns ONNX value -> FX node.
     """
-    producers = {output: node for node in candidate.nodes for output in node.outputs}
     named = {}
     for record in (report.culprit, report.first_divergence):
         if record is None or record.fx_node is not None or record.onnx_node is None:
             continue  # already an op's, or a PyTorch computation with no ONNX node
-        node = producers.get(record.onnx_value)
+        node = candidate.view.producer_of(record.onnx_value)
         if node is not None and node.torch and node.torch.fx_node == record.onnx_value:
             named[record.onnx_value] = record.onnx_value
     return named

@@ -176,13 +176,12 @@ def probe_checkpoints(paired: Paired, candidate: Runner,
     capture lacks too, paired by name), each judged as its row is: converted as its
     pair says, with its own tolerance.
     """
-    producers = {output: node for node in candidate.nodes for output in node.outputs}
     judge = paired.judge
     by_value: dict[str, ValuePair] = {}
     checkpoints = []
     uncaptured = paired.uncaptured(reference_capture)
     for pair in [*paired.pairs, *uncaptured]:
-        node = producers.get(pair.candidate)
+        node = candidate.view.producer_of(pair.candidate)
         reference = reference_capture.values[pair.reference]
         if node is None or pair.candidate in by_value or reference.array.dtype.kind not in "fc":
             continue

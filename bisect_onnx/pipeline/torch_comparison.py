@@ -267,7 +267,7 @@ VACUOUS_SMALL = "vacuous-small"
 
 
 def decide_sample(comparisons: Sequence[Record], final_outputs: Sequence[Record],
-                  capture: Capture, candidate: Any) -> Decision:
+                  capture: Capture, candidate: Runner) -> Decision:
     """The verdict on a sample's rows: outputs taken in graph order, and what feeds them."""
     return decide(comparisons, final_outputs, output_order={
         name: value.provenance.position for name, value in capture.values.items()},

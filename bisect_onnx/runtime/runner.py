@@ -26,6 +26,7 @@ import numpy as np
 
 from bisect_onnx.graph.nodes import NodeInfo, node_provenance, read_nodes
 from bisect_onnx.graph.provenance import Provenance
+from bisect_onnx.graph.view import GraphView
 from bisect_onnx.runtime.input_specs import InputSpec, input_specs
 from bisect_onnx.runtime.onnx_files import load_onnx_model
 from bisect_onnx.runtime.sides import Capture, CapturedValue
@@ -104,7 +105,8 @@ class Runner(ABC):
     The model is read from ``path`` without its external data and never written to;
     ``nodes``, ``inputs`` and ``output_names`` are its graph's. ``promote`` is
     ``"fused"`` (capture only what production's compiled graph keeps) or ``"all"``
-    (every node output: a reference, which changes what the runtime fuses).
+    (every node output: a reference, which changes what the runtime fuses). ``view``
+    answers which node computes or reads a value, for every stage.
     """
 
     #: The runtime's name in the registry, the report's ``environment.runtime``.
@@ -126,6 +128,8 @@ class Runner(ABC):
         graph = self.model.graph
         self.inputs: list[InputSpec] = input_specs(graph)
         self.nodes: list[NodeInfo] = read_nodes(graph)
+        self.view = GraphView.of(self.nodes)
+        """The nodes' order, producers and readers, read once for every stage."""
         self.output_names = [value.name for value in graph.output]
 
     @property

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -29,6 +29,9 @@ from bisect_onnx.judge.tolerances import Tolerance
 from bisect_onnx.runtime.sides import CapturedValue
 from bisect_onnx.search.claims import NODE, compute_nodes, exceeds
 from bisect_onnx.search.inserted import Rerun
+
+if TYPE_CHECKING:
+    from bisect_onnx.runtime.runner import Runner
 
 __all__ = ["narrow_to_failing_node"]
 
@@ -49,7 +52,7 @@ class _Alone:
     inputs the reference has no value of."""
 
 
-def narrow_to_failing_node(findings: AttributionFindings, check: Any, candidate: Any, *,
+def narrow_to_failing_node(findings: AttributionFindings, check: Any, candidate: Runner, *,
                            row: Record, inner: Mapping[str, CapturedValue],
                            references: Mapping[str, np.ndarray],
                            candidate_values: Mapping[str, np.ndarray],
@@ -88,7 +91,7 @@ def narrow_to_failing_node(findings: AttributionFindings, check: Any, candidate:
     return replace(findings, evidence={**findings.evidence, "passed_alone": passed})
 
 
-def _run_alone(check: Any, candidate: Any, names: Sequence[str], row: Record,
+def _run_alone(check: Any, candidate: Runner, names: Sequence[str], row: Record,
                inner: Mapping[str, CapturedValue], references: Mapping[str, np.ndarray],
                candidate_values: Mapping[str, np.ndarray], graph_inputs: Mapping[str, Any],
                tolerance: Tolerance, rerun: Rerun,

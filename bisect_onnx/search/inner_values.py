@@ -8,7 +8,7 @@ them, a node inside the segment can be checked on its own.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,11 +17,14 @@ from bisect_onnx.pytorch.op_values import OpCapture
 from bisect_onnx.runtime.sides import CapturedValue
 from bisect_onnx.search.local import LocalCheck
 
+if TYPE_CHECKING:
+    from bisect_onnx.runtime.runner import Runner
+
 __all__ = ["inner_references", "module_references"]
 
 
 def inner_references(ops: OpCapture | None, kernel_references: Any, modules: Any,
-                     checks: Mapping[str, LocalCheck], candidate: Any,
+                     checks: Mapping[str, LocalCheck], candidate: Runner,
                      candidate_values: Mapping[str, np.ndarray]) -> dict[str, CapturedValue]:
     """PyTorch's values of what the failing values' segments compute inside them."""
     inner = dict(ops.values) if ops is not None else dict(kernel_references or {})
@@ -32,7 +35,7 @@ def inner_references(ops: OpCapture | None, kernel_references: Any, modules: Any
     return inner
 
 
-def module_references(modules: Any, checks: Mapping[str, LocalCheck], candidate: Any,
+def module_references(modules: Any, checks: Mapping[str, LocalCheck], candidate: Runner,
                       candidate_values: Mapping[str, np.ndarray]) -> dict[str, CapturedValue]:
     """PyTorch's module outputs by the ONNX values they align to, fused ones included.
 

@@ -112,10 +112,10 @@ class ProbeRunner:
         session, self.production = self._session(None)
         outputs = self._run(session, candidate.output_names)
         del session  # holds every weight; each probe brings its own
-        producers = {output: node for node in candidate.nodes for output in node.outputs}
+        producer_of = candidate.view.producer_of
         self.outputs = [
-            CapturedValue(name, array, node_provenance(producers[name], index)
-                          if name in producers else Provenance(position=index))
+            CapturedValue(name, array, node_provenance(producer_of(name), index)
+                          if producer_of(name) is not None else Provenance(position=index))
             for index, (name, array) in enumerate(zip(candidate.output_names, outputs,
                                                       strict=True))]
         """The production session's final outputs."""

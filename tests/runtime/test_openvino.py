@@ -71,7 +71,7 @@ def test_asking_for_every_leaving_value_changes_the_fusions_the_plan_keeps():
     assert [layer.signature() for layer in naive] != [
         layer.signature() for layer in plan.production_layers]
     # ... while the plan's capture compiles to production's layers, and says what it left.
-    assert [layer.signature() for layer in executed_layers(plan.compiled, side.index)] == [
+    assert [layer.signature() for layer in executed_layers(plan.compiled, side.view)] == [
         layer.signature() for layer in plan.production_layers]
     assert plan.dropped and set(plan.dropped) | set(plan.captured) == set(plan.candidates)
 

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from bisect_onnx.graph.nodes import NodeInfo
-from bisect_onnx.runtime.openvino.layers import ExecutedLayer, GraphIndex
+from bisect_onnx.graph.view import GraphView
+from bisect_onnx.runtime.openvino.layers import ExecutedLayer
 from bisect_onnx.runtime.openvino.plan import leaving_values, plan_capture
 from bisect_onnx.search.classify import KernelRuntime, Kind, classify
 
@@ -22,7 +23,7 @@ NODES = [NodeInfo(0, "conv1", "Conv", ("c1",), None, ("a",)),
          NodeInfo(3, "add", "Add", ("s",), None, ("c2", "r1")),
          NodeInfo(4, "relu2", "Relu", ("r2",), None, ("s",)),
          NodeInfo(5, "conv3", "Conv", ("out",), None, ("r2",))]
-INDEX = GraphIndex.of(NODES)
+INDEX = GraphView.of(NODES)
 
 
 def _layer(name: str, *nodes: str, precision: str = "bf16",
@@ -116,7 +117,7 @@ FOLDING = [NodeInfo(0, "fc", "MatMul", ("f",), None, ("x",)),
            NodeInfo(5, "isnan", "IsNaN", ("n",), None, ("m",)),
            NodeInfo(6, "fc2", "Where", ("g",), None, ("n", "m")),
            NodeInfo(7, "relu", "Relu", ("out",), None, ("g",))]
-FOLDING_INDEX = GraphIndex.of(FOLDING)
+FOLDING_INDEX = GraphView.of(FOLDING)
 FC = ExecutedLayer("fc", "FullyConnected", "f32", "f32", ("fc",), ("Multiply_#",))
 FOLDED = [FC, *(ExecutedLayer(node.name, "Op", "f32", "u8" if node.name == "isnan" else "f32",
                               (node.name,)) for node in FOLDING[2:])]
@@ -151,7 +152,7 @@ def test_groups_of_distant_layers_are_tried_back_in_one_compilation(kind):
              NodeInfo(8, "conv5", "Conv", ("c5",), None, ("c4",)),
              NodeInfo(9, "add2", "Add", ("s2",), None, ("c5", "c4")),
              NodeInfo(10, "relu4", "Relu", ("out",), None, ("s2",))]
-    index = GraphIndex.of(nodes)
+    index = GraphView.of(nodes)
     production = [_layer(name, *held, kind=kind) for name, *held in (
         ("L1", "conv1", "relu1"), ("L2", "conv2", "add", "relu2"), ("L3", "conv3", "relu3"),
         ("L4", "conv4"), ("L5", "conv5", "add2", "relu4"))]
@@ -227,7 +228,7 @@ def test_a_changed_layer_of_openvino_s_own_operations_is_found_by_the_node_it_wa
                              *production[2:]]
         return "same", list(production)
 
-    plan = plan_capture(production, GraphIndex.of(nodes), {"out"}, compile_capture)
+    plan = plan_capture(production, GraphView.of(nodes), {"out"}, compile_capture)
     assert plan.layers_match_production and plan.compiled == "same"
     assert set(plan.dropped) == {"x1"} and plan.captured == ["y"]
 
@@ -244,7 +245,7 @@ ATTENTION = [NodeInfo(0, "tq", "Transpose", ("t1",), None, ("q",)),
 
 
 def test_an_attention_subgraph_s_transposes_are_left_out_from_the_start():
-    index = GraphIndex.of(ATTENTION)
+    index = GraphView.of(ATTENTION)
     production = [_layer("A", "tq", "mm", "sm", "mm2", "to", kind="Subgraph"),
                   _layer("U", "use", kind="Eltwise"), _layer("O", "out", kind="Eltwise")]
     calls: list = []
@@ -288,6 +289,6 @@ def test_an_integer_value_handed_out_through_a_renamed_copy_keeps_its_layer():
                           ("node_Unsqueeze_#.#.#",)),
             *production[1:]]
 
-    plan = plan_capture(production, GraphIndex.of(nodes), {"out"}, compile_capture)
+    plan = plan_capture(production, GraphView.of(nodes), {"out"}, compile_capture)
     assert calls == [["u", "v", "c"]] and plan.captured == ["u", "v", "c"]
     assert plan.layers_match_production and plan.compiled == "with u"

@@ -15,11 +15,12 @@ two compilations of one model while what they compute does not.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["ExecutedLayer", "GraphIndex", "executed_layers", "blank_numbers",
+from bisect_onnx.graph.view import GraphView
+
+__all__ = ["ExecutedLayer", "executed_layers", "blank_numbers",
            "BOOKKEEPING_LAYERS", "LAYOUT_OPS"]
 
 #: Layers that hold or hand on data without computing it: their presence depends on
@@ -29,48 +30,6 @@ BOOKKEEPING_LAYERS = frozenset({"Input", "Parameter", "Const", "Output", "Result
 #: ONNX ops that only move data: OpenVINO moves a folded scale across them.
 LAYOUT_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten"})
 _NUMBER = re.compile(r"\d+")
-
-
-@dataclass(frozen=True)
-class GraphIndex:
-    """The ONNX graph's node order, producers and consumers, by name."""
-
-    order: dict[str, int]
-    """ONNX node name -> its index in the graph."""
-    producer: dict[str, str]
-    """Tensor name -> the ONNX node that produces it."""
-    consumers: dict[str, list[str]] = field(default_factory=dict)
-    """Tensor name -> the ONNX nodes that read it."""
-    inputs: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    outputs: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    op_types: dict[str, str] = field(default_factory=dict)
-    """ONNX node name -> its op type."""
-
-    @classmethod
-    def of(cls, nodes: Sequence[Any]) -> GraphIndex:
-        """From :class:`~bisect_onnx.runtime.onnxruntime.runner.NodeInfo` records."""
-        consumers: dict[str, list[str]] = {}
-        for node in nodes:
-            for name in node.inputs:
-                consumers.setdefault(name, []).append(node.name)
-        return cls(order={node.name: node.index for node in nodes},
-                   producer={output: node.name for node in nodes for output in node.outputs
-                             if output},
-                   consumers=consumers,
-                   inputs={node.name: tuple(name for name in node.inputs if name)
-                           for node in nodes},
-                   outputs={node.name: tuple(name for name in node.outputs if name)
-                            for node in nodes},
-                   op_types={node.name: node.op_type for node in nodes})
-
-    def onnx_node(self, name: str) -> str | None:
-        """The ONNX node an OpenVINO operation's name stands for, if any."""
-        for candidate in (name, name.split("/", 1)[0]):
-            if candidate in self.order:
-                return candidate
-            if candidate in self.producer:
-                return self.producer[candidate]
-        return None
 
 
 @dataclass(frozen=True)
@@ -108,7 +67,7 @@ def blank_numbers(name: str) -> str:
     return _NUMBER.sub("#", name)
 
 
-def executed_layers(compiled: Any, index: GraphIndex) -> list[ExecutedLayer]:
+def executed_layers(compiled: Any, index: GraphView) -> list[ExecutedLayer]:
     """The compiled model's computing layers, in execution order (bookkeeping left out).
 
     A node OpenVINO names only by a part it split off (``node_MatMul_3/transpose_b``,
@@ -143,7 +102,7 @@ def executed_layers(compiled: Any, index: GraphIndex) -> list[ExecutedLayer]:
     return _with_split_nodes(layers, index, parts - whole)
 
 
-def _with_split_nodes(layers: list[ExecutedLayer], index: GraphIndex,
+def _with_split_nodes(layers: list[ExecutedLayer], index: GraphView,
                       split: set[str]) -> list[ExecutedLayer]:
     """Each node named only by a split-off part, added to the one layer reading it."""
     holding = _holding(layers)
@@ -162,7 +121,7 @@ def _holding(layers: list[ExecutedLayer]) -> dict[str, int]:
     return {node: position for position, layer in enumerate(layers) for node in layer.nodes}
 
 
-def _adding(layers: list[ExecutedLayer], index: GraphIndex,
+def _adding(layers: list[ExecutedLayer], index: GraphView,
             added: dict[int, set[str]]) -> list[ExecutedLayer]:
     """``layers`` with the nodes ``added`` at their positions, in graph order."""
     for position, nodes in added.items():

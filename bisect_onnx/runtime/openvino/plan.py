@@ -44,10 +44,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from bisect_onnx.graph.view import GraphView
 from bisect_onnx.runtime.openvino.layers import (
     LAYOUT_OPS,
     ExecutedLayer,
-    GraphIndex,
     blank_numbers,
 )
 from bisect_onnx.runtime.openvino.sessions import NARROW_TYPES
@@ -104,7 +104,7 @@ def same_layers(these: Sequence[ExecutedLayer], those: Sequence[ExecutedLayer]) 
         layer.signature() for layer in those)
 
 
-def leaving_values(layers: Sequence[ExecutedLayer], index: GraphIndex,
+def leaving_values(layers: Sequence[ExecutedLayer], index: GraphView,
                    finals: set[str]) -> dict[str, ExecutedLayer]:
     """Each value that leaves its layer (read by a node outside it), with that layer.
 
@@ -126,7 +126,7 @@ def leaving_values(layers: Sequence[ExecutedLayer], index: GraphIndex,
     return leaving
 
 
-def plan_capture(production_layers: list[ExecutedLayer], index: GraphIndex,
+def plan_capture(production_layers: list[ExecutedLayer], index: GraphView,
                  finals: set[str],
                  compile_capture: Callable[[list[str], dict[str, str]],
                                            tuple[Any, list[ExecutedLayer]]],
@@ -188,7 +188,7 @@ class _Trial:
     """Compiles captures; keeps in the plan the last one whose layers are production's."""
 
     def __init__(self, plan: OpenVinoPlan, leaving: dict[str, ExecutedLayer],
-                 index: GraphIndex, compile_capture: Callable[[list[str], dict[str, str]],
+                 index: GraphView, compile_capture: Callable[[list[str], dict[str, str]],
                                            tuple[Any, list[ExecutedLayer]]]) -> None:
         self.plan, self.leaving, self.compile_capture = plan, leaving, compile_capture
         self.index = index
@@ -257,7 +257,7 @@ def _located(changed: list[ExecutedLayer], layers: Sequence[ExecutedLayer],
     return [layer for layer in changed if layer.nodes] + strays
 
 
-def _foreseen(production_layers: Sequence[ExecutedLayer], index: GraphIndex,
+def _foreseen(production_layers: Sequence[ExecutedLayer], index: GraphView,
               leaving: dict[str, ExecutedLayer]) -> dict[str, str]:
     """Values that break their layer's fusion when asked for, known from production alone.
 
@@ -283,7 +283,7 @@ def _foreseen(production_layers: Sequence[ExecutedLayer], index: GraphIndex,
     return dropped
 
 
-def _handed_out(layer: ExecutedLayer, index: GraphIndex, held: set[str]) -> set[str]:
+def _handed_out(layer: ExecutedLayer, index: GraphView, held: set[str]) -> set[str]:
     """The values a layer's nodes hand out, and where it folded an op, the layout after.
 
     A layer holding an operation OpenVINO made itself (a scale folded into a
@@ -305,7 +305,7 @@ def _handed_out(layer: ExecutedLayer, index: GraphIndex, held: set[str]) -> set[
     return values
 
 
-def _added_in_place(layer: ExecutedLayer, index: GraphIndex) -> set[str]:
+def _added_in_place(layer: ExecutedLayer, index: GraphView) -> set[str]:
     """The residual input a Convolution layer adds its result into, in place.
 
     OpenVINO's CPU plugin fuses an Add of a Convolution's result and a value from
@@ -327,7 +327,7 @@ def _added_in_place(layer: ExecutedLayer, index: GraphIndex) -> set[str]:
     return added
 
 
-def _touching(layer: ExecutedLayer, index: GraphIndex, radius: int) -> set[str]:
+def _touching(layer: ExecutedLayer, index: GraphView, radius: int) -> set[str]:
     """The values a layer reads or writes, and those ``radius`` nodes further out."""
     nodes = set(layer.nodes)
     values: set[str] = set()
@@ -340,7 +340,7 @@ def _touching(layer: ExecutedLayer, index: GraphIndex, radius: int) -> set[str]:
 
 
 def _restore(plan: OpenVinoPlan, regions: dict[str, list[str]], trial: _Trial,
-             index: GraphIndex) -> None:
+             index: GraphView) -> None:
     """Try the dropped values back, one group of each changed layer's per compilation.
 
     What breaks a fusion breaks it near itself, so the groups of layers far apart are
@@ -377,7 +377,7 @@ def _restore(plan: OpenVinoPlan, regions: dict[str, list[str]], trial: _Trial,
 
 
 def _blamed(lost: Sequence[ExecutedLayer], tried: dict[str, list[str]],
-            index: GraphIndex) -> set[str]:
+            index: GraphView) -> set[str]:
     """The tried groups near a changed layer (every group, where none is near one)."""
     blamed: set[str] = set()
     for layer in lost:

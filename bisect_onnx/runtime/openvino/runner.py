@@ -25,7 +25,7 @@ import numpy as np
 from bisect_onnx.graph.nodes import NodeInfo, node_provenance
 from bisect_onnx.graph.provenance import Provenance
 from bisect_onnx.runtime.onnxruntime.sessions import PROMOTE_CHOICES
-from bisect_onnx.runtime.openvino.layers import ExecutedLayer, GraphIndex, executed_layers
+from bisect_onnx.runtime.openvino.layers import ExecutedLayer, executed_layers
 from bisect_onnx.runtime.openvino.plan import OpenVinoPlan, plan_capture
 from bisect_onnx.runtime.openvino.sessions import (
     OpenVinoSession,
@@ -65,7 +65,6 @@ class OpenVinoRunner(Runner):
         openvino = import_openvino()
         # Parsed (and its external weights' locations checked) before OpenVINO reads it.
         super().__init__(path, promote=promote)
-        self.index = GraphIndex.of(self.nodes)
         self.version = openvino.__version__
         self._core = openvino.Core()
         self.precision = precision or default_precision(self._core)
@@ -140,7 +139,7 @@ class OpenVinoRunner(Runner):
         """Production compiled and its layers read; the capture planned (made once)."""
         self._prepare_production()
         if self.plan is None and self.promote == "fused":
-            self.plan = plan_capture(self.production_layers, self.index,
+            self.plan = plan_capture(self.production_layers, self.view,
                                      set(self.output_names), self._compile_capture)
             self._capture = OpenVinoSession(self.plan.compiled, self.label)
             self._read_model = None  # its weights' copy: read again only if probes need it
@@ -155,7 +154,7 @@ class OpenVinoRunner(Runner):
         if self._production is None:
             compiled = self._compile(self._read())
             self._production = OpenVinoSession(compiled, self.label)
-            self.production_layers = executed_layers(compiled, self.index)
+            self.production_layers = executed_layers(compiled, self.view)
         return self._production
 
     def run(self, inputs: Sequence[np.ndarray]) -> RuntimeRun:
@@ -204,14 +203,14 @@ class OpenVinoRunner(Runner):
         """
         self.prepare()
         leaving = {value: layer for layer in self.production_layers
-                   for node in layer.nodes for value in self.index.outputs[node]}
+                   for node in layer.nodes for value in self.view.outputs[node]}
         types = {name: layer.output_precision for name, layer in leaving.items()
                  if names and name in names and layer.output_precision in ("bf16", "f16")}
         compiled, layers = self._compile_capture(list(names or ()), types)
         return OpenVinoSession(compiled, self.label), CompiledGraph(
             Counter(layer.layer_type for layer in layers),
             {value for layer in layers for node in layer.nodes
-             for value in self.index.outputs[node]},
+             for value in self.view.outputs[node]},
             [layer.signature() for layer in layers])
 
     def _production_run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -233,7 +232,7 @@ class OpenVinoRunner(Runner):
     def _compile_capture(self, names: list[str], types: dict[str, str]
                          ) -> tuple[Any, list[ExecutedLayer]]:
         compiled = self._compile(with_outputs(self._read(), names, types))
-        return compiled, executed_layers(compiled, self.index)
+        return compiled, executed_layers(compiled, self.view)
 
     def _read(self) -> Any:
         """A fresh copy of the user's model as OpenVINO read it (read from disk once)."""
