@@ -13,11 +13,8 @@ values that agreed, names the node.
 
 from __future__ import annotations
 
-import functools
 import logging
-import tempfile
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -28,6 +25,7 @@ from bisect_onnx.graph.nodes import NodeInfo
 from bisect_onnx.judge.compare import compare_arrays
 from bisect_onnx.judge.records import Report
 from bisect_onnx.judge.tolerances import Judge
+from bisect_onnx.pytorch.op_alone import Slot, Translation, export_alone, single_op
 from bisect_onnx.pytorch.script_ops import ScriptOp, ScriptOpCapture
 
 if TYPE_CHECKING:
@@ -101,7 +99,7 @@ def _localize(op: ScriptOp, ops: ScriptOpCapture, segment: Sequence[onnx.NodePro
     from bisect_onnx.search.decomposition import pair_by_structure
 
     try:
-        fresh_nodes, fresh_values = _translate_alone(op, ops, opset)
+        alone = _translate_alone(op, ops, opset)
     except BisectOnnxError as error:
         # The export's advice (another exporter, --onnx) is for the user's model, not here.
         return None, None, (f"could not export {op.kind} alone: "
@@ -110,7 +108,8 @@ def _localize(op: ScriptOp, ops: ScriptOpCapture, segment: Sequence[onnx.NodePro
         logger.debug("exporting %s alone failed", op.name, exc_info=True)
         return None, None, (f"could not export {op.kind} alone: {type(error).__name__}: "
                             f"{one_line(error)}")
-    pairs = pair_by_structure(segment, fresh_nodes)
+    fresh_values = alone.values
+    pairs = pair_by_structure(segment, alone.nodes)
     producers = {value: node for node in segment for value in node.output if value}
     unknown: set[str] = set()
     for node in segment:
@@ -149,59 +148,33 @@ def _unknown_reads(node: onnx.NodeProto, producers: Mapping[str, onnx.NodeProto]
     return sorted(found)
 
 
-def _translate_alone(op: ScriptOp, ops: ScriptOpCapture,
-                     opset: int | None) -> tuple[list[onnx.NodeProto], dict[str, np.ndarray]]:
+def _translate_alone(op: ScriptOp, ops: ScriptOpCapture, opset: int | None) -> Translation:
     """Export ``op`` alone with the TorchScript exporter; its nodes and every value."""
-    from bisect_onnx.pytorch.exporting import export_model
-    from bisect_onnx.runtime.onnxruntime.runner import OnnxRuntimeRunner
+    import torch
 
     if op.arguments is None:
         raise BisectOnnxError(f"an argument of {op.name} is computed in the graph, not a "
                               "value, weight or literal")
-    module = _single_op_class()(op.kind.split("::", 1)[-1])
     inputs: list[np.ndarray] = []
+    positional: list[Any] = []
+    keywords: dict[str, Any] = {}
+    weights: dict[str, Any] = {}
     for index, argument in enumerate(op.arguments):
         if argument.source == "value":
             held = ops.values.get(argument.value)
             inputs.append(held.array if held is not None else ops.graph_inputs[argument.value])
-            module.layout.append((argument.keyword, "input", len(inputs) - 1))
+            item: Any = Slot(f"input_{len(inputs) - 1}")
         elif argument.source == "weight":
-            module.register_buffer(f"weight_{index}", argument.value)
-            module.layout.append((argument.keyword, "weight", f"weight_{index}"))
+            weights[f"weight_{index}"] = argument.value
+            item = Slot(f"weight_{index}")
         else:
-            module.layout.append((argument.keyword, "constant", argument.value))
-    with tempfile.TemporaryDirectory(prefix="bisect-onnx-op-") as folder:
-        exported = export_model(module.eval(), inputs, Path(folder), exporter="torchscript",
-                                opset=opset)
-        side = OnnxRuntimeRunner(exported.path, promote="all")
-        capture = side.run(inputs).capture
-    nodes = [node for node in side.model.graph.node if node.op_type != "Constant"]
-    return nodes, {name: value.array for name, value in capture.values.items()}
-
-
-@functools.cache
-def _single_op_class() -> type:
-    """The module class, made on first use so that importing this module skips torch."""
-    import torch
-
-    class _SingleScriptOp(torch.nn.Module):
-        """Calls one ATen op on its inputs, weights (buffers) and literals, in order."""
-
-        def __init__(self, op_name: str) -> None:
-            super().__init__()
-            self.op_name = op_name
-            self.layout: list[tuple[str | None, str, Any]] = []
-            """(keyword or ``None``, ``input``/``weight``/``constant``, which) per argument."""
-
-        def forward(self, *inputs: torch.Tensor) -> Any:
-            positional, keywords = [], {}
-            for keyword, source, item in self.layout:
-                value = (inputs[item] if source == "input" else getattr(self, item)
-                         if source == "weight" else item)
-                if keyword is None:
-                    positional.append(value)
-                else:
-                    keywords[keyword] = value
-            return getattr(torch.ops.aten, self.op_name)(*positional, **keywords)
-
-    return _SingleScriptOp
+            item = argument.value
+        if argument.keyword is None:
+            positional.append(item)
+        else:
+            keywords[argument.keyword] = item
+    module = single_op(getattr(torch.ops.aten, op.kind.split("::", 1)[-1]), positional,
+                       keywords, [f"input_{number}" for number in range(len(inputs))])
+    for name, tensor in weights.items():
+        module.register_buffer(name, tensor)
+    return export_alone(module, inputs, exporter="torchscript", opset=opset)

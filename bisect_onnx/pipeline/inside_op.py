@@ -73,11 +73,11 @@ def look_inside_module_culprit(report: Report, candidate: Runner, model: Any,
     try:
         call = parse_op_call(fx_node_text(protos[-1]))
         arrays = {name: _value_of(name, model, references) for name in call.references()}
-        fresh_nodes, fresh_values = evaluate_translation(call, arrays)
+        fresh = evaluate_translation(call, arrays)
     except CannotEvaluate as error:
         logger.info("cannot look inside %s without a trace: %s", fx_name, error)
         return None
-    finding = compare_segment(_Op(fx_name, call.target), protos, fresh_nodes, fresh_values,
+    finding = compare_segment(_Op(fx_name, call.target), protos, fresh.nodes, fresh.values,
                               references, candidate_values,
                               rtol=tolerance.of(record).rtol, atol=tolerance.of(record).atol)
     logger.info("inside %s: %s", fx_name, finding.how)

@@ -16,18 +16,16 @@ the culprit.
 
 from __future__ import annotations
 
-import functools
 import logging
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from bisect_onnx.errors import BisectOnnxError, one_line
 from bisect_onnx.judge.compare import ArrayComparison, compare_arrays
+from bisect_onnx.pytorch.op_alone import Slot, Translation, export_alone, single_op
 from bisect_onnx.search.program_weights import UnsupportedArgument, weight_of
 
 if TYPE_CHECKING:
@@ -59,13 +57,6 @@ class _CannotIsolate(Exception):
     """The op cannot be exported alone; the message says why, in one line."""
 
 
-@dataclass(frozen=True)
-class _Slot:
-    """Where the isolated op's tensor argument comes from: a forward input or an attribute."""
-
-    name: str
-
-
 def localize_in_segment(
     fx_node: torch.fx.Node,
     program: ExportedProgram,
@@ -95,7 +86,7 @@ def localize_in_segment(
         return SegmentFinding(None, None, how=f"{fx_node.name} has no candidate nodes to look "
                                               "into", compared=0)
     try:
-        fresh_nodes, fresh_values = translate_alone(fx_node, program, reference_values, opset)
+        fresh = translate_alone(fx_node, program, reference_values, opset)
     except (_CannotIsolate, UnsupportedArgument, BisectOnnxError) as error:
         # The export's advice (another exporter, --onnx) is for the user's model, not here.
         reason = one_line(error).split("; ", 1)[0]
@@ -107,7 +98,7 @@ def localize_in_segment(
         return SegmentFinding(None, None, how=f"could not export {fx_node.target} alone: "
                                               f"{type(error).__name__}: {one_line(error)}",
                               compared=0)
-    return compare_segment(fx_node, compute, fresh_nodes, fresh_values, reference_values,
+    return compare_segment(fx_node, compute, fresh.nodes, fresh.values, reference_values,
                             candidate_values, rtol=rtol, atol=atol)
 
 
@@ -263,21 +254,10 @@ def translate_alone(
     program: ExportedProgram,
     reference_values: Mapping[str, np.ndarray],
     opset: int | None,
-) -> tuple[list[onnx.NodeProto], dict[str, np.ndarray]]:
-    """Export the op alone, run it on the reference inputs, every value promoted.
-
-    Returns the fresh model's nodes (Constant nodes dropped) and its values by name.
-    """
-    from bisect_onnx.pytorch.exporting import export_model
-    from bisect_onnx.runtime.onnxruntime.runner import OnnxRuntimeRunner
-
+) -> Translation:
+    """Export the op alone with the dynamo exporter, run it on the reference inputs."""
     module, inputs = _isolate(fx_node, program, reference_values)
-    with tempfile.TemporaryDirectory(prefix="bisect-onnx-op-") as folder:
-        exported = export_model(module, inputs, Path(folder), opset=opset)
-        side = OnnxRuntimeRunner(exported.path, promote="all")  # every intermediate
-        capture = side.run(inputs).capture
-    nodes = [node for node in side.model.graph.node if node.op_type != "Constant"]
-    return nodes, {name: value.array for name, value in capture.values.items()}
+    return export_alone(module, inputs, exporter="dynamo", opset=opset)
 
 
 def _isolate(
@@ -296,12 +276,12 @@ def _isolate(
 
     if fx_node.op != "call_function":
         raise _CannotIsolate(f"{fx_node.name} is a {fx_node.op} node, not an op call")
-    module = _single_op_class()(fx_node.target)
     inputs: list[np.ndarray] = []
     input_slots: list[str] = []
-    slots: dict[str, _Slot] = {}
+    slots: dict[str, Slot] = {}
+    weights: dict[str, tuple[str, Any]] = {}
 
-    def slot(arg: torch.fx.Node) -> _Slot:
+    def slot(arg: torch.fx.Node) -> Slot:
         if arg.name in slots:  # the same tensor twice (``mul(x, x)``): one input
             return slots[arg.name]
         name = f"arg_{len(slots)}"
@@ -315,45 +295,18 @@ def _isolate(
                                      f"{type(value).__name__}, not an array")
             inputs.append(value)
             input_slots.append(name)
-        elif weight[0] == "parameter":
-            module.register_parameter(name, torch.nn.Parameter(weight[1], requires_grad=False))
-        elif weight[0] == "buffer":
-            module.register_buffer(name, weight[1])
-        else:  # a plain tensor attribute: torch.export lifts it as a constant again
-            setattr(module, name, weight[1])
-        slots[arg.name] = _Slot(name)
+        else:
+            weights[name] = weight
+        slots[arg.name] = Slot(name)
         return slots[arg.name]
 
-    module.arguments = map_arg(tuple(fx_node.args), slot)
-    module.keywords = map_arg(dict(fx_node.kwargs), slot)
-    module.input_slots = tuple(input_slots)
+    module = single_op(fx_node.target, map_arg(tuple(fx_node.args), slot),
+                       map_arg(dict(fx_node.kwargs), slot), input_slots)
+    for name, (kind, tensor) in weights.items():
+        if kind == "parameter":
+            module.register_parameter(name, torch.nn.Parameter(tensor, requires_grad=False))
+        elif kind == "buffer":
+            module.register_buffer(name, tensor)
+        else:  # a plain tensor attribute: torch.export lifts it as a constant again
+            setattr(module, name, tensor)
     return module.eval(), inputs
-
-
-@functools.cache
-def _single_op_class() -> type:
-    """The module class, made on first use so that importing this module skips torch."""
-    import torch
-    from torch.fx.node import map_aggregate
-
-    class _SingleOp(torch.nn.Module):
-        """Calls one op; its tensor arguments are ``_Slot``s, filled from inputs or attributes."""
-
-        def __init__(self, op: Any) -> None:
-            super().__init__()
-            self.op = op
-            self.arguments: Any = ()
-            self.keywords: Any = {}
-            self.input_slots: tuple[str, ...] = ()
-
-        def forward(self, *inputs: torch.Tensor) -> Any:
-            fill = functools.partial(self._fill, dict(zip(self.input_slots, inputs, strict=True)))
-            return self.op(*map_aggregate(self.arguments, fill),
-                           **map_aggregate(self.keywords, fill))
-
-        def _fill(self, inputs: dict[str, torch.Tensor], item: Any) -> Any:
-            if not isinstance(item, _Slot):
-                return item
-            return inputs[item.name] if item.name in inputs else getattr(self, item.name)
-
-    return _SingleOp

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from bisect_onnx.pytorch.op_alone import Translation
 from bisect_onnx.pytorch.private_apis import (
     PrivateApiMissing,
     recording_evaluator,
@@ -84,12 +85,12 @@ def _walk(item: Any, resolve: Callable[[str], Any]) -> Any:
     return item
 
 
-def evaluate_translation(call: OpCall, arrays: Mapping[str, np.ndarray]
-                         ) -> tuple[list[Any], dict[str, np.ndarray]]:
+def evaluate_translation(call: OpCall, arrays: Mapping[str, np.ndarray]) -> Translation:
     """The exporter's translation of ``call`` run on ``arrays`` (by FX reference).
 
     Returns the ONNX nodes it emitted (their values named ``fresh_<k>``, its inputs by
-    their references) and every value by name.
+    their references) and every value by name: what exporting the op alone gives
+    (:func:`bisect_onnx.pytorch.op_alone.export_alone`), without the export.
     """
     function = _translation_of(call.target)
     names: dict[int, str] = {}
@@ -113,7 +114,7 @@ def evaluate_translation(call: OpCall, arrays: Mapping[str, np.ndarray]
     except Exception as error:  # onnxscript's eager mode: any failure means "cannot"
         raise CannotEvaluate(f"{call.target}'s translation does not run eagerly: "
                              f"{type(error).__name__}") from error
-    return recorder.nodes, values
+    return Translation(recorder.nodes, values)
 
 
 def _translation_of(target: str) -> Any:

@@ -193,7 +193,7 @@ def test_segments_in_another_order_are_paired_by_data_flow(exported):
     model, program, reference = exported.model, exported.program, exported.reference
     fx_name = _fx_name(node_of_module(model, "blocks.0.mlp.act", "Div"))
     reordered = list(reversed(_segment(model, fx_name)))
-    fresh_nodes, _ = translate_alone(_fx_node(program, fx_name), program, reference, OPSET)
+    fresh_nodes = translate_alone(_fx_node(program, fx_name), program, reference, OPSET).nodes
 
     pairs = pair_by_structure(reordered, fresh_nodes)
 
@@ -219,8 +219,8 @@ def test_softmax_inside_sdpa_is_found_though_the_segments_differ(attention):
     softmax = next(node for node in model.graph.node if node.op_type == "Softmax")
     fx_name = _fx_name(softmax)
     segment_ops = [node.op_type for node in _segment(model, fx_name)]
-    fresh_nodes, _ = translate_alone(_fx_node(attention.program, fx_name), attention.program,
-                                     attention.reference, OPSET)
+    fresh_nodes = translate_alone(_fx_node(attention.program, fx_name), attention.program,
+                                  attention.reference, OPSET).nodes
     # The optimizer folded SDPA's first Reshape into the attention's own: no sequence match.
     assert segment_ops != [node.op_type for node in fresh_nodes]
     assert segment_ops.count("Softmax") == 1

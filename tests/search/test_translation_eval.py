@@ -45,9 +45,10 @@ def test_a_linear_is_translated_to_its_nodes_with_their_values_and_data_flow():
     weight = rng.standard_normal((6, 8)).astype(np.float32)
     bias = rng.standard_normal(6).astype(np.float32)
     call = parse_op_call(LINEAR)
-    nodes, values = evaluate_translation(call, {
+    translation = evaluate_translation(call, {
         "layer_norm_18": x, "p_layers_9_attention_q_weight": weight,
         "p_layers_9_attention_q_bias": bias})
+    nodes, values = translation.nodes, translation.values
     assert [node.op_type for node in nodes] == ["Transpose", "MatMul", "Add"]
     transpose, matmul, add = nodes
     # Each node reads what the one before it made, and the op's arguments by their names.
