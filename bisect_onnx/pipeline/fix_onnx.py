@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import onnx
+
+    from bisect_onnx.judge.records import Report
+    from bisect_onnx.pipeline.onnx_sample import OnnxSample
 
 __all__ = ["sample_fixes", "candidate_class", "session_settings"]
 
@@ -14,7 +17,7 @@ __all__ = ["sample_fixes", "candidate_class", "session_settings"]
 _CLASSES = {"float16": "float16", "bfloat16": "bfloat16", "int8 (QDQ)": "qdq"}
 
 
-def candidate_class(reference: Any, candidate: Any) -> str | None:
+def candidate_class(reference: onnx.ModelProto, candidate: onnx.ModelProto) -> str | None:
     """The fix class of a candidate narrower than its float32 reference, else ``None``.
 
     "float16", "bfloat16" or "qdq": the conversion is what a fix undoes.
@@ -26,19 +29,21 @@ def candidate_class(reference: Any, candidate: Any) -> str | None:
     return _CLASSES.get(precision_of(candidate))
 
 
-def sample_fixes(report: Any, reference_path: Path, candidate_path: Path,
-                 candidate_inputs: Sequence[Any], arrays: Sequence[np.ndarray],
-                 values: Any, tolerance: Any, user_paths: Sequence[Any],
-                 session: dict[str, Any] | None = None) -> Any:
-    """``report`` with the fix searches' checked results for its culprit.
+def sample_fixes(sample: OnnxSample) -> Report:
+    """The sample's report with the fix searches' checked results for its culprit.
 
-    ``values``: the sample's ``SampleValues`` (the reference's under the candidate's
-    names), whose final outputs every fix's ``before`` is made from. ``session``: the
-    candidate's ONNX Runtime settings (``provider``, ``opt_level``), where it runs there.
+    The sample's values (the reference's under the candidate's names) give the final
+    outputs every fix's ``before`` is made from; the candidate's ONNX Runtime settings
+    (``provider``, ``opt_level``), where it runs there, are the fixes' too.
     """
     import onnx
 
     from bisect_onnx.fixes.stage import with_fixes
+
+    report, values, candidate_runner = sample.report, sample.values, sample.candidate
+    reference_path, candidate_path = sample.models.reference.path, candidate_runner.path
+    user_paths, tolerance = sample.models.user_paths, sample.paired.judge.base
+    session = candidate_runner.optimizer_settings()
 
     reference, candidate = onnx.load(reference_path), onnx.load(candidate_path)
     outputs = [value.name for value in candidate.graph.output]
@@ -51,7 +56,8 @@ def sample_fixes(report: Any, reference_path: Path, candidate_path: Path,
         report, precision=candidate_class(reference, candidate), reference=reference,
         candidate=candidate, reference_path=user[0] if user else None,
         candidate_path=user[1] if len(user) > 1 else None,
-        inputs={spec.name: array for spec, array in zip(candidate_inputs, arrays, strict=True)},
+        inputs={spec.name: array for spec, array in zip(candidate_runner.inputs,
+                                                        sample.candidate_arrays, strict=True)},
         reference_outputs=[values.reference[name] for name in outputs],
         candidate_outputs=[values.candidate[name] for name in outputs], tolerance=tolerance,
         **session_settings(session))

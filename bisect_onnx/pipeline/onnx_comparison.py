@@ -40,7 +40,9 @@ from bisect_onnx.search.probes import Checkpoint
 if TYPE_CHECKING:
     import onnx
 
-__all__ = ["Paired", "ProbePlan", "SampleValues", "compare_sample", "probe_checkpoints",
+    from bisect_onnx.pipeline.onnx_sample import OnnxSample
+
+__all__ = ["Paired", "ProbePlan", "compare_sample", "probe_checkpoints",
            "local_judge", "as_candidate_values", "kernel_references", "show_kernel_culprit"]
 
 
@@ -50,18 +52,6 @@ STRUCTURAL = ReportWarning(
     "offline or renamed): its values were matched by structure, each with a confidence "
     "(matched_by, match_confidence); check the match of the first divergence")
 
-
-
-@dataclass
-class SampleValues:
-    """One sample's arrays under the candidate's value names, in the candidate's dtypes.
-
-    What local checks and a repro feed the candidate's nodes.
-    """
-
-    reference: dict[str, np.ndarray]
-    candidate: dict[str, np.ndarray]
-    graph_inputs: dict[str, np.ndarray]
 
 
 @dataclass
@@ -93,11 +83,16 @@ class Paired:
 
 
 
-def compare_sample(reference: Runner, candidate: Runner, reference_capture: Capture,
-                   candidate_capture: Capture, arrays: Sequence[np.ndarray], *,
-                   rtol: float | None, atol: float | None, rules: Sequence[ToleranceRule],
-                   warnings: list[str]) -> tuple[ComparisonFindings, Paired]:
-    """Pair, compare and decide: the comparison's findings, and the pairing."""
+def compare_sample(sample: OnnxSample) -> tuple[ComparisonFindings, Paired]:
+    """Pair, compare and decide: the comparison's findings, and the pairing.
+
+    The candidate's values are its capture's, with production's final outputs (the
+    verdict is production's); ``rtol``/``atol`` left ``None`` follow the precision.
+    """
+    models, candidate, reference = sample.models, sample.candidate, sample.models.reference
+    reference_capture, candidate_capture = sample.reference_capture, sample.run.judged_capture()
+    rtol, atol, rules = models.rtol, models.atol, models.rules
+    warnings = [sample.fell_back] if sample.fell_back else []
     candidate_precision = precision_of(candidate.model)
     default, precision = default_tolerance(precision_of(reference.model), candidate_precision)
     base = Tolerance(default.rtol if rtol is None else rtol,
@@ -106,7 +101,8 @@ def compare_sample(reference: Runner, candidate: Runner, reference_capture: Capt
                       converted=precision != "float32" or candidate_precision != precision_of(
                           reference.model))
     groups = CandidateGroups(candidate.model, str(candidate.path.resolve().parent))
-    graph_inputs = dict(zip((spec.name for spec in reference.inputs), arrays, strict=True))
+    graph_inputs = dict(zip((spec.name for spec in reference.inputs), sample.arrays,
+                            strict=True))
     reference_arrays = {name: value.array for name, value in reference_capture.values.items()}
     candidate_arrays = {name: value.array for name, value in candidate_capture.values.items()}
     pairing = pair_graphs(reference.model, groups, reference_arrays, candidate_arrays,
@@ -127,13 +123,8 @@ def compare_sample(reference: Runner, candidate: Runner, reference_capture: Capt
                          "output", groups.quantization(cand.name))
         output_pairs.append(pair)
         final_outputs.append(judge.record(index, ref, cand, pair, nodes, final=True))
-    if len(reference_capture.outputs) != len(candidate_capture.outputs):
-        warnings.append(f"the reference has {len(reference_capture.outputs)} outputs and the "
-                        f"candidate {len(candidate_capture.outputs)}: the first "
-                        f"{len(final_outputs)} were compared, by position")
-    warnings.extend(UNUSED_RULE.format(where=rule.where, pattern=rule.pattern)
-                    for rule in rules if rule not in judge.used)
-    warnings.extend(vacuity_warnings(reference_capture.outputs, final_outputs, atol=base.atol))
+    warnings.extend(_output_warnings(reference_capture, candidate_capture, final_outputs,
+                                     rules, judge))
     decision = decide_sample(comparisons, final_outputs, candidate_capture, candidate)
     compared_nodes = {pair.node for pair in pairing.pairs if pair.node}
     findings = ComparisonFindings.decided(
@@ -166,6 +157,22 @@ class ProbePlan:
     make_row: Callable[[str, CapturedValue], Record]
     pairs: list[ValuePair]
     """The pair behind each checkpoint."""
+
+
+def _output_warnings(reference_capture: Capture, candidate_capture: Capture,
+                     final_outputs: Sequence[Record], rules: Sequence[ToleranceRule],
+                     judge: PairJudge) -> list[str]:
+    """Outputs compared by position, rules that matched nothing, outputs too small to say."""
+    warnings = []
+    if len(reference_capture.outputs) != len(candidate_capture.outputs):
+        warnings.append(f"the reference has {len(reference_capture.outputs)} outputs and the "
+                        f"candidate {len(candidate_capture.outputs)}: the first "
+                        f"{len(final_outputs)} were compared, by position")
+    warnings.extend(UNUSED_RULE.format(where=rule.where, pattern=rule.pattern)
+                    for rule in rules if rule not in judge.used)
+    warnings.extend(vacuity_warnings(reference_capture.outputs, final_outputs,
+                                     atol=judge.base.atol))
+    return warnings
 
 
 def probe_checkpoints(paired: Paired, candidate: Runner,

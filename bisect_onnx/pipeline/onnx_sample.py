@@ -23,7 +23,6 @@ from bisect_onnx.pipeline.environment import environment
 from bisect_onnx.pipeline.fix_onnx import sample_fixes
 from bisect_onnx.pipeline.onnx_comparison import (
     Paired,
-    SampleValues,
     as_candidate_values,
     compare_sample,
     kernel_references,
@@ -43,8 +42,8 @@ from bisect_onnx.report.context import culprit_context
 from bisect_onnx.runtime.reference_evaluator.runner import ReferenceEvaluatorRunner
 from bisect_onnx.runtime.registry import display_name
 from bisect_onnx.runtime.runner import Runner
-from bisect_onnx.runtime.sides import Capture
-from bisect_onnx.search.blame import Evidence, SampleArrays, attribute_divergence
+from bisect_onnx.runtime.sides import Capture, SampleArrays
+from bisect_onnx.search.blame import Evidence, attribute_divergence
 from bisect_onnx.search.local import boundary_references
 
 if TYPE_CHECKING:
@@ -89,7 +88,7 @@ class OnnxSample:
     findings: Findings | None = None
     pairs: tuple[Any, ...] = ()
     candidate_values: dict[str, np.ndarray] = field(default_factory=dict)
-    values: SampleValues | None = None
+    values: SampleArrays | None = None
     report: Report | None = None
 
 
@@ -116,11 +115,7 @@ def _run_runtime(sample: OnnxSample) -> OnnxSample:
 
 def _compare(sample: OnnxSample) -> OnnxSample:
     """Pair the values and compare them: production's final outputs give the verdict."""
-    models = sample.models
-    comparison, paired = compare_sample(
-        models.reference, sample.candidate, sample.reference_capture,
-        sample.run.judged_capture(), sample.arrays, rtol=models.rtol, atol=models.atol,
-        rules=models.rules, warnings=[sample.fell_back] if sample.fell_back else [])
+    comparison, paired = compare_sample(sample)
     return replace(sample, findings=Findings(comparison), paired=paired,
                    pairs=tuple(paired.pairs),
                    candidate_values={name: value.array
@@ -157,7 +152,7 @@ def _gather_values(sample: OnnxSample) -> OnnxSample:
                         **{value.name: value.array for value in sample.run.production}}
     pairs = (*sample.pairs, *sample.paired.outputs)
     reference_capture = sample.reference_capture
-    values = SampleValues(
+    values = SampleArrays(
         reference=boundary_references(  # one file: the reference's values fit as they are
             candidate, as_candidate_values(list(pairs), reference_capture, candidate_values),
             {name: value.array for name, value in reference_capture.values.items()}
@@ -179,7 +174,7 @@ def _attribute(sample: OnnxSample) -> OnnxSample:
     paired, values = sample.paired, sample.values
     attribution, local_values = attribute_divergence(
         assemble(sample.findings), sample.candidate,
-        SampleArrays(values.reference, values.candidate, values.graph_inputs),
+        values,
         tolerance=paired.judge, everything=sample.models.all_culprits, evidence=Evidence(
             has_counterpart=_in_graph(sample.models.reference.model),
             compare=local_judge(paired.judge, list(sample.pairs), sample.reference_capture),
@@ -214,11 +209,7 @@ def _describe(sample: OnnxSample) -> OnnxSample:
 
 def _suggest_fixes(sample: OnnxSample) -> OnnxSample:
     """The ONNX fix searches' checked results for the culprit."""
-    models, candidate = sample.models, sample.candidate
-    return replace(sample, report=sample_fixes(
-        sample.report, models.reference.path, candidate.path, candidate.inputs,
-        sample.candidate_arrays, sample.values, sample.paired.judge.base, models.user_paths,
-        candidate.optimizer_settings()))
+    return replace(sample, report=sample_fixes(sample))
 
 
 def _in_graph(model: Any) -> Any:

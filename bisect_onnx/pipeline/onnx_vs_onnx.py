@@ -27,9 +27,6 @@ from bisect_onnx.errors import InputError, UsageError
 from bisect_onnx.events import BISECTION_STARTED, emit
 from bisect_onnx.judge.records import Report
 from bisect_onnx.judge.tolerances import Judge
-from bisect_onnx.pipeline.onnx_comparison import (
-    SampleValues,
-)
 from bisect_onnx.pipeline.onnx_sample import OnnxModels, OnnxSample, run_onnx_sample
 from bisect_onnx.pipeline.options import (
     FixOptions,
@@ -50,6 +47,7 @@ from bisect_onnx.pipeline.samples import (
 from bisect_onnx.runtime.heap import give_back, kept_in_heap
 from bisect_onnx.runtime.reference_evaluator.runner import ReferenceEvaluatorRunner
 from bisect_onnx.runtime.runner import Runner
+from bisect_onnx.runtime.sides import SampleArrays
 from bisect_onnx.sources.arrangement import arrange_inputs
 from bisect_onnx.sources.file_kinds import check_onnx_file
 from bisect_onnx.sources.graph_inputs import check_against_onnx
@@ -208,17 +206,14 @@ class _Models:
 
 
 def _write_repro(folder: Path, report: Report, candidate: Runner,
-                 values: SampleValues, tolerance: Judge) -> dict[str, Any]:
+                 values: SampleArrays, tolerance: Judge) -> dict[str, Any]:
     """Write the first culprit's minimal repro, the reference's values as the expected."""
     record = report.culprit or report.first_divergence
     if record.onnx_value not in values.candidate:
         record = report.first_divergence
     return write_sample_repro(
         folder, report=report, candidate=candidate, failing_value=record.onnx_value,
-        reference_values=values.reference, candidate_values=values.candidate,
-        graph_inputs=values.graph_inputs,
-        rtol=tolerance.of(record).rtol, atol=tolerance.of(record).atol,
-        reference_label="the reference model")
+        values=values, tolerance=tolerance.of(record), reference_label="the reference model")
 
 
 def _model_path(model: Any, folder: Path, label: str) -> tuple[Path, str]:

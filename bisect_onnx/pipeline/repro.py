@@ -2,42 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import numpy as np
 
 from bisect_onnx.judge.records import Report
 from bisect_onnx.report.repro import write_repro
 from bisect_onnx.runtime.runner import Runner
-from bisect_onnx.runtime.sides import Capture
+from bisect_onnx.runtime.sides import Capture, SampleArrays
 
 if TYPE_CHECKING:
+    from bisect_onnx.judge.tolerances import Tolerance
     from bisect_onnx.pipeline.torch_sample import TorchSample
 
 __all__ = ["write_sample_repro", "write_torch_repro"]
 
 
 def write_sample_repro(folder: Path, *, report: Report, candidate: Runner,
-                       failing_value: str, reference_values: Mapping[str, np.ndarray],
-                       candidate_values: Mapping[str, np.ndarray],
-                       graph_inputs: Mapping[str, np.ndarray], rtol: float, atol: float,
+                       failing_value: str, values: SampleArrays, tolerance: Tolerance,
                        reference_label: str) -> dict[str, Any]:
     """Write the minimal repro of ``failing_value``; describe it for the report."""
-    repro = write_repro(
-        folder,
-        model=candidate.model,
-        model_dir=candidate.path.resolve().parent,
-        failing_value=failing_value,
-        reference_values=reference_values,
-        candidate_values=candidate_values,
-        graph_inputs=graph_inputs,
-        rtol=rtol,
-        atol=atol,
-        environment=report.environment,
-        reference_label=reference_label,
-    )
+    repro = write_repro(folder, model=candidate.model,
+                        model_dir=candidate.path.resolve().parent,
+                        failing_value=failing_value, values=values, tolerance=tolerance,
+                        environment=report.environment, reference_label=reference_label)
     return {"folder": str(repro.folder), "nodes": repro.nodes, "inputs": repro.inputs,
             "reproduces": repro.reproduces}
 
@@ -52,14 +39,14 @@ def write_torch_repro(folder: Path, *, sample: TorchSample) -> dict[str, Any]:
     expected = dict(sample.values.reference)
     expected.update({cand.name: ref.array for ref, cand in
                      zip(torch_capture.outputs, onnx_capture.outputs, strict=False)})
-    judged = sample.settings.judge.of(report.culprit or report.first_divergence)
     graph_inputs = {spec.name: array for spec, array in zip(candidate.inputs, sample.arrays,
                                                             strict=True)}
     return write_sample_repro(
         folder, report=report, candidate=candidate,
-        failing_value=_repro_value(report, onnx_capture), reference_values=expected,
-        candidate_values=sample.values.candidate, graph_inputs=graph_inputs,
-        rtol=judged.rtol, atol=judged.atol, reference_label="PyTorch")
+        failing_value=_repro_value(report, onnx_capture),
+        values=SampleArrays(expected, sample.values.candidate, graph_inputs),
+        tolerance=sample.settings.judge.of(report.culprit or report.first_divergence),
+        reference_label="PyTorch")
 
 
 def _repro_value(report: Report, onnx_capture: Capture) -> str:

@@ -21,7 +21,8 @@ from bisect_onnx.judge.vocabulary import Granularity
 from bisect_onnx.pipeline.inside_op import look_inside_module_culprit, name_the_ops
 from bisect_onnx.pytorch.module_side import in_training_mode
 from bisect_onnx.pytorch.script_ops import ScriptOpCapture
-from bisect_onnx.search.blame import Evidence, SampleArrays, attribute_divergence
+from bisect_onnx.runtime.sides import SampleArrays
+from bisect_onnx.search.blame import Evidence, attribute_divergence
 
 if TYPE_CHECKING:
     from bisect_onnx.pipeline.torch_sample import TorchSample

@@ -42,6 +42,9 @@ from bisect_onnx.runtime.onnxruntime.sessions import CPU_PROVIDER, DEFAULT_OPT_L
 if TYPE_CHECKING:
     import onnx
 
+    from bisect_onnx.judge.tolerances import Tolerance
+    from bisect_onnx.runtime.sides import SampleArrays
+
 __all__ = ["Repro", "attach_repro", "write_repro"]
 
 logger = logging.getLogger(__name__)
@@ -90,11 +93,8 @@ def write_repro(
     model: onnx.ModelProto,
     model_dir: Path,
     failing_value: str,
-    reference_values: Mapping[str, np.ndarray],
-    candidate_values: Mapping[str, np.ndarray],
-    graph_inputs: Mapping[str, np.ndarray],
-    rtol: float,
-    atol: float,
+    values: SampleArrays,
+    tolerance: Tolerance,
     environment: Mapping[str, Any],
     reference_label: str = "PyTorch",
 ) -> Repro:
@@ -102,13 +102,15 @@ def write_repro(
 
     ``model`` is the graph read without its external data; the weights the segment
     needs are read from ``model_dir`` and embedded, so ``folder`` stands alone.
-    ``reference_values`` are PyTorch's values under ONNX value names (the failing
-    value's is the expected output), ``candidate_values`` ONNX Runtime's from the full
+    ``values.reference`` are PyTorch's values under ONNX value names (the failing
+    value's is the expected output), ``values.candidate`` ONNX Runtime's from the full
     run. The segment runs on the CPU at ``environment["opt_level"]`` (ONNX Runtime's
     default level when absent) and is judged with the rule of
     :func:`~bisect_onnx.judge.compare.compare_arrays`. ``reference_label`` names the side
     the expected values come from in the README and the script (another ONNX model).
     """
+    reference_values, candidate_values = values.reference, values.candidate
+    graph_inputs, rtol, atol = values.graph_inputs, tolerance.rtol, tolerance.atol
     check_tolerances(rtol, atol)
     folder, model_dir = Path(folder), Path(model_dir)
     opt_level = _opt_level(environment)

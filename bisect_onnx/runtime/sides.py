@@ -8,7 +8,7 @@ whose runs return a :class:`Capture` too, with how it was checked against produc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -16,7 +16,7 @@ import numpy as np
 
 from bisect_onnx.graph.provenance import Provenance
 
-__all__ = ["CapturedValue", "Capture", "Side"]
+__all__ = ["CapturedValue", "Capture", "SampleArrays", "Side"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,21 @@ class Capture:
     """Intermediate values by name, in the order the side produced them."""
     outputs: list[CapturedValue]
     """The model's final outputs, in order."""
+
+
+@dataclass(frozen=True)
+class SampleArrays:
+    """One sample's arrays by the candidate's ONNX value names.
+
+    What local checks and a repro feed the candidate's nodes, and judge against.
+    """
+
+    reference: Mapping[str, np.ndarray]
+    """The reference's values (PyTorch's, or the reference model's in the candidate's
+    dtypes)."""
+    candidate: Mapping[str, np.ndarray]
+    """What the candidate computed (captured or probed)."""
+    graph_inputs: Mapping[str, np.ndarray]
 
 
 @runtime_checkable

@@ -28,7 +28,7 @@ from bisect_onnx.judge.tolerances import Judge, Tolerance
 from bisect_onnx.judge.verdict import identical_values
 from bisect_onnx.pytorch.op_values import OpCapture
 from bisect_onnx.runtime.runner import Runner
-from bisect_onnx.runtime.sides import CapturedValue
+from bisect_onnx.runtime.sides import CapturedValue, SampleArrays
 from bisect_onnx.search.alone import narrow_to_failing_node
 from bisect_onnx.search.attribution import CulpritSearch, LocalResult
 from bisect_onnx.search.claims import (
@@ -42,20 +42,9 @@ from bisect_onnx.search.inside_kernel import name_inside_kernels
 from bisect_onnx.search.local import LocalCheck, boundary_references, run_locally
 from bisect_onnx.search.nodeless import classification, fx_span, nodeless_culprit
 
-__all__ = ["attribute_divergence", "SampleArrays", "Evidence"]
+__all__ = ["attribute_divergence", "Evidence"]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SampleArrays:
-    """One sample's arrays by the candidate's ONNX value names."""
-
-    reference: Mapping[str, np.ndarray]
-    """The reference's values (PyTorch's, or the reference model's)."""
-    candidate: Mapping[str, np.ndarray]
-    """What the candidate computed (captured or probed)."""
-    graph_inputs: Mapping[str, np.ndarray]
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,10 @@ from onnx.external_data_helper import uses_external_data
 from bisect_onnx.errors import InputError
 from bisect_onnx.graph.segments import MAX_SEGMENT_NODES
 from bisect_onnx.judge.compare import compare_arrays
+from bisect_onnx.judge.tolerances import Tolerance
 from bisect_onnx.report.repro import write_repro
 from bisect_onnx.runtime.onnxruntime.runner import OnnxRuntimeRunner
+from bisect_onnx.runtime.sides import SampleArrays
 from fixtures.registry import FIXTURES, build_model, load_inputs, repo_path
 
 RTOL, ATOL = 1e-3, 1e-5
@@ -53,8 +55,8 @@ def _repro(folder, avgpool, failing_value, reference_names):
     path, model, inputs, reference, candidate = avgpool
     return write_repro(
         folder, model=model, model_dir=path.parent, failing_value=failing_value,
-        reference_values={name: reference[name] for name in reference_names},
-        candidate_values=candidate, graph_inputs=inputs, rtol=RTOL, atol=ATOL,
+        values=SampleArrays({name: reference[name] for name in reference_names}, candidate, inputs),
+        tolerance=Tolerance(RTOL, ATOL),
         environment=ENVIRONMENT)
 
 
@@ -172,8 +174,8 @@ def test_external_weights_are_embedded_and_the_repro_outlives_the_model(tmp_path
     folder = tmp_path / "repro"
     repro = write_repro(
         folder, model=model, model_dir=model_dir, failing_value="y",
-        reference_values={"y": actual + 1}, candidate_values={"y": actual},
-        graph_inputs={"x": x}, rtol=RTOL, atol=ATOL, environment={})
+        values=SampleArrays({"y": actual + 1}, {"y": actual}, {"x": x}),
+        tolerance=Tolerance(RTOL, ATOL), environment={})
     assert repro.nodes == ["matmul", "relu"]
     assert repro.inputs == {"x": "graph_input"}
     assert repro.reproduces
@@ -202,9 +204,9 @@ def test_external_data_outside_the_model_folder_is_refused(tmp_path):
     y = np.full(3, 2, dtype=np.float32)
     with pytest.raises(InputError, match="outside the model's folder"):
         write_repro(tmp_path / "repro", model=model, model_dir=tmp_path / "model",
-                    failing_value="y", reference_values={"y": y}, candidate_values={"y": y},
-                    graph_inputs={"x": np.ones(3, dtype=np.float32)}, rtol=RTOL, atol=ATOL,
-                    environment={})
+                    failing_value="y",
+                    values=SampleArrays({"y": y}, {"y": y}, {"x": np.ones(3, dtype=np.float32)}),
+                    tolerance=Tolerance(RTOL, ATOL), environment={})
 
 
 def test_a_long_walk_is_cut_and_fed_onnx_runtime_values(tmp_path):
@@ -222,8 +224,8 @@ def test_a_long_walk_is_cut_and_fed_onnx_runtime_values(tmp_path):
     last = f"v{length}"
     repro = write_repro(
         tmp_path / "repro", model=model, model_dir=tmp_path, failing_value=last,
-        reference_values={last: candidate[last]}, candidate_values=candidate,
-        graph_inputs={"v0": x}, rtol=RTOL, atol=ATOL, environment={})
+        values=SampleArrays({last: candidate[last]}, candidate, {"v0": x}),
+        tolerance=Tolerance(RTOL, ATOL), environment={})
     assert repro.nodes == [f"add{i}" for i in range(10, length)]
     assert repro.inputs == {"v10": "candidate"}
     assert not repro.reproduces  # PyTorch's value was ONNX Runtime's: nothing to see
@@ -242,8 +244,8 @@ def test_a_value_computed_by_a_taken_node_is_not_also_an_input(tmp_path):
     y = x[:2] + x[2:]
     repro = write_repro(
         tmp_path / "repro", model=model, model_dir=tmp_path, failing_value="y",
-        reference_values={"b": x[2:], "y": y + 1}, candidate_values={"b": x[2:], "y": y},
-        graph_inputs={"x": x}, rtol=RTOL, atol=ATOL, environment={})
+        values=SampleArrays({"b": x[2:], "y": y + 1}, {"b": x[2:], "y": y}, {"x": x}),
+        tolerance=Tolerance(RTOL, ATOL), environment={})
     assert repro.nodes == ["split", "add"]
     assert repro.inputs == {"x": "graph_input"}
     assert repro.reproduces
@@ -264,8 +266,8 @@ def test_outer_values_read_inside_a_subgraph_become_inputs(tmp_path):
     h = np.array([1, 2], dtype=np.float32)
     repro = write_repro(
         tmp_path / "repro", model=model, model_dir=tmp_path, failing_value="y",
-        reference_values={"h": h, "y": h}, candidate_values={"h": h, "y": -h},
-        graph_inputs={"x": h, "cond": np.array(True)}, rtol=RTOL, atol=ATOL, environment={})
+        values=SampleArrays({"h": h, "y": h}, {"h": h, "y": -h}, {"x": h, "cond": np.array(True)}),
+        tolerance=Tolerance(RTOL, ATOL), environment={})
     assert repro.nodes == ["if"]
     assert repro.inputs == {"cond": "graph_input", "h": "reference"}
     assert repro.reproduces
@@ -287,8 +289,8 @@ def test_repro_py_reports_any_dtype_and_rank(tmp_path, op, value):
     folder = tmp_path / "repro"
     repro = write_repro(
         folder, model=model, model_dir=tmp_path, failing_value="y",
-        reference_values={"y": value}, candidate_values={"y": result},
-        graph_inputs={"x": value}, rtol=RTOL, atol=ATOL, environment={})
+        values=SampleArrays({"y": value}, {"y": result}, {"x": value}),
+        tolerance=Tolerance(RTOL, ATOL), environment={})
     assert repro.reproduces
     run = _run_script(folder)
     assert run.returncode == 1, run.stdout + run.stderr
@@ -301,8 +303,8 @@ def test_a_failing_value_no_node_computes_is_refused(tmp_path, avgpool):
     path, model, inputs, _, _ = avgpool
     with pytest.raises(InputError, match="not the output of any top-level node"):
         write_repro(tmp_path / "repro", model=model, model_dir=path.parent, failing_value="x",
-                    reference_values=inputs, candidate_values=inputs, graph_inputs=inputs,
-                    rtol=RTOL, atol=ATOL, environment={})
+                    values=SampleArrays(inputs, inputs, inputs),
+                    tolerance=Tolerance(RTOL, ATOL), environment={})
 
 
 @pytest.fixture(scope="module")
