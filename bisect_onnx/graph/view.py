@@ -1,8 +1,9 @@
 """One graph view: a model's top-level nodes read once, with their order, producers and readers.
 
-Made once per model by its runner (:attr:`bisect_onnx.runtime.runner.Runner.view`)
-and used wherever a value's producer or readers are asked for, rather than a
-producer map built again at each place.
+Made once per model by its runner (:attr:`bisect_onnx.runtime.runner.Runner.view`),
+for the stages that ask which node computes or reads a value of the whole graph
+(probes, ONNX-against-ONNX checkpoints, the op naming, OpenVINO's capture plan).
+Maps over a subset of nodes (one segment's) are still built where they are needed.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ class GraphView:
                    outputs={node.name: tuple(name for name in node.outputs if name)
                             for node in nodes},
                    op_types={node.name: node.op_type for node in nodes},
-                   producer_nodes={output: node for node in nodes for output in node.outputs})
+                   producer_nodes={output: node for node in nodes for output in node.outputs
+                                   if output})
 
     def producer_of(self, value: str) -> NodeInfo | None:
         """The node that computes ``value``; ``None`` for a graph input or an initializer."""

@@ -53,6 +53,7 @@ from bisect_onnx.pytorch.exporter_imports import imported_meanwhile
 from bisect_onnx.pytorch.op_values import OpCapture
 from bisect_onnx.runtime.heap import kept_in_heap
 from bisect_onnx.runtime.registry import display_name
+from bisect_onnx.runtime.runner import Runner
 from bisect_onnx.runtime.sides import Capture
 from bisect_onnx.search.modes import (
     MEMORY_NO_OPS,
@@ -101,7 +102,7 @@ class TorchSample:
         return any(record.failed for record in self.final_outputs)
 
     @property
-    def candidate(self) -> Any:
+    def candidate(self) -> Runner:
         """The runner of the ONNX file under test."""
         return self.settings.prepared.candidate
 
@@ -110,7 +111,10 @@ def run_torch_sample(settings: Settings, arrays: list[np.ndarray], description: 
                      ) -> tuple[Report, Callable[..., dict[str, Any]]]:
     """One sample through :data:`TORCH_STAGES`: its report, and how to write its repro."""
     sample = run_stages(TORCH_STAGES, TorchSample(settings, arrays, description))
-    return sample.report, partial(write_torch_repro, sample=sample)
+    # The repro is written after the sample (every sample's, or the worst one's): what it
+    # does not read (op values, the probe runner and its sessions) is let go now.
+    kept = replace(sample, run=None, ops=None, bisection=None, float64=None, attributed=None)
+    return sample.report, partial(write_torch_repro, sample=kept)
 
 
 def _capture_pytorch(sample: TorchSample) -> TorchSample:

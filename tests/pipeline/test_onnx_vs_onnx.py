@@ -675,3 +675,21 @@ def test_a_name_kept_for_another_shape_is_not_compared(tmp_path):
     assert report.verdict == "parity" and not report.hidden_divergences
     (declined,) = [item for item in report.unaligned if item.name == "r"]
     assert "another shape ([8, 8] against [2, 4, 8])" in declined.reason
+
+
+def test_the_promote_all_fallback_is_made_once_and_said_in_every_sample(made, monkeypatch):
+    from bisect_onnx.runtime.onnxruntime.runner import OnnxRuntimeRunner
+
+    promotions = []
+    original = OnnxRuntimeRunner.with_promotion
+
+    def counting(self, promote):
+        promotions.append(promote)
+        return original(self, promote)
+
+    monkeypatch.setattr(OnnxRuntimeRunner, "with_promotion", counting)
+    report = bisect_onnx.bisect_onnx_models(
+        RESNET, made["fp16_planted"], inputs=bisect_onnx.RandomInputs(seed=3, samples=3))
+    assert promotions == ["all"]  # the first sample falls back; the next ones keep it
+    assert any("candidate values survive ONNX Runtime's optimized graph" in warning
+               for warning in report.warnings)

@@ -58,3 +58,17 @@ def test_an_onnx_sample_at_parity_attributes_nothing(fixture_case, caplog):
     assert not report.diverged
     assert _stages_run(caplog) == [stage.name for stage in ONNX_STAGES if stage.name not in (
         "probe production", "attribute the culprit", "suggest fixes")]
+
+
+def test_over_the_memory_budget_production_is_bisected_instead(fixture_case, caplog):
+    model, inputs, _ = fixture_case("avgpool_divisor")
+    from fixtures.registry import FIXTURES, repo_path
+
+    with caplog.at_level(logging.DEBUG, logger="bisect_onnx.pipeline.stages"):
+        report = bisect_onnx.bisect(model, inputs,
+                                    onnx_model=repo_path(FIXTURES["avgpool_divisor"].onnx_file),
+                                    runtime=bisect_onnx.RuntimeOptions(max_memory="1KB"))
+    assert report.diverged and report.search["mode"] == "bisection"
+    ran = _stages_run(caplog)
+    assert "bisect production over the memory budget" in ran
+    assert "op values for a divergence" not in ran  # over the budget, nothing is traced

@@ -127,8 +127,14 @@ def test_a_run_returns_its_production_check_and_writes_nothing_on_the_runner(pla
                   for ours, theirs in zip(first.capture.outputs, production, strict=True))
     assert first.production.matches is (largest == 0)
     assert first.production.difference == (None if largest == 0 else largest)
-    # Only the runner's own caches (the plan, sessions, the profile's kernels) are new.
+    # Only the runner's own caches (the plan, sessions, the profile's kernels) are new,
+    # and nothing of a run is left on it for another module to read.
     assert set(vars(runner)) == before
+    for name in ("production_outputs", "outputs_match_production", "production_difference",
+                 "production_check"):
+        assert not hasattr(runner, name), name
+    second = runner.run(list(inputs.values()))
+    assert second.production is not first.production  # each run's own check
     described = runner.describe_capture(first.production)
     assert described["outputs_match_production"] is first.production.matches
     assert described["production_check"] == first.production.how
