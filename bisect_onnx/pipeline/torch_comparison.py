@@ -6,10 +6,10 @@ add to it).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -29,6 +29,9 @@ from bisect_onnx.judge.verdict import Decision, decide, identical_values
 from bisect_onnx.judge.vocabulary import ReportWarning
 from bisect_onnx.runtime.runner import Runner
 from bisect_onnx.runtime.sides import Capture, CapturedValue
+
+if TYPE_CHECKING:
+    from bisect_onnx.pipeline.torch_sample import TorchSample
 
 __all__ = ["OpScope", "compare_sample", "compare_final_outputs", "decide_sample",
            "subgraph_warnings", "FOREIGN_FILE", "NOTHING_ALIGNED", "NO_OP_LEVEL",
@@ -82,25 +85,25 @@ def subgraph_warnings(model: Any) -> list[str]:
 
 
 def compare_sample(
-    torch_capture: Capture,
-    onnx_capture: Capture,
-    candidate: Runner,
-    call_index: Mapping[str, Mapping[str, int]],
+    sample: TorchSample,
     op_alignment: OpAlignment | None,
-    torch_ops: int,
-    final_outputs: list[Record],
     *,
-    judge: ToleranceJudge,
     warnings: list[str],
     granularity: str,
     op_scope: OpScope | None = None,
 ) -> tuple[ComparisonFindings, list[Pair], dict[str, list[NodeInfo]]]:
     """Align, compare and decide one sample: its findings, its pairs, the ops' segments.
 
-    At op granularity the module rows are skipped: their comparisons are the costly part.
-    With ``op_scope`` (op values of one call only) the rows are that call's ops and the
-    other module calls.
+    The sample's PyTorch values against its runtime's (``onnx_capture``), the final
+    outputs as judged. At op granularity the module rows are skipped: their comparisons
+    are the costly part. With ``op_scope`` (op values of one call only) the rows are
+    that call's ops and the other module calls.
     """
+    torch_capture, onnx_capture, candidate = (sample.torch_capture, sample.onnx_capture,
+                                              sample.candidate)
+    call_index, judge = sample.settings.prepared.call_index, sample.settings.judge
+    torch_ops = len(sample.ops.values) if sample.ops else 0
+    final_outputs = list(sample.final_outputs)
     alignment = align_modules(torch_capture, candidate.nodes, onnx_capture.values,
                               call_index=call_index)
     pairs = sorted(alignment.pairs, key=lambda pair: (

@@ -220,9 +220,7 @@ def _aligned_findings(sample: TorchSample) -> tuple[Findings, list[Pair], dict[s
     if prepared.template is not None:
         warnings.append(FOREIGN_FILE)
     comparison, pairs, segments = compare_sample(
-        sample.torch_capture, onnx_capture, candidate, prepared.call_index, op_alignment,
-        len(ops.values) if ops else 0, list(sample.final_outputs), judge=settings.judge,
-        warnings=warnings,
+        sample, op_alignment, warnings=warnings,
         granularity=Granularity.OP if ops is not None and settings.granularity != Granularity.MODULE
         else Granularity.MODULE, op_scope=op_scope(ops, onnx_capture.values))
     return Findings(comparison), pairs, segments
