@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import onnx
+
     from bisect_onnx.judge.records import Record
     from bisect_onnx.runtime.runner import Runner
     from bisect_onnx.runtime.sides import Capture
@@ -80,7 +82,7 @@ def ran_in(candidate: Runner, record: Record) -> dict[str, Any]:
     return candidate.where_it_ran(record.onnx_value, record.onnx_node)
 
 
-def _attribute_text(attribute: Any) -> str:
+def _attribute_text(attribute: onnx.AttributeProto) -> str:
     import onnx
 
     value = onnx.helper.get_attribute_value(attribute)
