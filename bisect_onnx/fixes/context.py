@@ -86,7 +86,7 @@ class FixContext:
     torch_keywords: Mapping[str, torch.Tensor] = field(default_factory=dict)
     culprit_nodes: tuple[str, ...] = ()
     culprit_module: str | None = None
-    session_keywords: Mapping[str, Any] = field(default_factory=dict)
+    session_keywords: Mapping[str, str] = field(default_factory=dict)
     opt_level: str | None = None
     memory_budget: int | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
