@@ -44,11 +44,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from bisect_onnx.fixes.trial import OutputFigures
+
+if TYPE_CHECKING:
+    import onnx
+    import torch
+
+    from bisect_onnx.judge.tolerances import Tolerance
 
 __all__ = ["CULPRIT_CLASSES", "FixContext", "FixUnavailable"]
 
@@ -66,21 +72,21 @@ class FixContext:
     """The run a fix search tries to fix (see the module docstring for each field)."""
 
     culprit_class: str
-    candidate: Any
+    candidate: onnx.ModelProto | None
     inputs: Mapping[str, np.ndarray]
     reference_outputs: Sequence[np.ndarray]
     before: OutputFigures
-    tolerance: Any
-    reference: Any = None
+    tolerance: Tolerance
+    reference: onnx.ModelProto | None = None
     candidate_outputs: Sequence[np.ndarray] = ()
     reference_path: Path | None = None
     candidate_path: Path | None = None
-    torch_model: Any = None
-    torch_inputs: tuple[Any, ...] = ()
-    torch_keywords: Mapping[str, Any] = field(default_factory=dict)
+    torch_model: torch.nn.Module | torch.export.ExportedProgram | None = None
+    torch_inputs: tuple[torch.Tensor, ...] = ()
+    torch_keywords: Mapping[str, torch.Tensor] = field(default_factory=dict)
     culprit_nodes: tuple[str, ...] = ()
     culprit_module: str | None = None
-    session_keywords: Mapping[str, Any] = field(default_factory=dict)
+    session_keywords: Mapping[str, str] = field(default_factory=dict)
     opt_level: str | None = None
     memory_budget: int | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bisect_onnx.fixes.context import FixContext, FixUnavailable
 from bisect_onnx.fixes.exporter_trials import torch_outputs
 from bisect_onnx.fixes.registry import register
 from bisect_onnx.fixes.trial import FixKind, FixResult, output_figures
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["search_eval_mode"]
 
@@ -48,7 +51,7 @@ def search_eval_mode(context: FixContext) -> list[FixResult]:
     return results
 
 
-def _targets(model: Any, culprit_module: str | None) -> list[str]:
+def _targets(model: torch.nn.Module, culprit_module: str | None) -> list[str]:
     """The culprit's module (where it names one of the model's), then the whole model."""
     targets = []
     if culprit_module:

@@ -13,13 +13,16 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from bisect_onnx.fixes.exporter_settings import ExportSettings, candidate_settings
 from bisect_onnx.fixes.exporter_trials import ExportAttempt, torch_outputs, try_export
 from bisect_onnx.fixes.trial import FixKind, FixResult, OutputFigures
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["DEFAULT_TIME_BUDGET_S", "ExportFixSearch", "find_export_fix"]
 
@@ -55,7 +58,8 @@ class ExportFixSearch:
                 f"{'one reaches parity' if self.fixed else 'none reaches parity'}{tail}")
 
 
-def find_export_fix(model: Any, args: Sequence[Any], kwargs: Mapping[str, Any] | None = None,
+def find_export_fix(model: torch.nn.Module, args: Sequence[object],
+                    kwargs: Mapping[str, object] | None = None,
                     *, used: ExportSettings, rtol: float, atol: float,
                     reference_outputs: Sequence[np.ndarray] | None = None,
                     before: OutputFigures | None = None,

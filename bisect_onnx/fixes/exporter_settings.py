@@ -14,7 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import onnx
 
 __all__ = ["ExportSettings", "settings_of_model", "candidate_settings", "SUPPORTED_OPSETS"]
 
@@ -58,7 +61,7 @@ class ExportSettings:
                             if isinstance(value, (bool, int, float, str))}}
 
 
-def settings_of_model(model: Any) -> ExportSettings:
+def settings_of_model(model: onnx.ModelProto | None) -> ExportSettings:
     """The settings an ONNX ``ModelProto`` was exported with, as far as the file says.
 
     The opset is the default domain's; the dynamo exporter marks its nodes with

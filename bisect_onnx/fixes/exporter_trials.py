@@ -12,13 +12,16 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from bisect_onnx.errors import BisectOnnxError, one_line
 from bisect_onnx.fixes.exporter_settings import ExportSettings
 from bisect_onnx.fixes.trial import OutputFigures, output_figures
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["ExportAttempt", "try_export", "torch_outputs"]
 
@@ -47,7 +50,7 @@ class ExportAttempt:
         return f"{self.settings.describe()}: max abs {self.figures.max_abs:.3g}, {verdict}"
 
 
-def try_export(model: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
+def try_export(model: torch.nn.Module, args: Sequence[object], kwargs: Mapping[str, object],
                settings: ExportSettings, *, reference_outputs: Sequence[np.ndarray],
                rtol: float, atol: float) -> ExportAttempt:
     """Export ``model`` with ``settings``, run it in ONNX Runtime (CPU), measure it.
@@ -102,14 +105,15 @@ def _run(path: Path, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
     return [np.asarray(output) for output in outputs]
 
 
-def _array(value: Any) -> np.ndarray:
+def _array(value: object) -> np.ndarray:
     """A forward argument as the array export_model takes."""
     if hasattr(value, "detach"):
         return value.detach().cpu().numpy()
     return np.asarray(value)
 
 
-def torch_outputs(model: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[np.ndarray]:
+def torch_outputs(model: torch.nn.Module, args: Sequence[object],
+                  kwargs: Mapping[str, object]) -> list[np.ndarray]:
     """PyTorch's final outputs, tensors depth first, as arrays (the reference of a search)."""
     import torch
 
@@ -118,7 +122,7 @@ def torch_outputs(model: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) ->
     return _flat(output)
 
 
-def _flat(output: Any) -> list[np.ndarray]:
+def _flat(output: object) -> list[np.ndarray]:
     """A forward's tensors, depth first in order."""
     if hasattr(output, "detach"):
         return [output.detach().cpu().numpy()]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bisect_onnx.errors import UsageError
 from bisect_onnx.fixes import (  # noqa: F401  (each registers its searches)
@@ -22,12 +22,15 @@ from bisect_onnx.fixes.registry import suggest_fixes
 from bisect_onnx.fixes.trial import FixResult, output_figures
 from bisect_onnx.judge.assembly import amended
 
+if TYPE_CHECKING:
+    from bisect_onnx.judge.records import Report
+
 __all__ = ["culprit_class", "with_fixes", "check_write_fixed", "write_fixed", "best_fix"]
 
 logger = logging.getLogger(__name__)
 
 
-def culprit_class(report: Any, *, precision: str | None = None) -> str | None:
+def culprit_class(report: Report, *, precision: str | None = None) -> str | None:
     """The class a fix search starts from: the culprit's classification's kind.
 
     ``precision``: for ONNX against ONNX, the candidate's precision ("float16",
@@ -49,8 +52,8 @@ _CLASS_OF_KIND = {"graph semantics": "exporter"}
 _MAYBE_A_FUSION = ("runtime kernel", "unclassified", None)
 
 
-def with_fixes(report: Any, precision: str | None = None, also: tuple[str, ...] = (),
-               **context: Any) -> Any:
+def with_fixes(report: Report, precision: str | None = None, also: tuple[str, ...] = (),
+               **context: Any) -> Report:
     """``report`` amended with the fix searches' results for its culprit (a diverged run).
 
     ``context``: the :class:`FixContext` fields besides the culprit's class and
@@ -93,7 +96,7 @@ def best_fix(fixes: tuple[FixResult, ...]) -> FixResult | None:
     return min(models, key=lambda fix: fix.after.max_abs, default=None)
 
 
-def check_write_fixed(path: str | Path | None, user_paths: tuple[Any, ...]) -> None:
+def check_write_fixed(path: str | Path | None, user_paths: tuple[object, ...]) -> None:
     """Refuse ``--write-fixed`` onto a user's file, or into a folder that does not exist."""
     if path is None:
         return
@@ -108,7 +111,8 @@ def check_write_fixed(path: str | Path | None, user_paths: tuple[Any, ...]) -> N
                          "create it or choose another path")
 
 
-def write_fixed(report: Any, path: str | Path | None, user_paths: tuple[Any, ...]) -> Any:
+def write_fixed(report: Report, path: str | Path | None,
+                user_paths: tuple[object, ...]) -> Report:
     """Write the best fix's model to ``path``; the report, with a note of what was written."""
     if path is None:
         return report

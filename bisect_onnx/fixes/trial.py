@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from bisect_onnx.judge.compare import compare_arrays
+from bisect_onnx.judge.compare import ArrayComparison, compare_arrays
 
 __all__ = ["FixKind", "OutputFigures", "FixResult", "output_figures"]
 
@@ -87,7 +87,7 @@ def output_figures(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarr
     return OutputFigures(max_abs, max_rel, failing, len(reference))
 
 
-def _or_inf(value: float | None, comparison: Any) -> float:
+def _or_inf(value: float | None, comparison: ArrayComparison) -> float:
     """An error figure, infinite where the comparison could not give one."""
     if value is None or comparison.nan_mismatch:
         return math.inf if not comparison.passed else 0.0

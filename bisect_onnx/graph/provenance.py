@@ -11,7 +11,10 @@ import ast
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import onnx
 
 __all__ = ["SourceLocation", "Provenance", "TorchMetadata", "read_torch_metadata", "short_op",
            "in_installed_package", "fx_node_text"]
@@ -163,7 +166,7 @@ def _is_installed(path: str) -> bool:
     return any(marker in path for marker in _INSTALLED_MARKERS)
 
 
-def fx_node_text(node: Any) -> str:
+def fx_node_text(node: onnx.NodeProto) -> str:
     """The exporter's text of the FX node an ONNX node was made from; ``""`` without one.
 
     ``%linear_5 : [num_users=1] = call_function[target=torch.ops.aten.linear.default](args

@@ -9,16 +9,20 @@ alike: an OpenVINO BitwiseOr computed in 32 bits whose result a Where then disca
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bisect_onnx.graph.nodes import NodeInfo
 from bisect_onnx.graph.walk import subgraphs
+
+if TYPE_CHECKING:
+    import onnx
 
 __all__ = ["feeding"]
 
 
 def feeding(nodes: Sequence[NodeInfo], outputs: Iterable[str],
-            model: Any = None, settled: Collection[str] = ()) -> frozenset[str] | None:
+            model: onnx.ModelProto | None = None,
+            settled: Collection[str] = ()) -> frozenset[str] | None:
     """Every value ``outputs`` are computed from, themselves included.
 
     The walk stops at ``settled`` values (included): values the run checked equal on

@@ -10,24 +10,27 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from bisect_onnx.runtime.sides import CapturedValue
+
+if TYPE_CHECKING:
+    import onnx
 
 __all__ = ["value_shapes"]
 
 logger = logging.getLogger(__name__)
 
 
-def value_shapes(model: Any, candidate_values: Mapping[str, CapturedValue],
-                 ) -> dict[str, tuple[tuple[Any, ...], Any]]:
+def value_shapes(model: onnx.ModelProto | None, candidate_values: Mapping[str, CapturedValue],
+                 ) -> dict[str, tuple[tuple[int | None, ...], np.dtype]]:
     """Value -> (shape, numpy dtype): captured values as they are, the rest inferred.
 
     A dimension shape inference leaves symbolic is ``None`` (it matches any size).
     """
-    shapes: dict[str, tuple[tuple[Any, ...], Any]] = {}
+    shapes: dict[str, tuple[tuple[int | None, ...], np.dtype]] = {}
     if model is not None:
         import onnx
 
@@ -46,7 +49,7 @@ def value_shapes(model: Any, candidate_values: Mapping[str, CapturedValue],
     return shapes
 
 
-def _inferred(model: Any) -> Any:
+def _inferred(model: onnx.ModelProto) -> onnx.ModelProto | None:
     """``model`` with ONNX shape inference's value infos, or ``None`` where it fails.
 
     With data propagation first: a TorchScript export reshapes by shapes it computes

@@ -33,7 +33,9 @@ from bisect_onnx.judge.findings import (
     AttributionFindings,
     Findings,
     LocalFigures,
+    Refinement,
     RowRef,
+    SearchFindings,
 )
 from bisect_onnx.judge.records import Coverage, Record, Report
 from bisect_onnx.judge.vocabulary import Granularity, ReportWarning, Verdict
@@ -73,7 +75,7 @@ def assemble(findings: Findings) -> Report:
     kernel_values = list(attribution.kernel_values) if attribution is not None else []
     tables = {COMPARISONS: rows, FINAL_OUTPUTS: list(comparison.final_outputs),
               KERNEL_VALUES: kernel_values}
-    said: list[Any] = []
+    said: list[ReportWarning] = []
     refinement = findings.refinement
     narrowed = _narrowed_in(attribution, refinement)
     if narrowed == "segment":
@@ -144,7 +146,8 @@ _DATA_MOVEMENT = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Fla
                             "Expand", "Identity", "Slice", "Split", "Concat", "Gather"})
 
 
-def _narrowed_in(attribution: AttributionFindings | None, refinement: Any) -> str | None:
+def _narrowed_in(attribution: AttributionFindings | None,
+                 refinement: Refinement | None) -> str | None:
     """What the refinement's node isolates: ``culprit``, ``segment`` or ``None``.
 
     ``culprit``: the first culprit's checked nodes hold it; ``segment``: the segment
@@ -200,7 +203,7 @@ def _find(tables: dict[str, list[Record]], ref: RowRef) -> Record | None:
 
 
 def _shown_culprits(attribution: AttributionFindings | None, tables: dict[str, list[Record]],
-                    said: list[Any], narrowed_to_node: bool) -> list[RowRef]:
+                    said: list[ReportWarning], narrowed_to_node: bool) -> list[RowRef]:
     """The culprits whose claim the evidence holds; the others dropped, and said why."""
     if attribution is None:
         return []
@@ -247,7 +250,7 @@ def _check_first_divergence(verdict: str, first: RowRef | None,
         _broken("a report at parity names a first divergence")
 
 
-def _refine(tables: dict[str, list[Record]], refinement: Any, culprit: RowRef | None,
+def _refine(tables: dict[str, list[Record]], refinement: Refinement, culprit: RowRef | None,
             first: RowRef | None) -> None:
     """The node found inside the culprit's op (else the first divergence's), and op names."""
     targets = [ref for ref in (culprit, first) if ref is not None]
@@ -272,8 +275,8 @@ def _rename(tables: dict[str, list[Record]], ref: RowRef, **fields: Any) -> None
                 rows[index] = renamed
 
 
-def _checked_coverage(coverage: Coverage, rows: Sequence[Record], search: Any,
-                      said: list[Any]) -> Coverage:
+def _checked_coverage(coverage: Coverage, rows: Sequence[Record],
+                      search: SearchFindings | None, said: list[ReportWarning]) -> Coverage:
     """The coverage, as the rows count it: what the table holds is what was compared."""
     if search is not None and search.search.get("mode") == "final outputs only":
         return coverage  # nothing was fetched: there are no rows to count

@@ -15,11 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bisect_onnx.judge.records import Coverage, Record
 from bisect_onnx.judge.refs import COMPARISONS, FINAL_OUTPUTS, KERNEL_VALUES, RowRef
 from bisect_onnx.judge.vocabulary import Verdict
+
+if TYPE_CHECKING:
+    from bisect_onnx.align.modules import Unaligned
+    from bisect_onnx.fixes.trial import FixResult
+    from bisect_onnx.judge.verdict import Decision
 
 __all__ = ["RowRef", "ComparisonFindings", "SearchFindings", "LocalFigures",
            "AttributionFindings", "Refinement", "RunDescription", "Findings",
@@ -39,14 +44,14 @@ class ComparisonFindings:
     first_divergence: RowRef | None = None
     note: str | None = None
     nan_origin: RowRef | None = None
-    unaligned: tuple[Any, ...] = ()
-    onnx_unaligned: tuple[Any, ...] = ()
+    unaligned: tuple[Unaligned, ...] = ()
+    onnx_unaligned: tuple[Unaligned, ...] = ()
     op_comparisons: tuple[Record, ...] = ()
-    warnings: tuple[Any, ...] = ()
+    warnings: tuple[str, ...] = ()
     tolerance_basis: str | None = None
 
     @classmethod
-    def decided(cls, decision: Any, *, rtol: float, atol: float, final_outputs: list[Record],
+    def decided(cls, decision: Decision, *, rtol: float, atol: float, final_outputs: list[Record],
                 comparisons: list[Record], coverage: Coverage, **fields: Any,
                 ) -> ComparisonFindings:
         """The findings of ``decision`` (:func:`bisect_onnx.judge.verdict.decide`)."""
@@ -137,7 +142,7 @@ class RunDescription:
     candidate: Mapping[str, Any] = field(default_factory=dict)
     capture: Mapping[str, Any] = field(default_factory=dict)
     culprit_node: Mapping[str, Any] | None = None
-    warnings: tuple[Any, ...] = ()
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -149,13 +154,13 @@ class Findings:
     attribution: AttributionFindings | None = None
     refinement: Refinement | None = None
     description: RunDescription | None = None
-    warnings: tuple[Any, ...] = ()
+    warnings: tuple[str, ...] = ()
     """Said by the driver (subgraphs not compared, a foreign file), after the comparison's."""
     repro: Mapping[str, Any] | None = None
-    repro_warnings: tuple[Any, ...] = ()
+    repro_warnings: tuple[str, ...] = ()
     samples_note: str | None = None
-    fixes: tuple[Any, ...] = ()
-    """The fix stage's checked results (:class:`~bisect_onnx.fixes.trial.FixResult`)."""
+    fixes: tuple[FixResult, ...] = ()
+    """The fix stage's checked results."""
     fix_notes: tuple[str, ...] = ()
     """Why a fix search could not run, and what was tried, one line each."""
     """Which of several samples this is (the worst one's report says so)."""

@@ -21,9 +21,12 @@ from bisect_onnx.judge.report_data import (
 )
 from bisect_onnx.judge.vocabulary import Granularity, Status, Verdict
 
-if TYPE_CHECKING:  # types only: the files a report is saved to and loaded from
+if TYPE_CHECKING:  # types only: save and load's paths; findings are made of records
     import os
     from pathlib import Path
+
+    from bisect_onnx.fixes.trial import FixResult
+    from bisect_onnx.judge.findings import Findings, RowRef
 
 __all__ = ["Record", "Coverage", "Report", "make_record", "SCHEMA_VERSION"]
 
@@ -246,22 +249,20 @@ class Report:
     culprit_segment: dict[str, Any] | None = None
     """Where only a segment of several nodes could be shown to introduce the error (no
     single node): its first and last values and its nodes (``from``, ``to``, ``nodes``)."""
-    fixes: tuple[Any, ...] = ()
+    fixes: tuple[FixResult, ...] = ()
     """With ``suggest_fix``: each candidate fix tried on a copy and checked by a rerun
-    (:class:`~bisect_onnx.fixes.trial.FixResult`; ``reaches_parity`` tells fixes from
-    improvements)."""
+    (``reaches_parity`` tells fixes from improvements)."""
     fix_notes: tuple[str, ...] = ()
     """Why a fix search could not run, or what was tried, one line each."""
-    first_divergence_ref: Any = field(default=None, repr=False)
-    culprit_ref: Any = field(default=None, repr=False)
-    culprit_refs: Any = field(default=None, repr=False)
-    nan_origin_ref: Any = field(default=None, repr=False)
-    findings: Any = field(default=None, repr=False, compare=False)
-    """The stages' findings this report was assembled from
-    (:class:`bisect_onnx.judge.findings.Findings`)."""
+    first_divergence_ref: RowRef | None = field(default=None, repr=False)
+    culprit_ref: RowRef | None = field(default=None, repr=False)
+    culprit_refs: tuple[RowRef, ...] | None = field(default=None, repr=False)
+    nan_origin_ref: RowRef | None = field(default=None, repr=False)
+    findings: Findings | None = field(default=None, repr=False, compare=False)
+    """The stages' findings this report was assembled from."""
 
-    def _row(self, ref: Any) -> Record | None:
-        """The record ``ref`` (a :class:`~bisect_onnx.judge.refs.RowRef`) names."""
+    def _row(self, ref: RowRef | None) -> Record | None:
+        """The record ``ref`` names."""
         return None if ref is None else ref.find(getattr(self, ref.table))
 
     @property

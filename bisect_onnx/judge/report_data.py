@@ -33,6 +33,7 @@ from bisect_onnx.judge.vocabulary import Verdict
 from bisect_onnx.version import __version__
 
 if TYPE_CHECKING:  # types only: records import this module to write and read themselves
+    from bisect_onnx.fixes.trial import FixResult
     from bisect_onnx.judge.records import Coverage, Record, Report
 
 __all__ = ["SCHEMA_VERSION", "culprit_data", "attribution_data", "report_fields"]
@@ -87,7 +88,7 @@ def report_fields(data: Any, *, record: Callable[[Mapping[str, Any]], Record],
                          f"({what}); {_EXPECTED}") from error
 
 
-def _check_schema(data: Any) -> None:
+def _check_schema(data: object) -> None:
     """Refuse what is no bisect-onnx report, or a report of another schema version."""
     if not isinstance(data, Mapping):
         raise InputError(f"not a bisect-onnx JSON report (it holds a JSON "
@@ -101,7 +102,7 @@ def _check_schema(data: Any) -> None:
                          "with this version (docs/json-schema.md says what changed)")
 
 
-def _json_kind(data: Any) -> str:
+def _json_kind(data: object) -> str:
     """What JSON value ``data`` is, in a message."""
     kinds = {list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
     return kinds.get(type(data), "null")
@@ -189,7 +190,7 @@ def _culprit_node(data: Mapping[str, Any] | None,
             "torch_op": culprit.torch_op, "source": source.to_dict() if source else None}
 
 
-def _fixes(data: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
+def _fixes(data: Sequence[Mapping[str, Any]]) -> tuple[FixResult, ...]:
     """The checked fixes (:class:`~bisect_onnx.fixes.trial.FixResult`)."""
     if not data:
         return ()

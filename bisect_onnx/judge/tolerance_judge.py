@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from bisect_onnx.judge.vocabulary import ReportWarning
 
 if TYPE_CHECKING:
     from bisect_onnx.judge.records import Report
+    from bisect_onnx.search.probes import Checkpoint
 
 __all__ = ["ToleranceJudge", "UNUSED_RULE"]
 
@@ -82,9 +83,9 @@ class ToleranceJudge:
             return record
         return replace(record, rtol=tolerance.rtol, atol=tolerance.atol)
 
-    def probe_comparer(self) -> Callable[[Any, np.ndarray], ArrayComparison]:
+    def probe_comparer(self) -> Callable[[Checkpoint, np.ndarray], ArrayComparison]:
         """How a probed checkpoint is judged: at its own tolerance, as its row is."""
-        def compare(checkpoint: Any, array: np.ndarray) -> ArrayComparison:
+        def compare(checkpoint: Checkpoint, array: np.ndarray) -> ArrayComparison:
             return self.compare(checkpoint.reference.array, array, checkpoint.name,
                                 checkpoint.reference.name)
 

@@ -21,13 +21,15 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from bisect_onnx.errors import InputError
 from bisect_onnx.judge.compare import DEFAULT_ATOL, DEFAULT_RTOL, check_tolerances
 
 if TYPE_CHECKING:
     import onnx
+
+    from bisect_onnx.judge.records import Record
 
 __all__ = ["Tolerance", "ToleranceRule", "PRECISION_DEFAULTS", "QUANTIZED", "QUANT_STEPS",
            "precision_of", "default_tolerance", "quantized_tolerance", "read_tolerance_file",
@@ -110,11 +112,11 @@ class Judge(Protocol):
 
     base: Tolerance
 
-    def of(self, record: Any) -> Tolerance:
+    def of(self, record: Record | None) -> Tolerance:
         """The tolerance ``record`` was judged by."""
 
 
-def judged_by(record: Any, base: Tolerance) -> Tolerance:
+def judged_by(record: Record | None, base: Tolerance) -> Tolerance:
     """The tolerance ``record`` was judged by: its own (a rule's, a scale's), else ``base``."""
     if record is None or record.rtol is None or record.atol is None:
         return base

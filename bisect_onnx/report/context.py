@@ -3,17 +3,46 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 if TYPE_CHECKING:
+    import onnx
+
     from bisect_onnx.judge.records import Record
     from bisect_onnx.runtime.runner import Runner
     from bisect_onnx.runtime.sides import Capture
 
-__all__ = ["culprit_context", "ran_in"]
+__all__ = ["culprit_context", "ran_in", "NodeContext", "ValueContext"]
 
 # Attribute values longer than this (a big constant tensor) are summarized, not printed.
 _MAX_ATTRIBUTE_TEXT = 200
+
+
+class ValueContext(TypedDict):
+    """One input or output of the node: shape and dtype where known, and its source."""
+
+    name: str
+    shape: list[int] | None
+    dtype: str | None
+    source: str
+    """``reference``, ``initializer``, ``graph_input`` or ``candidate``."""
+
+
+class NodeContext(TypedDict):
+    """The report's ``culprit_node``: the node, its values and where it ran."""
+
+    node: str
+    op_type: str
+    domain: str
+    attributes: dict[str, str]
+    inputs: list[ValueContext]
+    outputs: list[ValueContext]
+    ran_in: dict[str, Any]
+    """:func:`ran_in`'s entry (the runtime's own keys)."""
+    torch_module: str | None
+    torch_op: str | None
+    source: dict[str, Any] | None
+    """The record's source line (:meth:`~bisect_onnx.graph.provenance.SourceLocation.to_dict`)."""
 
 
 def culprit_context(
@@ -22,7 +51,7 @@ def culprit_context(
     torch_capture: Capture,
     onnx_capture: Capture,
     comparisons: Sequence[Record],
-) -> dict[str, Any] | None:
+) -> NodeContext | None:
     """The first divergence's node: op, attributes, inputs and outputs with their sources.
 
     An input's ``source`` is ``reference`` when a compared PyTorch value holds it,
@@ -42,7 +71,7 @@ def culprit_context(
     graph_inputs = {spec.name for spec in candidate.inputs}
     compared = {item.onnx_value for item in comparisons}
 
-    def describe(name: str) -> dict[str, Any]:
+    def describe(name: str) -> ValueContext:
         if name in initializers:
             init = initializers[name]
             return {"name": name, "shape": list(init.dims),
@@ -80,7 +109,7 @@ def ran_in(candidate: Runner, record: Record) -> dict[str, Any]:
     return candidate.where_it_ran(record.onnx_value, record.onnx_node)
 
 
-def _attribute_text(attribute: Any) -> str:
+def _attribute_text(attribute: onnx.AttributeProto) -> str:
     import onnx
 
     value = onnx.helper.get_attribute_value(attribute)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bisect_onnx.report.formatting import format_module
 from bisect_onnx.report.html_assets import SCRIPT, STYLE
@@ -76,7 +76,7 @@ def definitions(items: Iterable[tuple[str, str]]) -> str:
     return element("dl", rows) if rows else element("p", "(none recorded)", class_="muted")
 
 
-def mapping(data: Mapping[str, Any]) -> str:
+def mapping(data: Mapping[str, object]) -> str:
     """A dict of the report (environment, reference, candidate) as a definition list."""
     return definitions((key.replace("_", " "), escaped(value)) for key, value in data.items())
 

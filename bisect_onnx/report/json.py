@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bisect_onnx.errors import InputError
 from bisect_onnx.sources.output_paths import check_report_path
@@ -31,7 +31,7 @@ def write_json(report: Report, path: Path) -> None:
                          "choose a writable path for --json") from error
 
 
-def _finite(data: Any) -> Any:
+def _finite(data: object) -> object:
     if isinstance(data, float):
         return data if math.isfinite(data) else None
     if isinstance(data, dict):

@@ -42,6 +42,7 @@ from bisect_onnx.runtime.onnxruntime.sessions import CPU_PROVIDER, DEFAULT_OPT_L
 if TYPE_CHECKING:
     import onnx
 
+    from bisect_onnx.judge.records import Report
     from bisect_onnx.judge.tolerances import Tolerance
     from bisect_onnx.runtime.sides import SampleArrays
 
@@ -68,8 +69,8 @@ class Repro:
     """Whether ONNX Runtime on the segment alone still mismatches PyTorch's value."""
 
 
-def attach_repro(report: Any, repro_dir: str | Path | None, *, sample: int | None,
-                 write: Callable[[Path], dict[str, Any]]) -> Any:
+def attach_repro(report: Report, repro_dir: str | Path | None, *, sample: int | None,
+                 write: Callable[[Path], dict[str, Any]]) -> Report:
     """Write the first divergence's repro with ``write``; the report that describes it.
 
     Into ``repro_dir`` itself for given inputs, ``<repro_dir>/sample-<k>`` for random

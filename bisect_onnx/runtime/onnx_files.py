@@ -8,7 +8,7 @@ parse: the model read to check the inputs is handed to the side that runs the fi
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bisect_onnx.errors import InputError
 from bisect_onnx.graph.walk import graph_tensors
@@ -20,7 +20,7 @@ __all__ = ["load_onnx_model", "hand_over"]
 
 #: A model read for its graph's inputs alone, kept for the next reader of the same
 #: file (unchanged since): a file with its weights inside takes seconds to parse.
-_HANDED_OVER: dict[tuple, Any] = {}
+_HANDED_OVER: dict[tuple[str, int, int], onnx.ModelProto] = {}
 
 
 def hand_over(path: Path, model: onnx.ModelProto) -> None:
@@ -29,7 +29,7 @@ def hand_over(path: Path, model: onnx.ModelProto) -> None:
     _HANDED_OVER[_file_key(path)] = model
 
 
-def _file_key(path: Path) -> tuple:
+def _file_key(path: Path) -> tuple[str, int, int]:
     status = path.stat()
     return str(path.resolve()), status.st_mtime_ns, status.st_size
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -31,19 +31,31 @@ from bisect_onnx.runtime.input_specs import InputSpec, input_specs
 from bisect_onnx.runtime.onnx_files import load_onnx_model
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
 __all__ = ["Runner", "RunnerSettings", "RuntimeRun", "ProductionCheck", "CompiledGraph",
-           "Session", "captured_by_node"]
+           "Session", "SessionOutput", "captured_by_node"]
+
+
+class SessionOutput(Protocol):
+    """One output of a :class:`Session`: ONNX Runtime's ``NodeArg`` face."""
+
+    @property
+    def name(self) -> str:
+        """The output's value name in the graph."""
+        ...
 
 
 class Session(Protocol):
     """A compiled model that runs: ONNX Runtime's ``InferenceSession`` face."""
 
     def run(self, output_names: Sequence[str] | None,
-            input_feed: Mapping[str, np.ndarray]) -> list[Any]:
+            input_feed: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """The arrays of ``output_names`` (every output for ``None``) on ``input_feed``."""
         ...
 
-    def get_outputs(self) -> Sequence[Any]:
+    def get_outputs(self) -> Sequence[SessionOutput]:
         """The model's outputs, each with a ``name``."""
         ...
 
@@ -203,7 +215,7 @@ class Runner(ABC):
         """
         return None
 
-    def optimizer_settings(self) -> dict[str, Any] | None:
+    def optimizer_settings(self) -> dict[str, str] | None:
         """The ONNX Runtime settings the optimizer fix search reruns with, if any."""
         return None
 
@@ -213,8 +225,9 @@ class Runner(ABC):
 
 
 def captured_by_node(nodes: Sequence[NodeInfo], output_names: Sequence[str],
-                     by_name: Mapping[str, Any], *, skip_constants: bool = False,
-                     provenance: Any = node_provenance) -> Capture:
+                     by_name: Mapping[str, npt.ArrayLike], *, skip_constants: bool = False,
+                     provenance: Callable[[NodeInfo, int], Provenance] = node_provenance,
+                     ) -> Capture:
     """A run's arrays by name as a :class:`Capture`: node outputs in graph order.
 
     ``provenance(node, position)`` says where a value came from (a runtime's layer may

@@ -12,7 +12,7 @@ import warnings
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -149,7 +149,7 @@ def _load_error(path: Path, error: Exception) -> InputError:
                       f"{': ' + detail if detail else ''}); save it again with torch.save")
 
 
-def _to_arrays(path: Path, loaded: Any) -> list[np.ndarray] | dict[str, np.ndarray]:
+def _to_arrays(path: Path, loaded: object) -> list[np.ndarray] | dict[str, np.ndarray]:
     import torch
 
     if isinstance(loaded, torch.Tensor):
@@ -199,7 +199,7 @@ def _to_array(path: Path, tensor: torch.Tensor, where: str) -> np.ndarray:
     return array.copy()
 
 
-def _describe(value: Any) -> str:
+def _describe(value: object) -> str:
     """``a dict``, ``an int``: what a loaded value is, for a message."""
     if value is None:
         return "None"

@@ -11,13 +11,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bisect_onnx.errors import UsageError
 from bisect_onnx.sources.file_kinds import NPY_MAGIC, read_head
 from bisect_onnx.sources.loading import load_input_files
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from bisect_onnx.runtime.input_specs import InputSpec
 
 __all__ = ["Samples", "load_input_samples", "SAMPLE_SUFFIXES"]
@@ -34,7 +36,7 @@ class Samples:
     order, or a mapping by name). ``labels`` name them in the report (file names, say).
     """
 
-    inputs: Sequence[Any]
+    inputs: Sequence[object]
     labels: Sequence[str] | None = None
 
     def __post_init__(self) -> None:
@@ -44,7 +46,7 @@ class Samples:
             raise UsageError(f"Samples got {len(self.inputs)} input sets and "
                              f"{len(self.labels)} labels; give one label per set, or none")
 
-    def described(self) -> list[tuple[Any, str]]:
+    def described(self) -> list[tuple[object, str]]:
         """Each input set with how the report names it."""
         count = len(self.inputs)
         labels = self.labels or [f"input set {number}" for number in range(1, count + 1)]
@@ -54,7 +56,8 @@ class Samples:
 
 
 def load_input_samples(paths: Sequence[Path], *, max_memory: int | str | None = None,
-                       onnx_model: Path | None = None) -> Any:
+                       onnx_model: Path | None = None,
+                       ) -> list[np.ndarray] | dict[str, np.ndarray] | Samples:
     """``--input`` as given: one sample's inputs, or :class:`Samples` of several.
 
     Several files each holding a whole sample (``.npz``, ``.pt``), or one folder of them,

@@ -25,7 +25,7 @@ import warnings
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bisect_onnx.errors import InputError, ModelError, one_line
 from bisect_onnx.sources.file_kinds import (
@@ -35,6 +35,9 @@ from bisect_onnx.sources.file_kinds import (
     looks_like_onnx,
     read_head,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "EXPORTED_PROGRAM",
@@ -180,7 +183,7 @@ def _below_root(name: str) -> str:
     return name.split("/", 1)[1] if "/" in name else name
 
 
-def _load_exported_program(path: Path, *, trust_pickle: bool) -> Any:
+def _load_exported_program(path: Path, *, trust_pickle: bool) -> torch.export.ExportedProgram:
     if not trust_pickle:
         unsafe = _pt2_members_needing_pickle(path)
         if unsafe:
@@ -248,7 +251,7 @@ def _loads_weights_only(data: bytes) -> bool:
     return True
 
 
-def _load_torchscript(path: Path) -> Any:
+def _load_torchscript(path: Path) -> torch.jit.ScriptModule:
     import torch
 
     # TorchScript archives are read by torch's own unpickler, which only builds torch
@@ -265,7 +268,7 @@ def _load_torchscript(path: Path) -> Any:
                          f"{one_line(error)}; save it again with torch.jit.save") from error
 
 
-def _load_pickled_module(path: Path, *, trust_pickle: bool) -> Any:
+def _load_pickled_module(path: Path, *, trust_pickle: bool) -> torch.nn.Module:
     import torch
 
     if not trust_pickle:

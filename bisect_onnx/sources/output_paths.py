@@ -19,9 +19,12 @@ import sys
 import tempfile
 from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bisect_onnx.errors import InputError, UsageError
+
+if TYPE_CHECKING:
+    from bisect_onnx.judge.records import Report
 
 __all__ = ["check_outputs", "check_run_files", "check_report_path", "model_files",
            "onnx_files", "source_file"]
@@ -73,9 +76,9 @@ def check_outputs(
 def check_run_files(
     outputs: Mapping[str, str | Path | None],
     *,
-    model: Any = None,
-    onnx_models: Mapping[str, Any] | None = None,
-    tolerances: Any = None,
+    model: object = None,
+    onnx_models: Mapping[str, object] | None = None,
+    tolerances: object = None,
     folders: Collection[str] = (),
     makes_parents: Collection[str] = (),
 ) -> None:
@@ -103,7 +106,7 @@ def check_run_files(
     check_outputs(outputs, inputs=inputs, folders=folders, makes_parents=makes_parents)
 
 
-def check_report_path(report: Any, path: str | Path, option: str) -> None:
+def check_report_path(report: Report, path: str | Path, option: str) -> None:
     """A report writer's check: the path is not one of the files the report compared.
 
     The report names its models as the user gave them (a path, or ``FILE.py:FACTORY``);
@@ -118,7 +121,7 @@ def check_report_path(report: Any, path: str | Path, option: str) -> None:
     _check_collisions([(option, Path(path))], inputs, ())
 
 
-def model_files(model: Any, label: str = "MODEL") -> list[Labelled]:
+def model_files(model: object, label: str = "MODEL") -> list[Labelled]:
     """The files a model argument stands for: a saved model, or the factory's source.
 
     ``FILE.py:FACTORY`` and ``package.module:FACTORY`` name their source file (found
@@ -152,7 +155,7 @@ def source_file(location: str) -> Path | None:
     return None
 
 
-def onnx_files(model: Any, label: str, *,
+def onnx_files(model: object, label: str, *,
                outputs: Mapping[str, str | Path | None]) -> list[Labelled]:
     """An ONNX path and the external data files it names.
 

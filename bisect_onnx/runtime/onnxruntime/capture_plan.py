@@ -23,10 +23,14 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bisect_onnx.runtime.onnxruntime.placement import ProfileFolder, kernels_by_output
 from bisect_onnx.runtime.onnxruntime.sessions import PROMOTE_CHOICES, create_session
+
+if TYPE_CHECKING:
+    import onnx
+    import onnxruntime as ort
 
 # PROMOTE_CHOICES lives in sessions (check_runtime needs it, and sessions may not
 # import this module); it is named here too for the CLI's choices.
@@ -53,7 +57,7 @@ class CapturePlan:
     promoted: set[str] | None
     """Value names to promote; ``None`` for every node output."""
     disabled_optimizers: list[str] = field(default_factory=list)
-    production_session: Any = None
+    production_session: ort.InferenceSession | None = None
     """The plain session, as production runs it, made where production must run (the
     capture's optimized graph is not production's); released after each run when the
     model is big (:data:`bisect_onnx.runtime.onnxruntime.runner.HOLD_WEIGHTS_ONCE_ABOVE`)."""
@@ -92,7 +96,7 @@ class CapturePlan:
         }
 
 
-def plan_capture(model: Any, path: Path, *, promote: str, provider: str,
+def plan_capture(model: onnx.ModelProto, path: Path, *, promote: str, provider: str,
                  opt_level: str, label: str) -> CapturePlan:
     """Decide what to promote from the optimized graph of the production session.
 
@@ -140,7 +144,7 @@ def plan_capture(model: Any, path: Path, *, promote: str, provider: str,
 
 def check_capture_graph(plan: CapturePlan, promoted_bytes: bytes, model_dir: Path, *,
                         provider: str, opt_level: str, label: str,
-                        profile: ProfileFolder | None = None) -> Any:
+                        profile: ProfileFolder | None = None) -> ort.InferenceSession:
     """The capture session; its optimized graph's op types are recorded in the plan.
 
     ``profile``: the session profiles its runs there (which provider ran each kernel).
@@ -161,7 +165,8 @@ def check_capture_graph(plan: CapturePlan, promoted_bytes: bytes, model_dir: Pat
 
 def session_and_graph(serialized: bytes | Path, model_dir: Path, folder: Path, provider: str,
                        opt_level: str, label: str, disabled: Sequence[str] = (),
-                       graph_only: bool = False, profile: ProfileFolder | None = None):
+                       graph_only: bool = False, profile: ProfileFolder | None = None,
+                       ) -> tuple[ort.InferenceSession, onnx.ModelProto]:
     """A session on ``serialized`` and the optimized graph ORT wrote for it (no weights)."""
     import onnx
 
@@ -173,25 +178,25 @@ def session_and_graph(serialized: bytes | Path, model_dir: Path, folder: Path, p
     return session, onnx.load(str(path), load_external_data=False)
 
 
-def _has_nchwc_nodes(optimized: Any) -> bool:
+def _has_nchwc_nodes(optimized: onnx.ModelProto) -> bool:
     """Whether the NCHWc layout transformer rewrote any node of an optimized graph."""
     return any(node.domain == NCHWC_DOMAIN for node in optimized.graph.node)
 
 
-def _survivors(optimized: Any, names: Sequence[str]) -> set[str]:
+def _survivors(optimized: onnx.ModelProto, names: Sequence[str]) -> set[str]:
     present = {name for node in optimized.graph.node for name in node.output}
     present.update(value.name for value in optimized.graph.output)
     return {name for name in names if name in present}
 
 
-def graph_nodes(optimized: Any) -> list[tuple]:
+def graph_nodes(optimized: onnx.ModelProto) -> list[tuple]:
     """Each node's op, inputs, outputs and attributes, in graph order."""
     return [(node.domain, node.op_type, tuple(node.input), tuple(node.output),
              tuple(hash(attribute.SerializeToString()) for attribute in node.attribute))
             for node in optimized.graph.node]
 
 
-def op_counts(optimized: Any) -> dict[str, int]:
+def op_counts(optimized: onnx.ModelProto) -> dict[str, int]:
     """How many nodes of each op type (``domain:op`` outside the default domain)."""
     return dict(Counter(f"{node.domain}:{node.op_type}" if node.domain else node.op_type
                         for node in optimized.graph.node))

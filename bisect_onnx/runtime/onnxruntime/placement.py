@@ -21,7 +21,11 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import onnx
+    import onnxruntime as ort
 
 __all__ = ["Kernel", "ProfileFolder", "read_kernels", "kernels_by_output", "ran_in"]
 
@@ -45,7 +49,7 @@ class ProfileFolder:
     def __init__(self) -> None:
         self.path = Path(tempfile.mkdtemp(prefix="bisect-onnx-profile-"))
 
-    def enable(self, options: Any) -> None:
+    def enable(self, options: ort.SessionOptions) -> None:
         """Make the session that ``options`` configure profile into this folder."""
         options.enable_profiling = True
         options.profile_file_prefix = str(self.path / "profile")
@@ -55,7 +59,7 @@ class ProfileFolder:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
-def read_kernels(session: Any, folder: ProfileFolder) -> dict[str, Kernel]:
+def read_kernels(session: ort.InferenceSession, folder: ProfileFolder) -> dict[str, Kernel]:
     """The kernels the profiled ``session`` ran, by node name; the profile is removed.
 
     Empty where the profile cannot be read (a provider that writes none): the report
@@ -88,13 +92,13 @@ def _kernels(events: list[dict[str, Any]]) -> dict[str, Kernel]:
     return kernels
 
 
-def kernels_by_output(optimized: Any) -> dict[str, str]:
+def kernels_by_output(optimized: onnx.ModelProto) -> dict[str, str]:
     """Each value an optimized graph computes -> the name of the node computing it."""
     return {output: node.name for node in optimized.graph.node for output in node.output
             if output}
 
 
-def ran_in(value: str, node: str | None, model: Any, kernels: Mapping[str, Kernel],
+def ran_in(value: str, node: str | None, model: onnx.ModelProto, kernels: Mapping[str, Kernel],
            producers: Mapping[str, str]) -> dict[str, Any] | None:
     """The kernel that computed ``value`` and its provider (``culprit.node.ran_in``).
 
@@ -112,7 +116,7 @@ def ran_in(value: str, node: str | None, model: Any, kernels: Mapping[str, Kerne
             "precision": kernel.precision, "fused": output != value, "output": output}
 
 
-def _kernel_of(value: str, node: str | None, model: Any, kernels: Mapping[str, Kernel],
+def _kernel_of(value: str, node: str | None, model: onnx.ModelProto, kernels: Mapping[str, Kernel],
                producers: Mapping[str, str]) -> tuple[Kernel, str] | None:
     """The kernel computing ``value`` (else the first downstream), and what it outputs.
 
@@ -121,7 +125,7 @@ def _kernel_of(value: str, node: str | None, model: Any, kernels: Mapping[str, K
     """
     if not producers:  # no optimized graph written: nodes ran as themselves
         return (kernels[node], value) if node in kernels else None
-    consumers: dict[str, list[Any]] = {}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
     for each in model.graph.node:
         for name in each.input:
             consumers.setdefault(name, []).append(each)

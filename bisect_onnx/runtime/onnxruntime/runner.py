@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 import tempfile
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -45,6 +45,10 @@ from bisect_onnx.runtime.runner import (
     Session,
 )
 from bisect_onnx.runtime.sides import CapturedValue
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+    import onnxruntime as ort
 
 __all__ = ["OnnxRuntimeRunner"]
 
@@ -83,7 +87,7 @@ class OnnxRuntimeRunner(Runner):
         self._provider = provider
         self._opt_level = opt_level
         self.plan: CapturePlan | None = None
-        self._promoted_session: Any = None
+        self._promoted_session: ort.InferenceSession | None = None
         self._profile: ProfileFolder | None = None
         self.kernels: dict[str, Kernel] | None = None
         """The capture session's kernels by node, from its first run's profile."""
@@ -201,7 +205,7 @@ class OnnxRuntimeRunner(Runner):
             self.plan.production_session = None
         return expected
 
-    def _capture_session(self) -> Any:
+    def _capture_session(self) -> ort.InferenceSession:
         """The promoted session: one for every run, unless the weights are held once."""
         if self._promoted_session is not None:
             return self._promoted_session
@@ -216,8 +220,8 @@ class OnnxRuntimeRunner(Runner):
                 opt_level=self.opt_level, label=self.path.name, profile=self._profile)
         return self._promoted_session
 
-    def _matches_production(self, by_name: dict[str, Any], expected: Sequence[Any]
-                            ) -> tuple[bool, float | None]:
+    def _matches_production(self, by_name: Mapping[str, npt.ArrayLike],
+                            expected: Sequence[npt.ArrayLike]) -> tuple[bool, float | None]:
         """Whether the capture's final outputs are production's, and by how much not.
 
         The difference is the first differing output's largest, where it has one.
@@ -239,7 +243,7 @@ class OnnxRuntimeRunner(Runner):
         return True, None
 
     def _session(self, serialized: bytes | Path, disabled: Sequence[str] = (),
-                 profile: ProfileFolder | None = None) -> Any:
+                 profile: ProfileFolder | None = None) -> ort.InferenceSession:
         return create_session(serialized, model_dir=self.path.resolve().parent,
                               label=self.path.name, provider=self.provider,
                               opt_level=self.opt_level, disabled_optimizers=disabled,
@@ -285,11 +289,12 @@ class OnnxRuntimeRunner(Runner):
                 "provider": self.provider if self.provider == CPU_PROVIDER else None,
                 "kernel": None}
 
-    def optimizer_settings(self) -> dict[str, Any] | None:
+    def optimizer_settings(self) -> dict[str, str] | None:
         """The provider and level the optimizer fix search reruns with."""
         return {"provider": self.provider, "opt_level": self.opt_level}
 
-    def _run(self, session: Any, fetched: list[str], inputs: Sequence[np.ndarray]) -> list:
+    def _run(self, session: ort.InferenceSession, fetched: list[str],
+             inputs: Sequence[np.ndarray]) -> list:
         feeds = {spec.name: array for spec, array in zip(self.inputs, inputs, strict=True)}
         try:
             return session.run(fetched, feeds)

@@ -6,12 +6,15 @@ import contextlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bisect_onnx.errors import ModelError, UsageError, one_line
 from bisect_onnx.events import SESSION_CREATED, SESSION_STARTED, emit
 from bisect_onnx.runtime.heap import made_in_heap
 from bisect_onnx.runtime.onnxruntime.placement import ProfileFolder
+
+if TYPE_CHECKING:
+    import onnxruntime as ort
 
 __all__ = ["CPU_PROVIDER", "DEFAULT_OPT_LEVEL", "OPT_LEVELS", "PROMOTE_CHOICES", "create_session",
            "check_provider", "check_runtime"]
@@ -52,7 +55,7 @@ def create_session(serialized: bytes | Path, *, model_dir: Path, label: str,
                    provider: str = CPU_PROVIDER, opt_level: str = DEFAULT_OPT_LEVEL,
                    optimized_path: Path | None = None,
                    disabled_optimizers: Sequence[str] = (), graph_only: bool = False,
-                   profile: ProfileFolder | None = None) -> Any:
+                   profile: ProfileFolder | None = None) -> ort.InferenceSession:
     """An ORT session on a model whose external weights lie in ``model_dir``.
 
     ``serialized``: the model's bytes (a copy made here), or the path of the user's

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bisect_onnx.graph.view import GraphView
+
+if TYPE_CHECKING:
+    import openvino as ov
 
 __all__ = ["ExecutedLayer", "executed_layers", "blank_numbers",
            "BOOKKEEPING_LAYERS", "LAYOUT_OPS"]
@@ -67,7 +70,7 @@ def blank_numbers(name: str) -> str:
     return _NUMBER.sub("#", name)
 
 
-def executed_layers(compiled: Any, index: GraphView) -> list[ExecutedLayer]:
+def executed_layers(compiled: ov.CompiledModel, index: GraphView) -> list[ExecutedLayer]:
     """The compiled model's computing layers, in execution order (bookkeeping left out).
 
     A node OpenVINO names only by a part it split off (``node_MatMul_3/transpose_b``,

@@ -42,7 +42,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bisect_onnx.graph.view import GraphView
 from bisect_onnx.runtime.openvino.layers import (
@@ -51,6 +51,9 @@ from bisect_onnx.runtime.openvino.layers import (
     blank_numbers,
 )
 from bisect_onnx.runtime.openvino.sessions import NARROW_TYPES
+
+if TYPE_CHECKING:
+    import openvino as ov
 
 __all__ = ["OpenVinoPlan", "plan_capture", "leaving_values", "same_layers", "MAX_ROUNDS"]
 
@@ -77,7 +80,7 @@ class OpenVinoPlan:
     dropped: dict[str, str] = field(default_factory=dict)
     """Value -> the production layer whose fusion it changed, or is known to change (left
     out from the start, step 3): why it is not captured."""
-    compiled: Any = None
+    compiled: ov.CompiledModel | None = None
     """The capture's compiled model (production's own when nothing is captured)."""
 
     @property
@@ -129,7 +132,7 @@ def leaving_values(layers: Sequence[ExecutedLayer], index: GraphView,
 def plan_capture(production_layers: list[ExecutedLayer], index: GraphView,
                  finals: set[str],
                  compile_capture: Callable[[list[str], dict[str, str]],
-                                           tuple[Any, list[ExecutedLayer]]],
+                                           tuple[ov.CompiledModel, list[ExecutedLayer]]],
                  ) -> OpenVinoPlan:
     """Compile captures until one executes production's layers (module docstring).
 
@@ -189,7 +192,8 @@ class _Trial:
 
     def __init__(self, plan: OpenVinoPlan, leaving: dict[str, ExecutedLayer],
                  index: GraphView, compile_capture: Callable[[list[str], dict[str, str]],
-                                           tuple[Any, list[ExecutedLayer]]]) -> None:
+                                           tuple[ov.CompiledModel, list[ExecutedLayer]]],
+                 ) -> None:
         self.plan, self.leaving, self.compile_capture = plan, leaving, compile_capture
         self.index = index
 

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -43,6 +43,9 @@ from bisect_onnx.runtime.runner import (
     captured_by_node,
 )
 from bisect_onnx.runtime.sides import Capture, CapturedValue
+
+if TYPE_CHECKING:
+    import openvino as ov
 
 __all__ = ["OpenVinoRunner"]
 
@@ -71,7 +74,7 @@ class OpenVinoRunner(Runner):
         """The inference precision asked for, or the CPU's default (``bf16``, ``f32``)."""
         self.asked_precision = precision
         self.plan: OpenVinoPlan | None = None
-        self._read_model: Any = None
+        self._read_model: ov.Model | None = None
         self._production: OpenVinoSession | None = None
         self._capture: OpenVinoSession | None = None
         self.production_layers: list[ExecutedLayer] | None = None
@@ -230,17 +233,17 @@ class OpenVinoRunner(Runner):
         return last[1]
 
     def _compile_capture(self, names: list[str], types: dict[str, str]
-                         ) -> tuple[Any, list[ExecutedLayer]]:
+                         ) -> tuple[ov.CompiledModel, list[ExecutedLayer]]:
         compiled = self._compile(with_outputs(self._read(), names, types))
         return compiled, executed_layers(compiled, self.view)
 
-    def _read(self) -> Any:
+    def _read(self) -> ov.Model:
         """A fresh copy of the user's model as OpenVINO read it (read from disk once)."""
         if self._read_model is None:
             self._read_model = read_model(self._core, self.path, self.label)
         return self._read_model.clone()
 
-    def _compile(self, model: Any) -> Any:
+    def _compile(self, model: ov.Model) -> ov.CompiledModel:
         return compile_model(self._core, model, self.asked_precision, self.label)
 
     def _feeds(self, inputs: Sequence[np.ndarray]) -> dict[str, np.ndarray]:

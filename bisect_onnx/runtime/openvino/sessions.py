@@ -15,11 +15,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from bisect_onnx.errors import ModelError, UsageError, one_line
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    import openvino as ov
 
 __all__ = ["import_openvino", "OpenVinoSession", "compile_model", "read_model", "with_outputs",
            "as_float32", "default_precision", "NARROW_TYPES", "DEVICE"]
@@ -30,7 +35,7 @@ DEVICE = "CPU"
 NARROW_TYPES = {"bf16": "bf16", "f16": "f16"}
 
 
-def import_openvino() -> Any:
+def import_openvino() -> ModuleType:
     """The ``openvino`` package, or a one-line error saying how to install it."""
     try:
         import openvino
@@ -40,7 +45,7 @@ def import_openvino() -> Any:
     return openvino
 
 
-def read_model(core: Any, source: Path | bytes, label: str) -> Any:
+def read_model(core: ov.Core, source: Path | bytes, label: str) -> ov.Model:
     """OpenVINO's model of an ONNX file (read in place) or of serialized ONNX bytes."""
     try:
         if isinstance(source, Path):
@@ -52,7 +57,8 @@ def read_model(core: Any, source: Path | bytes, label: str) -> Any:
         raise ModelError(f"OpenVINO could not read {label}: {one_line(error)}") from error
 
 
-def compile_model(core: Any, model: Any, precision: str | None, label: str) -> Any:
+def compile_model(core: ov.Core, model: ov.Model, precision: str | None,
+                  label: str) -> ov.CompiledModel:
     """The model compiled for the CPU, in ``precision`` (``None``: OpenVINO's default)."""
     config = {} if precision is None else {"INFERENCE_PRECISION_HINT": precision}
     try:
@@ -61,13 +67,13 @@ def compile_model(core: Any, model: Any, precision: str | None, label: str) -> A
         raise ModelError(f"OpenVINO could not compile {label}: {one_line(error)}") from error
 
 
-def default_precision(core: Any) -> str:
+def default_precision(core: ov.Core) -> str:
     """The CPU plugin's inference precision when none is asked for (``bf16``, ``f32``)."""
     return core.get_property(DEVICE, "INFERENCE_PRECISION_HINT").get_type_name()
 
 
-def with_outputs(model: Any, names: Sequence[str],
-                 element_types: Mapping[str, str] | None = None) -> Any:
+def with_outputs(model: ov.Model, names: Sequence[str],
+                 element_types: Mapping[str, str] | None = None) -> ov.Model:
     """``model`` with the tensors ``names`` made outputs, each in its element type.
 
     ``element_types``: the OpenVINO precision (``bf16``) to hand a value out in; the
@@ -87,7 +93,7 @@ def with_outputs(model: Any, names: Sequence[str],
     return steps.build()
 
 
-def as_float32(tensor: Any) -> np.ndarray:
+def as_float32(tensor: ov.Tensor) -> np.ndarray:
     """An output tensor as numpy: bf16 and f16 widened (exactly) to float32, others copied."""
     kind = tensor.element_type.get_type_name()
     data = tensor.data
@@ -107,7 +113,7 @@ class _Output:
 class OpenVinoSession:
     """A compiled model with ONNX Runtime's ``run(fetched, feeds)`` and ``get_outputs()``."""
 
-    def __init__(self, compiled: Any, label: str) -> None:
+    def __init__(self, compiled: ov.CompiledModel, label: str) -> None:
         self.compiled = compiled
         self.label = label
         self._request = compiled.create_infer_request()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,6 +30,10 @@ from bisect_onnx.runtime.runner import (
     captured_by_node,
 )
 from bisect_onnx.runtime.sides import CapturedValue
+
+if TYPE_CHECKING:
+    import onnx
+    from onnx.reference import ReferenceEvaluator
 
 __all__ = ["ReferenceEvaluatorRunner", "EVALUATOR_DOMAINS", "EVALUATOR"]
 
@@ -54,7 +58,8 @@ class ReferenceEvaluatorRunner(Runner):
         # The graph as bisect-onnx reads any ONNX file (nodes, metadata, input specs).
         super().__init__(path, promote="all")
         check_evaluator_ops(self.model)
-        self._evaluator: Any = None  # made at the first run, kept for the next samples
+        # Made at the first run, kept for the next samples.
+        self._evaluator: ReferenceEvaluator | None = None
 
     def describe(self) -> dict[str, Any]:
         """What this runner is, for the report."""
@@ -111,7 +116,7 @@ class ReferenceEvaluatorRunner(Runner):
             raise ModelError(f"ONNX's reference evaluator failed on {self.path.name}: "
                              f"{one_line(error)}") from error
 
-    def _load(self) -> Any:
+    def _load(self) -> ReferenceEvaluator:
         """The evaluator of the model with its weights, loaded once for every sample."""
         if self._evaluator is None:
             import onnx
@@ -127,7 +132,7 @@ class ReferenceEvaluatorRunner(Runner):
         return self._evaluator
 
 
-def check_evaluator_ops(model: Any) -> None:
+def check_evaluator_ops(model: onnx.ModelProto) -> None:
     """Refuse, by name, the first op ``onnx.reference`` cannot run (a contrib op)."""
     local = {function.domain for function in model.functions}
     for node in model.graph.node:
