@@ -39,7 +39,6 @@ from bisect_onnx.pipeline.production import (
 )
 from bisect_onnx.pipeline.stages import Stage, run_stages
 from bisect_onnx.report.context import culprit_context
-from bisect_onnx.runtime.reference_evaluator.runner import ReferenceEvaluatorRunner
 from bisect_onnx.runtime.registry import display_name
 from bisect_onnx.runtime.runner import Runner
 from bisect_onnx.runtime.sides import Capture, SampleArrays
@@ -100,8 +99,8 @@ def run_onnx_sample(sample: OnnxSample) -> OnnxSample:
 def _capture_reference(sample: OnnxSample) -> OnnxSample:
     """Every value of the reference model."""
     reference = sample.models.reference
-    if not isinstance(reference, ReferenceEvaluatorRunner):
-        emit(CAPTURE_STARTED, f"{display_name(reference.runtime)} (reference)")
+    emit(CAPTURE_STARTED, reference.reference_label
+         or f"{display_name(reference.runtime)} (reference)")
     return replace(sample, reference_capture=reference.run(sample.arrays).capture)
 
 
@@ -220,10 +219,9 @@ def _in_graph(model: Any) -> Any:
 
 def _reference_runtime(reference: Runner) -> dict[str, Any]:
     """How the reference ran, for the environment record."""
-    evaluator = isinstance(reference, ReferenceEvaluatorRunner)
-    return {"reference_runtime": "onnx.reference" if evaluator else reference.runtime,
-            "reference_provider": None if evaluator else reference.provider,
-            "reference_opt_level": None if evaluator else reference.opt_level}
+    return {"reference_runtime": reference.reference_label or reference.runtime,
+            "reference_provider": reference.provider,
+            "reference_opt_level": reference.opt_level}
 
 
 #: An ONNX-against-ONNX sample's stages, in order.

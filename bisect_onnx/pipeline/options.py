@@ -22,7 +22,6 @@ from bisect_onnx.runtime.onnxruntime.sessions import (
     CPU_PROVIDER,
     DEFAULT_OPT_LEVEL,
     OPT_LEVELS,
-    PROMOTE_CHOICES,
 )
 from bisect_onnx.runtime.registry import (
     ONNXRUNTIME,
@@ -31,7 +30,7 @@ from bisect_onnx.runtime.registry import (
     make_runner,
     runtime_names,
 )
-from bisect_onnx.runtime.runner import Runner, RunnerSettings
+from bisect_onnx.runtime.runner import PROMOTE_CHOICES, Runner, RunnerSettings
 from bisect_onnx.sources.input_sizes import check_sample_count
 
 if TYPE_CHECKING:

@@ -34,8 +34,12 @@ from bisect_onnx.runtime.sides import Capture, CapturedValue
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-__all__ = ["Runner", "RunnerSettings", "RuntimeRun", "ProductionCheck", "CompiledGraph",
-           "Session", "SessionOutput", "captured_by_node"]
+__all__ = ["Runner", "RunnerSettings", "RuntimeEntry", "RuntimeRun", "ProductionCheck",
+           "CompiledGraph", "Session", "SessionOutput", "captured_by_node", "PROMOTE_CHOICES"]
+
+#: ``fused``: capture only the values production's compiled graph keeps (the default);
+#: ``all``: every node output, which changes what the runtime fuses.
+PROMOTE_CHOICES = ("fused", "all")
 
 
 class SessionOutput(Protocol):
@@ -72,6 +76,26 @@ class RunnerSettings:
     opt_level: str
     promote: str
     precision: str | None = None
+
+
+@dataclass(frozen=True)
+class RuntimeEntry:
+    """One runtime: its names, where its kernel bugs go, and how its runner is made.
+
+    Each runtime's folder defines its entry (``runtime/openvino/__init__.py``); the
+    registry (:mod:`bisect_onnx.runtime.registry`) lists them.
+    """
+
+    name: str
+    """The ``--runtime`` choice and the report's ``environment.runtime``."""
+    display_name: str
+    """How the report's sentences name it."""
+    repository: str
+    """Where a bug in its kernels is filed."""
+    make: Callable[[Path, RunnerSettings], Runner]
+    """The runner of a file under these settings (imports the runtime's modules)."""
+    check: Callable[[RunnerSettings], None]
+    """One-line errors for settings it cannot take, before anything runs."""
 
 
 @dataclass(frozen=True)
@@ -132,8 +156,13 @@ class Runner(ABC):
     #: The inference precision a compiling runtime computes float32 values in
     #: (``bf16``, ``f16``, ``f32``); ``None``: float32 as the file says.
     precision: str | None = None
+    #: How the progress events and the environment record name this runner as the
+    #: reference, where not by its runtime's name (ONNX's reference evaluator).
+    reference_label: str | None = None
 
     def __init__(self, path: Path, *, promote: str) -> None:
+        if promote not in PROMOTE_CHOICES:
+            raise ValueError(f"promote must be one of {PROMOTE_CHOICES}, got {promote!r}")
         self.path = Path(path)
         self.promote = promote
         self.model = load_onnx_model(self.path)

@@ -26,15 +26,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bisect_onnx.runtime.onnxruntime.placement import ProfileFolder, kernels_by_output
-from bisect_onnx.runtime.onnxruntime.sessions import PROMOTE_CHOICES, create_session
+from bisect_onnx.runtime.onnxruntime.sessions import create_session
 
 if TYPE_CHECKING:
     import onnx
     import onnxruntime as ort
 
-# PROMOTE_CHOICES lives in sessions (check_runtime needs it, and sessions may not
-# import this module); it is named here too for the CLI's choices.
-__all__ = ["PROMOTE_CHOICES", "CapturePlan", "plan_capture", "NCHWC_TRANSFORMER", "NCHWC_DOMAIN",
+__all__ = ["CapturePlan", "plan_capture", "NCHWC_TRANSFORMER", "NCHWC_DOMAIN",
            "graph_nodes", "op_counts", "session_and_graph"]
 
 logger = logging.getLogger(__name__)

@@ -109,7 +109,7 @@ class OnnxRuntimeRunner(Runner):
     def describe(self) -> dict[str, Any]:
         """What this runner is, for the report."""
         return {
-            "kind": "onnxruntime",
+            "kind": self.runtime,
             "model": str(self.path),
             "producer": f"{self.model.producer_name} {self.model.producer_version}".strip(),
             "graph": self.model.graph.name,

@@ -12,11 +12,12 @@ from bisect_onnx.errors import ModelError, UsageError, one_line
 from bisect_onnx.events import SESSION_CREATED, SESSION_STARTED, emit
 from bisect_onnx.runtime.heap import made_in_heap
 from bisect_onnx.runtime.onnxruntime.placement import ProfileFolder
+from bisect_onnx.runtime.runner import PROMOTE_CHOICES
 
 if TYPE_CHECKING:
     import onnxruntime as ort
 
-__all__ = ["CPU_PROVIDER", "DEFAULT_OPT_LEVEL", "OPT_LEVELS", "PROMOTE_CHOICES", "create_session",
+__all__ = ["CPU_PROVIDER", "DEFAULT_OPT_LEVEL", "OPT_LEVELS", "create_session",
            "check_provider", "check_runtime"]
 
 CPU_PROVIDER = "CPUExecutionProvider"
@@ -24,10 +25,6 @@ CPU_PROVIDER = "CPUExecutionProvider"
 DEFAULT_OPT_LEVEL = "all"
 OPT_LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
               "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
-#: ``fused``: promote only values that survive ORT's optimizations (the default);
-#: ``all``: every node output, which changes what ORT fuses
-#: (:mod:`bisect_onnx.runtime.onnxruntime.capture_plan`).
-PROMOTE_CHOICES = ("fused", "all")
 
 
 def check_runtime(provider: str, opt_level: str, promote: str) -> None:

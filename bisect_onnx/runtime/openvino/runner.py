@@ -24,7 +24,6 @@ import numpy as np
 
 from bisect_onnx.graph.nodes import NodeInfo, node_provenance
 from bisect_onnx.graph.provenance import Provenance
-from bisect_onnx.runtime.onnxruntime.sessions import PROMOTE_CHOICES
 from bisect_onnx.runtime.openvino.layers import ExecutedLayer, executed_layers
 from bisect_onnx.runtime.openvino.plan import OpenVinoPlan, plan_capture
 from bisect_onnx.runtime.openvino.sessions import (
@@ -63,8 +62,6 @@ class OpenVinoRunner(Runner):
 
     def __init__(self, path: Path, *, precision: str | None = None,
                  promote: str = "fused") -> None:
-        if promote not in PROMOTE_CHOICES:
-            raise ValueError(f"promote must be one of {PROMOTE_CHOICES}, got {promote!r}")
         openvino = import_openvino()
         # Parsed (and its external weights' locations checked) before OpenVINO reads it.
         super().__init__(path, promote=promote)

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bisect_onnx.errors import ModelError, UsageError, one_line
-from bisect_onnx.events import CAPTURE_STARTED, emit
 from bisect_onnx.runtime.runner import (
     CompiledGraph,
     ProductionCheck,
@@ -39,7 +38,7 @@ __all__ = ["ReferenceEvaluatorRunner", "EVALUATOR_DOMAINS", "EVALUATOR"]
 
 logger = logging.getLogger(__name__)
 
-#: The runner's name in the report (``environment.runtime``, ``reference.kind``).
+#: The runner's name: the report's ``reference.kind``.
 EVALUATOR = "onnx-reference-evaluator"
 #: The operator domains ``onnx.reference`` implements.
 EVALUATOR_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"})
@@ -53,6 +52,7 @@ class ReferenceEvaluatorRunner(Runner):
     """
 
     runtime = EVALUATOR
+    reference_label = "onnx.reference"
 
     def __init__(self, path: Path) -> None:
         # The graph as bisect-onnx reads any ONNX file (nodes, metadata, input specs).
@@ -80,7 +80,6 @@ class ReferenceEvaluatorRunner(Runner):
 
     def run(self, inputs: Sequence[np.ndarray]) -> RuntimeRun:
         """Evaluate the model once and keep every node output."""
-        emit(CAPTURE_STARTED, "onnx.reference")
         wanted = [name for node in self.nodes if node.op_type != "Constant"
                   for name in node.outputs if name]
         wanted += [name for name in self.output_names if name not in wanted]
