@@ -247,10 +247,18 @@ def test_optimization_level_pair_has_parity_and_finds_a_planted_edit(made):
 
 
 def test_reference_evaluator_agrees_with_onnx_runtime_on_a_small_model():
-    report = bisect_onnx.bisect_onnx_models(RESNET, reference_runtime="onnx.reference",
-                                            inputs=np.load(RESNET_INPUT))
+    from bisect_onnx.events import listening
+
+    events = []
+    with listening(events.append):
+        report = bisect_onnx.bisect_onnx_models(RESNET, reference_runtime="onnx.reference",
+                                                inputs=np.load(RESNET_INPUT))
     assert report.verdict == "parity" and not report.hidden_divergences
     assert report.reference["kind"] == "onnx-reference-evaluator"
+    assert (report.environment["reference_runtime"], report.environment["reference_provider"],
+            report.environment["reference_opt_level"]) == ("onnx.reference", None, None)
+    captures = [event.detail for event in events if event.kind == "capture_started"]
+    assert captures[:2] == ["onnx.reference", "ONNX Runtime"]
     assert report.coverage.aligned_values >= 13
     assert max(record.max_abs_error for record in report.comparisons) < 1e-5
 
