@@ -28,10 +28,10 @@ from bisect_onnx.judge.records import Record, make_record
 from bisect_onnx.judge.tolerances import Tolerance
 from bisect_onnx.runtime.sides import CapturedValue
 from bisect_onnx.search.claims import NODE, compute_nodes, exceeds
-from bisect_onnx.search.inserted import Rerun
+from bisect_onnx.search.local import LocalRerun
 
 if TYPE_CHECKING:
-    from bisect_onnx.runtime.runner import Runner
+    pass
 
 __all__ = ["narrow_to_failing_node"]
 
@@ -52,28 +52,26 @@ class _Alone:
     inputs the reference has no value of."""
 
 
-def narrow_to_failing_node(findings: AttributionFindings, check: Any, candidate: Runner, *,
-                           row: Record, inner: Mapping[str, CapturedValue],
+def narrow_to_failing_node(findings: AttributionFindings, check: Any, *, row: Record,
+                           inner: Mapping[str, CapturedValue],
                            references: Mapping[str, np.ndarray],
-                           candidate_values: Mapping[str, np.ndarray],
-                           graph_inputs: Mapping[str, np.ndarray], tolerance: Tolerance,
-                           rerun: Rerun,
+                           candidate_values: Mapping[str, np.ndarray], rerun: LocalRerun,
                            judge_row: Callable[[str, np.ndarray], ArrayComparison] | None,
                            ) -> AttributionFindings:
     """The findings with the segment's node that fails alone as the culprit.
 
     ``row``: the segment's checked value's record; ``inner``: the reference's values of
     values inside segments (PyTorch's op values, the reference graph's); ``references``:
-    the reference's values of the rows; ``rerun``: ``run_locally`` bound to the candidate,
-    judging at ``tolerance``; ``judge_row``: how the row's value is judged, where the run
+    the reference's values of the rows; ``rerun``: local checks of the candidate's
+    values, judged at its tolerance; ``judge_row``: how the row's value is judged, where the run
     has a judge of its own (ONNX against ONNX). Unchanged where no segment is named or
     no node can be shown to fail alone.
     """
     if findings.segment is None or check is None or check.segment is None:
         return findings
-    runs, complete = _run_alone(check, candidate, findings.segment["nodes"], row, inner,
-                                references, candidate_values, graph_inputs, tolerance, rerun,
-                                judge_row)
+    tolerance = rerun.tolerance
+    runs, complete = _run_alone(check, findings.segment["nodes"], row, inner, references,
+                                candidate_values, rerun, judge_row)
     for position, alone in enumerate(runs):
         if alone.comparison.status == Status.PASS:
             continue
@@ -91,10 +89,9 @@ def narrow_to_failing_node(findings: AttributionFindings, check: Any, candidate:
     return replace(findings, evidence={**findings.evidence, "passed_alone": passed})
 
 
-def _run_alone(check: Any, candidate: Runner, names: Sequence[str], row: Record,
+def _run_alone(check: Any, names: Sequence[str], row: Record,
                inner: Mapping[str, CapturedValue], references: Mapping[str, np.ndarray],
-               candidate_values: Mapping[str, np.ndarray], graph_inputs: Mapping[str, Any],
-               tolerance: Tolerance, rerun: Rerun,
+               candidate_values: Mapping[str, np.ndarray], rerun: LocalRerun,
                judge_row: Callable[[str, np.ndarray], ArrayComparison] | None,
                ) -> tuple[list[_Alone], int]:
     """Each compute node of ``names`` that can run alone, run in one session, in order.
@@ -102,6 +99,7 @@ def _run_alone(check: Any, candidate: Runner, names: Sequence[str], row: Record,
     Also how many of the runs come before the first compute node that could not run
     alone: only a failure among those is the first one.
     """
+    candidate, graph_inputs, tolerance = rerun.runner, rerun.graph_inputs, rerun.tolerance
     nodes = [candidate.nodes[index] for index in check.segment.nodes]
     computing = {node.name for node in compute_nodes(candidate.nodes, check.segment.nodes)}
     wanted = computing & set(names)

@@ -39,7 +39,7 @@ from bisect_onnx.search.classify import Kind
 from bisect_onnx.search.inner_values import inner_references
 from bisect_onnx.search.inserted import exporters_node, narrow_to_unpaired
 from bisect_onnx.search.inside_kernel import name_inside_kernels
-from bisect_onnx.search.local import LocalCheck, boundary_references, run_locally
+from bisect_onnx.search.local import LocalCheck, LocalRerun, boundary_references, run_locally
 from bisect_onnx.search.nodeless import classification, fx_span, nodeless_culprit
 
 __all__ = ["attribute_divergence", "Evidence"]
@@ -88,7 +88,7 @@ def attribute_divergence(report: Report, candidate: Runner, values: SampleArrays
     tolerance its row was judged by. ``everything``: every culprit, not only the first.
     """
     reference_values, candidate_values = values.reference, values.candidate
-    graph_inputs, ops, program = values.graph_inputs, evidence.ops, evidence.program
+    ops, program = evidence.ops, evidence.program
     compare, op_segments = evidence.compare, evidence.op_segments
     failing = [record for record in report.comparisons if record.failed]
     upstream = feeding(candidate.nodes, [record.onnx_value for record in report.final_outputs
@@ -104,10 +104,9 @@ def attribute_divergence(report: Report, candidate: Runner, values: SampleArrays
         return None, {}
     torch_values = ({**{name: value.array for name, value in ops.values.items()},
                      **ops.graph_inputs} if ops else {})
-    checker = _LocalChecker(report, candidate, failing, reference_values, candidate_values,
-                            graph_inputs, program=program, torch_values=torch_values,
-                            everything=everything, compare=compare,
-                            torch_float64=evidence.torch_float64, tolerance=tolerance)
+    checker = _LocalChecker(report, candidate, failing, values, evidence,
+                            torch_values=torch_values, everything=everything,
+                            tolerance=tolerance)
     attribution = CulpritSearch([record.onnx_value for record in failing], checker).run(
         everything=everything)
     findings = attribution_findings(report.comparisons, attribution, checker.checks,
@@ -152,16 +151,15 @@ def _narrowed(findings: AttributionFindings, report: Report, checker: _LocalChec
         name_inside_kernels, report, findings, first, checker.checks, candidate,
         inner, op_segments, tolerance, partial(_classify_inside, checker, candidate, inner)))
     findings = _safely(findings, "a node with no counterpart", partial(
-        narrow_to_unpaired, findings, checker.checks[first], candidate,
+        narrow_to_unpaired, findings, checker.checks[first],
         {**{name: value.array for name, value in inner.items()},
-         **references}, candidate_values, tolerance.base,
-        _rerun(candidate, graph_inputs, tolerance.base, compare), first_index,
+         **references}, candidate_values,
+        LocalRerun(candidate, graph_inputs, tolerance.base, compare), first_index,
         has_counterpart))
     return _safely(findings, "the node of a segment that fails alone", partial(
-        narrow_to_failing_node, findings, checker.checks[first], candidate, row=row,
-        inner=inner, references=checker.reference_values, candidate_values=candidate_values,
-        graph_inputs=graph_inputs, tolerance=tolerance.of(row),
-        rerun=_rerun(candidate, graph_inputs, tolerance.of(row), None), judge_row=compare))
+        narrow_to_failing_node, findings, checker.checks[first], row=row, inner=inner,
+        references=checker.reference_values, candidate_values=candidate_values,
+        rerun=LocalRerun(candidate, graph_inputs, tolerance.of(row)), judge_row=compare))
 
 
 def _safely(fallback: Any, what: str, step: Callable[[], Any]) -> Any:
@@ -173,13 +171,6 @@ def _safely(fallback: Any, what: str, step: Callable[[], Any]) -> Any:
         return fallback
 
 
-def _rerun(candidate: Runner, graph_inputs: Mapping[str, np.ndarray], tolerance: Tolerance,
-           compare: Callable[[str, np.ndarray], ArrayComparison] | None) -> Callable[..., Any]:
-    """Local checks of the candidate's values with other references (one run each)."""
-    return partial(run_locally, candidate, graph_inputs=graph_inputs, tolerance=tolerance,
-                   compare=compare)
-
-
 class _LocalChecker:
     """The checker :class:`CulpritSearch` calls: local runs, then float64 classification.
 
@@ -187,20 +178,16 @@ class _LocalChecker:
     """
 
     def __init__(self, report: Report, candidate: Runner, failing: Sequence[Record],
-                 reference_values: Mapping[str, np.ndarray],
-                 candidate_values: Mapping[str, np.ndarray],
-                 graph_inputs: Mapping[str, np.ndarray], *, program: Any,
+                 values: SampleArrays, evidence: Evidence, *,
                  torch_values: Mapping[str, np.ndarray], everything: bool,
-                 compare: Callable[[str, np.ndarray], ArrayComparison] | None,
-                 torch_float64: Callable[[LocalCheck], np.ndarray | None] | None,
                  tolerance: Judge) -> None:
-        self.candidate, self.program = candidate, program
+        self.candidate, self.program = candidate, evidence.program
         self.tolerance = tolerance
-        self.torch_float64 = torch_float64
+        self.torch_float64 = evidence.torch_float64
         self.reference_values, self.candidate_values = (
-            boundary_references(candidate, reference_values, torch_values), candidate_values)
-        self.graph_inputs, self.torch_values = graph_inputs, torch_values
-        self.everything, self.compare = everything, compare
+            boundary_references(candidate, values.reference, torch_values), values.candidate)
+        self.graph_inputs, self.torch_values = values.graph_inputs, torch_values
+        self.everything, self.compare = everything, evidence.compare
         self.by_value = {record.onnx_value: record for record in failing}
         # The torch side of a segment stops where the ONNX side does: at its inputs, under
         # the FX names they were paired with (renamed or structurally matched values too).

@@ -10,7 +10,7 @@ consumer only inherited it. Polygraphy's mark-all comparison names the consumer 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -24,17 +24,13 @@ from bisect_onnx.judge.records import Record, make_record
 from bisect_onnx.judge.tolerances import Tolerance
 from bisect_onnx.runtime.sides import CapturedValue
 from bisect_onnx.search.claims import exceeds
+from bisect_onnx.search.local import LocalRerun
 
 __all__ = ["UNPAIRED", "unpaired_culprit", "narrow_to_unpaired", "classification",
            "exporters_node"]
 
 #: The isolation of a culprit that is a node the reference has no counterpart of.
 UNPAIRED = "no counterpart"
-
-#: Reruns values locally (``run_locally`` with its model and settings bound): values,
-#: then ``reference_values=`` and ``candidate_values=`` by keyword -> their checks.
-Rerun = Callable[..., Mapping[str, Any]]
-
 
 def classification() -> dict[str, Any]:
     """What the verdict says of a node with no counterpart: whoever added it."""
@@ -49,10 +45,9 @@ def exporters_node(node: Any) -> bool:
     return node.torch is not None or node.name.startswith("/")
 
 
-def unpaired_culprit(segment: Mapping[str, Any], check: Any, nodes: Sequence[Any],
-                     initializers: set[str], references: Mapping[str, np.ndarray],
-                     candidate_values: Mapping[str, np.ndarray], tolerance: Tolerance,
-                     rerun: Rerun, index: int,
+def unpaired_culprit(segment: Mapping[str, Any], check: Any,
+                     references: Mapping[str, np.ndarray],
+                     candidate_values: Mapping[str, np.ndarray], rerun: LocalRerun, index: int,
                      has_counterpart: Callable[[Any], bool]) -> Record | None:
     """The node of ``segment`` with no counterpart that alone explains its failure, if any.
 
@@ -60,8 +55,11 @@ def unpaired_culprit(segment: Mapping[str, Any], check: Any, nodes: Sequence[Any
     inputs); ``references``: the reference's values by ONNX name, values inside the
     segment included where the reference has them; ``has_counterpart``: whether the
     reference has the node (the exporter made it, or the reference graph holds it).
+    ``rerun``: local checks of the runner's values, judged at its tolerance.
     """
-    by_name = {node.name: node for node in nodes}
+    tolerance, model = rerun.tolerance, rerun.runner.model
+    initializers = {tensor.name for tensor in model.graph.initializer}
+    by_name = {node.name: node for node in rerun.runner.nodes}
     for name in segment["nodes"]:
         node = by_name.get(name)
         if node is None or len(node.outputs) != 1 or has_counterpart(node):
@@ -99,7 +97,7 @@ def unpaired_culprit(segment: Mapping[str, Any], check: Any, nodes: Sequence[Any
 def _agrees_without(check: Any, output: str, before: np.ndarray,
                     references: Mapping[str, np.ndarray],
                     candidate_values: Mapping[str, np.ndarray], tolerance: Tolerance,
-                    rerun: Rerun) -> bool:
+                    rerun: LocalRerun) -> bool:
     """Whether the checked value agrees with the node taken through (its input handed on).
 
     The checked value itself is judged (the segment may have been narrowed inside it):
@@ -120,11 +118,10 @@ def _agrees_without(check: Any, output: str, before: np.ndarray,
     return result is not None and result.status == Status.PASS
 
 
-def narrow_to_unpaired(findings: AttributionFindings, check: Any, candidate: Any,
+def narrow_to_unpaired(findings: AttributionFindings, check: Any,
                        references: Mapping[str, np.ndarray],
-                       candidate_values: Mapping[str, np.ndarray], tolerance: Tolerance,
-                       rerun: Rerun, index: int,
-                       has_counterpart: Callable[[Any], bool] = exporters_node,
+                       candidate_values: Mapping[str, np.ndarray], rerun: LocalRerun,
+                       index: int, has_counterpart: Callable[[Any], bool] = exporters_node,
                        ) -> AttributionFindings:
     """The findings with a segment's node that has no counterpart as the culprit.
 
@@ -132,15 +129,13 @@ def narrow_to_unpaired(findings: AttributionFindings, check: Any, candidate: Any
     """
     if findings.segment is None or findings.culprits or check is None:
         return findings
-    initializers = {tensor.name for tensor in candidate.model.graph.initializer}
-    record = unpaired_culprit(findings.segment, check, candidate.nodes, initializers,
-                              references, candidate_values, tolerance, rerun, index,
-                              has_counterpart)
+    record = unpaired_culprit(findings.segment, check, references, candidate_values, rerun,
+                              index, has_counterpart)
     if record is None:
         return findings
     figures = LocalFigures(introduced_here=True, local_max_abs_error=record.max_abs_error,
                            local_status=record.status, local_nan_mismatch=record.nan_mismatch,
-                           local_exceeds=exceeds(record, tolerance.atol),
+                           local_exceeds=exceeds(record, rerun.tolerance.atol),
                            compute_nodes=(record.onnx_node,), isolation=UNPAIRED)
     evidence = {**findings.evidence, "classification": classification(),
                 "unpaired": {"node": record.onnx_node, "value": record.onnx_value,

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from bisect_onnx.judge.tolerances import Tolerance
     from bisect_onnx.runtime.runner import Runner
 
-__all__ = ["LocalCheck", "run_locally", "boundary_references"]
+__all__ = ["LocalCheck", "LocalRerun", "run_locally", "boundary_references"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +51,28 @@ class LocalCheck:
     """``local`` against PyTorch's value."""
     reason: str | None = None
     """Why the value could not be checked."""
+
+
+@dataclass(frozen=True)
+class LocalRerun:
+    """Local checks of a runner's values with references of the caller's (one run each).
+
+    What the steps that narrow a culprit inside its segment share: the runner, the
+    sample's graph inputs, the tolerance the checks are judged at, and the judge of a
+    value whose reference needs converting (``None``: ``compare_arrays``).
+    """
+
+    runner: Runner
+    graph_inputs: Mapping[str, np.ndarray]
+    tolerance: Tolerance
+    compare: Callable[[str, np.ndarray], ArrayComparison] | None = None
+
+    def __call__(self, values: Sequence[str], *, reference_values: Mapping[str, np.ndarray],
+                 candidate_values: Mapping[str, np.ndarray]) -> dict[str, LocalCheck]:
+        """``values`` checked on ``reference_values`` (see :func:`run_locally`)."""
+        return run_locally(self.runner, values, reference_values=reference_values,
+                           candidate_values=candidate_values, graph_inputs=self.graph_inputs,
+                           tolerance=self.tolerance, compare=self.compare)
 
 
 def run_locally(
