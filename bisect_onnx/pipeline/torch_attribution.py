@@ -71,7 +71,8 @@ def attribute_sample(settings: Any, findings: Findings, arrays: Sequence[np.ndar
         graph_inputs(candidate, arrays), tolerance=settings.judge, program=program,
         ops=None if script else ops, modules=(torch_capture, prepared.call_index),
         everything=settings.all_culprits,
-        kernel_references=(references_by_onnx_value(segments, ops, candidate.nodes)
+        kernel_references=(references_by_onnx_value(segments, ops, candidate.nodes,
+                                                     candidate.opset)
                            if script else None),
         compare=settings.judge.local_comparer(report, values.reference),
         torch_float64=float64 if module_level else None, op_segments=segments,
