@@ -86,10 +86,8 @@ class _ScopePairing:
         self.capture, self.nodes, self.candidate_values = capture, nodes, candidate_values
         self.shapes = value_shapes(model, candidate_values)
         self.model = model  # the ONNX model, for node attributes and its opset
-        #: The opset the exporter's record of each op is asked for (none: the table's).
-        self.opset = None if model is None else next(
-            (entry.version for entry in model.opset_import if entry.domain in ("", "ai.onnx")),
-            None)
+        self.opset = None if model is None else next(  # the exporter's record is asked at it
+            (item.version for item in model.opset_import if item.domain in ("", "ai.onnx")), None)
         self.producers = {output: node for node in nodes for output in node.outputs}
         self.calls = CallScopes(capture, nodes, read_scopes(nodes, capture.module_paths))
         self.in_scope: dict[ScopeKey, list[NodeInfo]] = {}
@@ -100,7 +98,7 @@ class _ScopePairing:
         self.cursor: dict[ScopeKey, int] = {}
         self.onnx_of: dict[str, str] = {}  # op (or graph input) -> ONNX value holding it
         self.ends: dict[str, NodeInfo] = {}
-        self.table_node: dict[str, NodeInfo] = {}  # op -> the node of its table's type
+        self.table_node: dict[str, NodeInfo] = {}  # op -> its chain's (table's) first node
         self.alignment = OpAlignment()
 
     def place(self, op: ScriptOp) -> None:
@@ -159,9 +157,8 @@ class _ScopePairing:
                             "made no node for it, and its input has no ONNX value either")
             return
         self.onnx_of[op.name] = held
-        self._unaligned(op, "removed", f"returns its input unchanged (eval mode, or a "
-                                       f"slice of everything), so the exporter made no "
-                                       f"node for it; compared at {held}")
+        self._unaligned(op, "removed", "returns its input unchanged (eval mode, or a slice of "
+                        f"everything), so the exporter made no node for it; compared at {held}")
 
     def place_tuple(self, ops: Sequence[ScriptOp]) -> None:
         """Find the node output holding each of a tuple-valued op's outputs, or say why not.
@@ -223,11 +220,11 @@ class _ScopePairing:
 
         A second output of a node has none: the first output's segment holds the node.
         The segment reaches back to the values holding what the op reads. Where one has
-        none (an op the table does not know, or declined), nothing marks where the op's
-        nodes begin: a segment holding that op's nodes would let a check of both stand
-        for this op alone (a wrong culprit), so it is the nodes the table names only. A
-        layout op merged into this op's nodes (a ``permute`` of the key into the
-        attention's Transpose) is none such, where its own input marks a beginning.
+        none (an op nothing places, or declined), nothing marks where the op's nodes
+        begin: a segment holding that op's nodes would let a check of both stand for this
+        op alone (a wrong culprit), so it is only the nodes of the op's chain (or the
+        table's). A layout op merged into this op's nodes (a ``permute`` of the key into
+        the attention's Transpose) is none such, where its own input marks a beginning.
         """
         self.ends[op.name] = node
         self.onnx_of[op.name] = node.outputs[output]
@@ -292,8 +289,11 @@ class _ScopePairing:
                 continue
             last = follow(self.producers, scope, position, chain.kinds[1:])
             if isinstance(last, tuple):  # cut short by a node inserted there
-                self.cursor[key] = last[1] + 1
-                return last[0].format(op=op.kind)
+                read, reader = last
+                self.cursor[key] = reader + 1
+                return (f"a node the exporter did not make reads {read.name}'s value, and "
+                        f"{scope[reader].name}, which ends {op.kind}'s nodes, reads it: the "
+                        "op's value is in neither")
             if last is None:
                 continue
             node = scope[last]

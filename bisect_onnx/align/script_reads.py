@@ -110,13 +110,12 @@ def reads_kinds(producers: Producers, members: Collection[int], node: NodeInfo,
 
 
 def follow(producers: Producers, scope: Sequence[NodeInfo], position: int,
-           kinds: Sequence[str]) -> int | tuple[str, int] | None:
+           kinds: Sequence[str]) -> int | tuple[NodeInfo, int] | None:
     """The position in ``scope`` of the last of ``kinds``, each reading the one before.
 
-    From ``scope[position]`` on; ``None`` where one is missing, and (why not, the
-    position of the node) where it reads the one before only through a node the
-    exporter did not make (one inserted there): the op's value is in neither. The
-    reason names the op as ``{op}``.
+    From ``scope[position]`` on; ``None`` where one is missing, and (the node read, the
+    position of the next one) where the next reads it only through a node the exporter
+    did not make (one inserted there): the op's value is in neither.
     """
     for kind in kinds:
         node = scope[position]
@@ -127,10 +126,6 @@ def follow(producers: Producers, scope: Sequence[NodeInfo], position: int,
         if following is None:
             foreign = next((index for index, item in later
                             if reads_through_foreign(producers, item, node)), None)
-            if foreign is None:
-                return None
-            return (f"a node the exporter did not make reads {node.name}'s value, and "
-                    f"{scope[foreign].name}, which ends {{op}}'s nodes, reads it: the op's "
-                    "value is in neither", foreign)
+            return None if foreign is None else (node, foreign)
         position = following
     return position
