@@ -43,8 +43,6 @@ class Chain:
     """The first node's type, then each following one's; the last holds the op's value."""
     ancestry: tuple[tuple[str, int], ...] = ()
     """(type, how many) of the op's other nodes the first one reads, directly or not."""
-    made: tuple[str, ...] = ()
-    """Every node type the exporter made of the op, Constants left out (for reasons)."""
 
     @property
     def needs(self) -> Counter[str]:
@@ -91,7 +89,7 @@ def chain_of(translation: Translation, output: int = 0) -> Chain | HandsBack | N
         stack += [read.node for read in _live_reads(translation, constant, position)
                   if read.node is not None]
     return Chain(tuple(nodes[position].kind for position in chain),
-                 tuple(sorted(ancestry.items())), tuple(translation.kinds))
+                 tuple(sorted(ancestry.items())))
 
 
 def output_ends(translation: Translation | None, kind: str) -> tuple[OutputEnd, ...]:

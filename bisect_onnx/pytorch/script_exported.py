@@ -78,6 +78,7 @@ class ExporterRecords:
         self._asked: dict[tuple[str, int], Translation | None] = {}
         self._by_text: dict[tuple[str, int], Translation | None] = {}
         self._translators: dict[int, Callable[[Any], Any]] = {}
+        self._missing = False  # the exporter's private API is gone: said once, then none
 
     def add(self, name: str, node: Any, source: Callable[[Any], tuple[str | None, Any]]) -> None:
         """Op ``name`` is traced ``node``; ``source(value)``: (data name, weight) of an input.
@@ -89,7 +90,7 @@ class ExporterRecords:
 
     def of(self, name: str, opset: int | None) -> Translation | None:
         """What the exporter makes of op ``name`` at ``opset``; ``None`` where it cannot say."""
-        if opset is None or name not in self._nodes:
+        if opset is None or name not in self._nodes or self._missing:
             return None
         if (name, opset) not in self._asked:
             self._asked[name, opset] = self._ask(*self._nodes[name], opset)
@@ -99,20 +100,28 @@ class ExporterRecords:
              opset: int) -> Translation | None:
         try:
             graph, inputs = _alone(node, source)
-            key = (graph.str(False), opset)
+            key = (graph.str(False), opset)  # the same op, input types and literals
             if key not in self._by_text:
-                if opset not in self._translators:
-                    self._translators[opset] = torchscript_translator(opset)
-                self._by_text[key] = _record(self._translators[opset](graph))
+                self._by_text[key] = self._translate(graph, opset)
         except PrivateApiMissing as error:
+            self._missing = True
             logger.info("%s", error)
             return None
-        except Exception as error:  # noqa: BLE001 - the op's own symbolic refused it: no record
-            logger.debug("the exporter did not translate %s alone: %s", node.kind(),
-                         one_line(error))
-            key = None
-        found = self._by_text.get(key) if key is not None else None
+        except Exception as error:  # noqa: BLE001 - not copied alone: the table decides instead
+            logger.debug("%s is not copied alone: %s", node.kind(), one_line(error))
+            return None
+        found = self._by_text[key]
         return None if found is None else replace(found, inputs=inputs)
+
+    def _translate(self, graph: Any, opset: int) -> Translation | None:
+        """The record of ``graph`` translated; ``None`` where the op's symbolic refused it."""
+        if opset not in self._translators:
+            self._translators[opset] = torchscript_translator(opset)
+        try:
+            return _record(self._translators[opset](graph))
+        except Exception as error:  # noqa: BLE001 - any refusal: the table decides instead
+            logger.debug("the exporter does not translate this alone: %s", one_line(error))
+            return None
 
 
 def _alone(node: Any, source: Callable[[Any], tuple[str | None, Any]],
