@@ -76,8 +76,10 @@ class ExporterRecords:
     def __init__(self) -> None:
         self._nodes: dict[str, tuple[Any, Callable[[Any], tuple[str | None, Any]]]] = {}
         self._asked: dict[tuple[str, int], Translation | None] = {}
-        self._by_text: dict[tuple[str, int], Translation | None] = {}
         self._translators: dict[int, Callable[[Any], Any]] = {}
+        # By the printed graph of one op and opset: asked once per capture, since a
+        # symbolic function the user registers later in the process must be seen.
+        self._by_text: dict[tuple[str, int], Translation | None] = {}
         self._missing = False  # the exporter's private API is gone: said once, then none
 
     def add(self, name: str, node: Any, source: Callable[[Any], tuple[str | None, Any]]) -> None:
@@ -99,6 +101,8 @@ class ExporterRecords:
     def _ask(self, node: Any, source: Callable[[Any], tuple[str | None, Any]],
              opset: int) -> Translation | None:
         try:
+            if opset not in self._translators:  # asked first: a missing API is said here
+                self._translators[opset] = torchscript_translator(opset)
             graph, inputs = _alone(node, source)
             key = (graph.str(False), opset)  # the same op, input types and literals
             if key not in self._by_text:
@@ -115,8 +119,6 @@ class ExporterRecords:
 
     def _translate(self, graph: Any, opset: int) -> Translation | None:
         """The record of ``graph`` translated; ``None`` where the op's symbolic refused it."""
-        if opset not in self._translators:
-            self._translators[opset] = torchscript_translator(opset)
         try:
             return _record(self._translators[opset](graph))
         except Exception as error:  # noqa: BLE001 - any refusal: the table decides instead
@@ -163,15 +165,18 @@ def _alone(node: Any, source: Callable[[Any], tuple[str | None, Any]],
     return graph, tuple(names)
 
 
+#: A value read from outside the graph (none is, in a translated graph of one op).
+_NOWHERE = Read(None, -1)
+
+
 def _record(graph: Any) -> Translation:
     """The nodes of a translated graph, each reading the values it reads, and its outputs."""
     where = {value.unique(): Read(None, index) for index, value in enumerate(graph.inputs())}
     nodes = []
     for node in graph.nodes():
-        reads = tuple(where.get(value.unique(), Read(None, -1)) for value in node.inputs())
+        reads = tuple(where.get(value.unique(), _NOWHERE) for value in node.inputs())
         for index, value in enumerate(node.outputs()):
             where[value.unique()] = Read(len(nodes), index)
-        kind = node.kind()
-        nodes.append(ExportedNode(kind.removeprefix("onnx::"), reads))
-    return Translation(tuple(nodes), tuple(where.get(value.unique(), Read(None, -1))
+        nodes.append(ExportedNode(node.kind().removeprefix("onnx::"), reads))
+    return Translation(tuple(nodes), tuple(where.get(value.unique(), _NOWHERE)
                                            for value in graph.outputs()))
