@@ -37,15 +37,16 @@ logger = logging.getLogger(__name__)
 
 
 def references_by_onnx_value(segments: Mapping[str, Sequence[NodeInfo]],
-                             ops: ScriptOpCapture,
-                             nodes: Sequence[NodeInfo] = ()) -> dict[str, Any]:
+                             ops: ScriptOpCapture, nodes: Sequence[NodeInfo] = (),
+                             opset: int | None = None) -> dict[str, Any]:
     """PyTorch's op values by the ONNX value each op ends in, fused-away ones included.
 
     Not where that value feeds a node the exporter did not make (``nodes``: the graph's)
     and the op's translation may go on past it: a node inserted inside the op (a Mul
     between a Linear's MatMul and Add) cuts its segment short, and the value the segment
     ends in is then not the op's. An op of one node (an ``add``) ends in its value
-    whatever reads it next.
+    whatever reads it next, and so does one paired by the exporter's record of it at
+    ``opset`` (the file's): it was paired with the record's last node.
     """
     from bisect_onnx.search.inserted import exporters_node
 
@@ -54,7 +55,8 @@ def references_by_onnx_value(segments: Mapping[str, Sequence[NodeInfo]],
     return {segment[-1].outputs[0]: ops.values[name] for name, segment in segments.items()
             if segment and segment[-1].outputs and name in ops.values
             and (segment[-1].outputs[0] not in foreign_inputs
-                 or not _may_go_on(kinds.get(name, "")))}
+                 or not (_may_go_on(kinds.get(name, ""))
+                         and (opset is None or ops.records.of(name, opset) is None)))}
 
 
 def _may_go_on(kind: str) -> bool:

@@ -3,17 +3,18 @@
 The TorchScript exporter names nodes after the module scope they ran in
 (``/fc1/MatMul``, ``/Div`` for ``F.gelu`` in the model's own ``forward``) and records
 no op names. Within one scope, though, it translates the traced ops in order, and each
-op's value is held by the last node of its translation: ``aten::linear`` ends in an
-``Add`` (or is one ``Gemm``), ``aten::gelu`` in its second ``Mul``,
-``scaled_dot_product_attention`` in the ``MatMul`` after the ``Softmax``. So each op,
-in graph order, is paired with the next node of its scope that has such an op type,
-the op's shape and dtype, and reads (directly or not) the values the op's inputs were
-paired with. Ops the table (:mod:`bisect_onnx.align.script_table`) does not know, and
-nodes no guard accepts, are left unaligned with a reason rather than guessed.
+op's value is held by the last node of its translation, which the exporter itself
+says (:mod:`bisect_onnx.align.script_ends`): ``aten::linear`` ends in an ``Add`` after
+its ``MatMul`` (or is one ``Gemm``), ``aten::gelu`` in the ``Mul`` after a ``Mul``.
+So each op, in graph order, is paired with the next node of its scope that ends such
+a chain, holds the op's shape and dtype, and reads (directly or not) the values the
+op's inputs were paired with. Where the exporter cannot be asked, the hand table of
+:mod:`bisect_onnx.align.script_table` names the end. Ops neither knows, and nodes no
+guard accepts, are left unaligned with a reason rather than guessed.
 
 An op with several outputs (``topk``'s values and indices) is one entry per output;
-each is paired with the node output the table names for it (TopK's outputs 0 and 1),
-where that node holds every one of them by shape and dtype.
+each is paired with the node output that holds it (TopK's outputs 0 and 1), where
+that node holds every one of them by shape and dtype.
 
 The exporter folds a BatchNorm into the Conv before it (the Conv node computes the
 BatchNorm's value): the BatchNorm is paired with that node and the convolution listed
@@ -26,15 +27,23 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from bisect_onnx.align.modules import Pair, Unaligned
 from bisect_onnx.align.ops import RUNTIME_FUSED, OpAlignment
 from bisect_onnx.align.script_calls import CallScopes, ScopeKey
+from bisect_onnx.align.script_ends import Chain, HandsBack, chain_of, output_ends
+from bisect_onnx.align.script_reads import (
+    alike,
+    could_hold,
+    descends,
+    extends,
+    follow,
+    reads_kinds,
+    reads_through_foreign,
+    reads_type,
+)
 from bisect_onnx.align.script_table import (
     END_OF,
     LAYOUT,
-    TUPLE_END_OF,
     End,
     declined,
     passes_through,
@@ -59,8 +68,7 @@ def align_script_ops(capture: ScriptOpCapture, nodes: Sequence[NodeInfo],
 
     ``model`` (the ONNX model) gives the shapes of values the capture left out.
     """
-    pairing = _ScopePairing(capture, nodes, candidate_values, value_shapes(model, candidate_values))
-    pairing.model = model
+    pairing = _ScopePairing(capture, nodes, candidate_values, model)
     ops = capture.ops
     for index, op in enumerate(ops):
         if op.outputs == 1:
@@ -74,11 +82,12 @@ class _ScopePairing:
     """Ops placed on nodes so far, scope by scope, in graph order."""
 
     def __init__(self, capture: ScriptOpCapture, nodes: Sequence[NodeInfo],
-                 candidate_values: Mapping[str, CapturedValue],
-                 shapes: Mapping[str, tuple[tuple[Any, ...], Any]]) -> None:
+                 candidate_values: Mapping[str, CapturedValue], model: Any) -> None:
         self.capture, self.nodes, self.candidate_values = capture, nodes, candidate_values
-        self.shapes = shapes
-        self.model: Any = None  # the ONNX model, for node attributes
+        self.shapes = value_shapes(model, candidate_values)
+        self.model = model  # the ONNX model, for node attributes and its opset
+        self.opset = None if model is None else next(  # the exporter's record is asked at it
+            (item.version for item in model.opset_import if item.domain in ("", "ai.onnx")), None)
         self.producers = {output: node for node in nodes for output in node.outputs}
         self.calls = CallScopes(capture, nodes, read_scopes(nodes, capture.module_paths))
         self.in_scope: dict[ScopeKey, list[NodeInfo]] = {}
@@ -89,18 +98,19 @@ class _ScopePairing:
         self.cursor: dict[ScopeKey, int] = {}
         self.onnx_of: dict[str, str] = {}  # op (or graph input) -> ONNX value holding it
         self.ends: dict[str, NodeInfo] = {}
-        self.table_node: dict[str, NodeInfo] = {}  # op -> the node of its table's type
+        self.table_node: dict[str, NodeInfo] = {}  # op -> its chain's (table's) first node
         self.alignment = OpAlignment()
 
     def place(self, op: ScriptOp) -> None:
         """Find the node holding ``op``'s value, or say why there is none."""
-        short = op.kind.split("::", 1)[-1]
         sources = self._sources(op)
-        if sources and passes_through(op):
-            self.onnx_of[op.name] = sources[0]
-            self._unaligned(op, "removed", f"returns its input unchanged (eval mode, or a "
-                                           f"slice of everything), so the exporter made no "
-                                           f"node for it; compared at {sources[0]}")
+        translation = self.capture.records.of(op.name, self.opset)
+        rule = chain_of(translation, op.output) if translation is not None else None
+        if translation is None and sources and passes_through(op):
+            rule = HandsBack(next(name for name in self.capture.inputs_of[op.name]
+                                  if name in self.onnx_of))
+        if isinstance(rule, HandsBack):
+            self._hands_back(op, rule)
             return
         undone = self._undoes_transpose(op)
         if undone is not None:
@@ -108,8 +118,12 @@ class _ScopePairing:
             self._unaligned(op, "removed", f"undoes the transpose before it, so the exporter "
                                            f"removed both; compared at {undone}")
             return
-        end = END_OF.get(short)
-        reason = declined(op) if end else None
+        if translation is not None and rule is None:
+            self._unaligned(op, "folded", f"the exporter computes {op.kind} from constants "
+                                          "and sizes alone: no node holds its value")
+            return
+        end = rule if rule is not None else END_OF.get(op.kind.split("::", 1)[-1])
+        reason = declined(op, recorded=isinstance(end, Chain)) if end is not None else None
         if reason is not None:
             self._unaligned(op, "unmatched", reason)
             return
@@ -117,7 +131,8 @@ class _ScopePairing:
             self._unaligned(op, "unmatched", f"the alignment knows no ONNX op that {op.kind} "
                                              "ends in, so it was not paired (not guessed)")
             return
-        found = self._find(op, end, sources)
+        found = (self._find_chain(op, end, sources) if isinstance(end, Chain)
+                 else self._find(op, end, sources))
         if isinstance(found, tuple):
             found, self.table_node[op.name] = found
         if isinstance(found, str):  # a foreign node cut the op's nodes short
@@ -127,23 +142,33 @@ class _ScopePairing:
             return
         if found is None:
             scope = op.module or "the model's own forward"
-            self._unaligned(op, "folded", f"no {'/'.join(sorted(end.types))} node of "
-                                          f"{scope} after the previous op holds a value of its "
-                                          "shape and dtype computed from its inputs (folded "
-                                          "into a constant or fused?)")
+            types = end.kinds[-1] if isinstance(end, Chain) else "/".join(sorted(end.types))
+            self._unaligned(op, "folded", f"no {types} node of {scope} after the previous "
+                                          "op holds a value of its shape and dtype computed "
+                                          "from its inputs (folded into a constant or fused?)")
             return
         self._pair(op, found, 0, sources)
+
+    def _hands_back(self, op: ScriptOp, rule: HandsBack) -> None:
+        """``op`` returns its input unchanged: compared where that input is."""
+        held = self.onnx_of.get(rule.input or "")
+        if held is None:
+            self._unaligned(op, "unmatched", "returns its input unchanged, so the exporter "
+                            "made no node for it, and its input has no ONNX value either")
+            return
+        self.onnx_of[op.name] = held
+        self._unaligned(op, "removed", "returns its input unchanged (eval mode, or a slice of "
+                        f"everything), so the exporter made no node for it; compared at {held}")
 
     def place_tuple(self, ops: Sequence[ScriptOp]) -> None:
         """Find the node output holding each of a tuple-valued op's outputs, or say why not.
 
-        ``ops`` has one entry per output, in order. Outputs the table puts on one node
-        type are one node's: the node must hold a value of each one's shape and dtype at
-        the output the table names (TopK's values at 0, its indices at 1), or none of
-        them is paired.
+        ``ops`` has one entry per output, in order. Outputs held by one node type are one
+        node's: it must hold a value of each one's shape and dtype at the output named
+        (TopK's values at 0, its indices at 1), or none of them is paired.
         """
         first = ops[0]
-        ends = TUPLE_END_OF.get(first.kind.split("::", 1)[-1], ())
+        ends = output_ends(self.capture.records.of(first.name, self.opset), first.kind)
         if len(ends) != len(ops):
             for op in ops:
                 self._unaligned(op, "unmatched", (
@@ -180,10 +205,10 @@ class _ScopePairing:
         ``held``: (the op entry, the node's output that must hold its value).
         """
         return (node.op_type == op_type
-                and all(output < len(node.outputs)
-                        and self._alike(node.outputs[output], self.capture.values[op.name].array)
+                and all(output < len(node.outputs) and alike(
+                    self.shapes, node.outputs[output], self.capture.values[op.name].array)
                         for op, output in held)
-                and self._descends(node, sources))
+                and descends(self.producers, node, sources))
 
     def _sources(self, op: ScriptOp) -> list[str]:
         """The ONNX values holding what ``op`` reads (those that were paired)."""
@@ -195,11 +220,11 @@ class _ScopePairing:
 
         A second output of a node has none: the first output's segment holds the node.
         The segment reaches back to the values holding what the op reads. Where one has
-        none (an op the table does not know, or declined), nothing marks where the op's
-        nodes begin: a segment holding that op's nodes would let a check of both stand
-        for this op alone (a wrong culprit), so it is the nodes the table names only. A
-        layout op merged into this op's nodes (a ``permute`` of the key into the
-        attention's Transpose) is none such, where its own input marks a beginning.
+        none (an op nothing places, or declined), nothing marks where the op's nodes
+        begin: a segment holding that op's nodes would let a check of both stand for this
+        op alone (a wrong culprit), so it is only the nodes of the op's chain (or the
+        table's). A layout op merged into this op's nodes (a ``permute`` of the key into
+        the attention's Transpose) is none such, where its own input marks a beginning.
         """
         self.ends[op.name] = node
         self.onnx_of[op.name] = node.outputs[output]
@@ -224,20 +249,20 @@ class _ScopePairing:
         for position in range(self.cursor.get(key, 0), len(scope)):
             node = scope[position]
             if not (node.op_type in end.types and node.outputs
-                    and self._could_hold(node.outputs[0], wanted, sources)
-                    and (end.reads is None or self._reads_type(node, end.reads))
+                    and could_hold(self.shapes, node.outputs[0], wanted, sources)
+                    and (end.reads is None or reads_type(self.producers, node, end.reads))
                     and self._same_permutation(op, node, wanted.ndim)
-                    and self._descends(node, sources)):
+                    and descends(self.producers, node, sources)):
                 continue
             first = node
             while (position + 1 < len(scope) and scope[position + 1].op_type in end.then
-                   and self._extends(scope[position + 1], node, wanted)):
+                   and extends(self.producers, self.shapes, scope[position + 1], node, wanted)):
                 position += 1
                 node = scope[position]
             self.cursor[key] = position + 1
             following = scope[position + 1] if position + 1 < len(scope) else None
             if following is not None and following.op_type in end.then and (
-                    self._through_foreign(following, node)):
+                    reads_through_foreign(self.producers, following, node)):
                 self.cursor[key] = position + 2
                 return (f"a node the exporter did not make reads {node.name}'s value, and "
                         f"{following.name}, which ends {op.kind}'s nodes, reads it: the op's "
@@ -245,64 +270,42 @@ class _ScopePairing:
             return node, first
         return None
 
-    def _through_foreign(self, following: NodeInfo, node: NodeInfo) -> bool:
-        """Whether ``following`` reads ``node``'s value only through an unscoped node."""
-        return any(producer is not None and not producer.name.startswith("/")
-                   and set(producer.inputs) & set(node.outputs)
-                   for producer in map(self.producers.get, following.inputs))
+    def _find_chain(self, op: ScriptOp, chain: Chain, sources: Sequence[str],
+                    ) -> tuple[NodeInfo, NodeInfo] | str | None:
+        """(the node holding ``op``'s value, its chain's first), why not, or None.
+
+        The first node of the chain's kind after the previous op that reads the op's
+        inputs and, among its scope's nodes, what the record says it reads; then each
+        node of the chain read from the one before; the last must hold the op's value.
+        """
+        key = self.calls.of_op(op)
+        scope = self.in_scope.get(key, [])
+        members = {id(node) for node in scope}
+        wanted = self.capture.values[op.name].array
+        for position in range(self.cursor.get(key, 0), len(scope)):
+            first = scope[position]
+            if (first.op_type != chain.kinds[0] or not descends(self.producers, first, sources)
+                    or not reads_kinds(self.producers, members, first, chain.needs, sources)):
+                continue
+            last = follow(self.producers, scope, position, chain.kinds[1:])
+            if isinstance(last, tuple):  # cut short by a node inserted there
+                read, reader = last
+                self.cursor[key] = reader + 1
+                return (f"a node the exporter did not make reads {read.name}'s value, and "
+                        f"{scope[reader].name}, which ends {op.kind}'s nodes, reads it: the "
+                        "op's value is in neither")
+            if last is None:
+                continue
+            node = scope[last]
+            if (node.outputs and could_hold(self.shapes, node.outputs[0], wanted, sources)
+                    and self._same_permutation(op, node, wanted.ndim)):
+                self.cursor[key] = last + 1
+                return node, first
+        return None
 
     def _same_permutation(self, op: ScriptOp, node: NodeInfo, rank: int) -> bool:
         return (node.op_type != "Transpose" or self.model is None
                 or same_permutation(op, self.model.graph.node[node.index], rank))
-
-    def _alike(self, value: str, wanted: np.ndarray) -> bool:
-        known = self.shapes.get(value)
-        if known is None:
-            return False
-        shape, dtype = known
-        return (dtype == wanted.dtype and len(shape) == wanted.ndim
-                and all(dim is None or dim == size for dim, size in zip(shape, wanted.shape,
-                                                                       strict=True)))
-
-    def _could_hold(self, value: str, wanted: np.ndarray, sources: Sequence[str]) -> bool:
-        """Alike, or of a shape nothing knows (not captured, not inferred) with inputs.
-
-        A node of the op's type whose shape is unknown may be the op's: passing over it to
-        a later node of a known shape would pair the op with another op's node (an
-        attention's first ``view`` with its last). The op takes it, in order; its value
-        was not captured, so the op is left unpaired, and the next op goes on after it.
-        An op none of whose inputs is paired (``sources``, which the caller checks the
-        node descends from) has nothing tying it to such a node: it passes over.
-        """
-        return self._alike(value, wanted) or (value not in self.shapes and bool(sources))
-
-    def _reads_type(self, node: NodeInfo, op_type: str) -> bool:
-        return any(getattr(self.producers.get(read), "op_type", None) == op_type
-                   for read in node.inputs)
-
-    def _extends(self, following: NodeInfo, node: NodeInfo, wanted: np.ndarray) -> bool:
-        """Whether ``following`` reads ``node``'s value and, besides it, constants only."""
-        others = [read for read in following.inputs if read not in node.outputs]
-        constant = all(read not in self.producers or self.producers[read].op_type == "Constant"
-                       for read in others)
-        return (len(others) < len(following.inputs) and constant and bool(following.outputs)
-                and self._could_hold(following.outputs[0], wanted, node.outputs))
-
-    def _descends(self, node: NodeInfo, sources: Sequence[str]) -> bool:
-        """Whether every source value is read by ``node``, directly or not."""
-        missing = set(sources)
-        seen: set[str] = set()
-        stack = list(node.inputs)
-        while stack and missing:
-            value = stack.pop()
-            if value in seen:
-                continue
-            seen.add(value)
-            missing.discard(value)
-            producer = self.producers.get(value)
-            if producer is not None and value not in sources:
-                stack.extend(producer.inputs)
-        return not missing
 
     def _segment(self, end: NodeInfo, scope: ScopeKey, sources: Sequence[str],
                  since: NodeInfo | None = None) -> list[NodeInfo]:

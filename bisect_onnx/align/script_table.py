@@ -1,10 +1,13 @@
-"""Which ONNX node holds each traced ATen op's value in a TorchScript export.
+"""Which ONNX node holds each traced ATen op's value in a TorchScript export, by hand.
 
-The tables :mod:`bisect_onnx.align.script_ops` pairs by: for an op with one output, the
-node types its translation ends in; for an op with several (``topk``'s values and
-indices), the node and output that hold each one; the ops that make no node at all;
-and the ops whose translation goes past the node the table names, which are declined
-rather than paired with a value that is not theirs.
+The fallback of :mod:`bisect_onnx.align.script_ends`, which reads it from the
+exporter's own record of each op: used where the exporter cannot be asked (its
+private API gone) or refuses an op alone. For an op with one output, the node types
+its translation ends in; for an op with several (``topk``'s values and indices), the
+node and output that hold each one; the ops that make no node at all; and the ops
+whose translation goes past the node the table names, which are declined rather than
+paired with a value that is not theirs. The Transpose and layout rules hold for both:
+they are about the exporter's passes after the translation (merged transposes).
 """
 
 from __future__ import annotations
@@ -157,7 +160,7 @@ def same_permutation(op: ScriptOp, node: Any, rank: int) -> bool:
     return wanted is not None and perm == wanted
 
 
-def declined(op: ScriptOp) -> str | None:
+def declined(op: ScriptOp, *, recorded: bool = False) -> str | None:
     """Why ``op`` is not paired with the node the table names for it, or ``None``.
 
     A ``div`` with a rounding mode (``floor``, ``trunc``) goes on past its Div node (a
@@ -166,6 +169,12 @@ def declined(op: ScriptOp) -> str | None:
     one, and a circular padding is Slices and a Concat, not a Pad: the node's value is
     not the op's. The overload says whether a ``div`` has a rounding mode, whatever its
     arguments; where it is unknown, a quotient whose arguments are unknown is declined.
+
+    ``recorded``: the exporter's record of the op says where it ends. The record pairs
+    a tanh ``gelu`` with its last Mul, so that rule is the table's alone; a rounded
+    ``div`` and a circular ``pad`` the record pairs too (with their Floor, Where or
+    Cast; with the Concat), but they stay declined as before the record, which
+    ``tests/align/test_script_rounding_div.py`` and ``test_script_tuples.py`` pin.
     """
     literals = [argument.value for argument in op.arguments or ()
                 if argument.source == "constant" and isinstance(argument.value, str)]
@@ -174,7 +183,7 @@ def declined(op: ScriptOp) -> str | None:
     if op.kind == "aten::div" and (literals or rounded):
         return (f"{op.kind} with a rounding mode ends in a Where or Floor after its Div, "
                 "which the alignment does not pair (not guessed)")
-    if op.kind == "aten::gelu" and (op.arguments is None or "tanh" in literals):
+    if op.kind == "aten::gelu" and not recorded and (op.arguments is None or "tanh" in literals):
         return (f"{op.kind} with approximate='tanh' (or an approximation not known) is six "
                 "Muls around a Tanh, not the exact form's Div, Erf, Add, Mul, Mul, which the "
                 "alignment does not pair (not guessed)")

@@ -72,7 +72,8 @@ def attribute_sample(sample: TorchSample, findings: Findings) -> tuple[Findings,
         tolerance=settings.judge, everything=settings.all_culprits, evidence=Evidence(
             program=program, ops=None if script else ops,
             modules=(torch_capture, prepared.call_index),
-            kernel_references=(references_by_onnx_value(segments, ops, candidate.nodes)
+            kernel_references=(references_by_onnx_value(segments, ops, candidate.nodes,
+                                                         candidate.opset)
                                if script else None),
             compare=settings.judge.local_comparer(report, values.reference),
             torch_float64=float64 if module_level else None, op_segments=segments,

@@ -25,6 +25,7 @@ import functools
 import importlib.metadata
 import logging
 import re
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -33,7 +34,8 @@ from bisect_onnx.errors import BisectOnnxError
 __all__ = ["CHECKED_ON", "PrivateApiMissing", "prepare_for_export", "torch_translations",
            "torchlib_translations", "recording_evaluator", "preload_translations",
            "is_op_overload", "tree_flatten", "tree_unflatten", "tree_map",
-           "remove_mutation", "graph_function", "version_counter"]
+           "remove_mutation", "graph_function", "version_counter", "script_graph",
+           "torchscript_translator"]
 
 logger = logging.getLogger(__name__)
 
@@ -319,6 +321,66 @@ def graph_function(graph: Any, model: Any) -> Callable[..., Any]:
 
 _SCRIPT_LOST = ("a TorchScript model's values cannot be recorded: give its nn.Module or "
                 "an ExportedProgram instead")
+
+
+# ---------------------------------------------------------------- the TorchScript exporter
+
+_RECORD_LOST = ("the TorchScript pairing uses its own table of the ONNX node each ATen op "
+                "ends in, instead of asking the exporter")
+
+
+def script_graph() -> Any:
+    """A new, empty TorchScript graph (``torch._C.Graph``, checked on torch 2.13).
+
+    For :func:`torchscript_translator`'s one-op graphs; without it as for that one.
+    """
+    import torch
+
+    return _reach("torch", "torch._C.Graph", _RECORD_LOST, lambda: torch._C.Graph)()
+
+
+def torchscript_translator(opset: int) -> Callable[[Any], Any]:
+    """``graph -> ONNX graph``: what the TorchScript exporter makes of a traced graph.
+
+    The steps ``torch.onnx``'s TorchScript exporter (``_optimize_graph``) runs on a
+    traced graph that a one-op graph needs (``torch._C._jit_pass_constant_propagation``,
+    which makes a list of literals one, ``_jit_pass_onnx_preprocess``,
+    ``_jit_pass_prepare_division_for_onnx``, ``_jit_pass_erase_number_types``), then
+    ``torch._C._jit_pass_onnx``, which calls each node's own symbolic function
+    (``torchscript_exporter.utils._run_symbolic_function``) at ``opset``, set in
+    ``torchscript_exporter._globals.GLOBALS`` for the call only; checked on torch 2.13.
+    The graph given is edited. An op the exporter cannot translate raises what its
+    symbolic function raised. Without these, the TorchScript pairing falls back on its
+    own table of what each op ends in (:mod:`bisect_onnx.align.script_table`).
+    """
+    def find() -> Callable[[Any], Any]:
+        import torch
+        from torch.onnx._internal.torchscript_exporter import utils
+        from torch.onnx._internal.torchscript_exporter._globals import GLOBALS
+
+        passes = (torch._C._jit_pass_constant_propagation, torch._C._jit_pass_onnx_preprocess,
+                  torch._C._jit_pass_prepare_division_for_onnx,
+                  torch._C._jit_pass_erase_number_types)
+        translate, export_type = torch._C._jit_pass_onnx, torch.onnx.OperatorExportTypes.ONNX
+        utils._run_symbolic_function  # noqa: B018 - what _jit_pass_onnx calls back
+        utils._trigger_symbolic_function_registration()  # every opset's symbolic functions
+
+        def run(graph: Any) -> Any:
+            for each in passes:
+                each(graph)
+            before = GLOBALS.export_onnx_opset_version
+            GLOBALS.export_onnx_opset_version = opset
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # the exporter's deprecation notices
+                    return translate(graph, export_type)
+            finally:
+                GLOBALS.export_onnx_opset_version = before
+
+        return run
+
+    return _reach("torch", "torch._C._jit_pass_onnx with the TorchScript exporter's "
+                  "symbolic functions", _RECORD_LOST, find)
 
 
 def version_counter(tensor: Any) -> int | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,7 @@ from bisect_onnx.graph.provenance import Provenance, user_source
 from bisect_onnx.pytorch.calls import call_name
 from bisect_onnx.pytorch.module_side import describe_arrays, to_numpy, to_tensor
 from bisect_onnx.pytorch.op_values import OpCapture
+from bisect_onnx.pytorch.script_exported import ExporterRecords
 from bisect_onnx.pytorch.script_side import (
     TopLevel,
     call_numbers,
@@ -88,6 +89,8 @@ class ScriptOpCapture(OpCapture):
     """The data ops, in graph order (the values' keys are their names)."""
     module_paths: tuple[str, ...] = ()
     """Every submodule path of the model (scopes in ONNX node names resolve to them)."""
+    records: ExporterRecords = field(default_factory=ExporterRecords)
+    """What the TorchScript exporter makes of each op (by name), asked on first use."""
 
 
 def trace_script(module: torch.nn.Module, arrays: Sequence[np.ndarray]) -> Any:
@@ -154,6 +157,7 @@ def capture_script_ops(model: Any, arrays: Sequence[np.ndarray],
         for output, (debug_name, index) in enumerate(made):
             op = ScriptOp(names[debug_name], node.kind(), _innermost(node, found), arguments,
                           output=output, outputs=len(made), overload=_overload(node))
+            capture.records.add(op.name, node, _sources(names, model, computed, data))
             _record(capture, op, reads, names, captured[index], _provenance(
                 node, op, found, calls.get(position, {}), len(capture.values)))
     logger.info("recorded %d op values of the traced graph", len(capture.values))
@@ -262,6 +266,28 @@ def _arguments(node: Any, names: dict[str, str], model: Any, computed: dict[str,
         keyword = parameter.name if parameter.kwarg_only else None
         arguments.append(replace(argument, keyword=keyword))
     return tuple(arguments)
+
+
+def _sources(names: dict[str, str], model: Any, computed: dict[str, Any],
+             data: set[str]) -> Callable[[Any], tuple[str | None, Any]]:
+    """What an op's input is, for :class:`ExporterRecords`: (data name, weight).
+
+    A value packed and unpacked on the way (a tuple a module returns) is the one
+    packed; a data value the capture has no name for (a ``chunk``'s part) is named by
+    its traced name, ``%x.1``: data, though no op value stands for it.
+    """
+    def source(value: Any) -> tuple[str | None, Any]:
+        debug_name = value.debugName()
+        held = [item.debugName() for item in _held(value)]
+        if debug_name in names or len(held) == 1 and held[0] in names:
+            return names.get(debug_name, names.get(held[0])), None
+        if debug_name in data or any(item in data for item in held):
+            return f"%{debug_name}", None
+        argument = _argument(value, names, model)
+        return None, (argument.value if argument is not None and argument.source == "weight"
+                      else computed.get(debug_name))
+
+    return source
 
 
 def _argument(value: Any, names: dict[str, str], model: Any) -> Argument | None:

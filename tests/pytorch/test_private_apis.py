@@ -24,7 +24,7 @@ from bisect_onnx.pytorch.private_apis import PrivateApiMissing
 from fixtures.registry import FIXTURES, REPO_ROOT, repo_path
 from tests.planting import node_of_module, plant, scale_initializer_input
 from tests.test_layout import PACKAGE_ROOT, read_package
-from tests.torch_warnings import TORCH_JIT_DEPRECATED
+from tests.torch_warnings import LEGACY_EXPORTER_DEPRECATED, TORCH_JIT_DEPRECATED
 
 HOME = "bisect_onnx.pytorch.private_apis"
 #: Packages whose private names only :data:`HOME` may reach.
@@ -264,6 +264,50 @@ def test_without_running_an_edited_graph_a_torchscript_file_loses_only_op_level(
     assert any("no op level for the TorchScript file" in item.getMessage()
                and "_jit_pass_remove_mutation is not in torch" in item.getMessage()
                for item in caplog.records)
+
+
+class _TanhGelu(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.drop = torch.nn.Linear(8, 8), torch.nn.Dropout()
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.drop(self.fc(x)), approximate="tanh") * 2
+
+
+@LEGACY_EXPORTER_DEPRECATED
+def test_without_the_exporters_symbolic_functions_the_torchscript_pairing_uses_its_table(
+        tmp_path, monkeypatch, caplog):
+    from bisect_onnx.align.script_ops import align_script_ops
+    from bisect_onnx.pytorch.script_ops import capture_script_ops, trace_script
+    from bisect_onnx.runtime.onnxruntime.runner import OnnxRuntimeRunner
+
+    caplog.set_level(logging.INFO, logger="bisect_onnx")
+    torch.manual_seed(0)
+    model, x = _TanhGelu().eval(), torch.randn(2, 8)
+    path = tmp_path / "model.onnx"
+    torch.onnx.export(model, (x,), str(path), dynamo=False, opset_version=18)
+    side = OnnxRuntimeRunner(path, promote="all")
+    values = side.run([x.numpy()]).capture.values
+
+    def gelu_pairing():
+        capture = capture_script_ops(trace_script(model, [x.numpy()]), [x.numpy()])
+        alignment = align_script_ops(capture, side.nodes, values, side.model)
+        left = {item.name: item for item in alignment.torch_only}
+        assert left["dropout"].kind == "removed"  # compared where the linear is, either way
+        return "gelu" in {pair.reference.name for pair in alignment.pairs}, left
+
+    # The exporter's record pairs a tanh GELU with its last Mul; the table declines it.
+    assert gelu_pairing()[0]
+    monkeypatch.delattr(torch._C, "_jit_pass_onnx")
+    paired, left = gelu_pairing()
+    assert not paired and "approximate='tanh'" in left["gelu"].reason
+    assert any("_jit_pass_onnx with the TorchScript exporter's symbolic functions is not "
+               "in torch" in item.getMessage() and "its own table" in item.getMessage()
+               for item in caplog.records)
+    report = bisect_onnx.bisect(model, x.numpy(), onnx_model=path,
+                                search=bisect_onnx.SearchOptions(granularity="op"))
+    assert report.verdict == "parity" and report.coverage.granularity == "op"
 
 
 @TORCH_JIT_DEPRECATED
