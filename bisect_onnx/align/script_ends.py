@@ -1,6 +1,6 @@
 """Which ONNX node holds a traced op's value, as the TorchScript exporter's record says.
 
-The exporter's record of an op (:class:`~bisect_onnx.pytorch.script_exported.Translation`)
+The exporter's record of an op (:class:`~bisect_onnx.pytorch.script_exported.ExporterRecord`)
 lists the nodes its symbolic function made and which reads which. The op's value is
 the output of its last node; that node is found in the export as the end of a
 :class:`Chain`: the node that reads the op's data (or its other nodes), then each
@@ -23,7 +23,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from bisect_onnx.align.script_table import TUPLE_END_OF, OutputEnd
-from bisect_onnx.pytorch.script_exported import Read, Translation
+from bisect_onnx.pytorch.script_exported import Read, ExporterRecord
 
 __all__ = ["Chain", "HandsBack", "chain_of", "output_ends"]
 
@@ -58,7 +58,7 @@ class HandsBack:
     """The data value handed back (an op's name, ``input_0``); ``None``: a weight or size."""
 
 
-def chain_of(translation: Translation, output: int = 0) -> Chain | HandsBack | None:
+def chain_of(translation: ExporterRecord, output: int = 0) -> Chain | HandsBack | None:
     """How to find output ``output`` of the op in the export; ``None`` where nothing holds it.
 
     ``None``: the exporter computes the value from constants and sizes alone.
@@ -92,7 +92,7 @@ def chain_of(translation: Translation, output: int = 0) -> Chain | HandsBack | N
                  tuple(sorted(ancestry.items())))
 
 
-def output_ends(translation: Translation | None, kind: str) -> tuple[OutputEnd, ...]:
+def output_ends(translation: ExporterRecord | None, kind: str) -> tuple[OutputEnd, ...]:
     """For each output of a tuple-valued op, the node and its output that holds it.
 
     From the record where there is one and every output is one node's (TopK's values
@@ -110,7 +110,7 @@ def output_ends(translation: Translation | None, kind: str) -> tuple[OutputEnd, 
     return tuple(ends)
 
 
-def _constants(translation: Translation) -> list[bool]:
+def _constants(translation: ExporterRecord) -> list[bool]:
     """For each node, whether its value is a constant of the export.
 
     A Constant, a ``Shape`` (the trace's shapes are fixed), or a node reading only
@@ -123,13 +123,13 @@ def _constants(translation: Translation) -> list[bool]:
     return constant
 
 
-def _is_constant(translation: Translation, constant: list[bool], read: Read) -> bool:
+def _is_constant(translation: ExporterRecord, constant: list[bool], read: Read) -> bool:
     if read.node is not None:
         return constant[read.node]
     return not 0 <= read.index < len(translation.inputs) or translation.inputs[read.index] is None
 
 
-def _live_reads(translation: Translation, constant: list[bool], position: int) -> list[Read]:
+def _live_reads(translation: ExporterRecord, constant: list[bool], position: int) -> list[Read]:
     """What node ``position`` reads that is data: the op's data inputs, its other nodes.
 
     Through a node the exporter erases or that passes its input on: a list's items.
@@ -145,7 +145,7 @@ def _live_reads(translation: Translation, constant: list[bool], position: int) -
     return found
 
 
-def _through_transparent(translation: Translation, read: Read) -> Read:
+def _through_transparent(translation: ExporterRecord, read: Read) -> Read:
     """The value ``read`` stands for, past Identities (and erased nodes of one input)."""
     while (read.node is not None and _transparent(translation.nodes[read.node].kind)
            and len(translation.nodes[read.node].reads) == 1):

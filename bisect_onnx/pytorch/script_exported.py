@@ -6,7 +6,7 @@ Constants they read), ``aten::floor_divide`` Div, Cast, Cast. Here one traced no
 copied into a graph of its own, whose inputs have the traced values' types (a
 weight's taken from the weight), and translated as the exporter translates it
 (:func:`~bisect_onnx.pytorch.private_apis.torchscript_translator`). The ONNX nodes it
-became, and which reads which, are the op's :class:`Translation`; the alignment reads
+became, and which reads which, are the op's :class:`ExporterRecord`; the alignment reads
 from it which node holds the op's value (:mod:`bisect_onnx.align.script_ends`).
 
 Asked on first use, once per op and opset; ops whose graphs print the same (kind,
@@ -29,7 +29,7 @@ from bisect_onnx.pytorch.private_apis import (
     torchscript_translator,
 )
 
-__all__ = ["Read", "ExportedNode", "Translation", "ExporterRecords"]
+__all__ = ["Read", "ExportedNode", "ExporterRecord", "ExporterRecords"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,9 +39,9 @@ class Read:
     """A value an exported node reads: another node's output, or one of the op's inputs."""
 
     node: int | None
-    """The node's position in :attr:`Translation.nodes`; ``None`` for the op's input."""
+    """The node's position in :attr:`ExporterRecord.nodes`; ``None`` for the op's input."""
     index: int
-    """Which output of that node, or which input of the op (:attr:`Translation.inputs`)."""
+    """Which output of that node, or which input of the op (:attr:`ExporterRecord.inputs`)."""
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class ExportedNode:
 
 
 @dataclass(frozen=True)
-class Translation:
+class ExporterRecord:
     """The exporter's record of one traced op: its nodes in order, and where its outputs are."""
 
     nodes: tuple[ExportedNode, ...]
@@ -75,11 +75,11 @@ class ExporterRecords:
 
     def __init__(self) -> None:
         self._nodes: dict[str, tuple[Any, Callable[[Any], tuple[str | None, Any]]]] = {}
-        self._asked: dict[tuple[str, int], Translation | None] = {}
+        self._asked: dict[tuple[str, int], ExporterRecord | None] = {}
         self._translators: dict[int, Callable[[Any], Any]] = {}
         # By the printed graph of one op and opset: asked once per capture, since a
         # symbolic function the user registers later in the process must be seen.
-        self._by_text: dict[tuple[str, int], Translation | None] = {}
+        self._by_text: dict[tuple[str, int], ExporterRecord | None] = {}
         self._missing = False  # the exporter's private API is gone: said once, then none
 
     def add(self, name: str, node: Any, source: Callable[[Any], tuple[str | None, Any]]) -> None:
@@ -90,7 +90,7 @@ class ExporterRecords:
         """
         self._nodes[name] = (node, source)
 
-    def of(self, name: str, opset: int | None) -> Translation | None:
+    def of(self, name: str, opset: int | None) -> ExporterRecord | None:
         """What the exporter makes of op ``name`` at ``opset``; ``None`` where it cannot say."""
         if opset is None or name not in self._nodes or self._missing:
             return None
@@ -99,7 +99,7 @@ class ExporterRecords:
         return self._asked[name, opset]
 
     def _ask(self, node: Any, source: Callable[[Any], tuple[str | None, Any]],
-             opset: int) -> Translation | None:
+             opset: int) -> ExporterRecord | None:
         try:
             if opset not in self._translators:  # asked first: a missing API is said here
                 self._translators[opset] = torchscript_translator(opset)
@@ -117,7 +117,7 @@ class ExporterRecords:
         found = self._by_text[key]
         return None if found is None else replace(found, inputs=inputs)
 
-    def _translate(self, graph: Any, opset: int) -> Translation | None:
+    def _translate(self, graph: Any, opset: int) -> ExporterRecord | None:
         """The record of ``graph`` translated; ``None`` where the op's symbolic refused it."""
         try:
             return _record(self._translators[opset](graph))
@@ -169,7 +169,7 @@ def _alone(node: Any, source: Callable[[Any], tuple[str | None, Any]],
 _NOWHERE = Read(None, -1)
 
 
-def _record(graph: Any) -> Translation:
+def _record(graph: Any) -> ExporterRecord:
     """The nodes of a translated graph, each reading the values it reads, and its outputs."""
     where = {value.unique(): Read(None, index) for index, value in enumerate(graph.inputs())}
     nodes = []
@@ -178,5 +178,5 @@ def _record(graph: Any) -> Translation:
         for index, value in enumerate(node.outputs()):
             where[value.unique()] = Read(len(nodes), index)
         nodes.append(ExportedNode(node.kind().removeprefix("onnx::"), reads))
-    return Translation(tuple(nodes), tuple(where.get(value.unique(), _NOWHERE)
+    return ExporterRecord(tuple(nodes), tuple(where.get(value.unique(), _NOWHERE)
                                            for value in graph.outputs()))
