@@ -23,7 +23,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from bisect_onnx.align.script_table import TUPLE_END_OF, OutputEnd
-from bisect_onnx.pytorch.script_exported import Read, ExporterRecord
+from bisect_onnx.pytorch.script_exported import ExporterRecord, Read
 
 __all__ = ["Chain", "HandsBack", "chain_of", "output_ends"]
 
