@@ -14,7 +14,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from bisect_onnx.align.modules import Pair, Unaligned
 from bisect_onnx.align.ops import OpAlignment
@@ -23,18 +25,21 @@ from bisect_onnx.judge.compare import Status, compare_arrays
 from bisect_onnx.pytorch.op_values import OpCapture
 from bisect_onnx.runtime.sides import CapturedValue
 
+if TYPE_CHECKING:
+    import onnx
+
 __all__ = ["align_foreign"]
 
 logger = logging.getLogger(__name__)
 
 
 def align_foreign(
-    template: Any,
+    template: onnx.ModelProto,
     ops: OpCapture,
-    foreign: Any,
+    foreign: onnx.ModelProto,
     foreign_dir: Path,
     candidate_values: Mapping[str, CapturedValue],
-    graph_inputs: Mapping[str, Any],
+    graph_inputs: Mapping[str, np.ndarray],
     *,
     rtol: float,
     atol: float,
@@ -55,7 +60,7 @@ def align_foreign(
         foreign, {name: value.array for name, value in candidate_values.items()},
         base_dir=str(foreign_dir), graph_inputs=inputs)
 
-    def agree(foreign_array: Any, template_array: Any) -> bool:
+    def agree(foreign_array: np.ndarray, template_array: np.ndarray) -> bool:
         return compare_arrays(template_array, foreign_array, rtol=rtol,
                               atol=atol).status == Status.PASS
 

@@ -14,12 +14,14 @@ candidate and, in the reference, a value computed from that name.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 if TYPE_CHECKING:
     import onnx
+
+    from bisect_onnx.align.onnx_pairs import ValuePair
 
 __all__ = ["taken_over", "reshaped", "TAKEN_OVER", "RESHAPED"]
 
@@ -80,7 +82,7 @@ def _computed_from(value: str, source: str, producers: dict[str, onnx.NodeProto]
     return False
 
 
-def reshaped(pair: Any, reference: np.ndarray,
+def reshaped(pair: ValuePair, reference: np.ndarray,
              candidate_values: Mapping[str, np.ndarray]) -> bool:
     """A pair by name whose candidate holds another shape (not a quantized form of it)."""
     candidate = candidate_values.get(pair.candidate)

@@ -11,7 +11,6 @@ dtype; two exporter habits and one graph edit would otherwise give a wrong one.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -106,7 +105,7 @@ def _downstream(group: Sequence[NodeInfo], nodes: Sequence[NodeInfo]) -> set[str
     return made | data
 
 
-def _same_array(first: Any, second: Any) -> bool:
+def _same_array(first: np.ndarray, second: np.ndarray) -> bool:
     """The very copy, or equal values (NaN equal to NaN)."""
     if first is second:
         return True

@@ -29,13 +29,14 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from bisect_onnx.align.kept_names import RESHAPED, TAKEN_OVER, reshaped, taken_over
 from bisect_onnx.align.modules import Unaligned
 from bisect_onnx.align.quantization import Quantization
+from bisect_onnx.align.structural_match import Agree
 
 if TYPE_CHECKING:
     import onnx
@@ -324,10 +325,12 @@ def _pair_by_name(name: str, dtype: np.dtype, groups: CandidateGroups,
     return None
 
 
-def _pair_by_structure(reference: Any, candidate: Any, reference_values: Mapping[str, Any],
-                       candidate_values: Mapping[str, Any], wanted: set[str], taken: set[str],
-                       folders: tuple[str, str], graph_inputs: Mapping[str, Any],
-                       agree: Any) -> list[ValuePair]:
+def _pair_by_structure(reference: onnx.ModelProto, candidate: onnx.ModelProto,
+                       reference_values: Mapping[str, np.ndarray],
+                       candidate_values: Mapping[str, np.ndarray], wanted: set[str],
+                       taken: set[str], folders: tuple[str, str],
+                       graph_inputs: Mapping[str, np.ndarray],
+                       agree: Agree | None) -> list[ValuePair]:
     from bisect_onnx.align.graph_description import describe_model
     from bisect_onnx.align.structural import match_graphs
 
@@ -356,5 +359,5 @@ def _pair_by_structure(reference: Any, candidate: Any, reference_values: Mapping
     return pairs
 
 
-def _cast_target(node: Any) -> int | None:
+def _cast_target(node: onnx.NodeProto) -> int | None:
     return next((attribute.i for attribute in node.attribute if attribute.name == "to"), None)

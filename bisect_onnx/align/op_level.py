@@ -12,7 +12,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from bisect_onnx.align.modules import Pair
 from bisect_onnx.align.ops import OpAlignment, align_ops
@@ -23,6 +25,10 @@ from bisect_onnx.judge.tolerance_judge import ToleranceJudge
 from bisect_onnx.judge.tolerances import Judge
 from bisect_onnx.pytorch.op_values import OpCapture
 from bisect_onnx.runtime.sides import CapturedValue
+
+if TYPE_CHECKING:
+    import onnx
+    from torch.export import ExportedProgram
 
 __all__ = ["GRANULARITIES", "op_records", "align_op_values", "aggregate_ops",
            "look_inside_first_divergence", "named_node"]
@@ -52,10 +58,10 @@ def align_op_values(
     nodes: Sequence[NodeInfo],
     candidate_values: Mapping[str, CapturedValue],
     *,
-    template: Any = None,
-    foreign: Any = None,
+    template: onnx.ModelProto | None = None,
+    foreign: onnx.ModelProto | None = None,
     foreign_dir: Path | None = None,
-    graph_inputs: Mapping[str, Any] | None = None,
+    graph_inputs: Mapping[str, np.ndarray] | None = None,
     rtol: float,
     atol: float,
 ) -> OpAlignment:
@@ -103,9 +109,9 @@ def look_inside_first_divergence(
     report: Report,
     segments: Mapping[str, Sequence[NodeInfo]],
     ops: OpCapture,
-    program: Any,
-    model: Any,
-    candidate_values: Mapping[str, Any],
+    program: ExportedProgram,
+    model: onnx.ModelProto,
+    candidate_values: Mapping[str, np.ndarray],
     *,
     opset: int | None,
     tolerance: Judge,

@@ -27,9 +27,11 @@ from bisect_onnx.judge.records import Report
 from bisect_onnx.judge.tolerances import Judge
 from bisect_onnx.pytorch.op_alone import Slot, Translation, export_alone, single_op
 from bisect_onnx.pytorch.script_ops import ScriptOp, ScriptOpCapture
+from bisect_onnx.runtime.sides import CapturedValue
 
 if TYPE_CHECKING:
     import onnx
+    import torch
 
 __all__ = ["look_inside_script_op", "references_by_onnx_value"]
 
@@ -38,7 +40,7 @@ logger = logging.getLogger(__name__)
 
 def references_by_onnx_value(segments: Mapping[str, Sequence[NodeInfo]],
                              ops: ScriptOpCapture, nodes: Sequence[NodeInfo] = (),
-                             opset: int | None = None) -> dict[str, Any]:
+                             opset: int | None = None) -> dict[str, CapturedValue]:
     """PyTorch's op values by the ONNX value each op ends in, fused-away ones included.
 
     Not where that value feeds a node the exporter did not make (``nodes``: the graph's)
@@ -160,7 +162,7 @@ def _translate_alone(op: ScriptOp, ops: ScriptOpCapture, opset: int | None) -> T
     inputs: list[np.ndarray] = []
     positional: list[Any] = []
     keywords: dict[str, Any] = {}
-    weights: dict[str, Any] = {}
+    weights: dict[str, torch.Tensor] = {}
     for index, argument in enumerate(op.arguments):
         if argument.source == "value":
             held = ops.values.get(argument.value)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -21,7 +20,7 @@ __all__ = ["alike", "could_hold", "descends", "extends", "reads_type",
 
 Producers = Mapping[str, NodeInfo]
 #: ONNX value -> (shape, with ``None`` for a dimension not known; dtype).
-Shapes = Mapping[str, tuple[tuple[Any, ...], Any]]
+Shapes = Mapping[str, tuple[tuple[int | None, ...], np.dtype]]
 
 
 def alike(shapes: Shapes, value: str, wanted: np.ndarray) -> bool:

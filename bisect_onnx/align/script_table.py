@@ -13,9 +13,12 @@ they are about the exporter's passes after the translation (merged transposes).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bisect_onnx.pytorch.script_ops import ScriptOp
+
+if TYPE_CHECKING:
+    import onnx
 
 __all__ = ["End", "END_OF", "LAYOUT", "OutputEnd", "TUPLE_END_OF", "PASS_THROUGH", "declined",
            "passes_through", "permutation", "same_permutation"]
@@ -147,7 +150,7 @@ def passes_through(op: ScriptOp) -> bool:
             and literals[2] is not None and literals[2] >= _INT64_MAX and literals[3] == 1)
 
 
-def same_permutation(op: ScriptOp, node: Any, rank: int) -> bool:
+def same_permutation(op: ScriptOp, node: onnx.NodeProto, rank: int) -> bool:
     """Whether a Transpose ``node`` (an ``onnx.NodeProto``) permutes as ``op`` does.
 
     The exporter merges consecutive transposes (``k.transpose(1, 2)`` then

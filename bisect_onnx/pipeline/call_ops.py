@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -38,7 +38,11 @@ from bisect_onnx.runtime.sides import Capture, CapturedValue
 from bisect_onnx.search.classify import Kind
 
 if TYPE_CHECKING:
+    import onnx
+
+    from bisect_onnx.pipeline.prepare import PreparedCandidate
     from bisect_onnx.pipeline.torch_settings import Settings
+    from bisect_onnx.pytorch.op_values import OpCapture
 
 __all__ = ["traces_one_call", "exact_at_module_level", "checked_segment", "culprit_call_ops",
            "alignment_inputs", "op_scope"]
@@ -89,8 +93,9 @@ def checked_segment(report: Report, nodes: Sequence[NodeInfo]) -> list[NodeInfo 
     return [by_name.get(name) for name in (report.attribution or {}).get("nodes") or ()]
 
 
-def culprit_call_ops(prepared: Any, reference: Reference, arrays: Sequence[np.ndarray],
-                     report: Report, captures: tuple[Capture, Capture],
+def culprit_call_ops(prepared: PreparedCandidate, reference: Reference,
+                     arrays: Sequence[np.ndarray], report: Report,
+                     captures: tuple[Capture, Capture],
                      references: Mapping[str, np.ndarray]) -> CallOpCapture | None:
     """The op values of the module call holding ``report``'s culprit (module level).
 
@@ -137,7 +142,7 @@ class _Outer(Exception):
         self.key = key
 
 
-def _call_ops(prepared: Any, reference: Reference, arrays: Sequence[np.ndarray],
+def _call_ops(prepared: PreparedCandidate, reference: Reference, arrays: Sequence[np.ndarray],
               key: tuple[str, int], group: list[NodeInfo], onnx_capture: Capture,
               known_values: set[str], references: Mapping[str, np.ndarray]) -> CallOpCapture:
     """One call traced alone, mapped and captured; raises where that is not exact."""
@@ -213,7 +218,7 @@ def _nodes_in_question(report: Report, nodes: Sequence[NodeInfo],
     return {node.index for node in chosen}
 
 
-def _made_from(model: Any, group: Sequence[NodeInfo]) -> dict[str, MadeFrom]:
+def _made_from(model: onnx.ModelProto, group: Sequence[NodeInfo]) -> dict[str, MadeFrom]:
     """What the call's ONNX nodes say they were made from, by FX node."""
     known: dict[str, MadeFrom] = {}
     for node in group:
@@ -246,7 +251,7 @@ def _rebuilt_nodes(nodes: Sequence[NodeInfo], inside: set[int],
                                      for name in ops.op_names)]
 
 
-def alignment_inputs(ops: Any, nodes: Sequence[NodeInfo], values: Mapping[str, CapturedValue]
+def alignment_inputs(ops: OpCapture, nodes: Sequence[NodeInfo], values: Mapping[str, CapturedValue]
                      ) -> tuple[Sequence[NodeInfo], Mapping[str, CapturedValue]]:
     """The nodes and values op values are aligned with: the call's own, for one call."""
     if not isinstance(ops, CallOpCapture):
@@ -255,7 +260,7 @@ def alignment_inputs(ops: Any, nodes: Sequence[NodeInfo], values: Mapping[str, C
     return ops.nodes, {name: value for name, value in values.items() if name in produced}
 
 
-def op_scope(ops: Any, values: Mapping[str, CapturedValue]) -> OpScope | None:
+def op_scope(ops: OpCapture, values: Mapping[str, CapturedValue]) -> OpScope | None:
     """For one call's ops: which values they stand for, and the values entering the call."""
     if not isinstance(ops, CallOpCapture):
         return None

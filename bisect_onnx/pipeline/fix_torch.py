@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 if TYPE_CHECKING:
+    from bisect_onnx.judge.records import Report
     from bisect_onnx.pipeline.torch_settings import Settings
+    from bisect_onnx.runtime.sides import CapturedValue
 
 __all__ = ["sample_fixes"]
 
 
-def sample_fixes(report: Any, settings: Settings, arrays: Sequence[np.ndarray],
-                 torch_outputs: Sequence[Any], onnx_outputs: Sequence[Any]) -> Any:
+def sample_fixes(report: Report, settings: Settings, arrays: Sequence[np.ndarray],
+                 torch_outputs: Sequence[CapturedValue],
+                 onnx_outputs: Sequence[CapturedValue]) -> Report:
     """``report`` with the fix searches' checked results for its culprit.
 
     ``torch_outputs`` / ``onnx_outputs``: the final outputs the verdict compared

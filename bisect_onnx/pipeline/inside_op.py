@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -32,6 +32,9 @@ from bisect_onnx.search.translation_eval import (
 )
 
 if TYPE_CHECKING:
+    import torch
+    from torch.export import ExportedProgram
+
     from bisect_onnx.runtime.runner import Runner
 
 __all__ = ["look_inside_module_culprit", "name_the_ops"]
@@ -48,7 +51,8 @@ class _Op(NamedTuple):
     target: str
 
 
-def look_inside_module_culprit(report: Report, candidate: Runner, model: Any,
+def look_inside_module_culprit(report: Report, candidate: Runner,
+                               model: torch.nn.Module | ExportedProgram,
                                references: Mapping[str, np.ndarray],
                                candidate_values: Mapping[str, np.ndarray], *,
                                tolerance: Judge) -> Refinement | None:
@@ -107,7 +111,8 @@ def name_the_ops(report: Report, candidate: Runner) -> dict[str, str]:
     return named
 
 
-def _value_of(name: str, model: Any, references: Mapping[str, np.ndarray]) -> np.ndarray:
+def _value_of(name: str, model: torch.nn.Module | ExportedProgram,
+              references: Mapping[str, np.ndarray]) -> np.ndarray:
     """PyTorch's value of what the op read: a weight by its FX placeholder, else by ONNX name."""
     if name in references:
         return np.asarray(references[name])

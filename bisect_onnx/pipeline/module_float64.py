@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -20,6 +20,12 @@ from bisect_onnx.pytorch.calls import call_name, input_of
 from bisect_onnx.pytorch.reference import MODULE, Reference
 from bisect_onnx.pytorch.span_float64 import Pin, span_in_float64
 from bisect_onnx.runtime.sides import CapturedValue
+
+if TYPE_CHECKING:
+    import torch
+
+    from bisect_onnx.align.modules import Pair
+    from bisect_onnx.search.local import LocalCheck
 
 __all__ = ["ModuleFloat64", "module_float64"]
 
@@ -31,7 +37,7 @@ _SUFFIX = re.compile(r"(\[\d+\])*")
 
 def module_float64(reference: Reference, arrays: Sequence[np.ndarray],
                    keywords: Sequence[str], graph_inputs: Mapping[str, np.ndarray],
-                   pairs: Sequence[Any]) -> ModuleFloat64 | None:
+                   pairs: Sequence[Pair]) -> ModuleFloat64 | None:
     """A rerun for this sample's module-level segments; ``None`` unless an ``nn.Module``.
 
     ``pairs``: the sample's module-level pairs, which say what module value each ONNX
@@ -50,14 +56,14 @@ class ModuleFloat64:
     fed): module-level attribution may run again after a trace was tried and refused.
     """
 
-    def __init__(self, model: Any, arrays: Sequence[np.ndarray], keywords: Sequence[str],
-                 graph_inputs: Mapping[str, np.ndarray],
+    def __init__(self, model: torch.nn.Module, arrays: Sequence[np.ndarray],
+                 keywords: Sequence[str], graph_inputs: Mapping[str, np.ndarray],
                  by_value: Mapping[str, CapturedValue]) -> None:
         self.model, self.arrays, self.keywords = model, arrays, keywords
         self.graph_inputs, self.by_value = graph_inputs, by_value
         self.done: dict[tuple[str, frozenset[str]], np.ndarray | None] = {}
 
-    def __call__(self, check: Any, known: Mapping[str, CapturedValue] | None = None
+    def __call__(self, check: LocalCheck, known: Mapping[str, CapturedValue] | None = None
                  ) -> np.ndarray | None:
         """PyTorch's float64 value of ``check``'s segment (``None``: why is logged).
 
@@ -74,7 +80,7 @@ class ModuleFloat64:
                 self.done[key] = None
         return self.done[key]
 
-    def _rerun(self, check: Any, by_value: Mapping[str, CapturedValue]) -> np.ndarray:
+    def _rerun(self, check: LocalCheck, by_value: Mapping[str, CapturedValue]) -> np.ndarray:
         output = by_value.get(check.value)
         if output is None:
             raise BisectOnnxError("no module call's value is paired with it")
@@ -92,7 +98,7 @@ class ModuleFloat64:
                                reference=np.asarray(output.array))
 
     @staticmethod
-    def _pin(value: CapturedValue, array: Any = None) -> Pin:
+    def _pin(value: CapturedValue, array: np.ndarray | None = None) -> Pin:
         """The call behind a module-level value: what it returned, or its one argument."""
         path, call = value.provenance.module or "", value.provenance.call
         given = input_of(value.name)

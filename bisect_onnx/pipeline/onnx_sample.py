@@ -9,7 +9,7 @@ gathered, the culprit attributed, the run described, and the fix searches.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +46,10 @@ from bisect_onnx.search.blame import Evidence, attribute_divergence
 from bisect_onnx.search.local import boundary_references
 
 if TYPE_CHECKING:
+    import onnx
+
+    from bisect_onnx.align.onnx_pairs import ValuePair
+    from bisect_onnx.graph.nodes import NodeInfo
     from bisect_onnx.judge.tolerances import ToleranceRule
     from bisect_onnx.pipeline.options import FixOptions
 
@@ -64,7 +68,7 @@ class OnnxModels:
     rules: Sequence[ToleranceRule]
     all_culprits: bool
     fixes: FixOptions
-    user_paths: tuple[Any, ...] = ()
+    user_paths: tuple[object, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -85,7 +89,7 @@ class OnnxSample:
     run: CandidateRun | None = None
     paired: Paired | None = None
     findings: Findings | None = None
-    pairs: tuple[Any, ...] = ()
+    pairs: tuple[ValuePair, ...] = ()
     candidate_values: dict[str, np.ndarray] = field(default_factory=dict)
     values: SampleArrays | None = None
     report: Report | None = None
@@ -211,7 +215,7 @@ def _suggest_fixes(sample: OnnxSample) -> OnnxSample:
     return replace(sample, report=sample_fixes(sample))
 
 
-def _in_graph(model: Any) -> Any:
+def _in_graph(model: onnx.ModelProto) -> Callable[[NodeInfo], bool]:
     """Whether a candidate node is one the reference graph holds (by name)."""
     names = {node.name for node in model.graph.node if node.name}
     return lambda node: node.name in names

@@ -87,7 +87,7 @@ REFERENCE_PROMOTES_ALL = (
 def bisect_onnx_models(
     reference: str | Path | onnx.ModelProto,
     candidate: str | Path | onnx.ModelProto | None = None,
-    inputs: Any = None,
+    inputs: object = None,
     *,
     reference_runtime: RuntimeOptions | str | None = None,
     candidate_runtime: RuntimeOptions | None = None,
@@ -216,7 +216,7 @@ def _write_repro(folder: Path, report: Report, candidate: Runner,
         values=values, tolerance=tolerance.of(record), reference_label="the reference model")
 
 
-def _model_path(model: Any, folder: Path, label: str) -> tuple[Path, str]:
+def _model_path(model: object, folder: Path, label: str) -> tuple[Path, str]:
     """A path ONNX Runtime can read, and how the report names the model."""
     if isinstance(model, (str, Path)):
         check_onnx_file(Path(model), label)
@@ -251,7 +251,7 @@ def _check_runtimes(reference: RuntimeOptions, candidate: RuntimeOptions) -> Non
         raise UsageError(REFERENCE_PROMOTES_ALL)
 
 
-def _reference_inputs(reference: Runner, inputs: Any, random_inputs: RandomInputs,
+def _reference_inputs(reference: Runner, inputs: object, random_inputs: RandomInputs,
                       ) -> Iterator[tuple[list[np.ndarray], str]]:
     """The reference graph's inputs: given (arranged by name), or samples drawn from it."""
     if inputs is None:

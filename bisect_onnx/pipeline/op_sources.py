@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -34,6 +34,9 @@ from bisect_onnx.pytorch.script_ops import capture_script_ops
 from bisect_onnx.runtime.sides import Capture
 
 if TYPE_CHECKING:
+    from bisect_onnx.align.modules import Pair
+    from bisect_onnx.pipeline.production import CandidateRun
+    from bisect_onnx.pipeline.torch_attribution import SampleValues
     from bisect_onnx.pipeline.torch_settings import Settings
 
 __all__ = ["op_values", "later_op_values", "LaterOps"]
@@ -87,14 +90,15 @@ class LaterOps(NamedTuple):
     """What :func:`later_op_values` found: op values, or module-level findings that are exact."""
 
     ops: OpCapture | None = None
-    attributed: tuple[Findings, Any] | None = None
+    attributed: tuple[Findings, SampleValues] | None = None
     """The findings attributed at module level, and the values ``attribute`` returned
     with them, where op level could name nothing finer: the sample's, as they are."""
 
 
 def later_op_values(settings: Settings, arrays: Sequence[np.ndarray], report: Report,
-                    captures: tuple[Capture, Capture], pairs: Sequence[Any], run: Any, *,
-                    attribute: Callable[[Findings], tuple[Findings, Any]]) -> LaterOps:
+                    captures: tuple[Capture, Capture], pairs: Sequence[Pair], run: CandidateRun,
+                    *, attribute: Callable[[Findings], tuple[Findings, SampleValues]]
+                    ) -> LaterOps:
     """Op values for a divergence ``report`` found without them.
 
     Its module call's, else the whole model's (none where there are none), or nothing

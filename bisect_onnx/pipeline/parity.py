@@ -12,7 +12,7 @@ import logging
 import re
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bisect_onnx.errors import ParityError
 from bisect_onnx.events import BISECTION_STARTED, CAPTURE_STARTED, PARITY_CHECKED, emit
@@ -36,6 +36,11 @@ from bisect_onnx.runtime.heap import kept_in_heap
 from bisect_onnx.sources.graph_inputs import check_against_onnx
 from bisect_onnx.sources.output_paths import check_run_files
 
+if TYPE_CHECKING:
+    import onnx
+    import torch
+    from torch.export import ExportedProgram
+
 __all__ = ["assert_parity"]
 
 logger = logging.getLogger(__name__)
@@ -43,9 +48,9 @@ logger = logging.getLogger(__name__)
 
 @exit_is_a_model_error
 def assert_parity(
-    model: Any,
-    inputs: Any,
-    onnx_model: Any = None,
+    model: torch.nn.Module | ExportedProgram | torch.onnx.ONNXProgram | str | Path,
+    inputs: object,
+    onnx_model: str | Path | onnx.ModelProto | torch.onnx.ONNXProgram | None = None,
     *,
     tolerance: Tolerance | tuple[float, float] | None = None,
     export: ExportOptions | None = None,

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,6 +44,13 @@ from bisect_onnx.sources.arrangement import (
     keyword_order,
 )
 
+if TYPE_CHECKING:
+    import onnx
+    import torch
+    from torch.export import ExportedProgram
+
+    from bisect_onnx.pipeline.samples import GivenArrays
+
 __all__ = ["PreparedCandidate", "prepare_candidate", "resolve_export", "arrange_for",
            "names_the_values", "onnx_model_path"]
 
@@ -64,16 +71,16 @@ class PreparedCandidate:
     """The reference's capture on the given inputs, when the export already ran it."""
     capture_inputs: list[np.ndarray] | None = None
     """The inputs ``capture`` was run on (the first input set)."""
-    program: Any = None
+    program: ExportedProgram | None = None
     """The ExportedProgram whose FX node names are the ONNX value names (op level)."""
 
     _looked: bool = field(default=False, init=False, repr=False)
     """Whether a program was already looked for (once per run, whatever it found)."""
-    template: Any = None
+    template: onnx.ModelProto | None = None
     """For an ONNX file of unknown origin: an export made here (an ``onnx.ModelProto``)
     whose values are named after ``program``'s ops, matched to the file by structure."""
 
-    script: Any = None
+    script: torch.jit.ScriptModule | None = None
     """For a TorchScript export: the traced (or scripted) model whose ATen ops the
     exporter translated, for op-level alignment by scope, op and order."""
     script_aliases: Mapping[str, str] | None = None
@@ -144,7 +151,7 @@ class PreparedCandidate:
             self.template = onnx.load(str(exported.path))
 
 
-def prepare_candidate(reference: Reference, given: Any, onnx_model: Any,
+def prepare_candidate(reference: Reference, given: GivenArrays | None, onnx_model: object,
                       export: ExportOptions, folder: Path,
                       runtime: RuntimeOptions | None = None) -> PreparedCandidate:
     """The user's ONNX model (a path, a proto, an ONNXProgram's own), or an export made here."""
@@ -167,7 +174,7 @@ def prepare_candidate(reference: Reference, given: Any, onnx_model: Any,
                                              if given is not None else None))
 
 
-def resolve_export(reference: Reference, onnx_model: Any,
+def resolve_export(reference: Reference, onnx_model: object,
                    export: ExportOptions | None) -> ExportOptions:
     """Check the export options against the model form; fill in the exporter."""
     if export is not None and (onnx_model is not None or reference.onnx_program is not None):
@@ -198,7 +205,7 @@ def resolve_export(reference: Reference, onnx_model: Any,
     return replace(export, exporter=exporter)
 
 
-def _given_candidate(reference: Reference, onnx_model: Any, folder: Path,
+def _given_candidate(reference: Reference, onnx_model: object, folder: Path,
                      runtime: RuntimeOptions):
     """The user's ONNX model, and the ExportedProgram it was made from, if known."""
     given = onnx_model if onnx_model is not None else reference.onnx_program
@@ -216,7 +223,7 @@ def _runtime_side(path: Path, runtime: RuntimeOptions) -> Runner:
     return runtime.runner(path)
 
 
-def names_the_values(program: Any, nodes: Sequence[NodeInfo]) -> bool:
+def names_the_values(program: ExportedProgram | None, nodes: Sequence[NodeInfo]) -> bool:
     """Whether ``program`` is the one the ONNX graph was translated from.
 
     Its FX node names must account for the FX nodes nearly all ONNX nodes say they
@@ -231,8 +238,8 @@ def names_the_values(program: Any, nodes: Sequence[NodeInfo]) -> bool:
     return sum(name in names for name in made_from) >= 0.95 * len(made_from)
 
 
-def _export_candidate(reference: Reference, given: Any, export: ExportOptions, folder: Path,
-                      runtime: RuntimeOptions):
+def _export_candidate(reference: Reference, given: GivenArrays | None, export: ExportOptions,
+                      folder: Path, runtime: RuntimeOptions):
     """Export the model here; the reference runs first on the export's inputs."""
     if given is not None:
         arrays = arrange_for(reference, None, given)
@@ -260,7 +267,7 @@ def _export_candidate(reference: Reference, given: Any, export: ExportOptions, f
     return _runtime_side(exported.path, runtime), capture, exported
 
 
-def _keywords(reference: Reference, given: Any) -> list[str]:
+def _keywords(reference: Reference, given: GivenArrays | None) -> list[str]:
     """Names of the inputs that go by keyword (none unless they skip a parameter)."""
     if given is None:
         return []
@@ -317,7 +324,7 @@ def _dynamic_batch(exporter: str, reference: Reference,
                              if array.ndim}}
 
 
-def onnx_model_path(onnx_model: Any, folder: Path) -> tuple[Path, str]:
+def onnx_model_path(onnx_model: object, folder: Path) -> tuple[Path, str]:
     """A path ORT can read, and how to name the model in the report."""
     if isinstance(onnx_model, (str, Path)):
         return Path(onnx_model), str(onnx_model)

@@ -12,7 +12,7 @@ import logging
 import tempfile
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bisect_onnx.events import BISECTION_STARTED, emit
 from bisect_onnx.judge.records import Report
@@ -48,6 +48,9 @@ from bisect_onnx.sources.output_paths import check_run_files
 if TYPE_CHECKING:
     import onnx
     import torch
+    from torch.export import ExportedProgram
+
+    from bisect_onnx.pipeline.samples import GivenArrays
 
 __all__ = ["bisect", "run_prepared"]
 
@@ -56,8 +59,8 @@ logger = logging.getLogger(__name__)
 
 @exit_is_a_model_error
 def bisect(
-    model: Any,
-    inputs: Any = None,
+    model: torch.nn.Module | ExportedProgram | torch.onnx.ONNXProgram | str | Path,
+    inputs: object = None,
     *,
     onnx_model: str | Path | onnx.ModelProto | torch.onnx.ONNXProgram | None = None,
     tolerance: Tolerance | tuple[float, float] | None = None,
@@ -141,7 +144,7 @@ def bisect(
     return write_fixed(report, fixes.write_fixed, (model, onnx_model))
 
 
-def run_prepared(settings: Settings, given: list[tuple[Any, str]] | None,
+def run_prepared(settings: Settings, given: list[tuple[GivenArrays, str]] | None,
                  random_inputs: RandomInputs, *, repro_dir: str | Path | None,
                  kind: str | None = None) -> Report:
     """Compare every sample against the prepared candidate; the worst sample's report.

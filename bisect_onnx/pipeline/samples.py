@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,11 +19,17 @@ from bisect_onnx.sources.input_samples import Samples
 from bisect_onnx.sources.input_sizes import Budget
 from bisect_onnx.sources.random_inputs import synthesize_inputs, vocabulary_limits
 
-__all__ = ["Sample", "as_arrays", "given_input_sets", "random_samples", "compare_samples",
-           "worst_report"]
+if TYPE_CHECKING:
+    import onnx
+
+__all__ = ["Sample", "GivenArrays", "as_arrays", "given_input_sets", "random_samples",
+           "compare_samples", "worst_report"]
 
 Sample = tuple[list[np.ndarray], str]
 """One sample's arrays in the graph's input order, and how the report describes them."""
+
+GivenArrays = list[np.ndarray] | dict[str, np.ndarray]
+"""One set of the user's inputs as arrays: in ``forward``'s order, or by name."""
 
 RunSample = Callable[[list[np.ndarray], str], tuple[Report, Callable[..., dict[str, Any]]]]
 """One sample's comparison: its report, and how to write its repro into a folder."""
@@ -33,7 +39,7 @@ RANDOM_SAMPLES = "random samples"
 INPUT_SETS = "input sets"
 
 
-def samples_kind(inputs: Any) -> str | None:
+def samples_kind(inputs: object) -> str | None:
     """What the run's samples are: random draws, the user's input sets, or one given set."""
     if inputs is None:
         return RANDOM_SAMPLES
@@ -57,7 +63,7 @@ def compare_samples(samples: Iterable[Sample], run_sample: RunSample, *,
     return worst
 
 
-def given_input_sets(inputs: Any) -> list[tuple[Any, str]] | None:
+def given_input_sets(inputs: object) -> list[tuple[GivenArrays, str]] | None:
     """The user's inputs as input sets, each with how the report describes it."""
     if inputs is None:
         return None
@@ -66,7 +72,7 @@ def given_input_sets(inputs: Any) -> list[tuple[Any, str]] | None:
     return [(as_arrays(inputs), "given")]
 
 
-def random_samples(inputs: Sequence[InputSpec], model: Any, random: RandomInputs, *,
+def random_samples(inputs: Sequence[InputSpec], model: onnx.ModelProto, random: RandomInputs, *,
                    budget: Budget | None = None) -> Iterator[Sample]:
     """Inputs drawn from the graph's input specification, one per sample.
 
@@ -95,7 +101,7 @@ def worst_report(reports: Sequence[Report], kind: str) -> Report:
     return worst
 
 
-def as_arrays(inputs: Any) -> list[np.ndarray] | dict[str, np.ndarray]:
+def as_arrays(inputs: object) -> GivenArrays:
     """Accept arrays, tensors, sequences and mappings of them; always numpy out."""
     if isinstance(inputs, Mapping):
         return {str(key): _to_array(value) for key, value in inputs.items()}
@@ -104,7 +110,7 @@ def as_arrays(inputs: Any) -> list[np.ndarray] | dict[str, np.ndarray]:
     return [_to_array(inputs)]
 
 
-def _to_array(value: Any) -> np.ndarray:
+def _to_array(value: object) -> np.ndarray:
     # A torch.Tensor, recognised without importing torch.
     if hasattr(value, "detach") and hasattr(value, "cpu"):
         return value.detach().cpu().numpy()

@@ -9,18 +9,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bisect_onnx.align.modules import Alignment, Pair, align_modules
+from bisect_onnx.align.modules import Alignment, Pair, Unaligned, align_modules
 from bisect_onnx.align.op_level import aggregate_ops, op_records
 from bisect_onnx.align.ops import OpAlignment
 from bisect_onnx.graph.nodes import NodeInfo
 from bisect_onnx.graph.reach import feeding
 from bisect_onnx.graph.scopes import count_attributed, detect_exporter
 from bisect_onnx.graph.walk import subgraphs
-from bisect_onnx.judge.compare import compare_arrays
+from bisect_onnx.judge.compare import ArrayComparison, compare_arrays
 from bisect_onnx.judge.findings import ComparisonFindings
 from bisect_onnx.judge.records import Coverage, Record, make_record
 from bisect_onnx.judge.tolerance_judge import ToleranceJudge
@@ -31,6 +31,8 @@ from bisect_onnx.runtime.runner import Runner
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 
 if TYPE_CHECKING:
+    import onnx
+
     from bisect_onnx.pipeline.torch_sample import TorchSample
 
 __all__ = ["OpScope", "compare_sample", "compare_final_outputs", "decide_sample",
@@ -72,7 +74,7 @@ class OpScope:
     the local checks of its first ops; no rows of their own)."""
 
 
-def subgraph_warnings(model: Any) -> list[str]:
+def subgraph_warnings(model: onnx.ModelProto) -> list[str]:
     """Say that values inside If/Loop/Scan bodies were not compared, only their outputs."""
     holders = [node.name or node.op_type for node in model.graph.node
                if any(next(subgraphs(attribute), None) is not None
@@ -152,7 +154,7 @@ def compare_sample(
 
 
 def _scoped_rows(pairs: Sequence[Pair], op_rows: Sequence[Record], op_alignment: OpAlignment,
-                 scope: OpScope, unaligned: Sequence[Any], judge: ToleranceJudge):
+                 scope: OpScope, unaligned: Sequence[Unaligned], judge: ToleranceJudge):
     """Op rows inside the call, module rows outside it, in graph order (renumbered).
 
     A module row whose value the call computes (an enclosing call ending with it) gives
@@ -206,7 +208,7 @@ def _module_rows(pairs: Sequence[Pair], judge: ToleranceJudge) -> list[Record]:
     Nested module calls often hold the same value (a block's output is its last ReLU's):
     the same array against the same ONNX value is compared once.
     """
-    compared: dict[tuple[int, str, Tolerance], Any] = {}
+    compared: dict[tuple[int, str, Tolerance], ArrayComparison] = {}
     rows = []
     for index, pair in enumerate(pairs):
         tolerance = judge.tolerance(pair.candidate.name, pair.reference.name)

@@ -21,6 +21,7 @@ import numpy as np
 from bisect_onnx.align.modules import Pair
 from bisect_onnx.align.op_level import align_op_values
 from bisect_onnx.events import CAPTURE_STARTED, emit
+from bisect_onnx.graph.nodes import NodeInfo
 from bisect_onnx.judge.assembly import assemble
 from bisect_onnx.judge.findings import Findings
 from bisect_onnx.judge.records import Record, Report
@@ -89,7 +90,7 @@ class TorchSample:
     bisection: ProbeBisection | None = None
     findings: Findings | None = None
     pairs: tuple[Pair, ...] = ()
-    segments: dict[str, Any] = field(default_factory=dict)
+    segments: dict[str, list[NodeInfo]] = field(default_factory=dict)
     float64: ModuleFloat64 | None = None
     attributed: tuple[Findings, SampleValues] | None = None
     """Module-level findings op level cannot refine: the sample's attribution as it is."""
@@ -202,7 +203,8 @@ def _compare(sample: TorchSample) -> TorchSample:
                    segments=segments)
 
 
-def _aligned_findings(sample: TorchSample) -> tuple[Findings, list[Pair], dict[str, Any]]:
+def _aligned_findings(sample: TorchSample
+                      ) -> tuple[Findings, list[Pair], dict[str, list[NodeInfo]]]:
     """The comparison of the sample's values at op level where it has ops, else modules."""
     settings, ops, onnx_capture = sample.settings, sample.ops, sample.onnx_capture
     prepared, candidate = settings.prepared, settings.prepared.candidate

@@ -19,9 +19,13 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bisect_onnx.pytorch.program_side import op_name
+
+if TYPE_CHECKING:
+    import torch
+    from torch.export import ExportedProgram
 
 __all__ = ["MadeFrom", "CallNames", "NamesRefused", "InputsUnnamed", "made_from",
            "map_call_names", "unnamed_inputs"]
@@ -78,7 +82,7 @@ def _numbered(base: str, index: int) -> str:
     return base if index == 0 else f"{base}_{index}"
 
 
-def map_call_names(program: Any, path: str, known: Mapping[str, MadeFrom],
+def map_call_names(program: ExportedProgram, path: str, known: Mapping[str, MadeFrom],
                    elsewhere: Collection[str]) -> CallNames:
     """Pair the ops of ``program`` with the whole model's FX names ``known``.
 
@@ -89,7 +93,7 @@ def map_call_names(program: Any, path: str, known: Mapping[str, MadeFrom],
     ops = [node for node in program.graph.nodes if node.op == "call_function"]
     if not ops:
         raise NamesRefused("the call exported alone has no op")
-    by_base: dict[str, dict[int, Any]] = {}
+    by_base: dict[str, dict[int, torch.fx.Node]] = {}
     for node in ops:
         base, index = split_name(node.name)
         by_base.setdefault(base, {})[index] = node
@@ -106,7 +110,7 @@ def map_call_names(program: Any, path: str, known: Mapping[str, MadeFrom],
     return names
 
 
-def _anchor_offsets(by_base: Mapping[str, Mapping[int, Any]],
+def _anchor_offsets(by_base: Mapping[str, Mapping[int, torch.fx.Node]],
                     known: Mapping[str, MadeFrom]) -> dict[str, int]:
     """Each base's offset, where the file's names of that base allow exactly one."""
     wanted: dict[str, dict[int, str | None]] = {}
@@ -130,8 +134,8 @@ def _anchor_offsets(by_base: Mapping[str, Mapping[int, Any]],
     return offsets
 
 
-def _follow_reads(program: Any, path: str, ops: list[Any], offsets: dict[str, int],
-                  known: Mapping[str, MadeFrom], names: CallNames) -> None:
+def _follow_reads(program: ExportedProgram, path: str, ops: list[torch.fx.Node],
+                  offsets: dict[str, int], known: Mapping[str, MadeFrom], names: CallNames) -> None:
     """Learn from the reads of ops whose names are known.
 
     The offsets of bases the file names only as what others read (a folded Conv, a
@@ -156,8 +160,8 @@ def _follow_reads(program: Any, path: str, ops: list[Any], offsets: dict[str, in
                 changed |= _learn(program, path, source, read, offsets, names)
 
 
-def _learn(program: Any, path: str, source: Any, read: str, offsets: dict[str, int],
-           names: CallNames) -> bool:
+def _learn(program: ExportedProgram, path: str, source: torch.fx.Node, read: str,
+           offsets: dict[str, int], names: CallNames) -> bool:
     """Record what one read says; whether it taught a new offset."""
     if source.op == "call_function":
         base, index = split_name(source.name)
@@ -184,7 +188,7 @@ def _learn(program: Any, path: str, source: Any, read: str, offsets: dict[str, i
     return False
 
 
-def unnamed_inputs(program: Any, names: CallNames) -> list[str]:
+def unnamed_inputs(program: ExportedProgram, names: CallNames) -> list[str]:
     """The user inputs the call reads whose whole-model value no op of the file names.
 
     Only folded ops read them (a Conv the exporter folded into its BatchNorm).
@@ -194,7 +198,7 @@ def unnamed_inputs(program: Any, names: CallNames) -> list[str]:
             and node.name not in names.inputs]
 
 
-def _weight_kind(program: Any, name: str) -> str | None:
+def _weight_kind(program: ExportedProgram, name: str) -> str | None:
     signature = program.graph_signature
     for kind, table in (("parameter", signature.inputs_to_parameters),
                         ("buffer", signature.inputs_to_buffers),
@@ -204,7 +208,7 @@ def _weight_kind(program: Any, name: str) -> str | None:
     return None
 
 
-def _same_weight(program: Any, path: str, name: str, kind: str, read: str) -> bool:
+def _same_weight(program: ExportedProgram, path: str, name: str, kind: str, read: str) -> bool:
     """Whether the whole model's placeholder ``read`` is this call's weight ``name``."""
     prefix = _WEIGHT_PREFIXES[kind]
     if kind == "constant":  # lifted constants are numbered across the model
@@ -216,7 +220,7 @@ def _same_weight(program: Any, path: str, name: str, kind: str, read: str) -> bo
     return read == prefix + re.sub(r"[^0-9a-zA-Z_]", "_", qualified)
 
 
-def _check_exact(program: Any, path: str, ops: list[Any], names: CallNames,
+def _check_exact(program: ExportedProgram, path: str, ops: list[torch.fx.Node], names: CallNames,
                  known: Mapping[str, MadeFrom], elsewhere: Collection[str]) -> None:
     """Every known name is one op's, with its ATen op and its reads; no name is elsewhere's."""
     images = list(names.ops.values())

@@ -13,12 +13,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from bisect_onnx.errors import BisectOnnxError, one_line
 from bisect_onnx.pytorch.call_names import (
+    CallNames,
     InputsUnnamed,
     MadeFrom,
     NamesRefused,
@@ -32,6 +33,12 @@ from bisect_onnx.pytorch.op_values import OpCapture, capture_ops
 from bisect_onnx.pytorch.private_apis import tree_flatten, tree_map
 from bisect_onnx.pytorch.program_side import module_stack
 
+if TYPE_CHECKING:
+    import torch
+    from torch.export import ExportedProgram
+
+    from bisect_onnx.graph.nodes import NodeInfo
+
 __all__ = ["CallOpCapture", "CallArguments", "InputsUnnamed", "record_call", "trace_call"]
 
 logger = logging.getLogger(__name__)
@@ -43,10 +50,10 @@ class CallOpCapture(OpCapture):
 
     call: str = ""
     """The call traced alone (``layer3.4``, ``blocks.0.act@1``)."""
-    program: Any = None
+    program: ExportedProgram | None = None
     """That call's program, decomposed as the exporter does, its ops and user inputs
     renamed to the whole model's names (weights keep the call's own)."""
-    nodes: list[Any] = field(default_factory=list)
+    nodes: list[NodeInfo] = field(default_factory=list)
     """The ONNX nodes of the call: what its op values are aligned with."""
 
 
@@ -69,7 +76,7 @@ class _Recorded(Exception):
     """Raised by the pre-hook once the wanted call's arguments are held: stop the forward."""
 
 
-def record_call(model: Any, inputs: Sequence[np.ndarray], keywords: Sequence[str],
+def record_call(model: torch.nn.Module, inputs: Sequence[np.ndarray], keywords: Sequence[str],
                 path: str, call: int, *, around: bool = False) -> CallArguments | None:
     """The arguments of call ``call`` of submodule ``path``, from a forward stopped there.
 
@@ -89,11 +96,11 @@ def record_call(model: Any, inputs: Sequence[np.ndarray], keywords: Sequence[str
                if around and ancestors else path)
     paths = {module: f"{counted[1]}.{name}" if name else counted[1]
              for name, module in counted[0].named_modules()}
-    counts: dict[Any, int] = {}
-    started: dict[Any, CallArguments] = {}
+    counts: dict[torch.nn.Module, int] = {}
+    started: dict[torch.nn.Module, CallArguments] = {}
     held: list[CallArguments] = []
 
-    def count(module: Any, args: Any, kwargs: Any) -> None:
+    def count(module: torch.nn.Module, args: Any, kwargs: Any) -> None:
         counts[module] = counts.get(module, 0) + 1
         if around and module in ancestors:
             started[module] = CallArguments(_detached(args), _detached(kwargs), (),
@@ -123,7 +130,8 @@ def record_call(model: Any, inputs: Sequence[np.ndarray], keywords: Sequence[str
     return held[0] if held else None
 
 
-def _calls_inside(path: str, paths: dict[Any, str], counts: dict[Any, int]) -> dict[str, int]:
+def _calls_inside(path: str, paths: dict[torch.nn.Module, str],
+                  counts: dict[torch.nn.Module, int]) -> dict[str, int]:
     """Path inside module ``path`` -> how many times that submodule has been called."""
     prefix = path + "."
     return {full[len(prefix):]: counts.get(module, 0) for module, full in paths.items()
@@ -137,8 +145,9 @@ def _detached(value: Any) -> Any:
                     else item, value)
 
 
-def trace_call(model: Any, path: str, arguments: CallArguments, known: Mapping[str, MadeFrom],
-               elsewhere: Collection[str], entering: Mapping[str, np.ndarray]) -> CallOpCapture:
+def trace_call(model: torch.nn.Module, path: str, arguments: CallArguments,
+               known: Mapping[str, MadeFrom], elsewhere: Collection[str],
+               entering: Mapping[str, np.ndarray]) -> CallOpCapture:
     """Export the call alone, map its ops onto ``known`` names, and capture their values.
 
     ``entering``: PyTorch's values of what the call's ONNX nodes read from outside it, by
@@ -181,7 +190,7 @@ def trace_call(model: Any, path: str, arguments: CallArguments, known: Mapping[s
     return _renamed(ops, program, names, arguments, path)
 
 
-def _name_entering(program: Any, names: Any, arrays: Sequence[np.ndarray],
+def _name_entering(program: ExportedProgram, names: CallNames, arrays: Sequence[np.ndarray],
                    entering: Mapping[str, np.ndarray]) -> None:
     """Name each input only folded ops read by the one entering value equal to it."""
     given = dict(zip(program.graph_signature.user_inputs, arrays, strict=True))
@@ -198,7 +207,7 @@ def _name_entering(program: Any, names: Any, arrays: Sequence[np.ndarray],
         claimed.add(equal[0])
 
 
-def _renamed(ops: OpCapture, program: Any, names: Any, arguments: CallArguments,
+def _renamed(ops: OpCapture, program: ExportedProgram, names: CallNames, arguments: CallArguments,
              path: str) -> CallOpCapture:
     """The capture and the program under the whole model's names and module calls."""
     # The runnable module's placeholders may be renamed (``input`` -> ``input_1``).

@@ -7,7 +7,7 @@ import inspect
 import logging
 import re
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +22,7 @@ from bisect_onnx.pytorch.private_apis import PrivateApiMissing, prepare_for_expo
 
 if TYPE_CHECKING:
     import torch
+    from torch.export import ExportedProgram
 
 __all__ = ["EXPORTERS", "ExportResult", "export_model", "call_index_from_program",
            "as_translated", "trace_program", "export_failure", "quiet_exporter"]
@@ -40,7 +41,7 @@ class ExportResult:
     path: Path
     call_index: dict[str, dict[str, int]]
     """Which call of each module every FX node ran in (dynamo only; from ``nn_module_stack``)."""
-    program: Any = None
+    program: ExportedProgram | None = None
     """The ExportedProgram the dynamo exporter translated (after its decompositions),
     whose FX node names are the ONNX value names; ``None`` for TorchScript."""
 
@@ -100,7 +101,7 @@ _SET_HERE = {"model": "the model argument", "args": "the inputs",
              "verbose": "bisect-onnx's own log (-v)"}
 
 
-def _check_options(export: Any, options: Mapping[str, Any]) -> None:
+def _check_options(export: Callable[..., object], options: Mapping[str, Any]) -> None:
     """Refuse options ``torch.onnx.export`` does not take, before the export runs.
 
     A ``TypeError`` from the export itself cannot tell a bad option from a model whose
@@ -124,7 +125,7 @@ def _check_options(export: Any, options: Mapping[str, Any]) -> None:
                          f"{', '.join(name for name in parameters if name not in _SET_HERE)})")
 
 
-def _save(program: Any, path: Path) -> None:
+def _save(program: torch.onnx.ONNXProgram, path: Path) -> None:
     """Write the dynamo exporter's ONNXProgram into our folder: the export's last step."""
     try:
         with quiet_exporter():
@@ -140,7 +141,7 @@ def _save(program: Any, path: Path) -> None:
                          ) from error
 
 
-def export_failure(exporter: str, model: Any, error: BaseException) -> str:
+def export_failure(exporter: str, model: object, error: BaseException) -> str:
     """One line: which exporter, which of its steps failed and why, and what to try next.
 
     The dynamo exporter says which of its three steps failed (``This is step 2/3``):
@@ -208,7 +209,7 @@ def _chain(error: BaseException) -> Iterator[BaseException]:
         error = error.__cause__
 
 
-def _next_steps(exporter: str, model: Any) -> str:
+def _next_steps(exporter: str, model: object) -> str:
     """What may work instead: the other exporter where it applies, a file made elsewhere."""
     if exporter == "dynamo" and _is_plain_module(model):
         return ("the TorchScript exporter may work where this one fails (it exports T5 "
@@ -221,7 +222,7 @@ def _next_steps(exporter: str, model: Any) -> str:
     return _ELSEWHERE
 
 
-def _is_plain_module(model: Any) -> bool:
+def _is_plain_module(model: object) -> bool:
     """Whether both exporters take the model: an ``nn.Module`` that is not TorchScript."""
     import torch
 
@@ -250,7 +251,8 @@ def call_index_from_program(exported_program: object | None) -> dict[str, dict[s
     return index
 
 
-def trace_program(model: Any, inputs: Sequence[np.ndarray], keywords: Sequence[str] = ()) -> Any:
+def trace_program(model: torch.nn.Module, inputs: Sequence[np.ndarray],
+                  keywords: Sequence[str] = ()) -> ExportedProgram | None:
     """The program the dynamo exporter would translate ``model`` from, or ``None``.
 
     For an ONNX file exported elsewhere from this very model: tracing it again gives
@@ -268,7 +270,7 @@ def trace_program(model: Any, inputs: Sequence[np.ndarray], keywords: Sequence[s
     return as_translated(program)
 
 
-def as_translated(program: Any) -> Any:
+def as_translated(program: ExportedProgram) -> ExportedProgram | None:
     """``program`` after the decompositions the dynamo exporter runs before translating.
 
     The ONNX value names are the FX node names of that program, not of the one the
@@ -291,7 +293,7 @@ def as_translated(program: Any) -> Any:
         return _through_the_exporter(program)
 
 
-def _through_the_exporter(program: Any) -> Any:
+def _through_the_exporter(program: ExportedProgram) -> ExportedProgram | None:
     """The program ``torch.onnx.export`` translates, from a whole export of ``program``.
 
     Public and sure to match what the exporter does, but it pays for the translation

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from bisect_onnx.errors import InputError, ModelError
 from bisect_onnx.pytorch.module_side import TorchModuleSide, training_mode_warning
@@ -28,6 +28,10 @@ from bisect_onnx.pytorch.script_side import ScriptModuleSide
 from bisect_onnx.runtime.sides import Side
 from bisect_onnx.sources.arrangement import forward_parameters
 from bisect_onnx.sources.model_forms import EXPORTED_PROGRAM, TORCHSCRIPT, load_model_file
+
+if TYPE_CHECKING:
+    import torch
+    from torch.export import ExportedProgram
 
 __all__ = ["Reference", "reference_for", "exit_is_a_model_error", "MODULE",
            "EXPORTED_PROGRAM", "SCRIPT_MODULE"]
@@ -53,20 +57,20 @@ class Reference:
 
     kind: str
     side: Side
-    exportable: Any
+    exportable: torch.nn.Module | ExportedProgram
     """What ``torch.onnx.export`` is given: the module, program or ScriptModule."""
     input_names: list[str]
     """``forward``'s positional parameters (or the program's user inputs), in order."""
     required_inputs: int
     takes_varargs: bool = False
-    onnx_program: Any = None
+    onnx_program: torch.onnx.ONNXProgram | None = None
     """The user's own ``ONNXProgram``, when that is what they passed."""
-    example_inputs: tuple[Any, ...] | None = None
+    example_inputs: tuple[torch.Tensor, ...] | None = None
     """Inputs stored with the model (an ExportedProgram keeps the ones it was traced on)."""
     warnings: list[str] = field(default_factory=list)
 
 
-def reference_for(model: Any, *, label: str | None = None,
+def reference_for(model: object, *, label: str | None = None,
                   trust_pickle: bool = False) -> Reference:
     """Wrap ``model`` (any supported form, or a path to one) as a :class:`Reference`."""
     import torch
@@ -95,7 +99,7 @@ def reference_for(model: Any, *, label: str | None = None,
                      f"{type(model).__name__}")
 
 
-def _from_script_module(model: Any, label: str | None) -> Reference:
+def _from_script_module(model: torch.jit.ScriptModule, label: str | None) -> Reference:
     arguments = model.forward.schema.arguments[1:]  # the first is self
     names = [argument.name for argument in arguments]
     required = sum(not argument.has_default_value() for argument in arguments)
@@ -115,7 +119,7 @@ def _from_script_module(model: Any, label: str | None) -> Reference:
     return Reference(SCRIPT_MODULE, side, model, names, required, warnings=warnings)
 
 
-def _from_program(program: Any, kind: str, label: str | None) -> Reference:
+def _from_program(program: ExportedProgram, kind: str, label: str | None) -> Reference:
     names = list(program.graph_signature.user_inputs)
     examples = getattr(program, "example_inputs", None)
     args = tuple(examples[0]) if examples and not examples[1] else None

@@ -41,6 +41,8 @@ from bisect_onnx.runtime.sides import CapturedValue
 if TYPE_CHECKING:
     import torch
 
+    from bisect_onnx.graph.provenance import SourceLocation
+
 __all__ = ["ScriptOp", "ScriptOpCapture", "Argument", "capture_script_ops", "trace_script",
            "branches"]
 
@@ -93,7 +95,8 @@ class ScriptOpCapture(OpCapture):
     """What the TorchScript exporter makes of each op (by name), asked on first use."""
 
 
-def trace_script(module: torch.nn.Module, arrays: Sequence[np.ndarray]) -> Any:
+def trace_script(module: torch.nn.Module,
+                 arrays: Sequence[np.ndarray]) -> torch.jit.ScriptModule:
     """``torch.jit.trace`` the module on ``arrays``, as the TorchScript exporter does."""
     import torch
 
@@ -107,7 +110,7 @@ def trace_script(module: torch.nn.Module, arrays: Sequence[np.ndarray]) -> Any:
                          f"{type(error).__name__}: {one_line(error)}") from error
 
 
-def branches(model: Any) -> bool:
+def branches(model: torch.jit.ScriptModule) -> bool:
     """Whether ``model``'s graph runs ATen ops inside control flow (a scripted ``if``).
 
     Those ops are not promotable, and the graph is not the one a trace (and so the
@@ -118,7 +121,7 @@ def branches(model: Any) -> bool:
                for inner in block.nodes())
 
 
-def capture_script_ops(model: Any, arrays: Sequence[np.ndarray],
+def capture_script_ops(model: torch.jit.ScriptModule, arrays: Sequence[np.ndarray],
                        aliases: Mapping[str, str] | None = None) -> ScriptOpCapture:
     """Run a traced or scripted ``model`` on ``arrays``; every data op's value, in order.
 
@@ -181,7 +184,7 @@ _PACKS = frozenset({"prim::ListConstruct", "prim::TupleConstruct"})
 _CONTAINERS = _PACKS | {"prim::ListUnpack", "prim::TupleUnpack"}
 
 
-def _held(value: Any) -> list[Any]:
+def _held(value: torch.Value) -> list[torch.Value]:
     """The tensors ``value`` stands for, through the trace's packing and unpacking.
 
     T5 hands its position bias from block to block in a tuple: the next block's
@@ -208,12 +211,12 @@ _NOT_DATA = frozenset({"aten::size", "aten::numel", "aten::dim", "aten::Int",
                        "aten::detach", "prim::shape"})
 
 
-def _innermost(node: Any, found: TopLevel) -> str:
+def _innermost(node: torch.Node, found: TopLevel) -> str:
     modules = module_paths_of(node, found)
     return modules[-1][0] if modules else ""
 
 
-def _provenance(node: Any, op: ScriptOp, found: TopLevel, calls: dict[str, int],
+def _provenance(node: torch.Node, op: ScriptOp, found: TopLevel, calls: dict[str, int],
                 position: int) -> Provenance:
     modules = module_paths_of(node, found)
     path, module_class = modules[-1] if modules else ("", None)
@@ -224,7 +227,7 @@ def _provenance(node: Any, op: ScriptOp, found: TopLevel, calls: dict[str, int],
         scopes=tuple(call_name(inner, calls.get(inner, 0)) for inner, _ in modules))
 
 
-def _source_line(node: Any) -> Any:
+def _source_line(node: torch.Node) -> SourceLocation | None:
     """The model's line, from the traced node's stack read as a Python traceback.
 
     The stack is ``file(line): function`` lines, innermost first.
@@ -238,7 +241,7 @@ def _source_line(node: Any) -> Any:
     return user_source("\n".join(reversed(frames)))
 
 
-def _overload(node: Any) -> str:
+def _overload(node: torch.Node) -> str:
     import torch
 
     try:
@@ -247,8 +250,8 @@ def _overload(node: Any) -> str:
         return ""
 
 
-def _arguments(node: Any, names: dict[str, str], model: Any, computed: dict[str, Any],
-               data: set[str]) -> tuple[Argument, ...] | None:
+def _arguments(node: torch.Node, names: dict[str, str], model: torch.jit.ScriptModule,
+               computed: dict[str, Any], data: set[str]) -> tuple[Argument, ...] | None:
     import torch
 
     try:
@@ -268,15 +271,15 @@ def _arguments(node: Any, names: dict[str, str], model: Any, computed: dict[str,
     return tuple(arguments)
 
 
-def _sources(names: dict[str, str], model: Any, computed: dict[str, Any],
-             data: set[str]) -> Callable[[Any], tuple[str | None, Any]]:
+def _sources(names: dict[str, str], model: torch.jit.ScriptModule, computed: dict[str, Any],
+             data: set[str]) -> Callable[[torch.Value], tuple[str | None, Any]]:
     """What an op's input is, for :class:`ExporterRecords`: (data name, weight).
 
     A value packed and unpacked on the way (a tuple a module returns) is the one
     packed; a data value the capture has no name for (a ``chunk``'s part) is named by
     its traced name, ``%x.1``: data, though no op value stands for it.
     """
-    def source(value: Any) -> tuple[str | None, Any]:
+    def source(value: torch.Value) -> tuple[str | None, Any]:
         debug_name = value.debugName()
         held = [item.debugName() for item in _held(value)]
         if debug_name in names or len(held) == 1 and held[0] in names:
@@ -290,7 +293,8 @@ def _sources(names: dict[str, str], model: Any, computed: dict[str, Any],
     return source
 
 
-def _argument(value: Any, names: dict[str, str], model: Any) -> Argument | None:
+def _argument(value: torch.Value, names: dict[str, str],
+              model: torch.jit.ScriptModule) -> Argument | None:
     """What one input of a traced op is, or ``None`` if it is none of the kinds."""
     if value.debugName() in names:
         return Argument("value", names[value.debugName()])

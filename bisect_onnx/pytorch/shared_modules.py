@@ -14,12 +14,15 @@ for every module, those without tensors too (an attention written by hand, reuse
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["module_aliases", "identity_aliases", "canonical_path"]
 
 
-def module_aliases(model: Any) -> dict[str, str]:
+def module_aliases(model: torch.nn.Module) -> dict[str, str]:
     """Path -> the first path of the same module, for every path after a module's first.
 
     Modules without parameters or buffers cannot be told apart this way and keep
@@ -40,7 +43,7 @@ def module_aliases(model: Any) -> dict[str, str]:
     return aliases
 
 
-def identity_aliases(module: Any) -> dict[str, str]:
+def identity_aliases(module: torch.nn.Module) -> dict[str, str]:
     """Path -> the first path of the same object, for every path after an object's first.
 
     For an ``nn.Module``: exact, where :func:`module_aliases` can only go by tensors.

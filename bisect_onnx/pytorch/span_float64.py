@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,6 +30,9 @@ from bisect_onnx.pytorch.call_program import CallArguments, record_call
 from bisect_onnx.pytorch.calls import call_name, split_call_name
 from bisect_onnx.pytorch.module_side import buffers_restored
 from bisect_onnx.pytorch.private_apis import tree_flatten, tree_unflatten
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["Pin", "span_in_float64", "MAX_FLOAT64_BYTES"]
 
@@ -54,8 +57,8 @@ class Pin:
     module level names a call's values); ``""``: the one tensor it returns."""
 
 
-def span_in_float64(model: Any, inputs: Sequence[np.ndarray], keywords: Sequence[str], *,
-                    output: tuple[str, int], pins: Sequence[Pin],
+def span_in_float64(model: torch.nn.Module, inputs: Sequence[np.ndarray],
+                    keywords: Sequence[str], *, output: tuple[str, int], pins: Sequence[Pin],
                     reference: np.ndarray, max_bytes: int = MAX_FLOAT64_BYTES) -> np.ndarray:
     """PyTorch's float64 value of what call ``output`` returns, computed from ``pins``.
 
@@ -109,7 +112,7 @@ def _plan(path: str, arguments: CallArguments, pins: Sequence[Pin]) -> _Plan | N
     return plan
 
 
-def _holds(item: Any, array: np.ndarray) -> bool:
+def _holds(item: object, array: np.ndarray) -> bool:
     import torch
 
     if not isinstance(item, torch.Tensor) or tuple(item.shape) != array.shape:
@@ -121,7 +124,7 @@ def _holds(item: Any, array: np.ndarray) -> bool:
     return held.dtype == array.dtype and np.array_equal(held, array, equal_nan=True)
 
 
-def _rerun(module: Any, path: str, arguments: CallArguments, plan: _Plan,
+def _rerun(module: torch.nn.Module, path: str, arguments: CallArguments, plan: _Plan,
            output: tuple[str, int], max_bytes: int) -> np.ndarray:
     """The call in float64: weights promoted, pins fed, other floating arguments NaN."""
     import torch
@@ -164,8 +167,8 @@ def _promoted(item: Any) -> Any:
 class _Hooks:
     """Counts the calls inside the rerun, feeds the pins, keeps the output call's result."""
 
-    def __init__(self, module: Any, path: str, before: Mapping[str, int], pins: Sequence[Pin],
-                 output: tuple[str, int]) -> None:
+    def __init__(self, module: torch.nn.Module, path: str, before: Mapping[str, int],
+                 pins: Sequence[Pin], output: tuple[str, int]) -> None:
         self.fed: set[Pin] = set()
         self.result: Any = None
         self.counts = dict(before)  # calls of each submodule before the rerun's call began
@@ -180,10 +183,10 @@ class _Hooks:
             sub.register_forward_pre_hook(self._before),
             sub.register_forward_hook(self._after))]
 
-    def _key(self, sub: Any) -> tuple[str, int]:
+    def _key(self, sub: torch.nn.Module) -> tuple[str, int]:
         return self.paths[sub], self.counts.get(self.relative[sub], 0)
 
-    def _before(self, sub: Any, args: tuple) -> Any:
+    def _before(self, sub: torch.nn.Module, args: tuple) -> Any:
         pin = next((pin for pin in self.pins.get(self._key(sub), ()) if pin.given), None)
         if pin is None:
             return None
@@ -194,7 +197,7 @@ class _Hooks:
         return tuple(_as_float64(pin.array) if index == tensors[0] else item
                      for index, item in enumerate(args))
 
-    def _after(self, sub: Any, args: tuple, returned: Any) -> Any:
+    def _after(self, sub: torch.nn.Module, args: tuple, returned: Any) -> Any:
         key = self._key(sub)
         self.counts[self.relative[sub]] = key[1] + 1
         replaced = None
@@ -232,13 +235,13 @@ def _with_item(value: Any, suffix: str, tensor: Any) -> Any:
     return type(value)(items)
 
 
-def _is_tensor(item: Any) -> bool:
+def _is_tensor(item: object) -> bool:
     import torch
 
     return isinstance(item, torch.Tensor)
 
 
-def _as_float64(array: np.ndarray) -> Any:
+def _as_float64(array: np.ndarray) -> torch.Tensor:
     import torch
 
     return torch.from_numpy(np.asarray(array, dtype=np.float64))

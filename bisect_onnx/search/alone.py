@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,10 +28,10 @@ from bisect_onnx.judge.records import Record, make_record
 from bisect_onnx.judge.tolerances import Tolerance
 from bisect_onnx.runtime.sides import CapturedValue
 from bisect_onnx.search.claims import NODE, compute_nodes, exceeds
-from bisect_onnx.search.local import LocalRerun
+from bisect_onnx.search.local import LocalCheck, LocalRerun
 
 if TYPE_CHECKING:
-    pass
+    from bisect_onnx.graph.nodes import NodeInfo
 
 __all__ = ["narrow_to_failing_node"]
 
@@ -43,7 +43,7 @@ _CARRIERS = frozenset({"Identity", "QuantizeLinear", "DequantizeLinear"})
 class _Alone:
     """One compute node's run on the reference's values of its inputs."""
 
-    node: Any
+    node: NodeInfo
     value: str
     local: np.ndarray
     comparison: ArrayComparison
@@ -52,7 +52,7 @@ class _Alone:
     inputs the reference has no value of."""
 
 
-def narrow_to_failing_node(findings: AttributionFindings, check: Any, *, row: Record,
+def narrow_to_failing_node(findings: AttributionFindings, check: LocalCheck | None, *, row: Record,
                            inner: Mapping[str, CapturedValue],
                            references: Mapping[str, np.ndarray],
                            candidate_values: Mapping[str, np.ndarray], rerun: LocalRerun,
@@ -89,7 +89,7 @@ def narrow_to_failing_node(findings: AttributionFindings, check: Any, *, row: Re
     return replace(findings, evidence={**findings.evidence, "passed_alone": passed})
 
 
-def _run_alone(check: Any, names: Sequence[str], row: Record,
+def _run_alone(check: LocalCheck, names: Sequence[str], row: Record,
                inner: Mapping[str, CapturedValue], references: Mapping[str, np.ndarray],
                candidate_values: Mapping[str, np.ndarray], rerun: LocalRerun,
                judge_row: Callable[[str, np.ndarray], ArrayComparison] | None,

@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -42,20 +42,30 @@ from bisect_onnx.search.inside_kernel import name_inside_kernels
 from bisect_onnx.search.local import LocalCheck, LocalRerun, boundary_references, run_locally
 from bisect_onnx.search.nodeless import classification, fx_span, nodeless_culprit
 
+if TYPE_CHECKING:
+    from torch.export import ExportedProgram
+
+    from bisect_onnx.align.modules import CallIndex
+    from bisect_onnx.graph.nodes import NodeInfo
+    from bisect_onnx.runtime.sides import Capture
+    from bisect_onnx.search.classify import Classification
+
 __all__ = ["attribute_divergence", "Evidence"]
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
 class Evidence:
     """What the reference offers beyond its values, to name and classify a finer culprit."""
 
-    program: Any = None
+    program: ExportedProgram | None = None
     """The program PyTorch ran (FX): an op rerun in float64."""
     ops: OpCapture | None = None
     """PyTorch's op values by FX node name: the values inside a fused kernel compared."""
-    modules: Any = None
+    modules: tuple[Capture, CallIndex] | None = None
     """``(module capture, call index)``: for module rows what ``ops`` does for op rows."""
     compare: Callable[[str, np.ndarray], ArrayComparison] | None = None
     """Judges a local result where the reference needs converting
@@ -67,12 +77,12 @@ class Evidence:
     torch_float64: Callable[[LocalCheck], np.ndarray | None] | None = None
     """PyTorch's float64 value of a checked segment where no program gives it (module
     level: its enclosing module call rerun)."""
-    op_segments: Mapping[str, Sequence[Any]] | None = None
+    op_segments: Mapping[str, Sequence[NodeInfo]] | None = None
     """Op name -> its ONNX nodes: a check of one op's nodes told from one of several."""
     training: Collection[str] = ()
     """Module paths of mode-dependent modules left in training mode (a computation with
     no ONNX node there is PyTorch's mode)."""
-    has_counterpart: Callable[[Any], bool] | None = None
+    has_counterpart: Callable[[NodeInfo], bool] | None = None
     """Whether the reference has a node (default: the exporter made it)."""
 
 
@@ -134,9 +144,9 @@ def attribute_divergence(report: Report, candidate: Runner, values: SampleArrays
 
 def _narrowed(findings: AttributionFindings, report: Report, checker: _LocalChecker,
               first: str, candidate: Runner, inner: Mapping[str, CapturedValue],
-              op_segments: Mapping[str, Sequence[Any]] | None, tolerance: Judge,
+              op_segments: Mapping[str, Sequence[NodeInfo]] | None, tolerance: Judge,
               compare: Callable[[str, np.ndarray], ArrayComparison] | None,
-              has_counterpart: Callable[[Any], bool],
+              has_counterpart: Callable[[NodeInfo], bool],
               first_failing: tuple[Mapping[str, np.ndarray], int]) -> AttributionFindings:
     """The culprit narrowed inside its segment, each step of which may decline.
 
@@ -162,7 +172,7 @@ def _narrowed(findings: AttributionFindings, report: Report, checker: _LocalChec
         rerun=LocalRerun(candidate, graph_inputs, tolerance.of(row)), judge_row=compare))
 
 
-def _safely(fallback: Any, what: str, step: Callable[[], Any]) -> Any:
+def _safely(fallback: _T, what: str, step: Callable[[], _T]) -> _T:
     """A refinement's result, or ``fallback`` where it fails: it must not cost the report."""
     try:
         return step()
@@ -194,7 +204,7 @@ class _LocalChecker:
         self.fx_names = {record.onnx_value: record.fx_node for record in report.comparisons
                          if record.fx_node}
         self.checks: dict[str, LocalCheck] = {}
-        self.kinds: dict[str, Any] = {}
+        self.kinds: dict[str, Classification] = {}
         self.found: list[str] = []  # culprits beyond rounding classified so far
 
     def __call__(self, names: Sequence[str]) -> dict[str, LocalResult | None]:
@@ -239,7 +249,8 @@ class _LocalChecker:
 
 def _classify_inside(checker: _LocalChecker, candidate: Runner,
                      references: Mapping[str, CapturedValue], inner: Record,
-                     nodes: Sequence[int], check: LocalCheck, tolerance: Tolerance) -> Any:
+                     nodes: Sequence[int], check: LocalCheck,
+                     tolerance: Tolerance) -> Classification | None:
     """The value named inside a kernel, classified on the nodes that compute it alone.
 
     Module level (PyTorch's side a module call rerun in float64), on a runtime whose
@@ -278,9 +289,11 @@ def _classify_inside(checker: _LocalChecker, candidate: Runner,
 
 
 def _classify(check: LocalCheck, record: Record, candidate: Runner,
-              reference_values: Mapping[str, np.ndarray], program: Any,
+              reference_values: Mapping[str, np.ndarray],
+              program: ExportedProgram | None,
               torch_values: Mapping[str, np.ndarray], fx_names: Mapping[str, str],
-              tolerance: Tolerance, torch_float64: Callable[[LocalCheck], Any] | None) -> Any:
+              tolerance: Tolerance,
+              torch_float64: Callable[[LocalCheck], np.ndarray | None] | None) -> Classification:
     """Which side is wrong: the culprit rerun in float64 on both sides, at its tolerance."""
     from bisect_onnx.search.classify import classify, kernel_runtime
     try:
@@ -296,7 +309,8 @@ def _classify(check: LocalCheck, record: Record, candidate: Runner,
                     ort32=np.asarray(check.local), rtol=tolerance.rtol, atol=tolerance.atol)
 
 
-def _float64_reruns(check: LocalCheck, record: Record, candidate: Runner, program: Any,
+def _float64_reruns(check: LocalCheck, record: Record, candidate: Runner,
+                    program: ExportedProgram | None,
                     torch_values: Mapping[str, np.ndarray], fx_names: Mapping[str, str]):
     """The culprit's segment in float64: the same ops in torch, the nodes in onnx.reference."""
     from bisect_onnx.search.float64_reruns import onnx_segment_in_float64, torch_op_in_float64

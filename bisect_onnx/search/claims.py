@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bisect_onnx.judge.compare import ArrayComparison, Status
 from bisect_onnx.judge.findings import KERNEL_VALUES, AttributionFindings, LocalFigures, RowRef
@@ -19,6 +19,11 @@ from bisect_onnx.judge.records import Record
 from bisect_onnx.search.attribution import Attribution
 from bisect_onnx.search.local import LocalCheck
 from bisect_onnx.search.nodeless import NO_ONNX_NODE
+
+if TYPE_CHECKING:
+    from bisect_onnx.graph.nodes import NodeInfo
+    from bisect_onnx.search.classify import Classification
+    from bisect_onnx.search.nodeless import Nodeless
 
 __all__ = ["attribution_findings", "compute_nodes", "isolation", "exceeds",
            "narrowed_segment", "with_nodeless", "NODE", "OP", "NO_ONNX_NODE"]
@@ -33,7 +38,7 @@ _SHAPE_OPS = frozenset({"Constant", "ConstantOfShape", "Shape", "Size"})
 _CARRIERS = frozenset({"Identity", "QuantizeLinear", "DequantizeLinear"})
 
 
-def compute_nodes(nodes: Sequence[Any], indices: Sequence[int]) -> list[Any]:
+def compute_nodes(nodes: Sequence[NodeInfo], indices: Sequence[int]) -> list[NodeInfo]:
     """The nodes among ``indices`` that compute data, not shapes, constants or Q/DQ pairs.
 
     A node whose every input is a shape or a constant computed in the segment (the
@@ -53,8 +58,8 @@ def compute_nodes(nodes: Sequence[Any], indices: Sequence[int]) -> list[Any]:
     return kept
 
 
-def isolation(compute: Sequence[Any],
-              op_segments: Mapping[str, Sequence[Any]] | None = None) -> str | None:
+def isolation(compute: Sequence[NodeInfo],
+              op_segments: Mapping[str, Sequence[NodeInfo]] | None = None) -> str | None:
     """What a check of ``compute`` isolates: one node, one torch op, or neither."""
     if len(compute) <= 1:
         return NODE
@@ -86,9 +91,10 @@ def exceeds(local: ArrayComparison | Record | None, atol: float) -> bool:
 
 
 def attribution_findings(rows: Sequence[Record], attribution: Attribution,
-                         checks: Mapping[str, LocalCheck], kinds: Mapping[str, Any],
-                         nodes: Sequence[Any], *, atol: float, everything: bool,
-                         op_segments: Mapping[str, Sequence[Any]] | None = None,
+                         checks: Mapping[str, LocalCheck],
+                         kinds: Mapping[str, Classification], nodes: Sequence[NodeInfo], *,
+                         atol: float, everything: bool,
+                         op_segments: Mapping[str, Sequence[NodeInfo]] | None = None,
                          torch_ops: Callable[[str], int | None] | None = None,
                          ) -> AttributionFindings:
     """The local figures of every checked value, the culprits the checks show, the evidence.
@@ -148,7 +154,8 @@ def attribution_findings(rows: Sequence[Record], attribution: Attribution,
                                listed_all=everything, evidence=evidence, segment=segment)
 
 
-def narrowed_segment(nodes: Sequence[Any], indices: Sequence[int], compute: Sequence[Any],
+def narrowed_segment(nodes: Sequence[NodeInfo], indices: Sequence[int],
+                     compute: Sequence[NodeInfo],
                      inner: Record) -> dict[str, Any]:
     """The part of a failing segment that computes ``inner`` from values that pass.
 
@@ -164,7 +171,7 @@ def narrowed_segment(nodes: Sequence[Any], indices: Sequence[int], compute: Sequ
             "local_nan_mismatch": inner.nan_mismatch}
 
 
-def with_nodeless(findings: AttributionFindings, found: Any, first: Record,
+def with_nodeless(findings: AttributionFindings, found: Nodeless, first: Record,
                   classified: Mapping[str, Any], *, atol: float) -> AttributionFindings:
     """The findings with a PyTorch computation that has no ONNX node as the culprit.
 
@@ -188,8 +195,8 @@ def with_nodeless(findings: AttributionFindings, found: Any, first: Record,
                    segment=None, evidence=evidence)
 
 
-def _isolation(name: str, compute: Sequence[Any],
-               op_segments: Mapping[str, Sequence[Any]] | None,
+def _isolation(name: str, compute: Sequence[NodeInfo],
+               op_segments: Mapping[str, Sequence[NodeInfo]] | None,
                torch_ops: Callable[[str], int | None] | None) -> str | None:
     found = isolation(compute, op_segments)
     # One torch op between the segment's inputs and its value stands for all its nodes
@@ -222,5 +229,5 @@ def _growth(record: Record | None, check: LocalCheck | None,
     return None if worst == 0 else record.max_abs_error / worst
 
 
-def _describe(kind: Any) -> dict[str, Any] | None:
+def _describe(kind: Classification | None) -> dict[str, Any] | None:
     return asdict(kind) if kind is not None else None

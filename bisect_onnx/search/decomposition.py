@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -103,7 +103,7 @@ def localize_in_segment(
 
 
 def compare_segment(
-    fx_node: Any,
+    fx_node: torch.fx.Node,
     compute: Sequence[onnx.NodeProto],
     fresh_nodes: Sequence[onnx.NodeProto],
     fresh_values: Mapping[str, np.ndarray],
@@ -174,7 +174,7 @@ def compare_segment(
 def pair_by_structure(
     candidate: Sequence[onnx.NodeProto],
     fresh: Sequence[onnx.NodeProto],
-) -> dict[Any, onnx.NodeProto]:
+) -> dict[str | int, onnx.NodeProto]:
     """Candidate node (by name, else ``id``) -> the fresh node computing the same thing.
 
     The two need not have the same node sequence: the candidate's optimizer may
@@ -188,7 +188,7 @@ def pair_by_structure(
     """
     candidate_producers = {value: node for node in candidate for value in node.output if value}
     fresh_producers = {value: node for node in fresh for value in node.output if value}
-    pairs: dict[Any, onnx.NodeProto] = {}
+    pairs: dict[str | int, onnx.NodeProto] = {}
     taken: set[int] = set()
     stack = list(zip(_ends(candidate), _ends(fresh), strict=False))
     while stack:
@@ -279,7 +279,7 @@ def _isolate(
     inputs: list[np.ndarray] = []
     input_slots: list[str] = []
     slots: dict[str, Slot] = {}
-    weights: dict[str, tuple[str, Any]] = {}
+    weights: dict[str, tuple[str, torch.Tensor]] = {}
 
     def slot(arg: torch.fx.Node) -> Slot:
         if arg.name in slots:  # the same tensor twice (``mul(x, x)``): one input

@@ -8,7 +8,7 @@ them, a node inside the segment can be checked on its own.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,12 +18,16 @@ from bisect_onnx.runtime.sides import CapturedValue
 from bisect_onnx.search.local import LocalCheck
 
 if TYPE_CHECKING:
+    from bisect_onnx.align.modules import CallIndex
     from bisect_onnx.runtime.runner import Runner
+    from bisect_onnx.runtime.sides import Capture
 
 __all__ = ["inner_references", "module_references"]
 
 
-def inner_references(ops: OpCapture | None, kernel_references: Any, modules: Any,
+def inner_references(ops: OpCapture | None,
+                     kernel_references: Mapping[str, CapturedValue] | None,
+                     modules: tuple[Capture, CallIndex] | None,
                      checks: Mapping[str, LocalCheck], candidate: Runner,
                      candidate_values: Mapping[str, np.ndarray]) -> dict[str, CapturedValue]:
     """PyTorch's values of what the failing values' segments compute inside them."""
@@ -35,8 +39,9 @@ def inner_references(ops: OpCapture | None, kernel_references: Any, modules: Any
     return inner
 
 
-def module_references(modules: Any, checks: Mapping[str, LocalCheck], candidate: Runner,
-                      candidate_values: Mapping[str, np.ndarray]) -> dict[str, CapturedValue]:
+def module_references(modules: tuple[Capture, CallIndex], checks: Mapping[str, LocalCheck],
+                      candidate: Runner, candidate_values: Mapping[str, np.ndarray],
+                      ) -> dict[str, CapturedValue]:
     """PyTorch's module outputs by the ONNX values they align to, fused ones included.
 
     The module alignment is run again as if every value the culprits' nodes computed

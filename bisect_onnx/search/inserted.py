@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,7 +24,10 @@ from bisect_onnx.judge.records import Record, make_record
 from bisect_onnx.judge.tolerances import Tolerance
 from bisect_onnx.runtime.sides import CapturedValue
 from bisect_onnx.search.claims import exceeds
-from bisect_onnx.search.local import LocalRerun
+from bisect_onnx.search.local import LocalCheck, LocalRerun
+
+if TYPE_CHECKING:
+    from bisect_onnx.graph.nodes import NodeInfo
 
 __all__ = ["UNPAIRED", "unpaired_culprit", "narrow_to_unpaired", "classification",
            "exporters_node"]
@@ -40,15 +43,15 @@ def classification() -> dict[str, Any]:
             "edit added it)", "torch_vs_onnx64": None, "ort_error": None, "torch_error": None}
 
 
-def exporters_node(node: Any) -> bool:
+def exporters_node(node: NodeInfo) -> bool:
     """Whether a node is the exporter's: dynamo metadata, or a TorchScript scope name."""
     return node.torch is not None or node.name.startswith("/")
 
 
-def unpaired_culprit(segment: Mapping[str, Any], check: Any,
+def unpaired_culprit(segment: Mapping[str, Any], check: LocalCheck,
                      references: Mapping[str, np.ndarray],
                      candidate_values: Mapping[str, np.ndarray], rerun: LocalRerun, index: int,
-                     has_counterpart: Callable[[Any], bool]) -> Record | None:
+                     has_counterpart: Callable[[NodeInfo], bool]) -> Record | None:
     """The node of ``segment`` with no counterpart that alone explains its failure, if any.
 
     ``check``: the segment value's local check (what each node computed from exact
@@ -94,7 +97,7 @@ def unpaired_culprit(segment: Mapping[str, Any], check: Any,
     return None
 
 
-def _agrees_without(check: Any, output: str, before: np.ndarray,
+def _agrees_without(check: LocalCheck, output: str, before: np.ndarray,
                     references: Mapping[str, np.ndarray],
                     candidate_values: Mapping[str, np.ndarray], tolerance: Tolerance,
                     rerun: LocalRerun) -> bool:
@@ -118,10 +121,10 @@ def _agrees_without(check: Any, output: str, before: np.ndarray,
     return result is not None and result.status == Status.PASS
 
 
-def narrow_to_unpaired(findings: AttributionFindings, check: Any,
+def narrow_to_unpaired(findings: AttributionFindings, check: LocalCheck | None,
                        references: Mapping[str, np.ndarray],
                        candidate_values: Mapping[str, np.ndarray], rerun: LocalRerun,
-                       index: int, has_counterpart: Callable[[Any], bool] = exporters_node,
+                       index: int, has_counterpart: Callable[[NodeInfo], bool] = exporters_node,
                        ) -> AttributionFindings:
     """The findings with a segment's node that has no counterpart as the culprit.
 

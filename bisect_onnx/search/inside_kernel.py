@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,17 +25,23 @@ from bisect_onnx.search.claims import compute_nodes, exceeds, isolation, narrowe
 from bisect_onnx.search.classify import Kind
 from bisect_onnx.search.local import LocalCheck
 
+if TYPE_CHECKING:
+    from bisect_onnx.graph.nodes import NodeInfo
+    from bisect_onnx.judge.compare import ArrayComparison
+    from bisect_onnx.runtime.runner import Runner
+    from bisect_onnx.search.classify import Classification
+
 __all__ = ["name_inside_kernels", "first_failing_inside"]
 
 logger = logging.getLogger(__name__)
 
 
 def name_inside_kernels(report: Report, findings: AttributionFindings, first: str,
-                         checks: Mapping[str, LocalCheck], candidate: Any,
+                         checks: Mapping[str, LocalCheck], candidate: Runner,
                          references: Mapping[str, CapturedValue],
-                         op_segments: Mapping[str, Sequence[Any]] | None,
+                         op_segments: Mapping[str, Sequence[NodeInfo]] | None,
                          tolerance: Judge,
-                         classify_inside: Callable[..., Any] | None = None
+                         classify_inside: Callable[..., Classification | None] | None = None
                          ) -> AttributionFindings:
     """Where a culprit's segment holds a fused kernel, name the failing value inside it.
 
@@ -98,7 +104,7 @@ def name_inside_kernels(report: Report, findings: AttributionFindings, first: st
                    kernel_values=tuple(kernel_values), evidence=evidence)
 
 
-def first_failing_inside(record: Record, check: LocalCheck, candidate: Any,
+def first_failing_inside(record: Record, check: LocalCheck, candidate: Runner,
                          references: Mapping[str, CapturedValue],
                          tolerance: Tolerance) -> tuple[Record, list[int]] | None:
     """The first value inside the culprit's segment that PyTorch has and that fails.
@@ -114,7 +120,7 @@ def first_failing_inside(record: Record, check: LocalCheck, candidate: Any,
     if check.segment is None:
         return None
     passed: set[str] = set()
-    failing: list[tuple[int, Any, str, Any]] = []  # in graph order
+    failing: list[tuple[int, NodeInfo, str, ArrayComparison]] = []  # in graph order
     for position, index in enumerate(check.segment.nodes):
         node = candidate.nodes[index]
         if check.value in node.outputs:
@@ -150,7 +156,7 @@ def first_failing_inside(record: Record, check: LocalCheck, candidate: Any,
     return None
 
 
-def _computing(candidate: Any, indices: Sequence[int], value: str,
+def _computing(candidate: Runner, indices: Sequence[int], value: str,
                passed: set[str]) -> list[int]:
     """The nodes among ``indices`` that compute ``value`` from values that pass or were fed.
 

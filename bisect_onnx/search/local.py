@@ -14,7 +14,7 @@ import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,6 +24,8 @@ from bisect_onnx.graph.walk import subgraphs
 from bisect_onnx.judge.compare import ArrayComparison, Status, compare_arrays
 
 if TYPE_CHECKING:
+    import onnx
+
     from bisect_onnx.judge.tolerances import Tolerance
     from bisect_onnx.runtime.runner import Runner
 
@@ -178,7 +180,7 @@ def _prefix(number: int) -> str:
     return f"local{number}/"
 
 
-def _cut(check: LocalCheck, graph: Any, checkpoints: Mapping[str, np.ndarray], *,
+def _cut(check: LocalCheck, graph: onnx.GraphProto, checkpoints: Mapping[str, np.ndarray], *,
          reference_values: Mapping[str, np.ndarray], candidate_values: Mapping[str, np.ndarray],
          graph_inputs: Mapping[str, np.ndarray]) -> bool:
     """Find the value's segment and its feeds; whether it can be run (else ``check.reason``)."""
@@ -203,13 +205,13 @@ def _cut(check: LocalCheck, graph: Any, checkpoints: Mapping[str, np.ndarray], *
 class _CombinedSegments:
     """Every checked value's segment, each copied under its own prefix: one model, one run."""
 
-    nodes: list[Any] = field(default_factory=list)
+    nodes: list[onnx.NodeProto] = field(default_factory=list)
     initializers: set[str] = field(default_factory=set)
-    inputs: list[Any] = field(default_factory=list)
-    outputs: list[Any] = field(default_factory=list)
+    inputs: list[onnx.ValueInfoProto] = field(default_factory=list)
+    outputs: list[onnx.ValueInfoProto] = field(default_factory=list)
     feeds: dict[str, np.ndarray] = field(default_factory=dict)
 
-    def add(self, graph: Any, check: LocalCheck, prefix: str) -> None:
+    def add(self, graph: onnx.GraphProto, check: LocalCheck, prefix: str) -> None:
         """Copy ``check``'s segment in, its values renamed under ``prefix``."""
         import onnx
 
@@ -234,7 +236,7 @@ class _CombinedSegments:
         self.outputs.extend(onnx.ValueInfoProto(name=renamed[name]) for index in segment.nodes
                             for name in graph.node[index].output if name)
 
-    def model(self, model: Any) -> Any:
+    def model(self, model: onnx.ModelProto) -> onnx.ModelProto:
         """The combined model, with ``model``'s weights, opsets and functions."""
         import onnx
 
@@ -246,7 +248,7 @@ class _CombinedSegments:
             opset_imports=list(model.opset_import), functions=list(model.functions),
             ir_version=model.ir_version)
 
-    def run(self, local_model: Any, runner: Runner) -> dict[str, np.ndarray]:
+    def run(self, local_model: onnx.ModelProto, runner: Runner) -> dict[str, np.ndarray]:
         """Every output of the combined model, by its prefixed name, in ``runner``'s session."""
         session = runner.local_session(local_model.SerializeToString(), "local checks")
         fetched = [output.name for output in self.outputs]

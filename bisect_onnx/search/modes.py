@@ -20,7 +20,7 @@ import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,6 +32,9 @@ from bisect_onnx.runtime.memory import estimate_values_bytes, format_size
 from bisect_onnx.runtime.runner import Runner, RuntimeRun
 from bisect_onnx.runtime.sides import CapturedValue
 from bisect_onnx.search.probes import ProbeBisection, ProbeRunner, checkpoints_for
+
+if TYPE_CHECKING:
+    from bisect_onnx.pytorch.op_values import OpCapture
 
 __all__ = ["MEMORY", "CAPTURE_DIFFERS", "NO_VALUE_FAILS", "FULL_CAPTURE", "over_budget",
            "outputs_differ", "tolerance_share", "FAITHFUL_SHARE", "bisect_production",
@@ -275,7 +278,7 @@ _FIGURES = ("shape", "dtype", "candidate_shape", "candidate_dtype", "max_abs_err
             "sqnr_db")
 
 
-def references_by_value(pairs: Sequence[Pair], ops: Any) -> dict[str, CapturedValue]:
+def references_by_value(pairs: Sequence[Pair], ops: OpCapture | None) -> dict[str, CapturedValue]:
     """PyTorch's value for each ONNX value name: aligned pairs, then ops by FX name."""
     references: dict[str, CapturedValue] = {}
     if ops is not None:

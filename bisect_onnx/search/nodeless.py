@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,6 +26,15 @@ from bisect_onnx.judge.records import Record, make_record
 from bisect_onnx.judge.tolerances import Tolerance
 from bisect_onnx.pytorch.calls import input_of
 from bisect_onnx.runtime.sides import CapturedValue
+
+if TYPE_CHECKING:
+    import torch
+    from torch.export import ExportedProgram
+
+    from bisect_onnx.align.modules import CallIndex
+    from bisect_onnx.pytorch.op_values import OpCapture
+    from bisect_onnx.runtime.sides import Capture
+    from bisect_onnx.search.local import LocalCheck
 
 __all__ = ["Nodeless", "NO_ONNX_NODE", "nodeless_culprit", "at_module_level", "at_op_level",
            "fx_span", "classification"]
@@ -112,7 +121,7 @@ def at_module_level(first: Record, values: Mapping[str, CapturedValue],
     return None
 
 
-def at_op_level(first: Record, program: Any, op_values: Mapping[str, CapturedValue],
+def at_op_level(first: Record, program: ExportedProgram, op_values: Mapping[str, CapturedValue],
                 inputs: Mapping[str, str], candidate_values: Mapping[str, np.ndarray],
                 has_nodes: Collection[str], tolerance: Tolerance,
                 training: Collection[str]) -> Nodeless | None:
@@ -152,9 +161,11 @@ def at_op_level(first: Record, program: Any, op_values: Mapping[str, CapturedVal
     return None
 
 
-def nodeless_culprit(first: Record, check: Any, fx_names: Mapping[str, str],
-                     candidate_values: Mapping[str, np.ndarray], *, program: Any, ops: Any,
-                     modules: Any, op_segments: Any, tolerance: Tolerance,
+def nodeless_culprit(first: Record, check: LocalCheck | None, fx_names: Mapping[str, str],
+                     candidate_values: Mapping[str, np.ndarray], *,
+                     program: ExportedProgram | None, ops: OpCapture | None,
+                     modules: tuple[Capture, CallIndex] | None,
+                     op_segments: Mapping[str, Sequence[NodeInfo]] | None, tolerance: Tolerance,
                      training: Collection[str], nodes: Sequence[NodeInfo]) -> Nodeless | None:
     """A computation ONNX has no node for, where it explains ``first``'s failing ``check``.
 
@@ -184,7 +195,8 @@ _NO_COMPUTATION = frozenset({"Constant"})
 
 
 def modules_computing(names: Collection[str], nodes: Sequence[NodeInfo],
-                      values: Mapping[str, Any], call_index: Any) -> set[str] | None:
+                      values: Mapping[str, CapturedValue],
+                      call_index: CallIndex | None) -> set[str] | None:
     """The modules the nodes ``names`` run in, by their scopes; ``None`` where one is unknown.
 
     ``values``: the module capture (its names give the module paths the scopes resolve
@@ -208,7 +220,7 @@ def _computes(modules: Collection[str], path: str) -> bool:
     return any(module == path or module.startswith(f"{path}.") for module in modules)
 
 
-def _made_from(node: Any, frontier: set[str], has_nodes: Collection[str]) -> set[str]:
+def _made_from(node: torch.fx.Node, frontier: set[str], has_nodes: Collection[str]) -> set[str]:
     """The ``frontier`` values ``node`` is computed from through ops with no ONNX node.
 
     Empty where the walk meets an op that has ONNX nodes first (then that op, not a
@@ -250,7 +262,8 @@ def _changed_here(entering: CapturedValue, output: CapturedValue, candidate: Cap
                     training)
 
 
-def fx_span(program: Any, output: str, frontier: set[str]) -> list[Any] | None:
+def fx_span(program: ExportedProgram, output: str,
+            frontier: set[str]) -> list[torch.fx.Node] | None:
     """The ops that compute ``output`` from ``frontier``'s values, in graph order.
 
     ``None`` where the walk leaves the program or passes :data:`MAX_SPAN` ops.

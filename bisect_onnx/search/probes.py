@@ -210,7 +210,7 @@ class ProbeRunner:
                     f"fused kernel ({changes})")
         return f"differs beyond the marked values ({changes})"
 
-    def _run(self, session: Any, fetched: list[str]) -> list[np.ndarray]:
+    def _run(self, session: Session, fetched: list[str]) -> list[np.ndarray]:
         try:
             return [np.asarray(array) for array in session.run(fetched, self.feeds)]
         except Exception as error:

@@ -117,7 +117,7 @@ def evaluate_translation(call: OpCall, arrays: Mapping[str, np.ndarray]) -> Tran
     return Translation(recorder.nodes, values)
 
 
-def _translation_of(target: str) -> Any:
+def _translation_of(target: str) -> Callable[..., object]:
     """The exporter's function for ``aten.linear.default``: torch's own first, then torch_lib."""
     try:
         own = torch_translations(target)
