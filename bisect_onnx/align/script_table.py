@@ -173,20 +173,20 @@ def declined(op: ScriptOp, *, recorded: bool = False) -> str | None:
     not the op's. The overload says whether a ``div`` has a rounding mode, whatever its
     arguments; where it is unknown, a quotient whose arguments are unknown is declined.
 
-    ``recorded``: the exporter's record of the op says where it ends. The record pairs
-    a tanh ``gelu`` with its last Mul, so that rule is the table's alone; a rounded
-    ``div`` and a circular ``pad`` the record pairs too (with their Floor, Where or
-    Cast; with the Concat), but they stay declined as before the record, which
-    ``tests/align/test_script_rounding_div.py`` and ``test_script_tuples.py`` pin.
+    ``recorded``: the exporter's record of the op says where it ends (a tanh ``gelu``
+    at its last Mul, a rounded ``div`` at its Floor, Where or Cast, a circular ``pad``
+    at its Concat): these rules are the table's alone, for an op without a record.
     """
     literals = [argument.value for argument in op.arguments or ()
                 if argument.source == "constant" and isinstance(argument.value, str)]
     rounded = (op.overload.endswith("_mode") if op.overload
                else op.arguments is None or bool(literals))
+    if recorded:
+        return None
     if op.kind == "aten::div" and (literals or rounded):
         return (f"{op.kind} with a rounding mode ends in a Where or Floor after its Div, "
                 "which the alignment does not pair (not guessed)")
-    if op.kind == "aten::gelu" and not recorded and (op.arguments is None or "tanh" in literals):
+    if op.kind == "aten::gelu" and (op.arguments is None or "tanh" in literals):
         return (f"{op.kind} with approximate='tanh' (or an approximation not known) is six "
                 "Muls around a Tanh, not the exact form's Div, Erf, Add, Mul, Mul, which the "
                 "alignment does not pair (not guessed)")

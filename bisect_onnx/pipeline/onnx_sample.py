@@ -90,6 +90,8 @@ class OnnxSample:
     paired: Paired | None = None
     findings: Findings | None = None
     pairs: tuple[ValuePair, ...] = ()
+    """The value pairs compared (and those the probes added); once the values are
+    gathered, the final outputs' pairs too: what local checks judge."""
     candidate_values: dict[str, np.ndarray] = field(default_factory=dict)
     values: SampleArrays | None = None
     report: Report | None = None

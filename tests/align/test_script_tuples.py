@@ -163,9 +163,13 @@ class _Circular(nn.Module):
         return F.pad(x, (1, 1), mode="circular") * 2
 
 
-def test_a_circular_padding_is_declined_not_paired_with_a_pad(tmp_path):
+def test_a_circular_padding_is_paired_with_its_concat_not_a_pad(tmp_path):
     x = torch.randn(1, 2, 6)
     path = _export(_Circular(), x, tmp_path / "circular.onnx")
     alignment, _ = _alignment(_Circular(), x.numpy(), path)
-    declined = {item.name: item for item in alignment.torch_only}
-    assert declined["pad"].kind == "unmatched" and "circular" in declined["pad"].reason
+    # The exporter's record: Slices and a Concat, which ends the op (not one Pad).
+    paired = {pair.reference.name: pair for pair in alignment.pairs}
+    assert paired["pad"].candidate.name.endswith("Concat_output_0")
+    np.testing.assert_allclose(paired["pad"].candidate.array, paired["pad"].reference.array,
+                               rtol=1e-6, atol=1e-6)
+    assert "pad" not in {item.name for item in alignment.torch_only}
