@@ -36,9 +36,8 @@ def sample_fixes(report: Report, settings: Settings, arrays: Sequence[np.ndarray
     return with_fixes(
         report, also=("pytorch mode",) if training else (), candidate=candidate.model,
         candidate_path=candidate.path,
-        inputs={value.name: array for value, array in zip(candidate.inputs, arrays,
-                                                          strict=False)
-                if hasattr(value, "name")},
+        inputs={spec.name: array for spec, array in zip(candidate.inputs, arrays,
+                                                        strict=False)},
         reference_outputs=[value.array for value in torch_outputs],
         candidate_outputs=[value.array for value in onnx_outputs],
         tolerance=settings.judge.base, torch_model=settings.reference.exportable,
