@@ -9,8 +9,9 @@ with a few values made outputs (:class:`CompiledGraph`: what it compiled), and w
 node ran. Nothing is written onto a runner for others to read.
 
 A runtime is a folder (``runtime/onnxruntime/``, ``runtime/openvino/``,
-``runtime/reference_evaluator/``) with one :class:`Runner` subclass, named in
-:mod:`bisect_onnx.runtime.registry`. docs/runtimes.md is this module's guide.
+``runtime/reference_evaluator/``) with one :class:`Runner` subclass and, in its
+``__init__.py``, its :class:`RuntimeEntry`, listed in :mod:`bisect_onnx.runtime.registry`.
+docs/runtimes.md is this module's guide.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ class RunnerSettings:
     """What a runtime is asked to run with: the command line's ``--provider`` and so on.
 
     Each runtime takes the settings that are its own and refuses the others
-    (:meth:`bisect_onnx.runtime.registry.RuntimeEntry.check`).
+    (:attr:`RuntimeEntry.check`).
     """
 
     provider: str
