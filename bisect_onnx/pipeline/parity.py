@@ -30,6 +30,7 @@ from bisect_onnx.pipeline.samples import as_arrays
 from bisect_onnx.pipeline.torch_comparison import compare_final_outputs, is_vacuity
 from bisect_onnx.pipeline.torch_settings import Settings
 from bisect_onnx.pytorch.fast_paths import as_the_exporter_runs
+from bisect_onnx.pytorch.module_side import model_untouched
 from bisect_onnx.pytorch.parking import parking_for
 from bisect_onnx.pytorch.reference import exit_is_a_model_error, reference_for
 from bisect_onnx.runtime.heap import kept_in_heap
@@ -86,7 +87,8 @@ def assert_parity(
     export = resolve_export(reference, onnx_model, export)
     label = output.label or reference.side.describe().get("class", "model")
     given = as_arrays(inputs)
-    with (tempfile.TemporaryDirectory(prefix="bisect-onnx-parity-") as workdir,
+    with (model_untouched(model),  # its buffers and modes as they came, on leaving
+          tempfile.TemporaryDirectory(prefix="bisect-onnx-parity-") as workdir,
           parking_for(reference.exportable, Path(workdir)) as parking,
           as_the_exporter_runs()):  # as bisect runs it: the exporters' path
         prepared = prepare_candidate(reference, given, onnx_model, export, Path(workdir))

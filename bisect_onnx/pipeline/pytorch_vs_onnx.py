@@ -40,6 +40,7 @@ from bisect_onnx.pipeline.samples import (
 from bisect_onnx.pipeline.torch_sample import run_torch_sample
 from bisect_onnx.pipeline.torch_settings import Settings
 from bisect_onnx.pytorch.fast_paths import as_the_exporter_runs
+from bisect_onnx.pytorch.module_side import model_untouched
 from bisect_onnx.pytorch.parking import parking_for
 from bisect_onnx.pytorch.reference import exit_is_a_model_error, reference_for
 from bisect_onnx.sources.input_sizes import input_budget
@@ -127,7 +128,8 @@ def bisect(
     reference = reference_for(model, label=output.label)
     export = resolve_export(reference, onnx_model, export)
     given = given_input_sets(inputs)
-    with (tempfile.TemporaryDirectory(prefix="bisect-onnx-") as workdir,
+    with (model_untouched(model),  # its buffers and modes as they came, on leaving
+          tempfile.TemporaryDirectory(prefix="bisect-onnx-") as workdir,
           parking_for(reference.exportable, Path(workdir)) as parking,
           as_the_exporter_runs()):  # attention layers' fast paths have no ONNX graph
         # The export is made on the first input set (and PyTorch's run on it kept).

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["TorchModuleSide", "flatten_outputs", "training_mode_warning", "in_training_mode",
            "describe_arrays",
            "to_tensor", "to_numpy", "same_tensor", "split_keywords", "buffers_restored",
+           "model_untouched",
            "final_outputs"]
 
 logger = logging.getLogger(__name__)
@@ -208,6 +209,34 @@ def buffers_restored(module: torch.nn.Module) -> Iterator[None]:
         with torch.no_grad():
             for name, buffer in module.named_buffers():
                 buffer.copy_(buffers[name])
+
+
+@contextlib.contextmanager
+def model_untouched(model: object) -> Iterator[None]:
+    """The user's module as it came in on leaving: its buffers, and each module's mode.
+
+    A run needs the model to run (in training mode a BatchNorm updates its statistics
+    as it goes): whichever step ran it, what it changed is put back here, once, for
+    the whole run. Anything but an ``nn.Module`` (a program, a path) is left as it is.
+    """
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        yield
+        return
+    modes = [(module, module.training) for module in model.modules()]
+    buffers = {name: buffer.clone() for name, buffer in model.named_buffers()}
+    try:
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training  # not train(): it would recurse
+        with torch.no_grad():
+            for name, buffer in model.named_buffers():
+                # A buffer released at the end (the CLI's own model, whose weights were
+                # parked and let go: empty now) has nothing to be put back into.
+                if name in buffers and buffer.shape == buffers[name].shape:
+                    buffer.copy_(buffers[name])
 
 
 def final_outputs(result: Any, model_class: str) -> list[CapturedValue]:

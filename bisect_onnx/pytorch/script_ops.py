@@ -26,7 +26,7 @@ import numpy as np
 from bisect_onnx.errors import ModelError, one_line
 from bisect_onnx.graph.provenance import Provenance, user_source
 from bisect_onnx.pytorch.calls import call_name
-from bisect_onnx.pytorch.module_side import describe_arrays, to_numpy, to_tensor
+from bisect_onnx.pytorch.module_side import buffers_restored, describe_arrays, to_numpy, to_tensor
 from bisect_onnx.pytorch.op_values import OpCapture
 from bisect_onnx.pytorch.script_exported import ExporterRecords
 from bisect_onnx.pytorch.script_side import (
@@ -100,8 +100,8 @@ def trace_script(module: torch.nn.Module,
     """``torch.jit.trace`` the module on ``arrays``, as the TorchScript exporter does."""
     import torch
 
-    try:
-        with warnings.catch_warnings(), torch.no_grad():
+    try:  # tracing runs the module: a training-mode BatchNorm's statistics are put back
+        with warnings.catch_warnings(), buffers_restored(module), torch.no_grad():
             warnings.simplefilter("ignore")  # TracerWarnings: the exporter traced the same
             return torch.jit.trace(module, tuple(to_tensor(array) for array in arrays),
                                    check_trace=False)

@@ -30,7 +30,13 @@ import numpy as np
 from bisect_onnx.errors import InputError, ModelError, one_line
 from bisect_onnx.graph.provenance import Provenance
 from bisect_onnx.pytorch.calls import PlannedCall, call_name, split_into_calls
-from bisect_onnx.pytorch.module_side import describe_arrays, final_outputs, to_numpy, to_tensor
+from bisect_onnx.pytorch.module_side import (
+    buffers_restored,
+    describe_arrays,
+    final_outputs,
+    to_numpy,
+    to_tensor,
+)
 from bisect_onnx.pytorch.private_apis import graph_function, remove_mutation
 from bisect_onnx.pytorch.shared_modules import canonical_path, module_aliases
 from bisect_onnx.runtime.sides import Capture, CapturedValue
@@ -91,8 +97,8 @@ def run_instrumented(model: Any, graph: Any, inputs: Sequence[np.ndarray]) -> An
     import torch
 
     function = graph_function(graph, model)
-    try:
-        with torch.no_grad():
+    try:  # a trace shares the model's buffers: a training-mode BatchNorm's are put back
+        with buffers_restored(model), torch.no_grad():
             return function(*[to_tensor(array) for array in inputs],
                             *_defaults_after(model, len(inputs)))
     except Exception as error:
