@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -49,6 +50,18 @@ def test_ci_runs_the_test_command_the_readme_gives():
     test_lines = [line for line in readme.splitlines() if line.endswith("python -m pytest")]
     assert len(test_lines) == 1
     assert test_lines[0] in ci.splitlines()
+
+
+def test_readme_options_table_lists_every_option():
+    from bisect_onnx.cli.parser import build_parser
+
+    readme = (REPO_ROOT / "README.md").read_text()
+    rows = [line for line in readme.splitlines() if line.startswith("| `-")]
+    listed = {option for row in rows for option in
+              re.findall(r"--[a-z0-9-]+", row.split(" | ", 1)[0])}
+    options = {option for action in build_parser()._actions
+               for option in action.option_strings if option.startswith("--")}
+    assert options - listed == set(), "options the README's table does not list"
 
 
 def test_readme_sample_output_is_what_the_example_prints(capsys, monkeypatch):
