@@ -9,11 +9,12 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import inspect
 import reprlib
 import sys
 import zipfile
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from tokenize import TokenError
 from typing import TYPE_CHECKING
@@ -82,6 +83,7 @@ def _call_factory(spec: str, location: str, factory_name: str) -> torch.nn.Modul
     if not callable(factory):
         raise InputError(f"{location}:{factory_name} is a {type(factory).__name__}, "
                          "not a factory; name a function or class that returns an nn.Module")
+    _check_no_arguments(spec, factory_name, factory)
     try:
         model = factory()
     except SystemExit as error:  # it would end the run with its status, and no verdict
@@ -95,6 +97,21 @@ def _call_factory(spec: str, location: str, factory_name: str) -> torch.nn.Modul
                          f"{type(model).__name__}), not a torch.nn.Module; the factory must "
                          "build and return the model")
     return model
+
+
+def _check_no_arguments(spec: str, factory_name: str, factory: Callable[..., object]) -> None:
+    """A one-line error for a factory that needs arguments: it is called with none."""
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C type without a signature: call it
+        return
+    needed = [parameter.name for parameter in parameters
+              if parameter.default is parameter.empty
+              and parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)]
+    if needed:
+        raise UsageError(f"{spec} needs arguments ({', '.join(needed)}) and MODEL's factory "
+                         f"is called with none; name a function that builds the model "
+                         f"without them (def build(): return {factory_name}(...))")
 
 
 def _import_location(location: str):  # noqa: ANN202 - returns a module

@@ -506,6 +506,9 @@ MODEL_SOURCE = """
     def broken():
         raise RuntimeError("weights missing\\nsecond line of detail")
 
+    def sized(width, depth=2, *layers, **options):
+        return Net()
+
     NUMBER = 3
 """
 
@@ -552,6 +555,13 @@ def test_factory_raising_is_a_model_error_with_the_first_line(model_file):
     assert "RuntimeError" in message
     assert "weights missing" in message
     assert "second line" not in message
+
+
+def test_a_factory_that_needs_arguments_is_a_usage_error_naming_them(model_file):
+    path = model_file(MODEL_SOURCE)
+    message = raises_one_line(UsageError, load_model, f"{path}:sized")
+    assert "needs arguments (width)" in message  # depth has a default; *layers may be empty
+    assert "def build(): return sized(...)" in message
 
 
 def test_model_file_failing_to_import_is_a_model_error(model_file):
