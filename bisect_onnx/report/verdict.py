@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from bisect_onnx.fixes.trial import FixKind
 from bisect_onnx.graph.provenance import short_op
 from bisect_onnx.judge.vocabulary import Granularity
 from bisect_onnx.report.formatting import (
@@ -180,7 +181,16 @@ def _culprit_lines(report: Report, culprit: Record, record: Record) -> list[str]
 
 
 def _advice(report: Report) -> str:
-    """What to do about the culprit: whom to file it with, by its classification."""
+    """What to do about the culprit: whom to file it with, by its classification.
+
+    Where the fix search checked that the model in eval mode reaches parity, that is the
+    cause, whatever the culprit's node looks like on its own: no bug to file.
+    """
+    eval_mode = next((fix for fix in report.fixes
+                      if fix.kind == FixKind.EVAL_MODE and fix.reaches_parity), None)
+    if eval_mode is not None:
+        return (f"the model is in training mode, and in eval mode it reaches parity "
+                f"(checked): {eval_mode.change} before exporting and comparing; no bug to file")
     kind = (report.attribution or {}).get("classification") or {}
     if not kind:
         return "not classified (which side is wrong could not be told)"

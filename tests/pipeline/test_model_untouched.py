@@ -86,3 +86,16 @@ def test_no_entry_point_changes_the_users_model(case, how):
     after = _state(model)
     assert after[1] == before[1], "a module's mode changed"
     assert after[0] == before[0], "a parameter or buffer changed"
+
+
+@LEGACY_EXPORTER_DEPRECATED
+def test_where_eval_mode_reaches_parity_the_headline_says_so_not_file_a_bug(case):
+    x, path = case
+    with pytest.warns(bisect_onnx.BisectOnnxWarning):
+        checked = bisect_onnx.bisect(_model(), [x], onnx_model=path, suggest_fix=True)
+        unchecked = bisect_onnx.bisect(_model(), [x], onnx_model=path)
+    headline = checked.summary().splitlines()[0]
+    assert "in eval mode it reaches parity (checked): call model.bn.eval()" in headline
+    assert "file it with" not in headline
+    # Without the fix search nothing was checked: the headline keeps the classification.
+    assert "in eval mode it reaches parity" not in unchecked.summary()
