@@ -217,7 +217,10 @@ def model_untouched(model: object) -> Iterator[None]:
 
     A run needs the model to run (in training mode a BatchNorm updates its statistics
     as it goes): whichever step ran it, what it changed is put back here, once, for
-    the whole run. Anything but an ``nn.Module`` (a program, a path) is left as it is.
+    the whole run. Only the buffers of modules in training mode are kept aside: a
+    module in eval mode does not update its own, and a large model (in eval mode, as
+    most are) is not held twice for the run. Anything but an ``nn.Module`` (a program,
+    a path) is left as it is.
     """
     import torch
 
@@ -225,7 +228,9 @@ def model_untouched(model: object) -> Iterator[None]:
         yield
         return
     modes = [(module, module.training) for module in model.modules()]
-    buffers = {name: buffer.clone() for name, buffer in model.named_buffers()}
+    buffers = {name: buffer.clone() for prefix, module in model.named_modules()
+               if module.training
+               for name, buffer in module.named_buffers(prefix=prefix, recurse=False)}
     try:
         yield
     finally:

@@ -68,14 +68,12 @@ class KernelRuntime:
 
 
 def kernel_runtime(candidate: Runner) -> KernelRuntime:
-    """The runtime of a runner (OpenVINO's precision where it is narrower)."""
-    from bisect_onnx.runtime.registry import ONNXRUNTIME, display_name, repository
+    """The runtime of a runner, as the registry names it (its precision where narrower)."""
+    from bisect_onnx.runtime.registry import display_name, repository
 
-    if candidate.runtime != ONNXRUNTIME:
-        precision = candidate.precision
-        return KernelRuntime(display_name(candidate.runtime), repository(candidate.runtime),
-                             precision if precision in _NARROW_EPSILON else None)
-    return KernelRuntime()
+    precision = candidate.precision
+    return KernelRuntime(display_name(candidate.runtime), repository(candidate.runtime),
+                         precision if precision in _NARROW_EPSILON else None)
 
 
 @dataclass(frozen=True)

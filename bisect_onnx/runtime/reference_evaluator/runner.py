@@ -40,6 +40,9 @@ logger = logging.getLogger(__name__)
 
 #: The runner's name: the report's ``reference.kind``.
 EVALUATOR = "onnx-reference-evaluator"
+#: Why the evaluator has no sessions of its own: it is never the runtime under test.
+_REFERENCE_ONLY = ("ONNX's reference evaluator runs only as the reference; compare it "
+                   "against a runtime (--against-reference-evaluator)")
 #: The operator domains ``onnx.reference`` implements.
 EVALUATOR_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"})
 
@@ -95,12 +98,11 @@ class ReferenceEvaluatorRunner(Runner):
 
     def local_session(self, serialized: bytes, label: str) -> Session:
         """Not available: the evaluator is a reference, never the runtime under test."""
-        raise UsageError("ONNX's reference evaluator runs only as the reference; compare "
-                         "it against a runtime (--against-reference-evaluator)")
+        raise UsageError(_REFERENCE_ONLY)
 
     def probe_session(self, names: Sequence[str] | None) -> tuple[Session, CompiledGraph]:
         """Not available: the evaluator compiles no production graph to probe."""
-        return self.local_session(b"", "probe")
+        raise UsageError(_REFERENCE_ONLY)
 
     def where_it_ran(self, value: str, node: str | None) -> dict[str, Any]:
         """In numpy, op by op, as the ONNX specification says."""
