@@ -1,7 +1,7 @@
 """An ONNX graph reduced to what structural matching reads, and walks over it.
 
 :func:`describe_model` is the one function of structural matching that imports onnx
-(when called): it turns a model into a :class:`GraphDescription` of plain nodes,
+(when called): it turns a model into a :class:`GraphDescription` of its nodes (:class:`NodeInfo`),
 value types and constant arrays. :mod:`bisect_onnx.align.structural` pairs two such
 descriptions; the helpers below answer the questions it asks of one graph (who
 produces a value, which nodes are constants, what lies upstream).
@@ -17,28 +17,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from bisect_onnx.graph.nodes import NodeInfo, read_nodes
+
 if TYPE_CHECKING:
     import onnx
 
 __all__ = [
-    "GraphNode", "ValueSpec", "UNKNOWN_SPEC", "GraphDescription", "describe_model",
+    "ValueSpec", "UNKNOWN_SPEC", "GraphDescription", "describe_model",
     "constant_node_value", "content_key", "producers", "is_constant_node", "output_at",
     "strip_omitted", "walk_up",
 ]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class GraphNode:
-    """One node of a graph; a description lists them in topological (file) order."""
-
-    op_type: str
-    inputs: tuple[str, ...]
-    """Input value names, ``""`` for an omitted optional input."""
-    outputs: tuple[str, ...]
-    domain: str = ""
-    """Operator set domain: ``""`` for standard ONNX ops, ``"com.microsoft"``, ..."""
 
 
 @dataclass(frozen=True)
@@ -67,7 +57,7 @@ UNKNOWN_SPEC = ValueSpec(None, None)
 class GraphDescription:
     """A graph reduced to what structural matching reads; build it with :func:`describe_model`."""
 
-    nodes: Sequence[GraphNode]
+    nodes: Sequence[NodeInfo]
     inputs: Sequence[str]
     """Graph inputs in order, initializers excluded."""
     specs: Mapping[str, ValueSpec]
@@ -92,7 +82,7 @@ def content_key(array: np.ndarray) -> str:
     return digest.hexdigest()
 
 
-def walk_up(starts: Iterable[str], nodes: Sequence[GraphNode], producers: Mapping[str, int],
+def walk_up(starts: Iterable[str], nodes: Sequence[NodeInfo], producers: Mapping[str, int],
             *, through: Callable[[str], bool], limit: int) -> Iterator[str | None]:
     """Yield each value at or above ``starts``, walking up through those ``through`` accepts.
 
@@ -115,18 +105,18 @@ def walk_up(starts: Iterable[str], nodes: Sequence[GraphNode], producers: Mappin
         stack.extend(nodes[producer].inputs)
 
 
-def producers(nodes: Sequence[GraphNode]) -> dict[str, int]:
+def producers(nodes: Sequence[NodeInfo]) -> dict[str, int]:
     """Value name -> index of the node that computes it."""
     return {name: index for index, node in enumerate(nodes) for name in node.outputs if name}
 
 
-def is_constant_node(node: GraphNode, constants: Mapping[str, np.ndarray]) -> bool:
+def is_constant_node(node: NodeInfo, constants: Mapping[str, np.ndarray]) -> bool:
     """Whether every output is a known constant: nothing to pair, matched by content."""
     outputs = [name for name in node.outputs if name]
     return bool(outputs) and all(name in constants for name in outputs)
 
 
-def output_at(node: GraphNode, position: int) -> str:
+def output_at(node: NodeInfo, position: int) -> str:
     """The node's output at ``position``, ``""`` where it has none."""
     return node.outputs[position] if position < len(node.outputs) else ""
 
@@ -175,18 +165,16 @@ def describe_model(
     used = {name for node in graph.node for name in node.input}
     constants = {tensor.name: numpy_helper.to_array(tensor, base_dir)
                  for tensor in graph.initializer if tensor.name in used}
-    nodes = []
     for node in graph.node:
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
             array = constant_node_value(node)
             if array is not None:
                 constants[node.output[0]] = array
-        nodes.append(GraphNode(node.op_type, tuple(node.input), tuple(node.output), node.domain))
     specs = {info.name: _spec_of(info.type)
              for info in (*graph.input, *graph.value_info, *graph.output)}
     inputs = [info.name for info in graph.input if info.name not in constants]
     return GraphDescription(
-        nodes=nodes,
+        nodes=read_nodes(graph),
         inputs=inputs,
         outputs=[info.name for info in graph.output],
         specs={name: spec for name, spec in specs.items() if spec is not None},

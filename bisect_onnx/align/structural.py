@@ -43,7 +43,6 @@ from dataclasses import dataclass
 
 from bisect_onnx.align.graph_description import (
     GraphDescription,
-    GraphNode,
     content_key,
     is_constant_node,
     output_at,
@@ -52,6 +51,7 @@ from bisect_onnx.align.graph_description import (
     walk_up,
 )
 from bisect_onnx.align.structural_match import Agree, How, StructuralMatch
+from bisect_onnx.graph.nodes import NodeInfo
 
 __all__ = ["StructuralMatch", "How", "Agree", "match_graphs", "MAX_REGION_NODES"]
 
@@ -161,7 +161,7 @@ class _Matcher:
             self._infer(name, counterpart, "output", TOPOLOGY_CONFIDENCE)
         return list(self.results.values())
 
-    def _visit(self, node: GraphNode) -> None:
+    def _visit(self, node: NodeInfo) -> None:
         fits = [fit for index in self._candidates(node)
                 if (fit := self._fit(node, index)) is not None]
         complete = [fit for fit in fits if fit.complete]
@@ -173,7 +173,7 @@ class _Matcher:
         else:
             self._leave(node, "unmatched")
 
-    def _choose(self, node: GraphNode, fits: Sequence[_Fit], *, how: How, confidence: float,
+    def _choose(self, node: NodeInfo, fits: Sequence[_Fit], *, how: How, confidence: float,
                 rests_on: Iterable[str], by_order: float | None = None,
                 ) -> tuple[_Fit, float] | None:
         """Take the one fit, or break a tie by values, then by order when ``by_order`` is set.
@@ -196,7 +196,7 @@ class _Matcher:
         self._pair_node(node, chosen, how, confidence)
         return chosen, confidence
 
-    def _choose_by_region(self, node: GraphNode, fits: Sequence[_Fit]) -> None:
+    def _choose_by_region(self, node: NodeInfo, fits: Sequence[_Fit]) -> None:
         """Pick among partial fits by the stretch of graph each rests on (fusions, folds)."""
         region = self._foreign_region(node)
         scored = [] if region is None else [
@@ -228,7 +228,7 @@ class _Matcher:
                 and self.foreign.spec(name).fits(self.template.spec(counterpart))):
             self._pair(name, counterpart, how, confidence)
 
-    def _candidates(self, node: GraphNode) -> list[int]:
+    def _candidates(self, node: NodeInfo) -> list[int]:
         """Unpaired template nodes of the op type, narrowed by a paired input's readers."""
         pools = [self.consumers.get(self.paired[name], ()) for name in node.inputs
                  if name in self.paired]
@@ -237,7 +237,7 @@ class _Matcher:
                 and self.template.nodes[index].op_type == node.op_type
                 and self.template.nodes[index].domain == node.domain]
 
-    def _fit(self, node: GraphNode, index: int) -> _Fit | None:
+    def _fit(self, node: NodeInfo, index: int) -> _Fit | None:
         """Whether template node ``index`` can stand for ``node``, and how fully."""
         candidate = self.template.nodes[index]
         foreign_outputs = strip_omitted(node.outputs)
@@ -294,7 +294,7 @@ class _Matcher:
             return None
         return False  # unpaired, or a constant on one side only (a folded shape computation)
 
-    def _foreign_region(self, node: GraphNode) -> _Region | None:
+    def _foreign_region(self, node: NodeInfo) -> _Region | None:
         """Anchors above ``node`` through unpaired foreign values; ``None`` when too long."""
         anchors: set[_Anchor] = set()
         rests_on: set[str] = set()
@@ -336,7 +336,7 @@ class _Matcher:
             return None
         return found
 
-    def _by_values(self, node: GraphNode, fits: Sequence[_Fit],
+    def _by_values(self, node: NodeInfo, fits: Sequence[_Fit],
                    rests_on: Iterable[str]) -> _Fit | None:
         """The one fit whose values agree, if what the node rests on all agrees first."""
         if self.agree is None:
@@ -357,7 +357,7 @@ class _Matcher:
             return False
         return bool(self.agree(foreign_value, template_value))
 
-    def _pair_node(self, node: GraphNode, fit: _Fit, how: How, confidence: float) -> None:
+    def _pair_node(self, node: NodeInfo, fit: _Fit, how: How, confidence: float) -> None:
         self.done.add(fit.index)
         template_outputs = self.template.nodes[fit.index].outputs
         for name, counterpart in zip(node.outputs, template_outputs, strict=False):
@@ -370,7 +370,7 @@ class _Matcher:
         self.ambiguous.discard(name)
         self.results[name] = StructuralMatch(name, counterpart, confidence, how)
 
-    def _leave(self, node: GraphNode, how: How, fits: Sequence[_Fit] = ()) -> None:
+    def _leave(self, node: NodeInfo, how: How, fits: Sequence[_Fit] = ()) -> None:
         for position, name in enumerate(node.outputs):
             if not name or name in self.foreign.constants:
                 continue

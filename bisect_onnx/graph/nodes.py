@@ -1,8 +1,10 @@
 """An ONNX graph's top-level nodes as bisect-onnx reads them, and what each says of its output.
 
-Every runtime reads a model's nodes the same way (:class:`NodeInfo`, one per top-level
-node, with the torch exporter's metadata), and every captured value takes its
-provenance from its node the same way (:func:`node_provenance`).
+:class:`NodeInfo` is the one node type the tool reads graphs with: every runtime reads
+a model's nodes with it (one per top-level node, with the torch exporter's metadata),
+structural matching describes graphs with it, and every captured value takes its
+provenance from its node the same way (:func:`node_provenance`). ``onnx.NodeProto``
+appears only where a model is built or edited.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ class NodeInfo:
     outputs: tuple[str, ...]
     torch: TorchMetadata | None
     inputs: tuple[str, ...] = ()
+    """Input value names, ``""`` for an omitted optional input."""
+    domain: str = ""
+    """Operator set domain: ``""`` for standard ONNX ops, ``"com.microsoft"``, ..."""
 
 
 def read_nodes(graph: onnx.GraphProto) -> list[NodeInfo]:
@@ -40,6 +45,7 @@ def read_nodes(graph: onnx.GraphProto) -> list[NodeInfo]:
             outputs=tuple(node.output),
             torch=read_torch_metadata({p.key: p.value for p in node.metadata_props}),
             inputs=tuple(node.input),
+            domain=node.domain,
         )
         for index, node in enumerate(graph.node)
     ]

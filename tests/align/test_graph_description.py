@@ -7,7 +7,6 @@ import numpy as np
 from bisect_onnx.align.graph_description import (
     UNKNOWN_SPEC,
     GraphDescription,
-    GraphNode,
     ValueSpec,
     content_key,
     is_constant_node,
@@ -16,12 +15,18 @@ from bisect_onnx.align.graph_description import (
     strip_omitted,
     walk_up,
 )
+from bisect_onnx.graph.nodes import NodeInfo
 
 
-def chain(length: int) -> list[GraphNode]:
+def node(op: str, inputs: tuple[str, ...], outputs: tuple[str, ...]) -> NodeInfo:
+    """A node read from no graph: its op, inputs and outputs."""
+    return NodeInfo(0, op, op, outputs, None, inputs)
+
+
+def chain(length: int) -> list[NodeInfo]:
     """``x -> v0 -> v1 -> ...``, one Relu per step."""
     names = ["x", *(f"v{i}" for i in range(length))]
-    return [GraphNode("Relu", (names[i],), (names[i + 1],)) for i in range(length)]
+    return [node("Relu", (names[i],), (names[i + 1],)) for i in range(length)]
 
 
 def test_content_key_tells_apart_dtype_shape_and_bytes_only():
@@ -50,14 +55,14 @@ def test_walk_up_does_not_pass_a_value_through_refuses():
 
 
 def test_small_helpers():
-    node = GraphNode("Dropout", ("x", "", ""), ("y", ""))
-    assert strip_omitted(node.inputs) == ("x",)
+    dropout = node("Dropout", ("x", "", ""), ("y", ""))
+    assert strip_omitted(dropout.inputs) == ("x",)
     assert strip_omitted(("", "b")) == ("", "b")  # only trailing omissions go
-    assert output_at(node, 0) == "y" and output_at(node, 5) == ""
+    assert output_at(dropout, 0) == "y" and output_at(dropout, 5) == ""
     constants = {"c": np.zeros(1)}
-    assert is_constant_node(GraphNode("Constant", (), ("c",)), constants)
-    assert not is_constant_node(GraphNode("Shape", ("x",), ("s",)), constants)
-    assert not is_constant_node(GraphNode("Nothing", (), ("",)), constants)
+    assert is_constant_node(node("Constant", (), ("c",)), constants)
+    assert not is_constant_node(node("Shape", ("x",), ("s",)), constants)
+    assert not is_constant_node(node("Nothing", (), ("",)), constants)
 
 
 def test_spec_fits_unknown_parts_and_a_description_defaults_to_unknown():

@@ -16,11 +16,11 @@ from onnx import TensorProto, helper, numpy_helper
 
 from bisect_onnx.align.graph_description import (
     GraphDescription,
-    GraphNode,
     ValueSpec,
     describe_model,
 )
 from bisect_onnx.align.structural import MAX_REGION_NODES, StructuralMatch, match_graphs
+from bisect_onnx.graph.nodes import NodeInfo
 from bisect_onnx.runtime.onnxruntime.runner import OnnxRuntimeRunner
 from fixtures.registry import FIXTURES, load_inputs, repo_path
 
@@ -35,7 +35,8 @@ def graph(nodes: Iterable[NodeText], *, inputs: Sequence[str] = ("x",),
           values: dict[str, np.ndarray] | None = None,
           outputs: Sequence[str] = ()) -> GraphDescription:
     """A description from ``(op, inputs, outputs)`` triples; every value (2, 3) float32."""
-    nodes = [GraphNode(op, tuple(ins), tuple(outs)) for op, ins, outs in nodes]
+    nodes = [NodeInfo(index, f"{op}_{index}", op, tuple(outs), None, tuple(ins))
+             for index, (op, ins, outs) in enumerate(nodes)]
     names = {*inputs, *(name for node in nodes for name in node.outputs)}
     return GraphDescription(nodes=nodes, inputs=list(inputs),
                             specs={name: SPEC for name in names} | (specs or {}),
