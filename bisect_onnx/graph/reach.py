@@ -8,10 +8,10 @@ alike: an OpenVINO BitwiseOr computed in 32 bits whose result a Where then disca
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING
 
-from bisect_onnx.graph.nodes import NodeInfo
+from bisect_onnx.graph.view import GraphView
 from bisect_onnx.graph.walk import subgraphs
 
 if TYPE_CHECKING:
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 __all__ = ["feeding"]
 
 
-def feeding(nodes: Sequence[NodeInfo], outputs: Iterable[str],
+def feeding(view: GraphView, outputs: Iterable[str],
             model: onnx.ModelProto | None = None,
             settled: Collection[str] = ()) -> frozenset[str] | None:
     """Every value ``outputs`` are computed from, themselves included.
@@ -28,14 +28,13 @@ def feeding(nodes: Sequence[NodeInfo], outputs: Iterable[str],
     The walk stops at ``settled`` values (included): values the run checked equal on
     both sides, bit for bit, through which no error upstream can travel.
 
-    ``None`` where a node of ``model`` (the ONNX model ``nodes`` describe) holds a
+    ``None`` where a node of ``model`` (the ONNX model ``view`` reads) holds a
     subgraph (If, Loop, com.microsoft's BeamSearch): what a subgraph reads of the outer
     graph is not followed here, so every value may feed the outputs.
     """
     if model is not None and any(next(subgraphs(attribute), None) is not None
                                  for node in model.graph.node for attribute in node.attribute):
         return None
-    producers = {output: node for node in nodes for output in node.outputs}
     found: set[str] = set()
     stack = list(outputs)
     while stack:
@@ -43,7 +42,7 @@ def feeding(nodes: Sequence[NodeInfo], outputs: Iterable[str],
         if value in found:
             continue
         found.add(value)
-        producer = None if value in settled else producers.get(value)
+        producer = None if value in settled else view.producer_of(value)
         if producer is not None:
             stack.extend(name for name in producer.inputs if name)
     return frozenset(found)

@@ -2,8 +2,9 @@
 
 Made once per model by its runner (:attr:`bisect_onnx.runtime.runner.Runner.view`),
 for the stages that ask which node computes or reads a value of the whole graph
-(probes, ONNX-against-ONNX checkpoints, the op naming, OpenVINO's capture plan).
-Maps over a subset of nodes (one segment's) are still built where they are needed.
+(probes and their graph order, ONNX-against-ONNX checkpoints, the op naming,
+OpenVINO's capture plan, which values feed a failing output). Maps over a subset of
+nodes (one segment's, one translation's) are still built where they are needed.
 """
 
 from __future__ import annotations
@@ -55,6 +56,14 @@ class GraphView:
     def producer_of(self, value: str) -> NodeInfo | None:
         """The node that computes ``value``; ``None`` for a graph input or an initializer."""
         return self.producer_nodes.get(value)
+
+    def position(self, value: str) -> int:
+        """Where ``value`` is computed in graph order: its producer's index.
+
+        A value no node computes (a graph input, an initializer) sorts after every node.
+        """
+        node = self.producer_nodes.get(value)
+        return node.index if node is not None else len(self.order)
 
     def onnx_node(self, name: str) -> str | None:
         """The ONNX node a runtime's name for an operation stands for, if any.

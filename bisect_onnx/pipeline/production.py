@@ -152,7 +152,7 @@ def probe_production(report: Report, run: CandidateRun, arrays: Sequence[np.ndar
     search = modes.adopt_bisection(
         report, bisection, reason,
         {checkpoint.name: checkpoint.reference for checkpoint in checkpoints},
-        {output: node.index for node in candidate.nodes for output in node.outputs},
+        candidate.view,
         make_row=make_row)
     return bisection, search
 

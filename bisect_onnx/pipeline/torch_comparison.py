@@ -276,7 +276,7 @@ def decide_sample(comparisons: Sequence[Record], final_outputs: Sequence[Record]
     """The verdict on a sample's rows: outputs taken in graph order, and what feeds them."""
     return decide(comparisons, final_outputs, output_order={
         name: value.provenance.position for name, value in capture.values.items()},
-        feeding=partial(feeding, candidate.nodes, model=candidate.model,
+        feeding=partial(feeding, candidate.view, model=candidate.model,
                         settled=identical_values(comparisons)))
 
 

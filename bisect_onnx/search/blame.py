@@ -101,7 +101,7 @@ def attribute_divergence(report: Report, candidate: Runner, values: SampleArrays
     ops, program = evidence.ops, evidence.program
     compare, op_segments = evidence.compare, evidence.op_segments
     failing = [record for record in report.comparisons if record.failed]
-    upstream = feeding(candidate.nodes, [record.onnx_value for record in report.final_outputs
+    upstream = feeding(candidate.view, [record.onnx_value for record in report.final_outputs
                                          if record.failed],
                        candidate.model, identical_values(report.comparisons)
                        ) if report.diverged else None

@@ -34,6 +34,7 @@ from bisect_onnx.runtime.sides import CapturedValue
 from bisect_onnx.search.probes import ProbeBisection, ProbeRunner, checkpoints_for
 
 if TYPE_CHECKING:
+    from bisect_onnx.graph.view import GraphView
     from bisect_onnx.pytorch.op_values import OpCapture
 
 __all__ = ["MEMORY", "CAPTURE_DIFFERS", "NO_VALUE_FAILS", "FULL_CAPTURE", "over_budget",
@@ -171,14 +172,14 @@ def bisect_production(runner: ProbeRunner, candidate: Runner,
 
 def adopt_bisection(report: Report, bisection: ProbeBisection, reason: str,
                     references: Mapping[str, CapturedValue],
-                    order: Mapping[str, int], *,
+                    view: GraphView, *,
                     make_row: Callable[[str, CapturedValue], Record] | None = None,
                     ) -> SearchFindings:
     """The comparison as production's probes show it: their first failing value first.
 
     The table keeps the capture's rows; where a row holds the same value its record
     (with its op-level detail) takes the production kernels' figures, else the probe's
-    record joins the table in graph order (``order``: ONNX value -> node position).
+    record joins the table in graph order (``view``: the candidate's graph).
     ``make_row`` builds the probed value's record (ONNX value name, probed value),
     where its reference needs converting or a tolerance of its own; by default it is
     compared with ``references`` at the report's tolerance.
@@ -203,9 +204,9 @@ def adopt_bisection(report: Report, bisection: ProbeBisection, reason: str,
         if at is not None:
             rows[at] = replace(rows[at], **{key: getattr(record, key) for key in _FIGURES})
         elif name == bisection.search.first_failing:
-            position = order.get(name, len(order))
+            position = view.position(name)
             rows.insert(next((index for index, row in enumerate(rows)
-                              if order.get(row.onnx_value, len(order)) > position),
+                              if view.position(row.onnx_value) > position),
                              len(rows)), record)
     rows = [replace(row, index=index) for index, row in enumerate(rows)]
     first = bisection.search.first_failing
@@ -219,8 +220,8 @@ def adopt_bisection(report: Report, bisection: ProbeBisection, reason: str,
             nan_origin = None  # seen in the capture session only
     else:  # no checkpoint fails under production: the first failing final output
         failing = [record for record in comparison.final_outputs if record.failed]
-        first_ref = (RowRef(min(failing, key=lambda record: order.get(
-            record.onnx_value, len(order))).onnx_value, FINAL_OUTPUTS) if failing
+        first_ref = (RowRef(min(failing, key=lambda record: view.position(
+            record.onnx_value)).onnx_value, FINAL_OUTPUTS) if failing
             else comparison.first_divergence)
         first_index = None
         note = ("no checkpoint fails under the production kernels: the culprit "

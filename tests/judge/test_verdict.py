@@ -164,6 +164,7 @@ def test_a_failing_value_behind_an_identical_one_is_set_aside():
     """OpenVINO's 32-bit BitwiseOr (v0) under a Where both sides compute alike (v1)."""
     from bisect_onnx.graph.nodes import NodeInfo
     from bisect_onnx.graph.reach import feeding
+    from bisect_onnx.graph.view import GraphView
 
     nodes = [NodeInfo(0, "or", "BitwiseOr", ("v0",), None, ("x",)),
              NodeInfo(1, "where", "Where", ("v1",), None, ("v0", "x")),
@@ -171,6 +172,6 @@ def test_a_failing_value_behind_an_identical_one_is_set_aside():
              NodeInfo(3, "add", "Add", ("output_0",), None, ("v1", "v2"))]
     comparisons = [record(0, Status.FAIL), record(1), record(2, Status.FAIL)]
     decision = decide(comparisons, [output(Status.FAIL)], feeding=lambda outputs: feeding(
-        nodes, outputs, settled=identical_values(comparisons)))
+        GraphView.of(nodes), outputs, settled=identical_values(comparisons)))
     assert decision.first_divergence is comparisons[2]
     assert "'v0'" in decision.note and "computed alike" in decision.note
