@@ -58,7 +58,11 @@ def op_values(settings: Settings, arrays: Sequence[np.ndarray], *, diverged: boo
     # come back (a Linear's, parked on the file's transpose, could round otherwise). Over
     # the budget production is probed later, and they stay parked.
     weights_back = settings.parking.restore if not memory_reason else lambda: None
-    if prepared.wants_program and (granularity == "op" or diverged and (
+    # A file of unknown origin (its metadata dropped by an opset conversion, say) has
+    # no module level to fall back on: it is matched to an export made here even at
+    # parity, or nothing inside it is compared.
+    unknown_origin = prepared.exporter == "unknown" and granularity is None and not memory_reason
+    if prepared.wants_program and (granularity == "op" or unknown_origin or diverged and (
             granularity is None or memory_reason)):
         if later and not memory_reason and traces_one_call(settings):
             return None
