@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from bisect_onnx.pipeline.torch_sample import TorchSample
 
 __all__ = ["OpScope", "compare_sample", "compare_final_outputs", "decide_sample",
-           "subgraph_warnings", "FOREIGN_FILE", "NOTHING_ALIGNED", "NO_OP_LEVEL",
+           "subgraph_warnings", "ANOTHER_MODEL", "FOREIGN_FILE", "NOTHING_ALIGNED", "NO_OP_LEVEL",
            "vacuity_warnings", "is_vacuity"]
 
 FOREIGN_FILE = ReportWarning(
@@ -46,6 +46,11 @@ FOREIGN_FILE = ReportWarning(
     "with a confidence (matched_by, match_confidence); check the match of the first "
     "divergence"
 )
+
+ANOTHER_MODEL = ReportWarning(
+    "another-model",
+    "the ONNX file is not this model's export: {why}; compare the model with its own "
+    "export (let bisect-onnx export it, or pass the file exported from these weights)")
 
 NOTHING_ALIGNED = ReportWarning(
     "nothing-aligned",

@@ -43,6 +43,7 @@ from bisect_onnx.pipeline.repro import write_torch_repro
 from bisect_onnx.pipeline.stages import Stage, run_stages
 from bisect_onnx.pipeline.torch_attribution import SampleValues, attribute_sample, graph_inputs
 from bisect_onnx.pipeline.torch_comparison import (
+    ANOTHER_MODEL,
     FOREIGN_FILE,
     NO_OP_LEVEL,
     compare_final_outputs,
@@ -52,6 +53,7 @@ from bisect_onnx.pipeline.torch_comparison import (
 from bisect_onnx.pipeline.torch_settings import Settings
 from bisect_onnx.pytorch.exporter_imports import imported_meanwhile
 from bisect_onnx.pytorch.op_values import OpCapture
+from bisect_onnx.pytorch.whose_export import check_file_identity
 from bisect_onnx.runtime.heap import kept_in_heap
 from bisect_onnx.runtime.registry import display_name
 from bisect_onnx.runtime.runner import Runner
@@ -174,6 +176,21 @@ def _judge_outputs(sample: TorchSample) -> TorchSample:
     final_outputs = compare_final_outputs(sample.torch_capture.outputs, sample.run.production,
                                           judge=sample.settings.judge, warnings=warnings)
     return replace(sample, final_outputs=tuple(final_outputs), warnings=tuple(warnings))
+
+
+def _check_whose_file(sample: TorchSample) -> TorchSample:
+    """Whether the file the user gave is this model's export, its outputs being off."""
+    candidate = sample.candidate
+    identity = check_file_identity(sample.settings.reference.exportable, candidate.model,
+                                   candidate.nodes, candidate.path.resolve().parent)
+    why = identity.another_model
+    if why is None:
+        return sample
+    return replace(sample, warnings=(*sample.warnings, ANOTHER_MODEL.format(why=why)))
+
+
+def _given_and_diverged(sample: TorchSample) -> bool:
+    return sample.diverged and sample.settings.prepared.source != "exported here"
 
 
 def _op_values(sample: TorchSample) -> TorchSample:
@@ -316,6 +333,7 @@ TORCH_STAGES: Sequence[Stage[TorchSample]] = (
     Stage("capture PyTorch's values", _capture_pytorch),
     Stage("run the runtime", _run_runtime),
     Stage("judge the final outputs", _judge_outputs),
+    Stage("check the file is the model's export", _check_whose_file, _given_and_diverged),
     Stage("op values", _op_values),
     Stage("bisect production over the memory budget", _bisect_over_budget,
           _over_budget_and_diverged),

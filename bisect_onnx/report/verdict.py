@@ -104,6 +104,10 @@ def _diverged_line(report: Report, basis: str) -> str:
     if search:
         lines.append(search)
     lines.append(f"tolerance: {basis.strip('()')}")
+    another = _another_model(report)
+    if another is not None:  # said before any culprit: the file is the cause
+        lines = [f"DIVERGED: {another}",
+                 f"in the file: {lines[0].removeprefix('DIVERGED: ')}", *lines[1:]]
     return "\n  ".join(lines)
 
 
@@ -191,10 +195,18 @@ def _advice(report: Report) -> str:
     if eval_mode is not None:
         return (f"the model is in training mode, and in eval mode it reaches parity "
                 f"(checked): {eval_mode.change} before exporting and comparing; no bug to file")
+    if _another_model(report) is not None:
+        return "the file is not this model's export (above): no bug to file"
     kind = (report.attribution or {}).get("classification") or {}
     if not kind:
         return "not classified (which side is wrong could not be told)"
     return kind["file_with"].removeprefix("unknown: ")
+
+
+def _another_model(report: Report) -> str | None:
+    """The warning that the ONNX file is another model's export, if the run found so."""
+    return next((warning for warning in report.warnings
+                 if getattr(warning, "code", None) == "another-model"), None)
 
 
 def _culprit_evidence(report: Report, culprit: Record) -> list[str]:
