@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from bisect_onnx.errors import BisectOnnxError
 from bisect_onnx.fixes.context import CULPRIT_CLASSES, FixContext, FixUnavailable
 from bisect_onnx.fixes.trial import FixResult
+from bisect_onnx.pytorch.module_side import model_untouched
 
 __all__ = ["Search", "FixOutcome", "register", "searches_for", "suggest_fixes"]
 
@@ -70,7 +71,10 @@ def suggest_fixes(context: FixContext) -> FixOutcome:
         tried.append(name)
         started = time.perf_counter()
         try:
-            found = search(context)
+            # Each search finds the model as the user gave it: an export of a model in
+            # training mode runs it, and its BatchNorms' statistics move.
+            with model_untouched(context.torch_model):
+                found = search(context)
         except (FixUnavailable, BisectOnnxError) as error:
             reasons.append(f"no fix search: {error}")
             continue

@@ -47,11 +47,6 @@ def culprit_class(report: Report, *, precision: str | None = None) -> str | None
 # PyTorch, a graph that means something else than the torch op is the exporter's doing.
 _CLASS_OF_KIND = {"graph semantics": "exporter"}
 
-# Culprit classes an ONNX Runtime fusion may be behind: its kernel disagrees with the
-# float64 truth, or which side is wrong could not be told.
-_MAYBE_A_FUSION = ("runtime kernel", "unclassified", None)
-
-
 def with_fixes(report: Report, precision: str | None = None, also: tuple[str, ...] = (),
                **context: Any) -> Report:
     """``report`` amended with the fix searches' results for its culprit (a diverged run).
@@ -64,7 +59,7 @@ def with_fixes(report: Report, precision: str | None = None, also: tuple[str, ..
     if not report.diverged:
         return amended(report, fix_notes=("no fix searched: the outputs agree",))
     found = culprit_class(report, precision=precision)
-    if found in _MAYBE_A_FUSION and context.get("opt_level") not in (None, "disabled"):
+    if context.get("opt_level") not in (None, "disabled"):
         also = (*also, "optimization")  # run optimized: a fusion may be what changed it
     classes = [kind for kind in dict.fromkeys((found, *also)) if kind]
     if not classes:
@@ -80,14 +75,27 @@ def with_fixes(report: Report, precision: str | None = None, also: tuple[str, ..
     context.setdefault("extra", {"culprit_kernel": ran_in.get("kernel")})
     outcomes = [suggest_fixes(FixContext(culprit_class=kind, before=before, **context))
                 for kind in classes]
-    results = tuple(result for outcome in outcomes for result in outcome.results)
+    found_any = [result for outcome in outcomes for result in outcome.results]
+    results = tuple(result for result in found_any if _helps(result))
     tried = [name for outcome in outcomes for name in outcome.tried]
     # A class with no search is only worth a note where nothing else was tried.
     notes = [reason for outcome in outcomes for reason in outcome.reasons
              if tried == [] or not reason.startswith("no fix search for")]
+    notes += [f"tried {result.change}: the error stays (max abs {result.after.max_abs:.2e})"
+              for result in found_any if not _helps(result)]
     if not any(result.reaches_parity for result in results):
         notes.append(f"no checked fix found (tried: {', '.join(tried) or 'nothing'})")
     return amended(report, fixes=results, fix_notes=tuple(notes))
+
+
+#: A change that leaves the worst error within this factor of the failing run's is no
+#: improvement: it is said as tried, not listed as a fix ("improves it x1/1").
+_NO_IMPROVEMENT = 1.5
+
+
+def _helps(result: FixResult) -> bool:
+    """Whether a result reaches parity or makes the worst error clearly smaller."""
+    return result.reaches_parity or result.factor >= _NO_IMPROVEMENT
 
 
 def best_fix(fixes: tuple[FixResult, ...]) -> FixResult | None:

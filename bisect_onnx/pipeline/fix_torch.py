@@ -33,8 +33,11 @@ def sample_fixes(report: Report, settings: Settings, arrays: Sequence[np.ndarray
     model = settings.reference.exportable
     training = any(getattr(module, "training", False) for module in
                    (model.modules() if hasattr(model, "modules") else ()))
+    # Every search that applies runs, whatever the culprit's class: another export
+    # (exporter, opset) for a model, eval mode for one in training mode.
     return with_fixes(
-        report, also=("pytorch mode",) if training else (), candidate=candidate.model,
+        report, also=("exporter", *(("pytorch mode",) if training else ())),
+        candidate=candidate.model,
         candidate_path=candidate.path,
         inputs={spec.name: array for spec, array in zip(candidate.inputs, arrays,
                                                         strict=False)},

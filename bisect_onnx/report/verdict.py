@@ -198,6 +198,12 @@ def _advice(report: Report) -> str:
     if _another_model(report) is not None:
         return "the file is not this model's export (above): no bug to file"
     kind = (report.attribution or {}).get("classification") or {}
+    other_export = next((fix for fix in report.fixes
+                         if fix.kind == FixKind.OTHER_EXPORT and fix.reaches_parity), None)
+    if other_export is not None:  # the exporter's doing, checked by exporting otherwise
+        return (f"the export is the cause: {other_export.change} reaches parity (checked); "
+                "file the op with the exporter that made this file (pytorch/pytorch, label "
+                '"module: onnx")')
     if not kind:
         return "not classified (which side is wrong could not be told)"
     return kind["file_with"].removeprefix("unknown: ")
