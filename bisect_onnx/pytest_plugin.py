@@ -17,9 +17,14 @@ Options (one group, ``--bisect-onnx-`` prefix):
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:  # for annotations only: the plugin imports neither at run time
+    import onnx
+    import torch
+    from torch.export import ExportedProgram
 
 _FAILURES = pytest.StashKey[list]()
 _SECTION = "bisect-onnx"
@@ -61,7 +66,10 @@ def onnx_parity(request: pytest.FixtureRequest):
     """
     config = request.config
 
-    def check(model: Any, inputs: Any, onnx_model: Any = None, **options: Any) -> None:
+    def check(model: torch.nn.Module | ExportedProgram | torch.onnx.ONNXProgram | str | Path,
+              inputs: object,
+              onnx_model: str | Path | onnx.ModelProto | torch.onnx.ONNXProgram | None = None,
+              **options: Any) -> None:  # assert_parity's keywords, passed on
         __tracebackhide__ = True  # pytest shows the test's line, not ours
         from dataclasses import replace
 
@@ -101,7 +109,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         report.sections.append((_SECTION, summary()))
 
 
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int,
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,
                             config: pytest.Config) -> None:
     """One line per failed parity check, after the run."""
     failures = config.stash.get(_FAILURES, [])

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -27,7 +27,7 @@ from bisect_onnx.judge.records import Report
 from bisect_onnx.judge.tolerances import Judge
 from bisect_onnx.pytorch.op_alone import Slot, Translation, export_alone, single_op
 from bisect_onnx.pytorch.script_ops import ScriptOp, ScriptOpCapture
-from bisect_onnx.runtime.sides import CapturedValue
+from bisect_onnx.runtime.sides import CapturedValue, JsonObject
 
 if TYPE_CHECKING:
     import onnx
@@ -71,7 +71,7 @@ def look_inside_script_op(report: Report, segments: Mapping[str, Sequence[NodeIn
                           ops: ScriptOpCapture, model: onnx.ModelProto,
                           candidate_values: Mapping[str, np.ndarray], *,
                           opset: int | None, tolerance: Judge,
-                          ) -> tuple[dict[str, Any] | None, NodeInfo | None]:
+                          ) -> tuple[JsonObject | None, NodeInfo | None]:
     """What was done inside the culprit's op, and the node where its error starts.
 
     ``(None, None)`` where nothing was looked at; the node is ``None`` where none can
@@ -89,8 +89,8 @@ def look_inside_script_op(report: Report, segments: Mapping[str, Sequence[NodeIn
                                  atol=tolerance.of(record).atol,
                                  opset=opset)
     logger.info("inside %s: %s", op.name, how)
-    inside = {"fx_node": op.name, "nodes": [item.name for item in segment],
-              "node": node, "value": value, "how": how}
+    inside: JsonObject = {"fx_node": op.name, "nodes": [item.name for item in segment],
+                          "node": node, "value": value, "how": how}
     found = next((item for item in segment if value is not None and value in item.outputs),
                  None)
     return inside, found if node is not None else None
@@ -160,14 +160,14 @@ def _translate_alone(op: ScriptOp, ops: ScriptOpCapture, opset: int | None) -> T
         raise BisectOnnxError(f"an argument of {op.name} is computed in the graph, not a "
                               "value, weight or literal")
     inputs: list[np.ndarray] = []
-    positional: list[Any] = []
-    keywords: dict[str, Any] = {}
+    positional: list[object] = []
+    keywords: dict[str, object] = {}
     weights: dict[str, torch.Tensor] = {}
     for index, argument in enumerate(op.arguments):
         if argument.source == "value":
             held = ops.values.get(argument.value)
             inputs.append(held.array if held is not None else ops.graph_inputs[argument.value])
-            item: Any = Slot(f"input_{len(inputs) - 1}")
+            item: object = Slot(f"input_{len(inputs) - 1}")
         elif argument.source == "weight":
             weights[f"weight_{index}"] = argument.value
             item = Slot(f"weight_{index}")

@@ -11,13 +11,16 @@ the op was called with.
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from bisect_onnx.pytorch.private_apis import is_op_overload
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["CannotIsolate", "TensorSpec", "CulpritOp", "locate_culprit_op"]
 
@@ -49,7 +52,8 @@ class CulpritOp:
     module: str | None
 
 
-def locate_culprit_op(model: Any, args: Sequence[Any], kwargs: Mapping[str, Any] | None = None,
+def locate_culprit_op(model: torch.nn.Module, args: Sequence[object],
+                      kwargs: Mapping[str, object] | None = None,
                       *, value_name: str | None = None, torch_op: str | None = None,
                       module: str | None = None) -> CulpritOp:
     """The culprit's op, found in the model's trace by ONNX value name or torch op + module."""
@@ -65,8 +69,8 @@ def locate_culprit_op(model: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
     return _as_call(node, module)
 
 
-def _find_node(graph: Any, value_name: str | None, torch_op: str | None,
-               module: str | None) -> Any:
+def _find_node(graph: torch.fx.Graph, value_name: str | None, torch_op: str | None,
+               module: str | None) -> torch.fx.Node:
     """The FX node named ``value_name``, else the first calling ``torch_op`` in ``module``."""
     calls = [node for node in graph.nodes if node.op == "call_function"]
     for node in calls:
@@ -86,19 +90,19 @@ def _find_node(graph: Any, value_name: str | None, torch_op: str | None,
                         f"op {torch_op!r}, module {module!r})")
 
 
-def _in_module(node: Any, module: str) -> bool:
+def _in_module(node: torch.fx.Node, module: str) -> bool:
     """Whether the node ran in module path ``module`` (``relu@1`` is its second call)."""
     paths = [entry[0] for entry in (node.meta.get("nn_module_stack") or {}).values()
              if isinstance(entry, tuple) and entry]
     return bool(paths) and paths[-1] == module.split("@")[0]
 
 
-def _target_name(target: Any) -> str:
+def _target_name(target: object) -> str:
     """``aten.avg_pool2d.default`` for an OpOverload (its ``str``)."""
     return str(target)
 
 
-def _as_call(node: Any, module: str | None) -> CulpritOp:
+def _as_call(node: torch.fx.Node, module: str | None) -> CulpritOp:
     """The node's op as source: ``torch.ops.<target>(...)``, ``[i]`` for a getitem."""
     import torch
 
@@ -112,7 +116,7 @@ def _as_call(node: Any, module: str | None) -> CulpritOp:
         raise CannotIsolate(f"the culprit {node.name} calls {target!r}, not an ATen op")
     inputs: dict[str, TensorSpec] = {}
 
-    def source(item: Any) -> str:
+    def source(item: object) -> str:
         if isinstance(item, torch.fx.Node):
             if item.name not in inputs:
                 inputs[item.name] = _spec(item, f"input{len(inputs)}")
@@ -127,7 +131,7 @@ def _as_call(node: Any, module: str | None) -> CulpritOp:
     return CulpritOp(_target_name(target), call, tuple(inputs.values()), node.name, module)
 
 
-def _spec(node: Any, name: str) -> TensorSpec:
+def _spec(node: torch.fx.Node, name: str) -> TensorSpec:
     """The traced shape and dtype of a tensor argument."""
     import torch
 
@@ -143,7 +147,7 @@ def _spec(node: Any, name: str) -> TensorSpec:
     return TensorSpec(name, shape, str(value.dtype).removeprefix("torch."))
 
 
-def _literal(item: Any, source: Any) -> str:
+def _literal(item: object, source: Callable[[object], str]) -> str:
     """A non-tensor argument as Python source (lists of nodes through ``source``)."""
     import torch
 

@@ -10,11 +10,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from bisect_onnx.judge.compare import ArrayComparison, compare_arrays
+
+if TYPE_CHECKING:
+    from bisect_onnx.runtime.sides import JsonObject
 
 __all__ = ["FixKind", "OutputFigures", "FixResult", "output_figures"]
 
@@ -47,7 +50,7 @@ class OutputFigures:
         """Whether every output is within tolerance."""
         return self.failing_outputs == 0
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
         """The JSON form (inf written as null)."""
         def number(value: float) -> float | None:
             return value if math.isfinite(value) else None
@@ -107,7 +110,7 @@ class FixResult:
     change: str
     before: OutputFigures
     after: OutputFigures
-    details: Mapping[str, Any] = field(default_factory=dict)
+    details: Mapping[str, object] = field(default_factory=dict)
     fixed_model: bytes | None = field(default=None, repr=False, compare=False)
     """The fixed ONNX model, serialized, where the fix is a model (for ``--write-fixed``).
     Left out of equality, as of the JSON report: the change and its figures are the fix."""
@@ -127,7 +130,7 @@ class FixResult:
             return math.inf if self.before.max_abs > 0 else 1.0
         return self.before.max_abs / self.after.max_abs
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         """The JSON form (``fixes[]`` of the report)."""
         factor = self.factor
         return {"kind": self.kind, "change": self.change,

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import onnx
 
+    from bisect_onnx.runtime.sides import JsonObject
+
 __all__ = ["SourceLocation", "Provenance", "TorchMetadata", "read_torch_metadata", "short_op",
            "in_installed_package", "fx_node_text"]
 
@@ -56,7 +58,7 @@ class SourceLocation:
     def __str__(self) -> str:
         return f"{self.file}:{self.line}"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The location as the JSON report writes it (``record.source``)."""
         call_site = self.call_site
         return {"file": self.file, "line": self.line,
@@ -65,7 +67,7 @@ class SourceLocation:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SourceLocation:
-        """The location :meth:`to_dict` gave, read back from JSON."""
+        """The location :meth:`to_dict` gave, read back from JSON (its values as parsed)."""
         call_site = data["call_site"]
         return cls(data["file"], data["line"],
                    cls(call_site["file"], call_site["line"]) if call_site else None)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import numpy as np
 
@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 
 __all__ = ["CallOpCapture", "CallArguments", "InputsUnnamed", "record_call", "trace_call"]
 
+_Arguments = TypeVar("_Arguments")
+
 logger = logging.getLogger(__name__)
 
 
@@ -61,8 +63,8 @@ class CallOpCapture(OpCapture):
 class CallArguments:
     """What one module call was given, and the calls around and inside it so far."""
 
-    args: tuple
-    kwargs: dict
+    args: tuple[object, ...]
+    kwargs: dict[str, object]
     scopes: tuple[str, ...]
     """Call names of the modules around the call and of the call itself, outermost first."""
     inner_calls: dict[str, int] = field(default_factory=dict)
@@ -100,7 +102,8 @@ def record_call(model: torch.nn.Module, inputs: Sequence[np.ndarray], keywords: 
     started: dict[torch.nn.Module, CallArguments] = {}
     held: list[CallArguments] = []
 
-    def count(module: torch.nn.Module, args: Any, kwargs: Any) -> None:
+    def count(module: torch.nn.Module, args: tuple[object, ...], kwargs: dict[str, object],
+              ) -> None:
         counts[module] = counts.get(module, 0) + 1
         if around and module in ancestors:
             started[module] = CallArguments(_detached(args), _detached(kwargs), (),
@@ -138,11 +141,12 @@ def _calls_inside(path: str, paths: dict[torch.nn.Module, str],
             if full.startswith(prefix)}
 
 
-def _detached(value: Any) -> Any:
+def _detached(value: _Arguments) -> _Arguments:
+    """``value`` with each tensor in it detached and copied (the same containers)."""
     import torch
 
-    return tree_map(lambda item: item.detach().clone() if isinstance(item, torch.Tensor)
-                    else item, value)
+    return cast("_Arguments", tree_map(lambda item: item.detach().clone()
+                                       if isinstance(item, torch.Tensor) else item, value))
 
 
 def trace_call(model: torch.nn.Module, path: str, arguments: CallArguments,
@@ -175,7 +179,7 @@ def trace_call(model: torch.nn.Module, path: str, arguments: CallArguments,
         names = map_call_names(program, path, known, elsewhere)
     except NamesRefused as error:
         raise BisectOnnxError(str(error)) from error
-    arrays = [item.detach().numpy() for item in flat]
+    arrays = [item.detach().numpy() for item in cast("list[torch.Tensor]", flat)]  # as checked
     _name_entering(program, names, arrays, entering)
     try:
         ops = capture_ops(program, arrays)

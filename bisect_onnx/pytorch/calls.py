@@ -10,12 +10,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Generic, TypeVar
 
 __all__ = ["call_name", "split_call_name", "call_of_stack_key", "split_into_calls",
            "PlannedCall", "input_name", "input_of"]
 
 Item = TypeVar("Item")
+Output = TypeVar("Output")
 
 
 def call_of_stack_key(key: str) -> int:
@@ -56,13 +57,13 @@ _INPUT_NAME = re.compile(r"(?P<call>.*) \(input(?: (?P<index>\d+))?\)")
 
 
 @dataclass(frozen=True)
-class PlannedCall:
+class PlannedCall(Generic[Output]):
     """One module call found in a graph before running it (FX or TorchScript)."""
 
     path: str
     call: int
     module_class: str
-    outputs: tuple[Any, ...]
+    outputs: tuple[Output, ...]
     """What leaves the call, in graph order (FX nodes, or indices of captured values)."""
     done_at: int
     """Graph position of the call's last op: where eager mode would fire the hook."""

@@ -53,7 +53,7 @@ def export_model(
     *,
     exporter: str = "dynamo",
     opset: int | None = None,
-    options: Mapping[str, Any] | None = None,
+    options: Mapping[str, Any] | None = None,  # torch.onnx.export's keywords, passed on
     keywords: Sequence[str] = (),
 ) -> ExportResult:
     """Export ``model`` on ``inputs`` into ``folder`` with the chosen exporter.
@@ -101,7 +101,7 @@ _SET_HERE = {"model": "the model argument", "args": "the inputs",
              "verbose": "bisect-onnx's own log (-v)"}
 
 
-def _check_options(export: Callable[..., object], options: Mapping[str, Any]) -> None:
+def _check_options(export: Callable[..., object], options: Mapping[str, object]) -> None:
     """Refuse options ``torch.onnx.export`` does not take, before the export runs.
 
     A ``TypeError`` from the export itself cannot tell a bad option from a model whose

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import weakref
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from bisect_onnx.errors import InputError, ModelError, one_line
 from bisect_onnx.graph.provenance import Provenance
 from bisect_onnx.pytorch.calls import call_name, input_name
 from bisect_onnx.pytorch.private_apis import version_counter
-from bisect_onnx.runtime.sides import Capture, CapturedValue
+from bisect_onnx.runtime.sides import Capture, CapturedValue, JsonObject
 
 if TYPE_CHECKING:
     import torch
@@ -34,6 +34,8 @@ __all__ = ["TorchModuleSide", "flatten_outputs", "training_mode_warning", "in_tr
            "final_outputs"]
 
 logger = logging.getLogger(__name__)
+
+_Value = TypeVar("_Value")
 
 # Module types whose behaviour changes between train and eval mode: the usual
 # reason a model left in training mode disagrees with its (eval-mode) export.
@@ -51,7 +53,7 @@ class TorchModuleSide:
         # ScriptModules support no forward hooks: only their final outputs can be had.
         self.records_modules = not isinstance(model, torch.jit.ScriptModule)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         """What this side is, for the report."""
         return {
             "kind": "torch",
@@ -136,7 +138,7 @@ class _CallRecorder:
         self.versions: dict[str, int | None] = {}
         self.latest: dict[tuple, str] = {}  # (storage, shape, strides, dtype) -> last recorded
 
-    def record_inputs(self, module: torch.nn.Module, args: Any) -> None:
+    def record_inputs(self, module: torch.nn.Module, args: tuple[object, ...]) -> None:
         """The pre-hook: copy each distinct tensor argument of the call about to run.
 
         A tensor recorded before and unchanged since (the previous module's output)
@@ -154,7 +156,8 @@ class _CallRecorder:
                          Provenance(position=len(self.values), module=path, call=call,
                                     module_class=type(module).__name__))
 
-    def __call__(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+    def __call__(self, module: torch.nn.Module, args: tuple[object, ...], output: object,
+                 ) -> None:
         path = self.paths[module]
         call = self.calls.get(path, 0)
         self.calls[path] = call + 1
@@ -244,7 +247,7 @@ def model_untouched(model: object) -> Iterator[None]:
                     buffer.copy_(buffers[name])
 
 
-def final_outputs(result: Any, model_class: str) -> list[CapturedValue]:
+def final_outputs(result: object, model_class: str) -> list[CapturedValue]:
     """The model's own outputs (``output``, ``output[0]``...), copied, in order."""
     return [
         CapturedValue(
@@ -270,8 +273,8 @@ def _latest_record(tensor: torch.Tensor, recorded: dict[str, weakref.ref],
     return name if source is not None and same_tensor(source, tensor) else None
 
 
-def _passed_through(tensor: torch.Tensor, array: np.ndarray, args: Any, earlier: str | None,
-                    values: dict[str, CapturedValue]) -> str | None:
+def _passed_through(tensor: torch.Tensor, array: np.ndarray, args: Sequence[object],
+                    earlier: str | None, values: dict[str, CapturedValue]) -> str | None:
     """The recorded value a module returned unchanged as its output, if it did.
 
     The output must be the input tensor itself (or an identical view of it) *and* still
@@ -290,7 +293,7 @@ def _passed_through(tensor: torch.Tensor, array: np.ndarray, args: Any, earlier:
     return None
 
 
-def same_tensor(candidate: Any, tensor: torch.Tensor) -> bool:
+def same_tensor(candidate: object, tensor: torch.Tensor) -> bool:
     """Whether ``candidate`` is ``tensor`` or an identical view of the same memory."""
     import torch
 
@@ -305,7 +308,7 @@ def same_tensor(candidate: Any, tensor: torch.Tensor) -> bool:
     )
 
 
-def flatten_outputs(output: Any, suffix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
+def flatten_outputs(output: object, suffix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
     """Yield ``(suffix, tensor)`` for every tensor in a nested output, in order.
 
     A lone tensor has the suffix ``""``; a tuple element ``[0]``; a dict (including
@@ -324,7 +327,7 @@ def flatten_outputs(output: Any, suffix: str = "") -> Iterator[tuple[str, torch.
             yield from flatten_outputs(item, f"{suffix}[{index}]")
 
 
-def in_training_mode(model: Any) -> dict[str, str]:
+def in_training_mode(model: object) -> dict[str, str]:
     """The mode-dependent modules (Dropout, BatchNorm...) left in training mode, by path.
 
     Path -> class name; empty for anything that is not an ``nn.Module``.
@@ -350,7 +353,8 @@ def training_mode_warning(model: torch.nn.Module) -> str | None:
     )
 
 
-def split_keywords(values: Sequence[Any], keywords: Sequence[str]) -> tuple[list, dict]:
+def split_keywords(values: Sequence[_Value], keywords: Sequence[str],
+                   ) -> tuple[list[_Value], dict[str, _Value]]:
     """Positional values, and the trailing ones named by ``keywords`` as a dict."""
     cut = len(values) - len(keywords)
     return list(values[:cut]), dict(zip(keywords, values[cut:], strict=True))

@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -50,7 +50,8 @@ class Translation:
     """Every value it computed, by its own names."""
 
 
-def single_op(op: Callable[..., Any], arguments: Sequence[Any], keywords: Mapping[str, Any],
+def single_op(op: Callable[..., object], arguments: Sequence[object],
+              keywords: Mapping[str, object],
               input_slots: Sequence[str]) -> torch.nn.Module:
     """A module whose ``forward(*inputs)`` calls ``op(*arguments, **keywords)``.
 
@@ -80,7 +81,7 @@ def export_alone(module: torch.nn.Module, inputs: list[np.ndarray], *, exporter:
 
 
 @functools.cache
-def _single_op_class() -> type:
+def _single_op_class() -> type[torch.nn.Module]:
     """The module class, made on first use so that importing this module skips torch."""
     import torch
     from torch.fx.node import map_aggregate
@@ -88,20 +89,20 @@ def _single_op_class() -> type:
     class SingleOp(torch.nn.Module):
         """Calls one op; its tensor arguments are slots, filled by name."""
 
-        def __init__(self, op: Callable[..., Any], arguments: tuple[Any, ...],
-                     keywords: dict[str, Any], input_slots: tuple[str, ...]) -> None:
+        def __init__(self, op: Callable[..., object], arguments: tuple[object, ...],
+                     keywords: dict[str, object], input_slots: tuple[str, ...]) -> None:
             super().__init__()
             self.op = op
             self.arguments = arguments
             self.keywords = keywords
             self.input_slots = input_slots
 
-        def forward(self, *inputs: torch.Tensor) -> Any:
+        def forward(self, *inputs: torch.Tensor) -> object:
             fill = functools.partial(self._fill, dict(zip(self.input_slots, inputs, strict=True)))
             return self.op(*map_aggregate(self.arguments, fill),
                            **map_aggregate(self.keywords, fill))
 
-        def _fill(self, inputs: dict[str, torch.Tensor], item: Any) -> Any:
+        def _fill(self, inputs: dict[str, torch.Tensor], item: object) -> object:
             if not isinstance(item, Slot):
                 return item
             return inputs[item.name] if item.name in inputs else getattr(self, item.name)

@@ -13,7 +13,7 @@ import logging
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -126,7 +126,7 @@ def _torch_op(node: Node) -> str:
     return op_name(node) or _callable_name(node.target)
 
 
-def _callable_name(target: Any) -> str:
+def _callable_name(target: object) -> str:
     """``operator.getitem`` and the like: not ATen ops, but named all the same."""
     module = getattr(target, "__module__", None) or ""
     name = getattr(target, "__name__", None) or str(target)

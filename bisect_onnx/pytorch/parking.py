@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bisect_onnx.pytorch.weights_in_file import (
     READERS,
@@ -44,6 +44,7 @@ from bisect_onnx.runtime.memory import format_size
 
 if TYPE_CHECKING:
     import onnx
+    import torch
 
 __all__ = ["PARK_MIN_BYTES", "WeightParking", "models_released_at_end", "parking_for"]
 
@@ -63,7 +64,7 @@ _RELEASE_AT_END: contextvars.ContextVar[bool] = contextvars.ContextVar(
 
 @dataclass
 class _Slot:
-    tensor: Any
+    tensor: torch.Tensor
     offset: int
     nbytes: int
     file: Path
@@ -80,7 +81,8 @@ class WeightParking:
     only when the model is not already in that state.
     """
 
-    model: Any
+    model: object
+    """The model in whatever form it came: only an ``nn.Module``'s tensors are parked."""
     folder: Path
     min_bytes: int | None = None
     """Park only a model holding this much; ``None``: :data:`PARK_MIN_BYTES`."""
@@ -122,8 +124,8 @@ class WeightParking:
                         "ONNX Runtime holds its copy (%.1f s)", format_size(total),
                         format_size(in_file), time.perf_counter() - started)
 
-    def _point_at_model_file(self, tensors: list[Any], onnx_model: onnx.ModelProto,
-                             model_dir: Path) -> list[Any]:
+    def _point_at_model_file(self, tensors: list[torch.Tensor], onnx_model: onnx.ModelProto,
+                             model_dir: Path) -> list[torch.Tensor]:
         """Point each parameter the file holds at its bytes there; the other tensors."""
         import torch
 
@@ -132,7 +134,7 @@ class WeightParking:
         except OSError as error:  # a data file that cannot be read: write them out
             logger.info("weights not parked on the ONNX file's data: %s", error)
             return tensors
-        rest: list[Any] = []
+        rest: list[torch.Tensor] = []
         with stored:
             for index, tensor in enumerate(tensors):
                 try:  # buffers change under PyTorch (running statistics): written out
@@ -151,7 +153,7 @@ class WeightParking:
                 self._slots.append(slot)
         return rest
 
-    def _write_out(self, tensors: list[Any]) -> None:
+    def _write_out(self, tensors: list[torch.Tensor]) -> None:
         """Write ``tensors`` to one file in the run's folder and point them at it."""
         total = sum(_padded(t) for t in tensors)
         free = shutil.disk_usage(self.folder).free
@@ -216,14 +218,14 @@ class WeightParking:
         self._written.unlink(missing_ok=True)
 
 
-def _parkable(model: Any) -> list[Any]:
+def _parkable(model: object) -> list[torch.Tensor]:
     """The model's CPU tensors that own their storage alone, each once."""
     import torch
 
     # A TorchScript module's tensors are its C++ module's; a program's are in its state.
     if not isinstance(model, torch.nn.Module) or isinstance(model, torch.jit.ScriptModule):
         return []
-    by_storage: dict[int, list[Any]] = {}
+    by_storage: dict[int, list[torch.Tensor]] = {}
     seen: set[int] = set()
     for tensor in [*model.parameters(), *model.buffers()]:
         if id(tensor) in seen:  # a tied weight is one Parameter under two names
@@ -237,18 +239,18 @@ def _parkable(model: Any) -> list[Any]:
             if len(group) == 1 and _owns_its_storage(group[0])]
 
 
-def _owns_its_storage(tensor: Any) -> bool:
+def _owns_its_storage(tensor: torch.Tensor) -> bool:
     return (not tensor.is_quantized and tensor.is_contiguous() and tensor.numel() > 0
             and not tensor.storage_offset()
             and tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size())
 
 
-def _padded(tensor: Any) -> int:
+def _padded(tensor: torch.Tensor) -> int:
     nbytes = tensor.numel() * tensor.element_size()
     return -(-nbytes // _ALIGN) * _ALIGN
 
 
-def _write(tensors: list[Any], path: Path) -> list[_Slot]:
+def _write(tensors: list[torch.Tensor], path: Path) -> list[_Slot]:
     """Write each tensor's bytes at a page-aligned offset; where each one lies."""
     slots, offset = [], 0
     with open(path, "wb") as file:
@@ -271,7 +273,8 @@ def _point_at(slots: list[_Slot], mapped: mmap.mmap) -> None:
                                    tuple(slot.tensor.shape), slot.transposed)
 
 
-def _copy_from_maps(pairs: list[tuple[_Slot, Any]], maps: dict[Path, mmap.mmap]) -> None:
+def _copy_from_maps(pairs: list[tuple[_Slot, torch.Tensor]], maps: dict[Path, mmap.mmap],
+                    ) -> None:
     """Copy each slot's bytes from its map into its tensor's own memory, several at once.
 
     Through the map, not from the file: a page PyTorch wrote while parked is this
@@ -283,7 +286,7 @@ def _copy_from_maps(pairs: list[tuple[_Slot, Any]], maps: dict[Path, mmap.mmap])
     for slot, _ in pairs:
         advise(maps[slot.file], "MADV_WILLNEED", slot.offset, slot.nbytes, outward=True)
 
-    def copy(pair: tuple[_Slot, Any]) -> None:
+    def copy(pair: tuple[_Slot, torch.Tensor]) -> None:
         slot, own = pair
         own.copy_(slot.tensor.detach())
         advise(maps[slot.file], "MADV_DONTNEED", slot.offset, slot.nbytes, outward=False)
@@ -293,7 +296,7 @@ def _copy_from_maps(pairs: list[tuple[_Slot, Any]], maps: dict[Path, mmap.mmap])
 
 
 @contextlib.contextmanager
-def parking_for(model: Any, folder: Path) -> Iterator[WeightParking]:
+def parking_for(model: object, folder: Path) -> Iterator[WeightParking]:
     """A run's parking for ``model`` in ``folder``: every tensor given back at the end."""
     parking = WeightParking(model, folder)
     try:

@@ -26,10 +26,19 @@ import importlib.metadata
 import logging
 import re
 import warnings
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from bisect_onnx.errors import BisectOnnxError
+from bisect_onnx.pytorch.plain_trees import PlainSpec, flatten_plain, unflatten_plain
+
+if TYPE_CHECKING:
+    import onnx
+    import torch
+    from onnxscript.evaluator import ORTEvaluator
+    from torch.export import ExportedProgram
+    from torch.onnx._internal.exporter._registration import ONNXRegistry
 
 __all__ = ["CHECKED_ON", "PrivateApiMissing", "prepare_for_export", "torch_translations",
            "torchlib_translations", "recording_evaluator", "preload_translations",
@@ -38,6 +47,8 @@ __all__ = ["CHECKED_ON", "PrivateApiMissing", "prepare_for_export", "torch_trans
            "torchscript_translator"]
 
 logger = logging.getLogger(__name__)
+
+_Found = TypeVar("_Found")
 
 #: (oldest, newest) ``major.minor`` each package's private APIs here were run on: the
 #: versions the test suite ran against when they were written (torch 2.13.0, onnxscript
@@ -82,7 +93,7 @@ def _check_version(package: str) -> bool:
     return within
 
 
-def _reach(package: str, api: str, lost: str, find: Callable[[], Any]) -> Any:
+def _reach(package: str, api: str, lost: str, find: Callable[[], _Found]) -> _Found:
     """``find()``, or :class:`PrivateApiMissing` when the API it looks up is not there."""
     _check_version(package)
     try:
@@ -95,7 +106,7 @@ def _reach(package: str, api: str, lost: str, find: Callable[[], Any]) -> Any:
 # ---------------------------------------------------------------- the dynamo exporter
 
 
-def prepare_for_export() -> Callable[[Any], Any]:
+def prepare_for_export() -> Callable[[ExportedProgram], ExportedProgram]:
     """``program -> program`` after the decompositions the dynamo exporter runs first.
 
     ``torch.onnx._internal.exporter._core._prepare_exported_program_for_export`` with
@@ -104,7 +115,7 @@ def prepare_for_export() -> Callable[[Any], Any]:
     Without it, :func:`~bisect_onnx.pytorch.exporting.as_translated` takes the same
     program from a whole ``torch.onnx.export`` (public, but it translates to ONNX too).
     """
-    def find() -> Callable[[Any], Any]:
+    def find() -> Callable[[ExportedProgram], ExportedProgram]:
         from torch.onnx._internal.exporter import _core, _registration
 
         prepare = _core._prepare_exported_program_for_export
@@ -117,7 +128,7 @@ def prepare_for_export() -> Callable[[Any], Any]:
 
 
 @functools.cache
-def _torchlib_registry() -> Any:
+def _torchlib_registry() -> ONNXRegistry:
     """The exporter's registry of ATen translations, built once per process.
 
     Building it reads every torchlib translation (0.6 s to 0.8 s here); the decomposition
@@ -129,7 +140,7 @@ def _torchlib_registry() -> Any:
     return _registration.ONNXRegistry.from_torchlib()
 
 
-def torch_translations(target: str) -> list[Any]:
+def torch_translations(target: str) -> list[Callable[..., object]]:
     """The exporter's own translation functions of ATen op ``target`` (``aten.add.Tensor``).
 
     From ``torch.onnx._internal.exporter._torchlib._torchlib_registry.get_torchlib_ops``,
@@ -137,7 +148,7 @@ def torch_translations(target: str) -> list[Any]:
     culprit op is not looked inside from its translation alone: its module call is
     traced instead, where the model is at hand.
     """
-    def find() -> list[Any]:
+    def find() -> list[Callable[..., object]]:
         from torch.onnx._internal.exporter._torchlib._torchlib_registry import (
             get_torchlib_ops,
         )
@@ -149,14 +160,14 @@ def torch_translations(target: str) -> list[Any]:
                   "an op is looked inside only by tracing its module call", find)
 
 
-def torchlib_translations(qualified: str) -> list[Any]:
+def torchlib_translations(qualified: str) -> list[Callable[..., object]]:
     """The torch_lib translations (onnxscript's) of ``aten::add.Tensor`` (undocumented registry).
 
     ``onnxscript.function_libs.torch_lib.registration.default_registry``, filled by
     importing ``torch_lib.ops``; checked on onnxscript 0.7.2. Without it as for
     :func:`torch_translations`.
     """
-    def find() -> list[Any]:
+    def find() -> list[Callable[..., object]]:
         from onnxscript.function_libs.torch_lib import ops  # noqa: F401  (fills the registry)
         from onnxscript.function_libs.torch_lib.registration import default_registry
 
@@ -181,24 +192,28 @@ def preload_translations() -> None:
         logger.debug("importing the exporter's translations ahead failed: %s", error)
 
 
-Recorder = Callable[[Any, Sequence[Any], Any, Sequence[Any]], None]
+#: ``record(schema, inputs, attributes, outputs)``; onnxscript's values are only read.
+Recorder = Callable[["onnx.defs.OpSchema", Sequence[object], Mapping[str, object],
+                     Sequence[object]], None]
 
 
-def recording_evaluator(record: Recorder) -> Any:
+def recording_evaluator(record: Recorder) -> ORTEvaluator:
     """An onnxscript ONNX Runtime eager evaluator that calls ``record`` after each op.
 
     ``record(schema, inputs, attributes, outputs)``. onnxscript has no public hook per
     op: this overrides ``ORTEvaluator._eval``, checked on onnxscript 0.7.2. Without it
     as for :func:`torch_translations`.
     """
-    def find() -> Any:
+    def find() -> ORTEvaluator:
         from onnxscript import evaluator
 
         base = evaluator.ORTEvaluator
         base._eval  # noqa: B018 - the hook overridden below must be there
 
         class Recording(base):
-            def _eval(self, schema: Any, inputs: Any, attributes: Any, closure: Any) -> Any:
+            def _eval(self, schema: onnx.defs.OpSchema, inputs: Sequence[object],
+                      attributes: Mapping[str, object], closure: Mapping[str, object],
+                      ) -> Sequence[object]:
                 outputs = super()._eval(schema, inputs, attributes, closure)
                 record(schema, inputs, attributes, outputs)
                 return outputs
@@ -212,7 +227,7 @@ def recording_evaluator(record: Recorder) -> Any:
 # ---------------------------------------------------------------- torch.fx and pytrees
 
 
-def is_op_overload(target: Any) -> bool:
+def is_op_overload(target: object) -> bool:
     """Whether an FX node's target is an ATen (or custom) op overload, ``aten.linear.default``.
 
     ``torch._ops.OpOverload``, checked on torch 2.13; without it, told by its public
@@ -227,7 +242,7 @@ def is_op_overload(target: Any) -> bool:
     return hasattr(target, "overloadpacket") and callable(getattr(target, "name", None))
 
 
-def _pytree() -> Any:
+def _pytree() -> ModuleType | None:
     """``torch.utils._pytree`` (checked on torch 2.13), or ``None``."""
     _check_version("torch")
     try:
@@ -239,56 +254,39 @@ def _pytree() -> Any:
     return _pytree
 
 
-def tree_flatten(tree: Any) -> tuple[list[Any], Any]:
+def tree_flatten(tree: object) -> tuple[list[object], object]:
     """The leaves of nested arguments and how to put them back (:func:`tree_unflatten`).
 
     ``torch.utils._pytree.tree_flatten``, checked on torch 2.13: it knows every
     container torch registers (transformers' ``ModelOutput``). Without it only tuples,
-    lists and dicts are opened; anything else is one leaf.
+    lists and dicts are opened; anything else is one leaf. The second item (torch's
+    ``TreeSpec``, or a :data:`~bisect_onnx.pytorch.plain_trees.PlainSpec`) is opaque.
     """
     pytree = _pytree()
     if pytree is not None:
         return pytree.tree_flatten(tree)
-    leaves: list[Any] = []
-    return leaves, _flatten(tree, leaves)
+    leaves: list[object] = []
+    return leaves, flatten_plain(tree, leaves)
 
 
-def tree_unflatten(leaves: Sequence[Any], spec: Any) -> Any:
+def tree_unflatten(leaves: Sequence[object], spec: object) -> object:
     """The arguments :func:`tree_flatten` took apart, made again from ``leaves``."""
     pytree = _pytree()
     if pytree is not None:
         return pytree.tree_unflatten(list(leaves), spec)
-    return _unflatten(iter(leaves), spec)
+    return unflatten_plain(iter(leaves), cast("PlainSpec", spec))
 
 
-def tree_map(function: Callable[[Any], Any], tree: Any) -> Any:
+def tree_map(function: Callable[[object], object], tree: object) -> object:
     """``tree`` with ``function`` applied to each leaf (as :func:`tree_flatten` finds them)."""
     leaves, spec = tree_flatten(tree)
     return tree_unflatten([function(leaf) for leaf in leaves], spec)
 
 
-def _flatten(tree: Any, leaves: list[Any]) -> Any:
-    if type(tree) in (tuple, list):
-        return type(tree), [_flatten(item, leaves) for item in tree]
-    if type(tree) is dict:
-        return dict, {key: _flatten(value, leaves) for key, value in tree.items()}
-    leaves.append(tree)
-    return None
-
-
-def _unflatten(leaves: Any, spec: Any) -> Any:
-    if spec is None:
-        return next(leaves)
-    kind, children = spec
-    if kind is dict:
-        return {key: _unflatten(leaves, child) for key, child in children.items()}
-    return kind(_unflatten(leaves, child) for child in children)
-
-
 # ---------------------------------------------------------------- TorchScript and tensors
 
 
-def remove_mutation(graph: Any) -> None:
+def remove_mutation(graph: torch.Graph) -> None:
     """Make a TorchScript graph's in-place ops functional where that is safe.
 
     ``torch._C._jit_pass_remove_mutation``, checked on torch 2.13. Without it a value
@@ -302,7 +300,7 @@ def remove_mutation(graph: Any) -> None:
     run(graph)
 
 
-def graph_function(graph: Any, model: Any) -> Callable[..., Any]:
+def graph_function(graph: torch.Graph, model: torch.jit.ScriptModule) -> Callable[..., object]:
     """A callable running ``graph`` (an edited copy of ``model``'s) on ``model``'s weights.
 
     ``torch._C._create_function_from_graph`` called with the ScriptModule's C++ object
@@ -311,7 +309,7 @@ def graph_function(graph: Any, model: Any) -> Callable[..., Any]:
     """
     import torch
 
-    def find() -> Callable[..., Any]:
+    def find() -> Callable[..., object]:
         function = torch._C._create_function_from_graph("bisect_onnx_capture", graph)
         weights = model._c
         return lambda *inputs: function(weights, *inputs)
@@ -329,7 +327,7 @@ _RECORD_LOST = ("the TorchScript pairing uses its own table of the ONNX node eac
                 "ends in, instead of asking the exporter")
 
 
-def script_graph() -> Any:
+def script_graph() -> torch.Graph:
     """A new, empty TorchScript graph (``torch._C.Graph``, checked on torch 2.13).
 
     For :func:`torchscript_translator`'s one-op graphs; without it as for that one.
@@ -339,7 +337,7 @@ def script_graph() -> Any:
     return _reach("torch", "torch._C.Graph", _RECORD_LOST, lambda: torch._C.Graph)()
 
 
-def torchscript_translator(opset: int) -> Callable[[Any], Any]:
+def torchscript_translator(opset: int) -> Callable[[torch.Graph], torch.Graph]:
     """``graph -> ONNX graph``: what the TorchScript exporter makes of a traced graph.
 
     The steps ``torch.onnx``'s TorchScript exporter (``_optimize_graph``) runs on a
@@ -353,7 +351,7 @@ def torchscript_translator(opset: int) -> Callable[[Any], Any]:
     symbolic function raised. Without these, the TorchScript pairing falls back on its
     own table of what each op ends in (:mod:`bisect_onnx.align.script_table`).
     """
-    def find() -> Callable[[Any], Any]:
+    def find() -> Callable[[torch.Graph], torch.Graph]:
         import torch
         from torch.onnx._internal.torchscript_exporter import utils
         from torch.onnx._internal.torchscript_exporter._globals import GLOBALS
@@ -365,7 +363,7 @@ def torchscript_translator(opset: int) -> Callable[[Any], Any]:
         utils._run_symbolic_function  # noqa: B018 - what _jit_pass_onnx calls back
         utils._trigger_symbolic_function_registration()  # every opset's symbolic functions
 
-        def run(graph: Any) -> Any:
+        def run(graph: torch.Graph) -> torch.Graph:
             for each in passes:
                 each(graph)
             before = GLOBALS.export_onnx_opset_version
@@ -383,7 +381,7 @@ def torchscript_translator(opset: int) -> Callable[[Any], Any]:
                   "symbolic functions", _RECORD_LOST, find)
 
 
-def version_counter(tensor: Any) -> int | None:
+def version_counter(tensor: torch.Tensor) -> int | None:
     """The tensor's in-place write counter (``None`` where it keeps none).
 
     ``Tensor._version``, checked on torch 2.13. Without it (and on an inference-mode

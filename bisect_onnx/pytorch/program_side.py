@@ -16,7 +16,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from bisect_onnx.pytorch.module_side import (
     to_tensor,
 )
 from bisect_onnx.pytorch.private_apis import is_op_overload
-from bisect_onnx.runtime.sides import Capture, CapturedValue
+from bisect_onnx.runtime.sides import Capture, CapturedValue, JsonObject
 
 if TYPE_CHECKING:
     import torch
@@ -57,7 +57,7 @@ class ExportedProgramSide:
         self.module_class = root_class or type(self._module).__name__
         self.label = label or self.module_class
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         """What this side is, for the report."""
         return {
             "kind": "exported_program",
@@ -94,7 +94,16 @@ class ExportedProgramSide:
         return Capture(values=values, outputs=final_outputs(result, self.module_class))
 
 
-def _call_values(calls: Sequence[PlannedCall], recorder: Any,
+class RecordedNodes(Protocol):
+    """What a recorder (:func:`recorder_class`) copied as the graph ran."""
+
+    copies: dict[Node, list[tuple[str, np.ndarray]]]
+    """Node -> (suffix, copy) of each tensor in its value."""
+    passed_through: dict[Node, Node]
+    """Node -> the recorded input node whose tensor it returned unchanged."""
+
+
+def _call_values(calls: Sequence[PlannedCall[Node]], recorder: RecordedNodes,
                  inputs: Mapping[tuple[str, int], CallInputs]) -> dict[str, CapturedValue]:
     """Each module call's inputs and outputs as the recorder copied them.
 
@@ -136,8 +145,8 @@ def _call_values(calls: Sequence[PlannedCall], recorder: Any,
     return values
 
 
-def _hook_order(calls: Sequence[PlannedCall],
-                inputs: Mapping[tuple[str, int], CallInputs]) -> list[tuple[str, Any, Any]]:
+def _hook_order(calls: Sequence[PlannedCall[Node]], inputs: Mapping[tuple[str, int], CallInputs],
+                ) -> list[tuple[str, PlannedCall[Node], tuple[Node, ...]]]:
     """``("input" | "output", call, nodes)`` in the order eager pre-hooks and hooks fire.
 
     A call's pre-hook fires before its first node runs, outer calls' first; its hook
@@ -186,7 +195,7 @@ def _may_hold_tensors_or_input(node: Node) -> bool:
     return node.op == "placeholder" or _may_hold_tensors(node)
 
 
-def _plan_calls(graph: torch.fx.Graph) -> tuple[list[PlannedCall], str | None]:
+def _plan_calls(graph: torch.fx.Graph) -> tuple[list[PlannedCall[Node]], str | None]:
     """Every submodule call in ``graph`` with the nodes that are its outputs, in hook order.
 
     A call's outputs are the nodes inside it whose values are used outside it (by a
@@ -278,7 +287,7 @@ def recorder_class() -> type:
             # node -> the recorded input node whose tensor it returned unchanged
             self.passed_through: dict[Node, Node] = {}
 
-        def run_node(self, node: Node) -> Any:
+        def run_node(self, node: Node) -> object:
             result = super().run_node(node)
             if node in self.wanted:
                 self.copies[node] = [(suffix, to_numpy(tensor))
@@ -288,7 +297,7 @@ def recorder_class() -> type:
                     self.passed_through[node] = source
             return result
 
-        def _source_of(self, node: Node, result: Any) -> Node | None:
+        def _source_of(self, node: Node, result: object) -> Node | None:
             """The recorded input whose tensor ``node`` handed back unchanged (eval Dropout).
 
             Like the eager side, the tensor must be the input itself *and* still hold

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from bisect_onnx.errors import InputError, ModelError
 from bisect_onnx.pytorch.module_side import TorchModuleSide, training_mode_warning
@@ -38,7 +38,8 @@ __all__ = ["Reference", "reference_for", "exit_is_a_model_error", "MODULE",
 
 logger = logging.getLogger(__name__)
 
-_Entry = TypeVar("_Entry", bound=Callable[..., Any])
+_Params = ParamSpec("_Params")
+_Result = TypeVar("_Result")
 
 MODULE = "module"
 # The same names as the saved-file forms they come from.
@@ -128,7 +129,7 @@ def _from_program(program: ExportedProgram, kind: str, label: str | None) -> Ref
 
 
 
-def exit_is_a_model_error(entry: _Entry) -> _Entry:
+def exit_is_a_model_error(entry: Callable[_Params, _Result]) -> Callable[_Params, _Result]:
     """Turn a ``SystemExit`` raised by the user's code during ``entry`` into a ModelError.
 
     A ``forward`` (or a module it calls) that runs ``sys.exit(0)`` while the reference
@@ -137,7 +138,7 @@ def exit_is_a_model_error(entry: _Entry) -> _Entry:
     argument is the model.
     """
     @functools.wraps(entry)
-    def guarded(*args: Any, **kwargs: Any) -> Any:
+    def guarded(*args: _Params.args, **kwargs: _Params.kwargs) -> _Result:
         __tracebackhide__ = True  # pytest shows the caller's line, not ours
         try:
             return entry(*args, **kwargs)
@@ -148,4 +149,4 @@ def exit_is_a_model_error(entry: _Entry) -> _Entry:
             raise ModelError(f"the model's code ({owner} or what it calls) called "
                              f"sys.exit({error.code!r}) while it ran; remove the exit: "
                              "no verdict can be given") from error
-    return guarded  # type: ignore[return-value]
+    return guarded

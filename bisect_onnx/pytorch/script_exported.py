@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
 
 from bisect_onnx.errors import one_line
 from bisect_onnx.pytorch.private_apis import (
@@ -29,7 +29,15 @@ from bisect_onnx.pytorch.private_apis import (
     torchscript_translator,
 )
 
-__all__ = ["Read", "ExportedNode", "ExporterRecord", "ExporterRecords"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["Read", "ExportedNode", "ExporterRecord", "ExporterRecords", "InputSource"]
+
+#: ``source(value)``: what a traced op's input is, (data name, weight); the data name
+#: is ``None`` for an input that is no data value, the weight ``None`` for one that is
+#: no tensor of the model.
+InputSource: TypeAlias = "Callable[[torch.Value], tuple[str | None, torch.Tensor | None]]"
 
 logger = logging.getLogger(__name__)
 
@@ -74,15 +82,15 @@ class ExporterRecords:
     """The traced node of each op, and what the exporter makes of it at an opset."""
 
     def __init__(self) -> None:
-        self._nodes: dict[str, tuple[Any, Callable[[Any], tuple[str | None, Any]]]] = {}
+        self._nodes: dict[str, tuple[torch.Node, InputSource]] = {}
         self._asked: dict[tuple[str, int], ExporterRecord | None] = {}
-        self._translators: dict[int, Callable[[Any], Any]] = {}
+        self._translators: dict[int, Callable[[torch.Graph], torch.Graph]] = {}
         # By the printed graph of one op and opset: asked once per capture, since a
         # symbolic function the user registers later in the process must be seen.
         self._by_text: dict[tuple[str, int], ExporterRecord | None] = {}
         self._missing = False  # the exporter's private API is gone: said once, then none
 
-    def add(self, name: str, node: Any, source: Callable[[Any], tuple[str | None, Any]]) -> None:
+    def add(self, name: str, node: torch.Node, source: InputSource) -> None:
         """Op ``name`` is traced ``node``; ``source(value)``: (data name, weight) of an input.
 
         The data name is ``None`` for an input that is no data value; the weight (a
@@ -98,8 +106,7 @@ class ExporterRecords:
             self._asked[name, opset] = self._ask(*self._nodes[name], opset)
         return self._asked[name, opset]
 
-    def _ask(self, node: Any, source: Callable[[Any], tuple[str | None, Any]],
-             opset: int) -> ExporterRecord | None:
+    def _ask(self, node: torch.Node, source: InputSource, opset: int) -> ExporterRecord | None:
         try:
             if opset not in self._translators:  # asked first: a missing API is said here
                 self._translators[opset] = torchscript_translator(opset)
@@ -117,7 +124,7 @@ class ExporterRecords:
         found = self._by_text[key]
         return None if found is None else replace(found, inputs=inputs)
 
-    def _translate(self, graph: Any, opset: int) -> ExporterRecord | None:
+    def _translate(self, graph: torch.Graph, opset: int) -> ExporterRecord | None:
         """The record of ``graph`` translated; ``None`` where the op's symbolic refused it."""
         try:
             return _record(self._translators[opset](graph))
@@ -126,18 +133,17 @@ class ExporterRecords:
             return None
 
 
-def _alone(node: Any, source: Callable[[Any], tuple[str | None, Any]],
-           ) -> tuple[Any, tuple[str | None, ...]]:
+def _alone(node: torch.Node, source: InputSource) -> tuple[torch.Graph, tuple[str | None, ...]]:
     """A graph of ``node`` alone, and for each of its inputs the data value it stands for.
 
     Literals (and lists of them) are copied with it; every other value it reads is an
     input of the graph, with the traced type (a weight's from the weight itself).
     """
     graph = script_graph()
-    copies: dict[int, Any] = {}
+    copies: dict[int, torch.Value] = {}
     names: list[str | None] = []
 
-    def copy(value: Any) -> Any:
+    def copy(value: torch.Value) -> torch.Value:
         if value.unique() not in copies:
             producer = value.node()
             if producer.kind() in ("prim::Constant", "prim::ListConstruct"):
@@ -169,7 +175,7 @@ def _alone(node: Any, source: Callable[[Any], tuple[str | None, Any]],
 _NOWHERE = Read(None, -1)
 
 
-def _record(graph: Any) -> ExporterRecord:
+def _record(graph: torch.Graph) -> ExporterRecord:
     """The nodes of a translated graph, each reading the values it reads, and its outputs."""
     where = {value.unique(): Read(None, index) for index, value in enumerate(graph.inputs())}
     nodes = []

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -28,7 +28,7 @@ from bisect_onnx.graph.provenance import Provenance, user_source
 from bisect_onnx.pytorch.calls import call_name
 from bisect_onnx.pytorch.module_side import buffers_restored, describe_arrays, to_numpy, to_tensor
 from bisect_onnx.pytorch.op_values import OpCapture
-from bisect_onnx.pytorch.script_exported import ExporterRecords
+from bisect_onnx.pytorch.script_exported import ExporterRecords, InputSource
 from bisect_onnx.pytorch.script_side import (
     TopLevel,
     call_numbers,
@@ -57,6 +57,8 @@ class Argument:
     """``value`` (``value`` names an op or a graph input), ``weight`` (a tensor of the
     model) or ``constant`` (a literal: a number, a list of them, ``None``)."""
     value: Any
+    """By ``source``: the value's name (a ``str``), the tensor, or the literal, whose type
+    only the op's schema says (its readers take each by position)."""
     keyword: str | None = None
     """The parameter's name where the op takes it by keyword only (SDPA's ``scale``)."""
 
@@ -129,7 +131,7 @@ def capture_script_ops(model: torch.jit.ScriptModule, arrays: Sequence[np.ndarra
     """
     graph, found = instrument_values(model, aliases)
     results = run_instrumented(model, graph, arrays)
-    captured = results[1:]
+    captured = cast("tuple[torch.Tensor, ...]", results[1:])  # TopLevel.values' tensors
     inputs = list(graph.inputs())[1:]  # the first is the module itself
     names = {value.debugName(): f"input_{index}" for index, value in enumerate(inputs)}
     capture = ScriptOpCapture(values={}, module_paths=tuple(found.paths), graph_inputs={
@@ -168,7 +170,7 @@ def capture_script_ops(model: torch.jit.ScriptModule, arrays: Sequence[np.ndarra
 
 
 def _record(capture: ScriptOpCapture, op: ScriptOp, reads: Sequence[str],
-            names: dict[str, str], value: Any, provenance: Provenance) -> None:
+            names: dict[str, str], value: torch.Tensor, provenance: Provenance) -> None:
     """Add one op value to ``capture``, with the values it reads and their readers."""
     capture.ops.append(op)
     capture.op_names[op.name] = f"aten.{op.kind.split('::', 1)[-1]}"
@@ -251,7 +253,8 @@ def _overload(node: torch.Node) -> str:
 
 
 def _arguments(node: torch.Node, names: dict[str, str], model: torch.jit.ScriptModule,
-               computed: dict[str, Any], data: set[str]) -> tuple[Argument, ...] | None:
+               computed: dict[str, torch.Tensor], data: set[str],
+               ) -> tuple[Argument, ...] | None:
     import torch
 
     try:
@@ -271,15 +274,15 @@ def _arguments(node: torch.Node, names: dict[str, str], model: torch.jit.ScriptM
     return tuple(arguments)
 
 
-def _sources(names: dict[str, str], model: torch.jit.ScriptModule, computed: dict[str, Any],
-             data: set[str]) -> Callable[[torch.Value], tuple[str | None, Any]]:
+def _sources(names: dict[str, str], model: torch.jit.ScriptModule,
+             computed: dict[str, torch.Tensor], data: set[str]) -> InputSource:
     """What an op's input is, for :class:`ExporterRecords`: (data name, weight).
 
     A value packed and unpacked on the way (a tuple a module returns) is the one
     packed; a data value the capture has no name for (a ``chunk``'s part) is named by
     its traced name, ``%x.1``: data, though no op value stands for it.
     """
-    def source(value: torch.Value) -> tuple[str | None, Any]:
+    def source(value: torch.Value) -> tuple[str | None, torch.Tensor | None]:
         debug_name = value.debugName()
         held = [item.debugName() for item in _held(value)]
         if debug_name in names or len(held) == 1 and held[0] in names:

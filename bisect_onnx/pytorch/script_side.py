@@ -23,7 +23,7 @@ import logging
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -39,7 +39,7 @@ from bisect_onnx.pytorch.module_side import (
 )
 from bisect_onnx.pytorch.private_apis import graph_function, remove_mutation
 from bisect_onnx.pytorch.shared_modules import canonical_path, module_aliases
-from bisect_onnx.runtime.sides import Capture, CapturedValue
+from bisect_onnx.runtime.sides import Capture, CapturedValue, JsonObject
 
 if TYPE_CHECKING:
     import torch
@@ -66,7 +66,7 @@ class ScriptModuleSide:
             if (path, number) not in captured
         ]
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         """What this side is, for the report."""
         return {"kind": "torchscript", "model": self.label, "class": self.model.original_name,
                 "module_calls": len(self._calls)}
@@ -77,7 +77,7 @@ class ScriptModuleSide:
             raise InputError("a TorchScript model takes its inputs in order: give every "
                              "input up to the last one you need, positionally")
         results = run_instrumented(self.model, self.graph, inputs)
-        final, captured = results[0], results[1:]
+        final, captured = results[0], cast("tuple[torch.Tensor, ...]", results[1:])
         values: dict[str, CapturedValue] = {}
         for call in sorted(self._calls, key=lambda call: call.hook_order):
             several = len(call.outputs) > 1
@@ -92,21 +92,26 @@ class ScriptModuleSide:
         return Capture(values=values, outputs=final_outputs(final, self.model.original_name))
 
 
-def run_instrumented(model: Any, graph: Any, inputs: Sequence[np.ndarray]) -> Any:
-    """Run a graph made by :func:`instrument_values` on ``inputs``: its one tuple."""
+def run_instrumented(model: torch.jit.ScriptModule, graph: torch.Graph,
+                     inputs: Sequence[np.ndarray]) -> tuple[object, ...]:
+    """Run a graph made by :func:`instrument_values` on ``inputs``: its one tuple.
+
+    The model's own output first, then the tensors :attr:`TopLevel.values` names.
+    """
     import torch
 
     function = graph_function(graph, model)
     try:  # a trace shares the model's buffers: a training-mode BatchNorm's are put back
         with buffers_restored(model), torch.no_grad():
-            return function(*[to_tensor(array) for array in inputs],
-                            *_defaults_after(model, len(inputs)))
+            return cast("tuple[object, ...]",
+                        function(*[to_tensor(array) for array in inputs],
+                                 *_defaults_after(model, len(inputs))))
     except Exception as error:
         raise ModelError(f"the TorchScript model raised {type(error).__name__} on inputs "
                          f"{describe_arrays(inputs)}: {one_line(error)}") from error
 
 
-def _defaults_after(model: Any, given: int) -> list[Any]:
+def _defaults_after(model: torch.jit.ScriptModule, given: int) -> list[object]:
     """Default values of ``forward``'s parameters after the first ``given``.
 
     A function made from the graph keeps the parameters but not their defaults.
@@ -117,7 +122,7 @@ def _defaults_after(model: Any, given: int) -> list[Any]:
 
 def _instrument(
     model: torch.jit.ScriptModule,
-) -> tuple[Any, list[PlannedCall], Counter[str]]:
+) -> tuple[torch.Graph, list[PlannedCall[int]], Counter[str]]:
     """Instrument the inlined graph.
 
     Returns the graph (returning its output, then every tensor an ATen node makes),
@@ -131,8 +136,8 @@ def _instrument(
     return graph, calls, calls_per_module
 
 
-def instrument_values(model: Any, aliases: Mapping[str, str] | None = None,
-                      ) -> tuple[Any, TopLevel]:
+def instrument_values(model: torch.jit.ScriptModule, aliases: Mapping[str, str] | None = None,
+                      ) -> tuple[torch.Graph, TopLevel]:
     """The inlined graph, made to return its output then every tensor an ATen node makes.
 
     Returns the graph and what its top-level nodes make (:class:`TopLevel`).
@@ -153,7 +158,7 @@ def instrument_values(model: Any, aliases: Mapping[str, str] | None = None,
     return graph, found
 
 
-def call_numbers(model: Any, found: TopLevel) -> dict[int, dict[str, int]]:
+def call_numbers(model: torch.jit.ScriptModule, found: TopLevel) -> dict[int, dict[str, int]]:
     """Node position -> {module path: which call of it the node ran in}.
 
     The calls of a reused module split its nodes as :class:`ScriptModuleSide` does;
@@ -175,7 +180,7 @@ def call_numbers(model: Any, found: TopLevel) -> dict[int, dict[str, int]]:
 class TopLevel:
     """The inlined graph's top-level nodes; what ATen nodes make, and which modules ran them."""
 
-    nodes: Sequence[Any]
+    nodes: Sequence[torch.Node]
     paths: Sequence[str]
     """Every submodule path of the model."""
     users: dict[str, set[int]]
@@ -185,7 +190,7 @@ class TopLevel:
     aliases: dict[str, str] = field(default_factory=dict)
     """Path -> the first path of the same module (see :mod:`~bisect_onnx.pytorch.shared_modules`):
     the path every call of a module registered twice is known by."""
-    values: list[Any] = field(default_factory=list)
+    values: list[torch.Value] = field(default_factory=list)
     """Every tensor an ATen node makes, in graph order: the run returns them after its own
     output."""
     outputs_of: dict[int, list[tuple[str, int]]] = field(default_factory=dict)
@@ -210,7 +215,7 @@ def _find_values(found: TopLevel) -> TopLevel:
 
 
 def _calls_of(found: TopLevel, path: str, module_class: str, positions: list[int],
-              called: int) -> list[PlannedCall]:
+              called: int) -> list[PlannedCall[int]]:
     """The ``called`` calls of one module, from the nodes that ran in it, if they split evenly."""
     top_level = found.nodes
     runs = split_into_calls(positions, called, origin=lambda position: position,
@@ -237,7 +242,7 @@ def _calls_of(found: TopLevel, path: str, module_class: str, positions: list[int
     return calls
 
 
-def _return_everything(graph: Any, values: Sequence[Any]) -> None:
+def _return_everything(graph: torch.Graph, values: Sequence[torch.Value]) -> None:
     """Make the graph return one tuple: its own result, then every value in ``values``.
 
     One tuple, since a function made from a graph returns a single value.
@@ -260,14 +265,14 @@ _SHAPE_OPS = frozenset({"aten::size", "aten::numel", "aten::dim", "aten::Int",
                         "aten::ScalarImplicit", "aten::len"})
 
 
-def _users(graph: Any, top_level: Sequence[Any]) -> dict[str, set[int]]:
+def _users(graph: torch.Graph, top_level: Sequence[torch.Node]) -> dict[str, set[int]]:
     """Value name -> positions of the top-level nodes that read it (``_RETURN``: the output).
 
     A read inside an If or Loop counts as a read by that If or Loop.
     """
     users: dict[str, set[int]] = defaultdict(set)
 
-    def visit(node: Any, position: int) -> None:
+    def visit(node: torch.Node, position: int) -> None:
         for value in node.inputs():
             users[value.debugName()].add(position)
         for block in node.blocks():
@@ -283,7 +288,8 @@ def _users(graph: Any, top_level: Sequence[Any]) -> dict[str, set[int]]:
     return users
 
 
-def _called_paths(module: Any, prefix: str, method: str = "forward") -> list[str]:
+def _called_paths(module: torch.jit.ScriptModule, prefix: str, method: str = "forward",
+                  ) -> list[str]:
     """Every submodule call in ``module.<method>``, recursively, as dotted paths.
 
     Tracing gives each further call of a module a method of its own (``forward1``,
@@ -316,7 +322,7 @@ def _called_paths(module: Any, prefix: str, method: str = "forward") -> list[str
     return found
 
 
-def _calls_per_module(model: Any, found: TopLevel) -> Counter[str]:
+def _calls_per_module(model: torch.jit.ScriptModule, found: TopLevel) -> Counter[str]:
     """How often each module is called, a module registered twice under its first path.
 
     By the graph's method calls, or by the callers its nodes ran under where those are
@@ -330,7 +336,7 @@ def _calls_per_module(model: Any, found: TopLevel) -> Counter[str]:
     return counted
 
 
-def _caller(node: Any, path: str, found: TopLevel) -> str | None:
+def _caller(node: torch.Node, path: str, found: TopLevel) -> str | None:
     """The hierarchy ``node`` ran under, down to the module at ``path`` (its caller's)."""
     parts = [part.rstrip(")") for part in node.getModuleHierarchy().split(").")]
     resolved = [each for each, _ in module_paths_of(node, found)]
@@ -339,11 +345,11 @@ def _caller(node: Any, path: str, found: TopLevel) -> str | None:
     return ").".join(parts[:resolved.index(path) + 1])
 
 
-def _module_paths(node: Any, found: TopLevel) -> set[str]:
+def _module_paths(node: torch.Node, found: TopLevel) -> set[str]:
     return {path for path, _ in module_paths_of(node, found)}
 
 
-def module_paths_of(node: Any, found: TopLevel) -> list[tuple[str, str]]:
+def module_paths_of(node: torch.Node, found: TopLevel) -> list[tuple[str, str]]:
     """(module path, class) of each module instance ``node`` ran in, outermost first.
 
     A module registered twice is named by its first path, as the exporter names it.

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeGuard, cast
 
 import numpy as np
 
@@ -140,7 +140,8 @@ def _rerun(module: torch.nn.Module, path: str, arguments: CallArguments, plan: _
            else torch.full_like(item, float("nan"), dtype=torch.float64)
            if isinstance(item, torch.Tensor) and item.is_floating_point() else item
            for index, item in enumerate(flat)]
-    args, kwargs = tree_unflatten(fed, spec)
+    args, kwargs = cast("tuple[tuple[object, ...], dict[str, object]]",
+                        tree_unflatten(fed, spec))
     hooks = _Hooks(module, path, arguments.inner_calls, plan.hooked, output)
     try:
         with buffers_restored(module), torch.no_grad():
@@ -160,7 +161,7 @@ def _rerun(module: torch.nn.Module, path: str, arguments: CallArguments, plan: _
     return result.detach().numpy()
 
 
-def _promoted(item: Any) -> Any:
+def _promoted(item: torch.Tensor) -> torch.Tensor:
     return item.detach().double() if item.is_floating_point() else item.detach()
 
 
@@ -170,7 +171,7 @@ class _Hooks:
     def __init__(self, module: torch.nn.Module, path: str, before: Mapping[str, int],
                  pins: Sequence[Pin], output: tuple[str, int]) -> None:
         self.fed: set[Pin] = set()
-        self.result: Any = None
+        self.result: torch.Tensor | None = None
         self.counts = dict(before)  # calls of each submodule before the rerun's call began
         self.pins: dict[tuple[str, int], list[Pin]] = {}
         for pin in pins:
@@ -186,7 +187,8 @@ class _Hooks:
     def _key(self, sub: torch.nn.Module) -> tuple[str, int]:
         return self.paths[sub], self.counts.get(self.relative[sub], 0)
 
-    def _before(self, sub: torch.nn.Module, args: tuple) -> Any:
+    def _before(self, sub: torch.nn.Module, args: tuple[object, ...],
+                ) -> tuple[object, ...] | None:
         pin = next((pin for pin in self.pins.get(self._key(sub), ()) if pin.given), None)
         if pin is None:
             return None
@@ -197,7 +199,8 @@ class _Hooks:
         return tuple(_as_float64(pin.array) if index == tensors[0] else item
                      for index, item in enumerate(args))
 
-    def _after(self, sub: torch.nn.Module, args: tuple, returned: Any) -> Any:
+    def _after(self, sub: torch.nn.Module, args: tuple[object, ...], returned: object,
+               ) -> object:
         key = self._key(sub)
         self.counts[self.relative[sub]] = key[1] + 1
         replaced = None
@@ -216,7 +219,7 @@ class _Hooks:
             handle.remove()
 
 
-def _with_item(value: Any, suffix: str, tensor: Any) -> Any:
+def _with_item(value: object, suffix: str, tensor: torch.Tensor) -> object:
     """``value`` with its tensor at ``suffix`` (``[1][0]``) replaced; ``None`` if none is there.
 
     Only tuples and lists are rebuilt: a dict or a named tuple of the model's own class
@@ -225,17 +228,18 @@ def _with_item(value: Any, suffix: str, tensor: Any) -> Any:
     if not suffix:
         return tensor if _is_tensor(value) else None
     head, _, rest = suffix[1:].partition("]")
-    if type(value) not in (tuple, list) or not head.isdigit() or int(head) >= len(value):
+    sequence = cast("tuple[object, ...] | list[object]", value)  # used once it is one
+    if type(value) not in (tuple, list) or not head.isdigit() or int(head) >= len(sequence):
         return None
-    inner = _with_item(value[int(head)], rest, tensor)
+    inner = _with_item(sequence[int(head)], rest, tensor)
     if inner is None:
         return None
-    items = list(value)
+    items = list(sequence)
     items[int(head)] = inner
-    return type(value)(items)
+    return type(sequence)(items)
 
 
-def _is_tensor(item: object) -> bool:
+def _is_tensor(item: object) -> TypeGuard[torch.Tensor]:
     import torch
 
     return isinstance(item, torch.Tensor)

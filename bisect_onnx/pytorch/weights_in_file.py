@@ -22,12 +22,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bisect_onnx.graph.weights import external_location
 
 if TYPE_CHECKING:
     import onnx
+    import torch
 
 __all__ = ["FileCopy", "StoredWeights", "advise", "bytes_of", "read_into", "view_of"]
 
@@ -75,7 +76,7 @@ class StoredWeights:
     """
 
     def __init__(self, model: onnx.ModelProto, model_dir: Path) -> None:
-        self._by_kind: dict[tuple[Any, tuple[int, ...]], list[_Stored]] = {}
+        self._by_kind: dict[tuple[torch.dtype | None, tuple[int, ...]], list[_Stored]] = {}
         self._used: set[tuple[Path, int]] = set()
         self._maps: dict[Path, mmap.mmap] = {}
         # The system is asked to read ahead from a thread of its own: the request waits
@@ -88,7 +89,7 @@ class StoredWeights:
                 self._by_kind.setdefault((_torch_dtype(tensor.data_type), stored.shape),
                                          []).append(stored)
 
-    def find(self, tensor: Any) -> FileCopy | None:
+    def find(self, tensor: torch.Tensor) -> FileCopy | None:
         """Where the file holds ``tensor``'s bytes (contiguous, CPU), if it does."""
         shape = tuple(tensor.shape)
         orientations = [(shape, False)]
@@ -133,8 +134,8 @@ class StoredWeights:
         return self._maps[path]
 
 
-def view_of(mapped: mmap.mmap, offset: int, dtype: Any, shape: tuple[int, ...],
-            transposed: bool) -> Any:
+def view_of(mapped: mmap.mmap, offset: int, dtype: torch.dtype, shape: tuple[int, ...],
+            transposed: bool) -> torch.Tensor:
     """A tensor of ``shape`` over the map's bytes at ``offset`` (its transpose's, if so)."""
     import torch
 
@@ -181,7 +182,7 @@ def _stored(tensor: onnx.TensorProto, model_dir: Path, sizes: dict[Path, int]) -
     return _Stored(path, offset, shape)
 
 
-def _same_bytes(tensor: Any, mapped: mmap.mmap, stored: _Stored, transposed: bool,
+def _same_bytes(tensor: torch.Tensor, mapped: mmap.mmap, stored: _Stored, transposed: bool,
                 read_ahead: Callable[[mmap.mmap, int, int], None]) -> bool:
     """Whether every byte of ``tensor`` is the stored tensor's (its transpose's)."""
     import torch
@@ -204,7 +205,7 @@ def _same_bytes(tensor: Any, mapped: mmap.mmap, stored: _Stored, transposed: boo
                for start in range(0, ours.shape[1], _ROWS_AT_ONCE))
 
 
-def _bits(tensor: Any) -> Any:
+def _bits(tensor: torch.Tensor) -> torch.Tensor:
     """The tensor as integers of its element's width: compared bit for bit (NaN, -0.0)."""
     import torch
 
@@ -212,7 +213,7 @@ def _bits(tensor: Any) -> Any:
     return tensor.view(integer[tensor.element_size()])
 
 
-def _torch_dtype(data_type: int) -> Any:
+def _torch_dtype(data_type: int) -> torch.dtype | None:
     """The torch dtype of an ONNX element type whose bytes PyTorch stores alike; else None."""
     import onnx
     import torch
@@ -225,7 +226,7 @@ def _torch_dtype(data_type: int) -> Any:
             kinds.BOOL: torch.bool}.get(data_type)
 
 
-def bytes_of(tensor: Any) -> memoryview:
+def bytes_of(tensor: torch.Tensor) -> memoryview:
     """A writable byte view of a contiguous tensor's memory (any dtype)."""
     import torch
 

@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import numpy as np
 
@@ -30,7 +30,7 @@ from bisect_onnx.graph.provenance import Provenance
 from bisect_onnx.graph.view import GraphView
 from bisect_onnx.runtime.input_specs import InputSpec, input_specs
 from bisect_onnx.runtime.onnx_files import load_onnx_model
-from bisect_onnx.runtime.sides import Capture, CapturedValue
+from bisect_onnx.runtime.sides import Capture, CapturedValue, JsonObject
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -113,7 +113,7 @@ class ProductionCheck:
     how: str | None = None
     """A sentence: the outputs compared, or the optimized graph found identical."""
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         """The report's ``capture`` fields for it."""
         return {"outputs_match_production": self.matches, "production_check": self.how,
                 "production_max_abs_difference": self.difference}
@@ -200,11 +200,11 @@ class Runner(ABC):
         return frozenset()
 
     @abstractmethod
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         """What this runner is, for the report's ``candidate`` entry."""
 
     @abstractmethod
-    def describe_capture(self, production: ProductionCheck | None) -> dict[str, Any]:
+    def describe_capture(self, production: ProductionCheck | None) -> JsonObject:
         """How the capture is made, with how a run of it was checked, for the report."""
 
     @abstractmethod
@@ -231,7 +231,7 @@ class Runner(ABC):
         """
 
     @abstractmethod
-    def where_it_ran(self, value: str, node: str | None) -> dict[str, Any]:
+    def where_it_ran(self, value: str, node: str | None) -> JsonObject:
         """The report's ``culprit.node.ran_in``: the kernel or layer that computed it."""
 
     def prepare(self) -> None:  # noqa: B027 (a hook: nothing to plan by default)

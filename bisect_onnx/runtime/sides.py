@@ -10,13 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, TypeAlias, runtime_checkable
 
 import numpy as np
 
 from bisect_onnx.graph.provenance import Provenance
 
-__all__ = ["CapturedValue", "Capture", "SampleArrays", "Side"]
+__all__ = ["CapturedValue", "Capture", "SampleArrays", "Side", "Json", "JsonObject"]
+
+#: A value as the JSON report holds it.
+Json: TypeAlias = "str | int | float | bool | None | list[Json] | dict[str, Json]"
+#: What a side's or a runner's ``describe()`` gives: an object of the JSON report.
+JsonObject: TypeAlias = "dict[str, Json]"
 
 
 @dataclass(frozen=True)
@@ -57,7 +62,7 @@ class SampleArrays:
 class Side(Protocol):
     """A PyTorch reference: one side of a comparison."""
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         """What this side is, for the report (kind, model, settings)."""
         ...
 

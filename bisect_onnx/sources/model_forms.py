@@ -25,7 +25,7 @@ import warnings
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bisect_onnx.errors import InputError, ModelError, one_line
 from bisect_onnx.sources.file_kinds import (
@@ -231,7 +231,7 @@ def _pt2_members_needing_pickle(path: Path) -> list[str]:
     return unsafe
 
 
-def _config_entries(raw: bytes) -> list[dict[str, Any]]:
+def _config_entries(raw: bytes) -> list[dict[str, object]]:
     """The entries of a weights/constants config; an unreadable one is torch's to report."""
     try:
         config = json.loads(raw).get("config", {})

@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bisect_onnx.runtime.onnxruntime.placement import ProfileFolder, kernels_by_output
 from bisect_onnx.runtime.onnxruntime.sessions import create_session
@@ -31,6 +31,8 @@ from bisect_onnx.runtime.onnxruntime.sessions import create_session
 if TYPE_CHECKING:
     import onnx
     import onnxruntime as ort
+
+    from bisect_onnx.runtime.sides import JsonObject
 
 __all__ = ["CapturePlan", "plan_capture", "NCHWC_TRANSFORMER", "NCHWC_DOMAIN",
            "graph_nodes", "op_counts", "session_and_graph"]
@@ -80,7 +82,7 @@ class CapturePlan:
         """
         return bool(self.production_nodes) and self.capture_nodes == self.production_nodes
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         """The plan for the report's ``capture`` entry."""
         return {
             "mode": self.mode,

@@ -21,11 +21,13 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:
     import onnx
     import onnxruntime as ort
+
+    from bisect_onnx.runtime.sides import JsonObject
 
 __all__ = ["Kernel", "ProfileFolder", "read_kernels", "kernels_by_output", "ran_in"]
 
@@ -76,7 +78,24 @@ def read_kernels(session: ort.InferenceSession, folder: ProfileFolder) -> dict[s
         folder.remove()
 
 
-def _kernels(events: list[dict[str, Any]]) -> dict[str, Kernel]:
+class _EventArgs(TypedDict, total=False):
+    """What a profile event says of its kernel (the keys read here; there are others)."""
+
+    op_name: str
+    provider: str
+    output_type_shape: list[dict[str, list[int]]]
+    """Each output's element type -> its shape: ``[{"float": [1, 8]}]``."""
+
+
+class _ProfileEvent(TypedDict, total=False):
+    """One event of ONNX Runtime's profile, a JSON object (the keys read here)."""
+
+    name: str
+    cat: str
+    args: _EventArgs
+
+
+def _kernels(events: list[_ProfileEvent]) -> dict[str, Kernel]:
     kernels: dict[str, Kernel] = {}
     for event in events:
         name = event.get("name", "")
@@ -99,7 +118,7 @@ def kernels_by_output(optimized: onnx.ModelProto) -> dict[str, str]:
 
 
 def ran_in(value: str, node: str | None, model: onnx.ModelProto, kernels: Mapping[str, Kernel],
-           producers: Mapping[str, str]) -> dict[str, Any] | None:
+           producers: Mapping[str, str]) -> JsonObject | None:
     """The kernel that computed ``value`` and its provider (``culprit.node.ran_in``).
 
     ``model``: the graph the user gave; ``producers``: the optimized graph's values by

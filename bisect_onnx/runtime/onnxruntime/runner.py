@@ -13,7 +13,7 @@ import tempfile
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -44,7 +44,7 @@ from bisect_onnx.runtime.runner import (
     RuntimeRun,
     Session,
 )
-from bisect_onnx.runtime.sides import CapturedValue
+from bisect_onnx.runtime.sides import CapturedValue, JsonObject
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -106,7 +106,7 @@ class OnnxRuntimeRunner(Runner):
         """The graph optimization level every session of this runner is made at."""
         return self._opt_level
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         """What this runner is, for the report."""
         return {
             "kind": self.runtime,
@@ -118,7 +118,7 @@ class OnnxRuntimeRunner(Runner):
             "opt_level": self.opt_level,
         }
 
-    def describe_capture(self, production: ProductionCheck | None) -> dict[str, Any]:
+    def describe_capture(self, production: ProductionCheck | None) -> JsonObject:
         """How the capture was made and checked, for the report."""
         if self.plan is None:
             return {}
@@ -272,7 +272,7 @@ class OnnxRuntimeRunner(Runner):
                                        for name in node.output},
                                       graph_nodes(optimized))
 
-    def where_it_ran(self, value: str, node: str | None) -> dict[str, Any]:
+    def where_it_ran(self, value: str, node: str | None) -> JsonObject:
         """The capture's kernel computing ``value`` and its provider, from the profile.
 
         Without a profile only the CPU provider is certain: with another, nodes it

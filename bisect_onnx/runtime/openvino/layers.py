@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bisect_onnx.graph.view import GraphView
 
 if TYPE_CHECKING:
     import openvino as ov
+
+    from bisect_onnx.runtime.sides import JsonObject
 
 __all__ = ["ExecutedLayer", "executed_layers", "blank_numbers",
            "BOOKKEEPING_LAYERS", "LAYOUT_OPS"]
@@ -58,7 +60,7 @@ class ExecutedLayer:
         """The precision of the layer's (first) output: what a captured value keeps."""
         return self.output_precisions.split(",")[0].strip()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The layer as the report writes it."""
         return {"name": self.name, "type": self.layer_type,
                 "runtime_precision": self.runtime_precision,

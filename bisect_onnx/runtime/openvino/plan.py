@@ -42,7 +42,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bisect_onnx.graph.view import GraphView
 from bisect_onnx.runtime.openvino.layers import (
@@ -54,6 +54,8 @@ from bisect_onnx.runtime.openvino.sessions import NARROW_TYPES
 
 if TYPE_CHECKING:
     import openvino as ov
+
+    from bisect_onnx.runtime.sides import JsonObject
 
 __all__ = ["OpenVinoPlan", "plan_capture", "leaving_values", "same_layers", "MAX_ROUNDS"]
 
@@ -92,7 +94,7 @@ class OpenVinoPlan:
         """
         return same_layers(self.capture_layers, self.production_layers)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         """The plan for the report's ``capture`` entry."""
         return {"mode": "executed layers", "executed_layers": len(self.production_layers),
                 "candidates": len(self.candidates), "captured": len(self.captured),

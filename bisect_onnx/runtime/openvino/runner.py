@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -41,7 +41,7 @@ from bisect_onnx.runtime.runner import (
     RuntimeRun,
     captured_by_node,
 )
-from bisect_onnx.runtime.sides import Capture, CapturedValue
+from bisect_onnx.runtime.sides import Capture, CapturedValue, JsonObject
 
 if TYPE_CHECKING:
     import openvino as ov
@@ -92,7 +92,7 @@ class OpenVinoRunner(Runner):
         """How the model is named in OpenVINO's error messages."""
         return self.path.name
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         """What this side is, for the report."""
         return {"kind": self.runtime, "model": str(self.path),
                 "producer": f"{self.model.producer_name} {self.model.producer_version}".strip(),
@@ -100,7 +100,7 @@ class OpenVinoRunner(Runner):
                 "inference_precision": self.precision,
                 "precision_asked": self.asked_precision, "openvino": self.version}
 
-    def describe_capture(self, production: ProductionCheck | None) -> dict[str, Any]:
+    def describe_capture(self, production: ProductionCheck | None) -> JsonObject:
         """How the capture was made and checked, for the report."""
         if self.promote == "all":
             return {"mode": "all values"} if self._capture is not None else {}
@@ -129,7 +129,7 @@ class OpenVinoRunner(Runner):
         return next((layer for layer in reversed(self.production_layers or ())
                      if node in layer.nodes), None)
 
-    def where_it_ran(self, value: str, node: str | None) -> dict[str, Any]:
+    def where_it_ran(self, value: str, node: str | None) -> JsonObject:
         """Production's executed layer that computed ``node``, in its precision."""
         layer = self.layer_of(node)
         return {"runtime": self.runtime, "inference_precision": self.precision,

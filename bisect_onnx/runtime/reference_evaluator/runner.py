@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,9 +28,10 @@ from bisect_onnx.runtime.runner import (
     Session,
     captured_by_node,
 )
-from bisect_onnx.runtime.sides import CapturedValue
+from bisect_onnx.runtime.sides import CapturedValue, JsonObject
 
 if TYPE_CHECKING:
+    import numpy.typing as npt
     import onnx
     from onnx.reference import ReferenceEvaluator
 
@@ -64,14 +65,14 @@ class ReferenceEvaluatorRunner(Runner):
         # Made at the first run, kept for the next samples.
         self._evaluator: ReferenceEvaluator | None = None
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         """What this runner is, for the report."""
         return {"kind": EVALUATOR, "model": str(self.path),
                 "producer": f"{self.model.producer_name} {self.model.producer_version}".strip(),
                 "graph": self.model.graph.name, "nodes": len(self.nodes),
                 "provider": None, "opt_level": None}
 
-    def describe_capture(self, production: ProductionCheck | None) -> dict[str, Any]:
+    def describe_capture(self, production: ProductionCheck | None) -> JsonObject:
         """Every value is computed and kept; nothing is fused."""
         names = [name for node in self.model.graph.node if node.op_type != "Constant"
                  for name in node.output if name]
@@ -104,11 +105,12 @@ class ReferenceEvaluatorRunner(Runner):
         """Not available: the evaluator compiles no production graph to probe."""
         raise UsageError(_REFERENCE_ONLY)
 
-    def where_it_ran(self, value: str, node: str | None) -> dict[str, Any]:
+    def where_it_ran(self, value: str, node: str | None) -> JsonObject:
         """In numpy, op by op, as the ONNX specification says."""
         return {"runtime": self.runtime, "provider": None, "kernel": None}
 
-    def _evaluate(self, wanted: list[str], inputs: Sequence[np.ndarray]) -> list[Any]:
+    def _evaluate(self, wanted: list[str], inputs: Sequence[np.ndarray],
+                  ) -> list[npt.ArrayLike]:
         evaluator = self._load()
         feeds = {spec.name: array for spec, array in zip(self.inputs, inputs, strict=True)}
         try:
