@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bisect_onnx.fixes.trial import FixKind
 from bisect_onnx.graph.provenance import short_op
 from bisect_onnx.judge.vocabulary import Granularity
+from bisect_onnx.report.advice import advice, another_model
 from bisect_onnx.report.formatting import (
     format_number,
     format_rounded_up,
@@ -104,7 +104,7 @@ def _diverged_line(report: Report, basis: str) -> str:
     if search:
         lines.append(search)
     lines.append(f"tolerance: {basis.strip('()')}")
-    another = _another_model(report)
+    another = another_model(report)
     if another is not None:  # said before any culprit: the file is the cause
         lines = [f"DIVERGED: {another}",
                  f"in the file: {lines[0].removeprefix('DIVERGED: ')}", *lines[1:]]
@@ -150,7 +150,7 @@ def _culprit_lines(report: Report, culprit: Record, record: Record) -> list[str]
     nodeless = (report.attribution or {}).get("nodeless")
     if nodeless:
         lines = [f"DIVERGED: culprit {describe_origin(culprit)}, which has no ONNX node: "
-                 f"{_advice(report)}",
+                 f"{advice(report)}",
                  f"it changes the value in PyTorch while ONNX hands its input on: ONNX value "
                  f"{culprit.onnx_value!r} equals PyTorch's {nodeless['before']!r} and is off "
                  f"by {format_number(culprit.max_abs_error)} from PyTorch's output of it"]
@@ -164,7 +164,7 @@ def _culprit_lines(report: Report, culprit: Record, record: Record) -> list[str]
                f"{reads!r} as the segment computed it from the reference's values")
         lines = [f"DIVERGED: culprit ONNX node {culprit.onnx_node!r} ({culprit.onnx_op}), which "
                  f"has no counterpart in the reference (it reads value {reads!r}): "
-                 f"{_advice(report)}",
+                 f"{advice(report)}",
                  f"taken through (its output fed {fed}), the "
                  f"values after it agree; it changes that value by "
                  f"{format_number(culprit.max_abs_error)}",
@@ -172,7 +172,7 @@ def _culprit_lines(report: Report, culprit: Record, record: Record) -> list[str]
                  f"{describe_origin(record)}: {_describe_error(record)}"]
     else:
         lines = [f"DIVERGED: culprit ONNX node {culprit.onnx_node!r} ({culprit.onnx_op}) <- "
-                 f"{describe_origin(culprit)}: {_advice(report)}",
+                 f"{describe_origin(culprit)}: {advice(report)}",
                  *_culprit_evidence(report, culprit)]
         if culprit.onnx_value == record.onnx_value:
             lines.append(f"its value {record.onnx_value!r}: {_describe_error(record)}")
@@ -182,37 +182,6 @@ def _culprit_lines(report: Report, culprit: Record, record: Record) -> list[str]
                          f"{describe_origin(record)}: {_describe_error(record)}; "
                          f"{_carries_only(report, record)}")
     return lines
-
-
-def _advice(report: Report) -> str:
-    """What to do about the culprit: whom to file it with, by its classification.
-
-    Where the fix search checked that the model in eval mode reaches parity, that is the
-    cause, whatever the culprit's node looks like on its own: no bug to file.
-    """
-    eval_mode = next((fix for fix in report.fixes
-                      if fix.kind == FixKind.EVAL_MODE and fix.reaches_parity), None)
-    if eval_mode is not None:
-        return (f"the model is in training mode, and in eval mode it reaches parity "
-                f"(checked): {eval_mode.change} before exporting and comparing; no bug to file")
-    if _another_model(report) is not None:
-        return "the file is not this model's export (above): no bug to file"
-    kind = (report.attribution or {}).get("classification") or {}
-    other_export = next((fix for fix in report.fixes
-                         if fix.kind == FixKind.OTHER_EXPORT and fix.reaches_parity), None)
-    if other_export is not None:  # the exporter's doing, checked by exporting otherwise
-        return (f"the export is the cause: {other_export.change} reaches parity (checked); "
-                "file the op with the exporter that made this file (pytorch/pytorch, label "
-                '"module: onnx")')
-    if not kind:
-        return "not classified (which side is wrong could not be told)"
-    return kind["file_with"].removeprefix("unknown: ")
-
-
-def _another_model(report: Report) -> str | None:
-    """The warning that the ONNX file is another model's export, if the run found so."""
-    return next((warning for warning in report.warnings
-                 if getattr(warning, "code", None) == "another-model"), None)
 
 
 def _culprit_evidence(report: Report, culprit: Record) -> list[str]:
