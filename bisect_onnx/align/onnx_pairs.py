@@ -237,9 +237,10 @@ def pair_graphs(
     if missing and found < NAME_SHARE_FOR_STRUCTURE * len(reference_values):
         pairing.structural = True
         taken = {pair.candidate for pair in pairing.pairs}
-        matched = _pair_by_structure(reference, candidate, reference_values, candidate_values,
-                                     set(missing), taken, (reference_dir, groups.base_dir),
-                                     graph_inputs or {}, agree)
+        matched = _pair_by_structure(
+            _CapturedGraph(reference, reference_values, reference_dir),
+            _CapturedGraph(candidate, candidate_values, groups.base_dir), set(missing), taken,
+            graph_inputs or {}, agree)
         pairing.pairs.extend(matched)
         missing = [name for name in missing if name not in {p.reference for p in matched}]
         logger.info("structural fallback: %d of %d renamed values paired", len(matched),
@@ -325,23 +326,30 @@ def _pair_by_name(name: str, dtype: np.dtype, groups: CandidateGroups,
     return None
 
 
-def _pair_by_structure(reference: onnx.ModelProto, candidate: onnx.ModelProto,
-                       reference_values: Mapping[str, np.ndarray],
-                       candidate_values: Mapping[str, np.ndarray], wanted: set[str],
-                       taken: set[str], folders: tuple[str, str],
-                       graph_inputs: Mapping[str, np.ndarray],
+@dataclass(frozen=True)
+class _CapturedGraph:
+    """One side of a structural match: its graph, and its values by its own names."""
+
+    model: onnx.ModelProto
+    values: Mapping[str, np.ndarray]
+    folder: str
+    """Where its external data lies: beside its own file, not in the working folder."""
+
+
+def _pair_by_structure(reference: _CapturedGraph, candidate: _CapturedGraph, wanted: set[str],
+                       taken: set[str], graph_inputs: Mapping[str, np.ndarray],
                        agree: Agree | None) -> list[ValuePair]:
     from bisect_onnx.align.graph_description import describe_model
     from bisect_onnx.align.structural import match_graphs
 
     inputs = list(graph_inputs.values())  # the same arrays on both sides
-    # Each side's external data lies beside its own file, not in the working folder.
-    reference_dir, candidate_dir = folders
-    template = describe_model(reference, reference_values, base_dir=reference_dir,
+    reference_values, candidate_values = reference.values, candidate.values
+    template = describe_model(reference.model, reference_values, base_dir=reference.folder,
                               graph_inputs=inputs)
-    foreign = describe_model(candidate, candidate_values, base_dir=candidate_dir,
+    foreign = describe_model(candidate.model, candidate_values, base_dir=candidate.folder,
                              graph_inputs=inputs)
-    producers = {output: node for node in candidate.graph.node for output in node.output}
+    producers = {output: node for node in candidate.model.graph.node
+                 for output in node.output}
     pairs = []
     for match in match_graphs(template, foreign, agree=agree):
         if (match.template not in wanted or match.foreign in taken

@@ -22,7 +22,7 @@ from bisect_onnx.graph.nodes import NodeInfo
 from bisect_onnx.judge.findings import Refinement
 from bisect_onnx.judge.records import Record, Report
 from bisect_onnx.judge.tolerance_judge import ToleranceJudge
-from bisect_onnx.judge.tolerances import Judge
+from bisect_onnx.judge.tolerances import Judge, Tolerance
 from bisect_onnx.pytorch.op_values import OpCapture
 from bisect_onnx.runtime.sides import CapturedValue
 
@@ -62,13 +62,14 @@ def align_op_values(
     foreign: onnx.ModelProto | None = None,
     foreign_dir: Path | None = None,
     graph_inputs: Mapping[str, np.ndarray] | None = None,
-    rtol: float,
-    atol: float,
+    tolerance: Tolerance,
 ) -> OpAlignment:
     """By name and metadata; through ``template`` (an export made here) for a foreign file.
 
     A TorchScript trace's values (``ScriptOpCapture``) are paired by scope, op and order;
     ``foreign`` (the ONNX model) gives the shapes of values the capture left out.
+    ``tolerance``: the run's base; a foreign file's value agrees with the template's
+    within it.
     """
     from bisect_onnx.pytorch.script_ops import ScriptOpCapture
 
@@ -81,7 +82,7 @@ def align_op_values(
     from bisect_onnx.align.foreign import align_foreign
 
     return align_foreign(template, ops, foreign, foreign_dir or Path("."), candidate_values,
-                         graph_inputs or {}, rtol=rtol, atol=atol)
+                         graph_inputs or {}, rtol=tolerance.rtol, atol=tolerance.atol)
 
 
 def aggregate_ops(module_records: Sequence[Record], ops: Sequence[Record],

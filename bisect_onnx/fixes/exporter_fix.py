@@ -20,11 +20,12 @@ import numpy as np
 from bisect_onnx.fixes.exporter_settings import ExportSettings, candidate_settings
 from bisect_onnx.fixes.exporter_trials import ExportAttempt, torch_outputs, try_export
 from bisect_onnx.fixes.trial import FixKind, FixResult, OutputFigures
+from bisect_onnx.judge.tolerances import Tolerance
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["DEFAULT_TIME_BUDGET_S", "ExportFixSearch", "find_export_fix"]
+__all__ = ["DEFAULT_TIME_BUDGET_S", "Baseline", "ExportFixSearch", "find_export_fix"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,35 +59,43 @@ class ExportFixSearch:
                 f"{'one reaches parity' if self.fixed else 'none reaches parity'}{tail}")
 
 
+@dataclass(frozen=True)
+class Baseline:
+    """What every other export is measured against, where the run has measured it already."""
+
+    reference_outputs: Sequence[np.ndarray]
+    """PyTorch's final outputs on the search's inputs."""
+    before: OutputFigures
+    """The failing file's figures against them: every result's ``before``."""
+
+
 def find_export_fix(model: torch.nn.Module, args: Sequence[object],
                     kwargs: Mapping[str, object] | None = None,
-                    *, used: ExportSettings, rtol: float, atol: float,
-                    reference_outputs: Sequence[np.ndarray] | None = None,
-                    before: OutputFigures | None = None,
+                    *, used: ExportSettings, tolerance: Tolerance,
+                    baseline: Baseline | None = None,
                     time_budget_s: float = DEFAULT_TIME_BUDGET_S,
                     candidates: Sequence[ExportSettings] | None = None) -> ExportFixSearch:
     """Try other exports of ``model`` on ``args``/``kwargs``; the checked results.
 
-    ``used``: how the failing file was exported. ``reference_outputs``: PyTorch's final
-    outputs (run here when not given). ``before``: the failing file's figures; where
-    not given, ``used`` is exported again and measured (and where that export passes,
-    there is nothing to fix: no results). ``candidates``: the exports to try (default
+    ``used``: how the failing file was exported. ``baseline``: PyTorch's final outputs
+    and the failing file's figures; where not given, PyTorch is run here and ``used``
+    is exported again and measured (and where that export passes, there is nothing to
+    fix: no results). ``candidates``: the exports to try (default
     :func:`candidate_settings` of ``used``).
     """
     kwargs = dict(kwargs or {})
     started = time.perf_counter()
-    if reference_outputs is None:
-        reference_outputs = torch_outputs(model, args, kwargs)
     attempts: list[ExportAttempt] = []
-    if before is None:
-        baseline = try_export(model, args, kwargs, used, reference_outputs=reference_outputs,
-                              rtol=rtol, atol=atol)
-        attempts.append(baseline)
-        if baseline.figures is None or baseline.figures.passes:
-            why = baseline.failure or "it passes: nothing to fix"
+    if baseline is None:
+        reference_outputs = torch_outputs(model, args, kwargs)
+        again = try_export(model, args, kwargs, used, reference_outputs=reference_outputs,
+                           rtol=tolerance.rtol, atol=tolerance.atol)
+        attempts.append(again)
+        if again.figures is None or again.figures.passes:
+            why = again.failure or "it passes: nothing to fix"
             logger.info("export fix: the used export %s: %s", used.describe(), why)
-            return ExportFixSearch((), tuple(attempts), baseline.figures or _failed())
-        before = baseline.figures
+            return ExportFixSearch((), tuple(attempts), again.figures or _failed())
+        baseline = Baseline(reference_outputs, again.figures)
     results: list[FixResult] = []
     out_of_time = False
     for settings in (candidate_settings(used) if candidates is None else candidates):
@@ -94,14 +103,15 @@ def find_export_fix(model: torch.nn.Module, args: Sequence[object],
             out_of_time = True
             break
         attempt = try_export(model, args, kwargs, settings,
-                             reference_outputs=reference_outputs, rtol=rtol, atol=atol)
+                             reference_outputs=baseline.reference_outputs,
+                             rtol=tolerance.rtol, atol=tolerance.atol)
         attempts.append(attempt)
-        result = _result(attempt, before)
+        result = _result(attempt, baseline.before)
         if result is not None:
             results.append(result)
             if result.reaches_parity:
                 break
-    return ExportFixSearch(tuple(results), tuple(attempts), before, out_of_time)
+    return ExportFixSearch(tuple(results), tuple(attempts), baseline.before, out_of_time)
 
 
 def _result(attempt: ExportAttempt, before: OutputFigures) -> FixResult | None:

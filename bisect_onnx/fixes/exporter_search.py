@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bisect_onnx.fixes.context import FixContext, FixUnavailable
-from bisect_onnx.fixes.exporter_fix import DEFAULT_TIME_BUDGET_S, find_export_fix
+from bisect_onnx.fixes.exporter_fix import DEFAULT_TIME_BUDGET_S, Baseline, find_export_fix
 from bisect_onnx.fixes.exporter_op import CannotIsolate, locate_culprit_op
 from bisect_onnx.fixes.exporter_repro import check_repro_script, exporter_repro_script
 from bisect_onnx.fixes.exporter_settings import ExportSettings, settings_of_model
@@ -41,11 +41,10 @@ def search_exporter(context: FixContext) -> list[FixResult]:
     if isinstance(model, torch.jit.ScriptModule):
         raise FixUnavailable("a TorchScript model has one exporter; no other export to try")
     used = used_settings(context)
-    tolerance = context.tolerance
     search = find_export_fix(
         model, context.torch_inputs, context.torch_keywords, used=used,
-        rtol=tolerance.rtol, atol=tolerance.atol,
-        reference_outputs=list(context.reference_outputs), before=context.before,
+        tolerance=context.tolerance,
+        baseline=Baseline(list(context.reference_outputs), context.before),
         time_budget_s=float(context.extra.get("time_budget_s", DEFAULT_TIME_BUDGET_S)))
     logger.info("exporter fix search: %s", search.summary())
     if search.fixed:

@@ -10,6 +10,7 @@ from the culprit's nodes.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from bisect_onnx.fixes.context import FixContext, FixUnavailable
 from bisect_onnx.fixes.precision_fix import find_float32_keep_list
@@ -25,9 +26,9 @@ def _arguments(context: FixContext) -> dict:
     if context.reference is None:
         raise FixUnavailable("no float32 ONNX reference to rerun the candidate against")
     directory = context.candidate_path.parent if context.candidate_path else None
-    return {"inputs": context.inputs, "rtol": context.tolerance.rtol,
-            "atol": context.tolerance.atol, "start": context.culprit_nodes,
-            "model_dir": directory, "max_memory": context.memory_budget}
+    return {"inputs": context.inputs, "tolerance": context.tolerance,
+            "start": context.culprit_nodes, "model_dir": directory,
+            "max_memory": context.memory_budget}
 
 
 def search_float32_keep_list(context: FixContext) -> Sequence[FixResult]:
@@ -42,8 +43,8 @@ def search_nodes_to_exclude(context: FixContext) -> Sequence[FixResult]:
     every output of a rerun, so it is the strictest of theirs (never a looser parity).
     """
     arguments = _arguments(context)
-    arguments["atol"] = min(_output_atols(context.candidate, context.tolerance),
-                            default=context.tolerance.atol)
+    arguments["tolerance"] = replace(context.tolerance, atol=min(
+        _output_atols(context.candidate, context.tolerance), default=context.tolerance.atol))
     return find_nodes_to_exclude(context.reference, context.candidate, **arguments)
 
 

@@ -115,15 +115,19 @@ def _rerun(context: FixContext, *, opt_level: str, disabled: Sequence[str] = ())
     """The candidate's final outputs at ``opt_level`` with ``disabled``, scored."""
     from pathlib import Path
 
-    from bisect_onnx.runtime.onnxruntime.sessions import CPU_PROVIDER, create_session
+    from bisect_onnx.runtime.onnxruntime.sessions import (
+        CPU_PROVIDER,
+        SessionSettings,
+        create_session,
+    )
 
     path = context.candidate_path
     source = path if path is not None else context.candidate.SerializeToString()
     provider = context.session_keywords.get("provider", CPU_PROVIDER)
     try:
         session = create_session(source, model_dir=path.parent if path else Path.cwd(),
-                                 label="optimizer fix", provider=provider,
-                                 opt_level=opt_level, disabled_optimizers=disabled)
+                                 label="optimizer fix", settings=SessionSettings(
+                                     provider, opt_level, tuple(disabled)))
         feeds = {value.name: context.inputs[value.name] for value in session.get_inputs()
                  if value.name in context.inputs}
         outputs = [np.asarray(array) for array in session.run(None, feeds)]

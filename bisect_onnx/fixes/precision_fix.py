@@ -27,12 +27,13 @@ from bisect_onnx.fixes.precision_convert import (
 from bisect_onnx.fixes.precision_rerun import Rerun, check_copy_fits, run_model
 from bisect_onnx.fixes.precision_search import grow_then_shrink
 from bisect_onnx.fixes.trial import FixKind, FixResult
+from bisect_onnx.judge.tolerances import Tolerance
 
 __all__ = ["find_float32_keep_list"]
 
 
 def find_float32_keep_list(reference: onnx.ModelProto, candidate: onnx.ModelProto,
-                           inputs: Mapping[str, np.ndarray], *, rtol: float, atol: float,
+                           inputs: Mapping[str, np.ndarray], *, tolerance: Tolerance,
                            start: Sequence[str] = (), model_dir: Path | None = None,
                            budget_runs: int = 60, max_memory: int | None = None,
                            ) -> list[FixResult]:
@@ -48,7 +49,7 @@ def find_float32_keep_list(reference: onnx.ModelProto, candidate: onnx.ModelProt
     precision = low_precision_type(candidate)
     if precision is None:
         raise InputError("the float32 keep-list search needs a float16 or bfloat16 candidate")
-    rerun = Rerun(run_model(reference, inputs), inputs, rtol=rtol, atol=atol)
+    rerun = Rerun(run_model(reference, inputs), inputs, tolerance=tolerance)
     before = rerun.figures(candidate)
     if before.passes:
         return []

@@ -15,6 +15,7 @@ import onnx
 
 from bisect_onnx.errors import InputError, ModelError
 from bisect_onnx.fixes.trial import OutputFigures, output_figures
+from bisect_onnx.judge.tolerances import Tolerance
 from bisect_onnx.runtime.memory import default_budget, format_size
 
 __all__ = ["run_model", "Rerun", "check_copy_fits"]
@@ -62,17 +63,18 @@ class Rerun:
     """Runs candidate models against the reference's outputs and counts the runs."""
 
     def __init__(self, reference_outputs: list[np.ndarray], inputs: Mapping[str, np.ndarray],
-                 *, rtol: float, atol: float) -> None:
+                 *, tolerance: Tolerance) -> None:
         self.reference_outputs = reference_outputs
         self.inputs = inputs
-        self.rtol, self.atol = rtol, atol
+        self.tolerance = tolerance
         self.runs = 0
 
     def figures(self, model: onnx.ModelProto | bytes) -> OutputFigures:
         """The figures of one rerun of ``model``."""
         self.runs += 1
         outputs = run_model(model, self.inputs)
-        return output_figures(self.reference_outputs, outputs, rtol=self.rtol, atol=self.atol)
+        return output_figures(self.reference_outputs, outputs, rtol=self.tolerance.rtol,
+                              atol=self.tolerance.atol)
 
     def failing_or(self, make: Callable[[], onnx.ModelProto | bytes]) -> OutputFigures:
         """The rerun's figures, or failing ones where the changed copy cannot be made or run.

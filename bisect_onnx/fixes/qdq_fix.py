@@ -20,6 +20,7 @@ from bisect_onnx.fixes.precision_rerun import Rerun, check_copy_fits, run_model
 from bisect_onnx.fixes.precision_search import grow_then_shrink
 from bisect_onnx.fixes.qdq_strip import without_qdq
 from bisect_onnx.fixes.trial import FixKind, FixResult
+from bisect_onnx.judge.tolerances import Tolerance
 
 __all__ = ["find_nodes_to_exclude"]
 
@@ -27,7 +28,7 @@ _QDQ = ("QuantizeLinear", "DequantizeLinear")
 
 
 def find_nodes_to_exclude(reference: onnx.ModelProto, candidate_qdq: onnx.ModelProto,
-                          inputs: Mapping[str, np.ndarray], *, rtol: float, atol: float,
+                          inputs: Mapping[str, np.ndarray], *, tolerance: Tolerance,
                           start: Sequence[str] = (), model_dir: Path | None = None,
                           budget_runs: int = 60, max_memory: int | None = None,
                           ) -> list[FixResult]:
@@ -45,7 +46,7 @@ def find_nodes_to_exclude(reference: onnx.ModelProto, candidate_qdq: onnx.ModelP
     if not compute:
         raise InputError("the QDQ fix search needs a model with QuantizeLinear/DequantizeLinear "
                          "pairs around named nodes")
-    rerun = Rerun(run_model(reference, inputs), inputs, rtol=rtol, atol=atol)
+    rerun = Rerun(run_model(reference, inputs), inputs, tolerance=tolerance)
     before = rerun.figures(candidate_qdq)
     if before.passes:
         return []

@@ -232,8 +232,8 @@ def _aligned_findings(sample: TorchSample
             ops, *alignment_inputs(ops, candidate.nodes, onnx_capture.values),
             template=prepared.template,
             foreign=candidate.model, foreign_dir=candidate.path.resolve().parent,
-            graph_inputs=graph_inputs(candidate, sample.arrays), rtol=settings.rtol,
-            atol=settings.atol)
+            graph_inputs=graph_inputs(candidate, sample.arrays),
+            tolerance=settings.judge.base)
     if settings.granularity == Granularity.OP and ops is None:
         warnings.append(NO_OP_LEVEL)
     if prepared.template is not None:

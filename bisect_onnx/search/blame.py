@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
@@ -21,33 +21,27 @@ import numpy as np
 from bisect_onnx.errors import BisectOnnxError
 from bisect_onnx.graph.reach import feeding
 from bisect_onnx.graph.segments import InputSource, Segment, embed_external_data, segment_model
-from bisect_onnx.judge.compare import ArrayComparison, Status
+from bisect_onnx.judge.compare import Status
 from bisect_onnx.judge.findings import AttributionFindings
 from bisect_onnx.judge.records import Record, Report
 from bisect_onnx.judge.tolerances import Judge, Tolerance
 from bisect_onnx.judge.verdict import identical_values
-from bisect_onnx.pytorch.op_values import OpCapture
 from bisect_onnx.runtime.runner import Runner
 from bisect_onnx.runtime.sides import CapturedValue, SampleArrays
 from bisect_onnx.search.alone import narrow_to_failing_node
 from bisect_onnx.search.attribution import CulpritSearch, LocalResult
-from bisect_onnx.search.claims import (
-    attribution_findings,
-    with_nodeless,
-)
+from bisect_onnx.search.claims import TorchOps, attribution_findings, with_nodeless
 from bisect_onnx.search.classify import Kind
+from bisect_onnx.search.evidence import Evidence
 from bisect_onnx.search.inner_values import inner_references
 from bisect_onnx.search.inserted import exporters_node, narrow_to_unpaired
-from bisect_onnx.search.inside_kernel import name_inside_kernels
+from bisect_onnx.search.inside_kernel import InsideKernels, name_inside_kernels
 from bisect_onnx.search.local import LocalCheck, LocalRerun, boundary_references, run_locally
 from bisect_onnx.search.nodeless import classification, fx_span, nodeless_culprit
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
 
-    from bisect_onnx.align.modules import CallIndex
-    from bisect_onnx.graph.nodes import NodeInfo
-    from bisect_onnx.runtime.sides import Capture
     from bisect_onnx.search.classify import Classification
 
 __all__ = ["attribute_divergence", "Evidence"]
@@ -55,35 +49,6 @@ __all__ = ["attribute_divergence", "Evidence"]
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """What the reference offers beyond its values, to name and classify a finer culprit."""
-
-    program: ExportedProgram | None = None
-    """The program PyTorch ran (FX): an op rerun in float64."""
-    ops: OpCapture | None = None
-    """PyTorch's op values by FX node name: the values inside a fused kernel compared."""
-    modules: tuple[Capture, CallIndex] | None = None
-    """``(module capture, call index)``: for module rows what ``ops`` does for op rows."""
-    compare: Callable[[str, np.ndarray], ArrayComparison] | None = None
-    """Judges a local result where the reference needs converting
-    (:func:`bisect_onnx.search.local.run_locally`)."""
-    kernel_references: Mapping[str, CapturedValue] | None = None
-    """The reference's values of the values ONNX Runtime fused away (ONNX against ONNX:
-    the reference model computes them), by the candidate's names: the node that went
-    wrong inside a fused kernel named as ``ops`` do."""
-    torch_float64: Callable[[LocalCheck], np.ndarray | None] | None = None
-    """PyTorch's float64 value of a checked segment where no program gives it (module
-    level: its enclosing module call rerun)."""
-    op_segments: Mapping[str, Sequence[NodeInfo]] | None = None
-    """Op name -> its ONNX nodes: a check of one op's nodes told from one of several."""
-    training: Collection[str] = ()
-    """Module paths of mode-dependent modules left in training mode (a computation with
-    no ONNX node there is PyTorch's mode)."""
-    has_counterpart: Callable[[NodeInfo], bool] | None = None
-    """Whether the reference has a node (default: the exporter made it)."""
 
 
 def attribute_divergence(report: Report, candidate: Runner, values: SampleArrays, *,
@@ -98,8 +63,7 @@ def attribute_divergence(report: Report, candidate: Runner, values: SampleArrays
     tolerance its row was judged by. ``everything``: every culprit, not only the first.
     """
     reference_values, candidate_values = values.reference, values.candidate
-    ops, program = evidence.ops, evidence.program
-    compare, op_segments = evidence.compare, evidence.op_segments
+    ops, program, op_segments = evidence.ops, evidence.program, evidence.op_segments
     failing = [record for record in report.comparisons if record.failed]
     upstream = feeding(candidate.view, [record.onnx_value for record in report.final_outputs
                                          if record.failed],
@@ -119,15 +83,14 @@ def attribute_divergence(report: Report, candidate: Runner, values: SampleArrays
                             tolerance=tolerance)
     attribution = CulpritSearch([record.onnx_value for record in failing], checker).run(
         everything=everything)
-    findings = attribution_findings(report.comparisons, attribution, checker.checks,
-                                    checker.kinds, candidate.nodes, atol=tolerance.base.atol,
-                                    everything=everything, op_segments=op_segments,
-                                    torch_ops=checker.torch_ops if program else None)
+    findings = attribution_findings(
+        report.comparisons, attribution, checker.checks, checker.kinds, candidate.nodes,
+        atol=tolerance.base.atol, everything=everything,
+        torch_ops=TorchOps(op_segments, checker.torch_ops if program else None))
     nodeless = _safely(None, "a computation with no ONNX node", partial(
-        nodeless_culprit, failing[0], checker.checks.get(failing[0].onnx_value), checker.fx_names,
-        candidate_values, program=program, ops=ops, modules=evidence.modules,
-        op_segments=op_segments, tolerance=tolerance.of(failing[0]),
-        training=evidence.training, nodes=candidate.nodes))
+        nodeless_culprit, failing[0], checker.checks.get(failing[0].onnx_value),
+        checker.torch_side.fx_names, candidate_values, evidence,
+        tolerance=tolerance.of(failing[0]), nodes=candidate.nodes))
     if nodeless is not None:  # the first failing value's check was fed the wrong value
         return with_nodeless(findings, nodeless, failing[0], classification(nodeless),
                              atol=tolerance.of(failing[0]).atol), {}
@@ -136,36 +99,35 @@ def attribute_divergence(report: Report, candidate: Runner, values: SampleArrays
         return findings, {}
     inner = inner_references(ops, evidence.kernel_references, evidence.modules,
                              checker.checks, candidate, candidate_values)
-    findings = _narrowed(findings, report, checker, first, candidate, inner, op_segments,
-                         tolerance, compare, evidence.has_counterpart or exporters_node,
+    findings = _narrowed(findings, report, checker, first, inner, evidence,
                          (reference_values, failing[0].index))
     return findings, checker.checks[first].values
 
 
 def _narrowed(findings: AttributionFindings, report: Report, checker: _LocalChecker,
-              first: str, candidate: Runner, inner: Mapping[str, CapturedValue],
-              op_segments: Mapping[str, Sequence[NodeInfo]] | None, tolerance: Judge,
-              compare: Callable[[str, np.ndarray], ArrayComparison] | None,
-              has_counterpart: Callable[[NodeInfo], bool],
+              first: str, inner: Mapping[str, CapturedValue], evidence: Evidence,
               first_failing: tuple[Mapping[str, np.ndarray], int]) -> AttributionFindings:
     """The culprit narrowed inside its segment, each step of which may decline.
 
     A value inside a fused kernel, a node with no counterpart, or the one node that
-    fails alone. ``first_failing``: PyTorch's values by ONNX name, and the first failing
-    row's index.
+    fails alone. ``inner``: the reference's values inside fused kernels, by the
+    candidate's names. ``first_failing``: PyTorch's values by ONNX name, and the first
+    failing row's index.
     """
     references, first_index = first_failing
+    candidate, tolerance, compare = checker.candidate, checker.tolerance, checker.compare
     row, graph_inputs = checker.by_value[first], checker.graph_inputs
     candidate_values = checker.candidate_values
     findings = _safely(findings, "the value inside a kernel", partial(
-        name_inside_kernels, report, findings, first, checker.checks, candidate,
-        inner, op_segments, tolerance, partial(_classify_inside, checker, candidate, inner)))
+        name_inside_kernels, report, findings, first,
+        InsideKernels(candidate, checker.checks, inner), evidence.op_segments, tolerance,
+        partial(_classify_inside, checker, candidate, inner)))
     findings = _safely(findings, "a node with no counterpart", partial(
         narrow_to_unpaired, findings, checker.checks[first],
         {**{name: value.array for name, value in inner.items()},
          **references}, candidate_values,
         LocalRerun(candidate, graph_inputs, tolerance.base, compare), first_index,
-        has_counterpart))
+        evidence.has_counterpart or exporters_node))
     return _safely(findings, "the node of a segment that fails alone", partial(
         narrow_to_failing_node, findings, checker.checks[first], row=row, inner=inner,
         references=checker.reference_values, candidate_values=candidate_values,
@@ -181,6 +143,20 @@ def _safely(fallback: _T, what: str, step: Callable[[], _T]) -> _T:
         return fallback
 
 
+@dataclass(frozen=True)
+class _TorchSide:
+    """What PyTorch offers a culprit's float64 rerun (all empty against an ONNX reference)."""
+
+    program: ExportedProgram | None = None
+    """The program whose ops over the culprit's segment are rerun."""
+    values: Mapping[str, np.ndarray] = field(default_factory=dict)
+    """PyTorch's values by FX name: what those ops read."""
+    fx_names: Mapping[str, str] = field(default_factory=dict)
+    """ONNX value -> the FX name it was paired with: where those ops start."""
+    float64: Callable[[LocalCheck], np.ndarray | None] | None = None
+    """Else PyTorch's float64 value of a checked segment (its module call rerun)."""
+
+
 class _LocalChecker:
     """The checker :class:`CulpritSearch` calls: local runs, then float64 classification.
 
@@ -191,18 +167,18 @@ class _LocalChecker:
                  values: SampleArrays, evidence: Evidence, *,
                  torch_values: Mapping[str, np.ndarray], everything: bool,
                  tolerance: Judge) -> None:
-        self.candidate, self.program = candidate, evidence.program
-        self.tolerance = tolerance
-        self.torch_float64 = evidence.torch_float64
+        self.candidate, self.tolerance = candidate, tolerance
         self.reference_values, self.candidate_values = (
             boundary_references(candidate, values.reference, torch_values), values.candidate)
-        self.graph_inputs, self.torch_values = values.graph_inputs, torch_values
+        self.graph_inputs = values.graph_inputs
         self.everything, self.compare = everything, evidence.compare
         self.by_value = {record.onnx_value: record for record in failing}
         # The torch side of a segment stops where the ONNX side does: at its inputs, under
         # the FX names they were paired with (renamed or structurally matched values too).
-        self.fx_names = {record.onnx_value: record.fx_node for record in report.comparisons
-                         if record.fx_node}
+        fx_names = {record.onnx_value: record.fx_node for record in report.comparisons
+                    if record.fx_node}
+        self.torch_side = _TorchSide(evidence.program, torch_values, fx_names,
+                                     evidence.torch_float64)
         self.checks: dict[str, LocalCheck] = {}
         self.kinds: dict[str, Classification] = {}
         self.found: list[str] = []  # culprits beyond rounding classified so far
@@ -223,8 +199,9 @@ class _LocalChecker:
         if (record is None or record.fx_node is None or check is None
                 or check.segment is None):
             return None
-        frontier = {self.fx_names.get(value, value) for value in check.segment.inputs}
-        span = fx_span(self.program, record.fx_node, frontier)
+        torch_side = self.torch_side
+        frontier = {torch_side.fx_names.get(value, value) for value in check.segment.inputs}
+        span = fx_span(torch_side.program, record.fx_node, frontier)
         return None if span is None else len(span)
 
     def _result(self, name: str) -> LocalResult | None:
@@ -235,9 +212,8 @@ class _LocalChecker:
         # The float64 reruns cost: past the first real culprit only with everything.
         if fails and (self.everything or not self.found):
             self.kinds[name] = _classify(self.checks[name], self.by_value[name], self.candidate,
-                                         self.reference_values, self.program, self.torch_values,
-                                         self.fx_names, self.tolerance.of(self.by_value[name]),
-                                         self.torch_float64)
+                                         self.reference_values, self.torch_side,
+                                         self.tolerance.of(self.by_value[name]))
         noise = fails and name in self.kinds and self.kinds[name].kind == Kind.FLOAT_PRECISION
         if fails and not noise:
             self.found.append(name)
@@ -264,7 +240,7 @@ def _classify_inside(checker: _LocalChecker, candidate: Runner,
     ``None`` also where a node reads a value the check computed or took from the
     candidate: PyTorch's rerun could not start from what the nodes read.
     """
-    if (checker.torch_float64 is None or check.segment is None
+    if (checker.torch_side.float64 is None or check.segment is None
             or not candidate.layer_boundaries):
         return None
     graph = candidate.model.graph
@@ -284,23 +260,20 @@ def _classify_inside(checker: _LocalChecker, candidate: Runner,
                        nodes=[graph.node[index].name for index in nodes],
                        feeds={name: check.feeds[name] for name in entering}, local=local)
     return _classify(alone, inner, candidate,
-                     {inner.onnx_value: references[inner.onnx_value].array}, None, {}, {},
-                     tolerance, partial(checker.torch_float64, known=references))
+                     {inner.onnx_value: references[inner.onnx_value].array},
+                     _TorchSide(float64=partial(checker.torch_side.float64, known=references)),
+                     tolerance)
 
 
 def _classify(check: LocalCheck, record: Record, candidate: Runner,
-              reference_values: Mapping[str, np.ndarray],
-              program: ExportedProgram | None,
-              torch_values: Mapping[str, np.ndarray], fx_names: Mapping[str, str],
-              tolerance: Tolerance,
-              torch_float64: Callable[[LocalCheck], np.ndarray | None] | None) -> Classification:
+              reference_values: Mapping[str, np.ndarray], torch_side: _TorchSide,
+              tolerance: Tolerance) -> Classification:
     """Which side is wrong: the culprit rerun in float64 on both sides, at its tolerance."""
     from bisect_onnx.search.classify import classify, kernel_runtime
     try:
-        torch64, onnx64 = _float64_reruns(check, record, candidate, program, torch_values,
-                                          fx_names)
-        if torch64 is None and torch_float64 is not None and onnx64 is not None:
-            torch64 = torch_float64(check)
+        torch64, onnx64 = _float64_reruns(check, record, candidate, torch_side)
+        if torch64 is None and torch_side.float64 is not None and onnx64 is not None:
+            torch64 = torch_side.float64(check)
     except BisectOnnxError as error:  # a refinement must not cost the report
         logger.info("no float64 rerun of %s: %s", check.value, error)
         torch64 = onnx64 = None
@@ -310,16 +283,16 @@ def _classify(check: LocalCheck, record: Record, candidate: Runner,
 
 
 def _float64_reruns(check: LocalCheck, record: Record, candidate: Runner,
-                    program: ExportedProgram | None,
-                    torch_values: Mapping[str, np.ndarray], fx_names: Mapping[str, str]):
+                    torch_side: _TorchSide):
     """The culprit's segment in float64: the same ops in torch, the nodes in onnx.reference."""
     from bisect_onnx.search.float64_reruns import onnx_segment_in_float64, torch_op_in_float64
 
     torch64 = None
+    program = torch_side.program
     if program is not None and record.fx_node is not None and check.segment is not None:
-        frontier = {fx_names.get(name, name) for name in check.segment.inputs}
+        frontier = {torch_side.fx_names.get(name, name) for name in check.segment.inputs}
         span = fx_span(program, record.fx_node, frontier)
-        values64 = dict(torch_values)
+        values64 = dict(torch_side.values)
         for node in span or ():
             if isinstance(node.meta.get("val"), (tuple, list)):
                 continue  # a tuple-valued op: its getitem reruns it

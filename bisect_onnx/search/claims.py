@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from bisect_onnx.judge.compare import ArrayComparison, Status
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from bisect_onnx.search.classify import Classification
     from bisect_onnx.search.nodeless import Nodeless
 
-__all__ = ["attribution_findings", "compute_nodes", "isolation", "exceeds",
+__all__ = ["TorchOps", "attribution_findings", "compute_nodes", "isolation", "exceeds",
            "narrowed_segment", "with_nodeless", "NODE", "OP", "NO_ONNX_NODE"]
 
 NODE = "node"
@@ -90,20 +90,44 @@ def exceeds(local: ArrayComparison | Record | None, atol: float) -> bool:
     return needed is None or math.isinf(needed) or needed > (atol if own is None else own)
 
 
+@dataclass(frozen=True)
+class TorchOps:
+    """What tells that a check's nodes are one torch op's, beyond the nodes' own metadata."""
+
+    segments: Mapping[str, Sequence[NodeInfo]] | None = None
+    """Op name -> its ONNX nodes: nodes all among one op's are that op's."""
+    count: Callable[[str], int | None] | None = None
+    """How many torch ops compute a checked value from its segment's inputs (``None``:
+    unknown): one, and the segment's nodes are that op's, whatever metadata the file
+    lost."""
+
+    def isolation(self, name: str, compute: Sequence[NodeInfo]) -> str | None:
+        """What the check of ``name``, which ran ``compute``, isolates (:func:`isolation`)."""
+        found = isolation(compute, self.segments)
+        # One torch op between the segment's inputs and its value stands for all its nodes
+        # only where none of them lacks the metadata the others carry: such a node
+        # (inserted by a tool) has no counterpart in that op.
+        uniform = len({node.torch is None for node in compute}) <= 1
+        if found is None and uniform and self.count is not None and self.count(name) == 1:
+            return OP
+        return found
+
+
+#: No op's nodes and no count of ops: only the nodes' own metadata tells.
+NO_TORCH_OPS = TorchOps()
+
+
 def attribution_findings(rows: Sequence[Record], attribution: Attribution,
                          checks: Mapping[str, LocalCheck],
                          kinds: Mapping[str, Classification], nodes: Sequence[NodeInfo], *,
                          atol: float, everything: bool,
-                         op_segments: Mapping[str, Sequence[NodeInfo]] | None = None,
-                         torch_ops: Callable[[str], int | None] | None = None,
-                         ) -> AttributionFindings:
+                         torch_ops: TorchOps = NO_TORCH_OPS) -> AttributionFindings:
     """The local figures of every checked value, the culprits the checks show, the evidence.
 
     A first culprit whose check ran several ops is not a culprit: the segment is named
     instead (``segment``), and the later culprits still stand with ``everything``.
-    ``torch_ops`` counts the torch ops that compute a checked value from its segment's
-    inputs (``None``: unknown): one, and the segment's nodes are that op's, whatever
-    metadata the file lost.
+    ``torch_ops`` tells a check's nodes to be one torch op's where their metadata does
+    not.
     """
     # Several records may share one ONNX value (a module passing its input through):
     # the first of them stands for the value.
@@ -128,7 +152,7 @@ def attribution_findings(rows: Sequence[Record], attribution: Attribution,
             error_growth=_growth(records.get(name), check, records),
             classification=kind.kind if kind else None,
             compute_nodes=tuple(node.name for node in compute),
-            isolation=_isolation(name, compute, op_segments, torch_ops))
+            isolation=torch_ops.isolation(name, compute))
     culprits = [RowRef(name) for name in attribution.culprits]
     segment = None
     if culprits and checked[culprits[0].value].isolation is None:
@@ -193,19 +217,6 @@ def with_nodeless(findings: AttributionFindings, found: Nodeless, first: Record,
                                                                KERNEL_VALUES),),
                    kernel_values=(record,), kernel_checked={record.onnx_value: figures},
                    segment=None, evidence=evidence)
-
-
-def _isolation(name: str, compute: Sequence[NodeInfo],
-               op_segments: Mapping[str, Sequence[NodeInfo]] | None,
-               torch_ops: Callable[[str], int | None] | None) -> str | None:
-    found = isolation(compute, op_segments)
-    # One torch op between the segment's inputs and its value stands for all its nodes
-    # only where none of them lacks the metadata the others carry: such a node (inserted
-    # by a tool) has no counterpart in that op.
-    uniform = len({node.torch is None for node in compute}) <= 1
-    if found is None and uniform and torch_ops is not None and torch_ops(name) == 1:
-        return OP
-    return found
 
 
 def _segment(check: LocalCheck, figures: LocalFigures,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -31,14 +31,25 @@ if TYPE_CHECKING:
     from bisect_onnx.runtime.runner import Runner
     from bisect_onnx.search.classify import Classification
 
-__all__ = ["name_inside_kernels", "first_failing_inside"]
+__all__ = ["InsideKernels", "name_inside_kernels", "first_failing_inside"]
 
 logger = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class InsideKernels:
+    """Both sides' values inside the culprits' fused kernels."""
+
+    candidate: Runner
+    """The candidate, whose nodes the kernels fused."""
+    checks: Mapping[str, LocalCheck]
+    """Each checked value's local check: the candidate's values inside its kernel."""
+    references: Mapping[str, CapturedValue]
+    """The reference's values inside the kernels, by the candidate's names."""
+
+
 def name_inside_kernels(report: Report, findings: AttributionFindings, first: str,
-                         checks: Mapping[str, LocalCheck], candidate: Runner,
-                         references: Mapping[str, CapturedValue],
+                         inside: InsideKernels,
                          op_segments: Mapping[str, Sequence[NodeInfo]] | None,
                          tolerance: Judge,
                          classify_inside: Callable[..., Classification | None] | None = None
@@ -51,6 +62,7 @@ def name_inside_kernels(report: Report, findings: AttributionFindings, first: st
     ``classify_inside(inner, nodes, check, tolerance)`` gives one.
     """
     rows = {record.onnx_value: record for record in reversed(report.comparisons)}
+    candidate, checks = inside.candidate, inside.checks
     culprits = list(findings.culprits) or [RowRef(first)]
     checked, kernel_values, evidence = dict(findings.kernel_checked), [], dict(findings.evidence)
     refs = []
@@ -59,8 +71,8 @@ def name_inside_kernels(report: Report, findings: AttributionFindings, first: st
         if ref.value in rows:  # the kernel's row, with the kernel's classification
             kernel = replace(rows[ref.value],
                              classification=findings.checked[ref.value].classification)
-            found = first_failing_inside(kernel, checks[ref.value], candidate, references,
-                                         tolerance.of(kernel))
+            found = first_failing_inside(kernel, checks[ref.value], candidate,
+                                         inside.references, tolerance.of(kernel))
         if found is None:
             refs.append(ref)
             continue

@@ -32,8 +32,7 @@ if TYPE_CHECKING:
     from torch.export import ExportedProgram
 
     from bisect_onnx.align.modules import CallIndex
-    from bisect_onnx.pytorch.op_values import OpCapture
-    from bisect_onnx.runtime.sides import Capture
+    from bisect_onnx.search.evidence import Evidence
     from bisect_onnx.search.local import LocalCheck
 
 __all__ = ["Nodeless", "NO_ONNX_NODE", "nodeless_culprit", "at_module_level", "at_op_level",
@@ -162,20 +161,20 @@ def at_op_level(first: Record, program: ExportedProgram, op_values: Mapping[str,
 
 
 def nodeless_culprit(first: Record, check: LocalCheck | None, fx_names: Mapping[str, str],
-                     candidate_values: Mapping[str, np.ndarray], *,
-                     program: ExportedProgram | None, ops: OpCapture | None,
-                     modules: tuple[Capture, CallIndex] | None,
-                     op_segments: Mapping[str, Sequence[NodeInfo]] | None, tolerance: Tolerance,
-                     training: Collection[str], nodes: Sequence[NodeInfo]) -> Nodeless | None:
+                     candidate_values: Mapping[str, np.ndarray], evidence: Evidence, *,
+                     tolerance: Tolerance, nodes: Sequence[NodeInfo]) -> Nodeless | None:
     """A computation ONNX has no node for, where it explains ``first``'s failing ``check``.
 
-    At op level through the program's ops (``ops``, ``op_segments``: those with ONNX
-    nodes), else through the module calls (``modules``: the module capture and its
-    call index). ``fx_names``: ONNX value -> the FX name it was paired with; ``nodes``:
-    the candidate's top-level nodes.
+    At op level through the program's ops (``evidence.ops``; ``evidence.op_segments``:
+    those with ONNX nodes), else through the module calls (``evidence.modules``: the
+    module capture and its call index); ``evidence.training``: the modules left in
+    training mode. ``fx_names``: ONNX value -> the FX name it was paired with;
+    ``nodes``: the candidate's top-level nodes.
     """
     if check is None or check.comparison is None or check.comparison.status == Status.PASS:
         return None
+    program, ops, modules = evidence.program, evidence.ops, evidence.modules
+    op_segments, training = evidence.op_segments, evidence.training
     if ops is not None and program is not None and check.segment is not None:
         inputs = {name: fx_names.get(name, name) for name in check.segment.inputs}
         return at_op_level(first, program, ops.values, inputs, candidate_values,

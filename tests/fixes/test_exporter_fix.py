@@ -13,14 +13,16 @@ import onnx
 import pytest
 import torch
 
-from bisect_onnx.fixes.exporter_fix import find_export_fix
+from bisect_onnx.fixes.exporter_fix import Baseline, find_export_fix
 from bisect_onnx.fixes.exporter_op import CannotIsolate, locate_culprit_op
 from bisect_onnx.fixes.exporter_repro import check_repro_script, exporter_repro_script
 from bisect_onnx.fixes.exporter_settings import ExportSettings
 from bisect_onnx.fixes.exporter_trials import torch_outputs
 from bisect_onnx.fixes.trial import FixKind
+from bisect_onnx.judge.tolerances import Tolerance
 
 RTOL, ATOL = 1e-3, 1e-5
+TOLERANCE = Tolerance(RTOL, ATOL)
 
 
 class SoftplusHead(torch.nn.Module):
@@ -50,7 +52,7 @@ def test_the_dynamo_exporter_fixes_the_torchscript_softplus_and_the_model_is_lef
     model, args = softplus
     state = {name: value.clone() for name, value in model.state_dict().items()}
     search = find_export_fix(model, args, used=ExportSettings("torchscript", 18),
-                             rtol=RTOL, atol=ATOL)
+                             tolerance=TOLERANCE)
     assert search.before.max_abs > 0.1  # the used export was measured, and fails
     assert search.fixed
     fix = search.results[-1]
@@ -69,9 +71,9 @@ def test_the_dynamo_exporter_fixes_the_torchscript_softplus_and_the_model_is_lef
 def test_the_search_stops_when_its_time_budget_is_spent(softplus):
     model, args = softplus
     reference = torch_outputs(model, args, {})
-    search = find_export_fix(model, args, used=ExportSettings("torchscript", 18), rtol=RTOL,
-                             atol=ATOL, reference_outputs=reference, time_budget_s=0.0,
-                             before=_figures(reference))
+    search = find_export_fix(model, args, used=ExportSettings("torchscript", 18),
+                             tolerance=TOLERANCE, time_budget_s=0.0,
+                             baseline=Baseline(reference, _figures(reference)))
     assert search.out_of_time and search.attempts == () and search.results == ()
 
 
@@ -82,9 +84,9 @@ def _figures(reference):
 
 def test_no_export_fixes_the_dropped_divisor_override(pool):
     model, args = pool
-    search = find_export_fix(model, args, used=ExportSettings("dynamo", 18), rtol=RTOL,
-                             atol=ATOL, candidates=[ExportSettings("torchscript", 18),
-                                                    ExportSettings("dynamo", 17)])
+    search = find_export_fix(model, args, used=ExportSettings("dynamo", 18),
+                             tolerance=TOLERANCE, candidates=[ExportSettings("torchscript", 18),
+                                                              ExportSettings("dynamo", 17)])
     assert not search.fixed and search.results == ()  # neither improves: no result at all
     assert [attempt.figures.passes for attempt in search.attempts] == [False] * 3
     assert "none reaches parity" in search.summary()
@@ -92,8 +94,8 @@ def test_no_export_fixes_the_dropped_divisor_override(pool):
 
 def test_a_failing_export_is_an_attempt_with_its_reason_not_a_result(softplus):
     model, args = softplus
-    search = find_export_fix(model, args, used=ExportSettings("torchscript", 18), rtol=RTOL,
-                             atol=ATOL, candidates=[ExportSettings("torchscript", 3)])
+    search = find_export_fix(model, args, used=ExportSettings("torchscript", 18),
+                             tolerance=TOLERANCE, candidates=[ExportSettings("torchscript", 3)])
     assert search.results == ()
     assert search.attempts[-1].figures is None and "opset 3" in search.attempts[-1].failure
 

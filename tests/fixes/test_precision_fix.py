@@ -11,11 +11,13 @@ from bisect_onnx.fixes.precision_convert import float16_keeping
 from bisect_onnx.fixes.precision_fix import find_float32_keep_list
 from bisect_onnx.fixes.precision_rerun import run_model
 from bisect_onnx.fixes.trial import FixKind, output_figures
+from bisect_onnx.judge.tolerances import Tolerance
 from tests.fixes.precision_models import cancellation_model, large_weight_model, to_bfloat16
 
 pytest.importorskip("onnxconverter_common")
 
 RTOL, ATOL = 1e-2, 1e-3
+TOLERANCE = Tolerance(RTOL, ATOL)
 INPUTS = {"x": np.random.default_rng(0).normal(0, 1, (4, 32)).astype(np.float32)}
 
 
@@ -23,7 +25,7 @@ INPUTS = {"x": np.random.default_rng(0).normal(0, 1, (4, 32)).astype(np.float32)
 def test_float16_keep_list_is_small_passes_and_reconverts(build):
     reference = build()
     candidate = float16_keeping(reference, [], keep_io_types=True)
-    [fix] = find_float32_keep_list(reference, candidate, INPUTS, rtol=RTOL, atol=ATOL)
+    [fix] = find_float32_keep_list(reference, candidate, INPUTS, tolerance=TOLERANCE)
     assert fix.kind == FixKind.KEEP_FLOAT32
     assert not fix.before.passes and fix.reaches_parity
     block = fix.details["node_block_list"]
@@ -41,7 +43,7 @@ def test_float16_keep_list_is_small_passes_and_reconverts(build):
 def test_start_from_the_culprit_keeps_it():
     reference = large_weight_model()
     candidate = float16_keeping(reference, [], keep_io_types=True)
-    [fix] = find_float32_keep_list(reference, candidate, INPUTS, rtol=RTOL, atol=ATOL,
+    [fix] = find_float32_keep_list(reference, candidate, INPUTS, tolerance=TOLERANCE,
                                    start=["scale_up"])
     assert fix.details["node_block_list"] == ["scale_up"] and fix.reaches_parity
 
@@ -50,7 +52,7 @@ def test_start_from_the_culprit_keeps_it():
 def test_bfloat16_keep_list_puts_the_nodes_back_in_float32(build):
     reference = build()
     candidate = to_bfloat16(reference)
-    [fix] = find_float32_keep_list(reference, candidate, INPUTS, rtol=RTOL, atol=ATOL)
+    [fix] = find_float32_keep_list(reference, candidate, INPUTS, tolerance=TOLERANCE)
     assert fix.details["precision"] == "bfloat16"
     assert not fix.before.passes and fix.reaches_parity
     assert 0 < fix.details["nodes_kept_float32"] < fix.details["nodes"]
@@ -62,12 +64,13 @@ def test_bfloat16_keep_list_puts_the_nodes_back_in_float32(build):
 def test_a_candidate_already_within_tolerance_gets_no_fix():
     reference = large_weight_model()
     candidate = float16_keeping(reference, [], keep_io_types=True)
-    assert find_float32_keep_list(reference, candidate, INPUTS, rtol=1.0, atol=10.0) == []
+    loose = Tolerance(1.0, 10.0)
+    assert find_float32_keep_list(reference, candidate, INPUTS, tolerance=loose) == []
 
 
 def test_a_model_too_large_for_the_budget_is_refused_in_one_line():
     reference = large_weight_model()
     candidate = float16_keeping(reference, [], keep_io_types=True)
     with pytest.raises(InputError, match="memory budget") as error:
-        find_float32_keep_list(reference, candidate, INPUTS, rtol=RTOL, atol=ATOL, max_memory=100)
+        find_float32_keep_list(reference, candidate, INPUTS, tolerance=TOLERANCE, max_memory=100)
     assert "\n" not in str(error.value)

@@ -50,8 +50,7 @@ def test_a_wrong_weight_scale_names_its_node(tmp_path):
     scale = next(float(numpy_helper.to_array(t)) for t in qdq.graph.initializer
                  if t.name == "y_scale")
     tolerance = quantized_tolerance(PRECISION_DEFAULTS[QUANTIZED], scale)
-    [fix] = find_nodes_to_exclude(reference, qdq, inputs, rtol=tolerance.rtol,
-                                  atol=tolerance.atol)
+    [fix] = find_nodes_to_exclude(reference, qdq, inputs, tolerance=tolerance)
     assert not fix.before.passes and fix.reaches_parity
     assert fix.details["nodes_to_exclude"] == ["mm2"]
     fixed = onnx.load_from_string(fix.fixed_model)

@@ -21,12 +21,12 @@ import logging
 import tempfile
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bisect_onnx.runtime.onnxruntime.placement import ProfileFolder, kernels_by_output
-from bisect_onnx.runtime.onnxruntime.sessions import create_session
+from bisect_onnx.runtime.onnxruntime.sessions import SessionSettings, create_session
 
 if TYPE_CHECKING:
     import onnx
@@ -115,9 +115,9 @@ def plan_capture(model: onnx.ModelProto, path: Path, *, promote: str, provider: 
         # this session is the production session to run, and is made whole.
         convolutional = opt_level == "all" and any(node.op_type == "Conv"
                                                    for node in model.graph.node)
-        production, optimized = session_and_graph(path, model_dir, Path(folder), provider,
-                                                   opt_level, label,
-                                                   graph_only=not convolutional)
+        settings = SessionSettings(provider, opt_level)
+        production, optimized = session_and_graph(path, model_dir, Path(folder), settings,
+                                                   label, graph_only=not convolutional)
         survivors = _survivors(optimized, names)
         plan = CapturePlan(mode="fusion-preserving", promoted=survivors,
                            production_session=production if convolutional else None,
@@ -128,9 +128,10 @@ def plan_capture(model: onnx.ModelProto, path: Path, *, promote: str, provider: 
         # fused away elsewhere (an attention fusion) are the capture's to miss anyway.
         if (opt_level == "all" and names and len(survivors) < _SURVIVAL_FLOOR * len(names)
                 and _has_nchwc_nodes(optimized)):
-            _, optimized = session_and_graph(path, model_dir, Path(folder), provider,
-                                              opt_level, label, disabled=[NCHWC_TRANSFORMER],
-                                              graph_only=True)
+            _, optimized = session_and_graph(
+                path, model_dir, Path(folder),
+                replace(settings, disabled_optimizers=(NCHWC_TRANSFORMER,)), label,
+                graph_only=True)
             plan.promoted = _survivors(optimized, names)
             plan.survivors = len(plan.promoted)
             plan.mode = "fusion-preserving, NCHWc layout transformer disabled"
@@ -149,11 +150,10 @@ def check_capture_graph(plan: CapturePlan, promoted_bytes: bytes, model_dir: Pat
 
     ``profile``: the session profiles its runs there (which provider ran each kernel).
     """
+    settings = SessionSettings(provider, opt_level, tuple(plan.disabled_optimizers))
     with tempfile.TemporaryDirectory(prefix="bisect-onnx-optimized-") as folder:
         session, optimized = session_and_graph(promoted_bytes, model_dir, Path(folder),
-                                                provider, opt_level, label,
-                                                disabled=plan.disabled_optimizers,
-                                                profile=profile)
+                                                settings, label, profile=profile)
     plan.capture_ops = op_counts(optimized)
     plan.capture_nodes = graph_nodes(optimized)
     plan.capture_producers = kernels_by_output(optimized)
@@ -163,18 +163,16 @@ def check_capture_graph(plan: CapturePlan, promoted_bytes: bytes, model_dir: Pat
     return session
 
 
-def session_and_graph(serialized: bytes | Path, model_dir: Path, folder: Path, provider: str,
-                       opt_level: str, label: str, disabled: Sequence[str] = (),
-                       graph_only: bool = False, profile: ProfileFolder | None = None,
-                       ) -> tuple[ort.InferenceSession, onnx.ModelProto]:
+def session_and_graph(serialized: bytes | Path, model_dir: Path, folder: Path,
+                      settings: SessionSettings, label: str, *, graph_only: bool = False,
+                      profile: ProfileFolder | None = None,
+                      ) -> tuple[ort.InferenceSession, onnx.ModelProto]:
     """A session on ``serialized`` and the optimized graph ORT wrote for it (no weights)."""
     import onnx
 
     path = folder / f"optimized{len(list(folder.iterdir()))}.onnx"
-    session = create_session(serialized, model_dir=model_dir, label=label, provider=provider,
-                             opt_level=opt_level, optimized_path=path,
-                             disabled_optimizers=disabled, graph_only=graph_only,
-                             profile=profile)
+    session = create_session(serialized, model_dir=model_dir, label=label, settings=settings,
+                             optimized_path=path, graph_only=graph_only, profile=profile)
     return session, onnx.load(str(path), load_external_data=False)
 
 

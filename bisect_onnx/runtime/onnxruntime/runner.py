@@ -34,6 +34,7 @@ from bisect_onnx.runtime.onnxruntime.placement import Kernel, ProfileFolder, ran
 from bisect_onnx.runtime.onnxruntime.sessions import (
     CPU_PROVIDER,
     DEFAULT_OPT_LEVEL,
+    SessionSettings,
     check_runtime,
     create_session,
 )
@@ -242,17 +243,22 @@ class OnnxRuntimeRunner(Runner):
                 return False, difference
         return True, None
 
+    @property
+    def session_settings(self) -> SessionSettings:
+        """The provider and level of every session of this runner, no optimizer disabled."""
+        return SessionSettings(self.provider, self.opt_level)
+
     def _session(self, serialized: bytes | Path, disabled: Sequence[str] = (),
                  profile: ProfileFolder | None = None) -> ort.InferenceSession:
         return create_session(serialized, model_dir=self.path.resolve().parent,
-                              label=self.path.name, provider=self.provider,
-                              opt_level=self.opt_level, disabled_optimizers=disabled,
+                              label=self.path.name, settings=SessionSettings(
+                                  self.provider, self.opt_level, tuple(disabled)),
                               profile=profile)
 
     def local_session(self, serialized: bytes, label: str) -> Session:
         """A local check's model in a session on this runner's provider and level."""
         return create_session(serialized, model_dir=self.path.resolve().parent, label=label,
-                              provider=self.provider, opt_level=self.opt_level)
+                              settings=self.session_settings)
 
     def probe_session(self, names: Sequence[str] | None) -> tuple[Session, CompiledGraph]:
         """A session marking ``names`` (production for ``None``), and its optimized graph.
@@ -265,8 +271,8 @@ class OnnxRuntimeRunner(Runner):
         source = self.path if names is None else self.promoted_bytes(set(names))
         with tempfile.TemporaryDirectory(prefix="bisect-onnx-probe-") as folder:
             session, optimized = session_and_graph(
-                source, self.path.resolve().parent, Path(folder), self.provider,
-                self.opt_level, self.path.name)
+                source, self.path.resolve().parent, Path(folder), self.session_settings,
+                self.path.name)
         return session, CompiledGraph(Counter(op_counts(optimized)),
                                       {name for node in optimized.graph.node
                                        for name in node.output},

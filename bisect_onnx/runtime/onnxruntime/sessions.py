@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,8 +17,8 @@ from bisect_onnx.runtime.runner import PROMOTE_CHOICES
 if TYPE_CHECKING:
     import onnxruntime as ort
 
-__all__ = ["CPU_PROVIDER", "DEFAULT_OPT_LEVEL", "OPT_LEVELS", "create_session",
-           "check_provider", "check_runtime"]
+__all__ = ["CPU_PROVIDER", "DEFAULT_OPT_LEVEL", "OPT_LEVELS", "SessionSettings",
+           "DEFAULT_SESSION", "create_session", "check_provider", "check_runtime"]
 
 CPU_PROVIDER = "CPUExecutionProvider"
 # ONNX Runtime's own default level; the candidate runs as production would.
@@ -48,15 +48,30 @@ def check_provider(provider: str) -> None:
                          f"onnxruntime; choose one of {', '.join(available)}")
 
 
+@dataclass(frozen=True)
+class SessionSettings:
+    """How ONNX Runtime runs a model: on which provider, optimized how far."""
+
+    provider: str = CPU_PROVIDER
+    opt_level: str = DEFAULT_OPT_LEVEL
+    """One of :data:`OPT_LEVELS`."""
+    disabled_optimizers: tuple[str, ...] = ()
+    """Graph transformers left out at that level (``NchwcTransformer``, say)."""
+
+
+#: ONNX Runtime's own defaults: the CPU provider, every optimization.
+DEFAULT_SESSION = SessionSettings()
+
+
 def create_session(serialized: bytes | Path, *, model_dir: Path, label: str,
-                   provider: str = CPU_PROVIDER, opt_level: str = DEFAULT_OPT_LEVEL,
-                   optimized_path: Path | None = None,
-                   disabled_optimizers: Sequence[str] = (), graph_only: bool = False,
+                   settings: SessionSettings = DEFAULT_SESSION,
+                   optimized_path: Path | None = None, graph_only: bool = False,
                    profile: ProfileFolder | None = None) -> ort.InferenceSession:
     """An ORT session on a model whose external weights lie in ``model_dir``.
 
     ``serialized``: the model's bytes (a copy made here), or the path of the user's
-    file, which ORT reads without it being serialized again.
+    file, which ORT reads without it being serialized again. ``settings``: the
+    provider, the optimization level and the optimizers disabled.
 
     ``graph_only``: a session made only for the optimized graph it writes, never run:
     its weights are not prepacked for the kernels (most of a session's making on a
@@ -73,7 +88,8 @@ def create_session(serialized: bytes | Path, *, model_dir: Path, label: str,
 
     emit(SESSION_STARTED, label)
     options = ort.SessionOptions()
-    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, OPT_LEVELS[opt_level])
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel,
+                                               OPT_LEVELS[settings.opt_level])
     # ORT logs to stderr on its own (colour codes and all); its errors reach us as
     # exceptions, which become one-line messages, so only fatal logs get through.
     options.log_severity_level = 4
@@ -100,8 +116,8 @@ def create_session(serialized: bytes | Path, *, model_dir: Path, label: str,
     try:
         source = str(serialized) if isinstance(serialized, Path) else serialized
         with made_in_heap():  # a large model's: its pages reused (runtime/heap.py)
-            session = ort.InferenceSession(source, options, providers=[provider],
-                                           disabled_optimizers=list(disabled_optimizers)
+            session = ort.InferenceSession(source, options, providers=[settings.provider],
+                                           disabled_optimizers=list(settings.disabled_optimizers)
                                            or None)
     except Exception as error:
         raise ModelError(f"ONNX Runtime could not load {label}: {one_line(error)}") from error
