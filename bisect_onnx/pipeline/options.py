@@ -85,13 +85,24 @@ class Tolerance:
 
         return tolerance_rules(self.rules)
 
-    def judge(self) -> ToleranceJudge:
-        """The judge of a run against PyTorch: the defaults filled in, the rules read."""
-        from bisect_onnx.judge.tolerance_judge import ToleranceJudge
+    def judge(self, precision: str = "float32") -> ToleranceJudge:
+        """The judge of a run against PyTorch: the defaults filled in, the rules read.
 
+        ``precision``: what the candidate computes in (``float16``, ``bfloat16``: see
+        :data:`~bisect_onnx.judge.tolerances.PRECISION_DEFAULTS`); an rtol or atol left
+        ``None`` takes that precision's default.
+        """
+        from bisect_onnx.judge.tolerance_judge import ToleranceJudge
+        from bisect_onnx.judge.tolerances import PRECISION_DEFAULTS
+
+        defaults = PRECISION_DEFAULTS.get(precision, PRECISION_DEFAULTS["float32"])
         return ToleranceJudge.from_floats(
-            DEFAULT_RTOL if self.rtol is None else self.rtol,
-            DEFAULT_ATOL if self.atol is None else self.atol, self.per_value())
+            defaults.rtol if self.rtol is None else self.rtol,
+            defaults.atol if self.atol is None else self.atol, self.per_value())
+
+    def follows_precision(self) -> bool:
+        """Whether an rtol or atol is left to the candidate's precision."""
+        return self.rtol is None or self.atol is None
 
     @staticmethod
     def add_arguments(parser: Arguments) -> None:

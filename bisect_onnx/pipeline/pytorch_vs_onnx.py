@@ -38,7 +38,7 @@ from bisect_onnx.pipeline.samples import (
     samples_kind,
 )
 from bisect_onnx.pipeline.torch_sample import run_torch_sample
-from bisect_onnx.pipeline.torch_settings import Settings
+from bisect_onnx.pipeline.torch_settings import Settings, computed_precision
 from bisect_onnx.pytorch.fast_paths import as_the_exporter_runs
 from bisect_onnx.pytorch.module_side import model_untouched
 from bisect_onnx.pytorch.parking import parking_for
@@ -135,7 +135,11 @@ def bisect(
         # The export is made on the first input set (and PyTorch's run on it kept).
         prepared = prepare_candidate(reference, given[0][0] if given else None, onnx_model,
                                      export, Path(workdir), runtime)
+        precision, basis = computed_precision(prepared.candidate)
+        if tolerance.follows_precision() and basis is not None:
+            judge = tolerance.judge(precision)
         settings = Settings(reference, prepared, export, Path(workdir), judge=judge,
+                            tolerance_basis=basis if tolerance.follows_precision() else None,
                             granularity=search.granularity,
                             all_culprits=search.all_culprits,
                             budget=runtime.budget(),  # what is left once the model is loaded

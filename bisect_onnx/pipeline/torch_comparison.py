@@ -154,6 +154,7 @@ def compare_sample(
         onnx_unaligned=onnx_unaligned,
         op_comparisons=op_rows if granularity == "module" else [],
         warnings=warnings,
+        tolerance_basis=sample.settings.tolerance_basis,
     )
     return findings, pairs, op_alignment.segments if op_alignment else {}
 

@@ -90,11 +90,15 @@ def test_parity_on_the_fixtures_in_f32(name, fixture_case):
     assert report.to_dict()["candidate"]["inference_precision"] == "f32"
 
 
-@pytest.mark.parametrize("runtime", [OPENVINO, OPENVINO_F32], ids=["default precision", "f32"])
-def test_a_planted_weight_inside_a_fused_layer_is_narrowed_to_its_node(runtime, fixture_case,
-                                                                       tmp_path):
+# At its default precision (bf16 on a CPU with it) the tolerance is bfloat16's: a plant
+# must change the output by more than bf16's rounding does to diverge.
+@pytest.mark.parametrize(("runtime", "factor"), [(OPENVINO, 4.0), (OPENVINO_F32, 1.05)],
+                         ids=["default precision", "f32"])
+def test_a_planted_weight_inside_a_fused_layer_is_narrowed_to_its_node(runtime, factor,
+                                                                       fixture_case, tmp_path):
     model, inputs, onnx_path = fixture_case("resnet_like")
-    node, _ = plant(onnx_path, tmp_path / "planted.onnx", scale_conv_weight("layer1.bn2", 1.05))
+    node, _ = plant(onnx_path, tmp_path / "planted.onnx",
+                    scale_conv_weight("layer1.bn2", factor))
     report = bisect_onnx.bisect(model, inputs, onnx_model=tmp_path / "planted.onnx",
                                 runtime=runtime)
     assert report.culprit is not None and report.culprit.onnx_node == node, verdict_line(report)
@@ -363,3 +367,23 @@ def test_a_call_whose_input_no_capture_holds_is_not_blamed_for_it(tmp_path):
     # Tracing the Softplus's call alone would check it back past its own op to the
     # model's input, and blame the Softplus for the scale that entered it.
     assert report.culprit is not None and report.culprit.onnx_node == node, verdict_line(report)
+
+
+def test_the_tolerance_follows_the_precision_openvino_computes_in(fixture_case):
+    """bf16 by default on a CPU with it: bfloat16's defaults, and the report says why."""
+    model, inputs, onnx_path = fixture_case("resnet_like")
+    report = bisect_onnx.bisect(model, inputs, onnx_model=onnx_path, runtime=OPENVINO)
+    computed = report.to_dict()["candidate"]["inference_precision"]
+    if computed == "f32":  # a CPU without bf16: float32 it is
+        assert report.tolerance_basis is None and report.rtol == 1e-3
+    else:
+        assert (report.rtol, report.atol) == (5e-2, 1e-2)
+        assert report.tolerance_basis.startswith(f"bfloat16 defaults: OpenVINO computes in "
+                                                 f"{computed}")
+        assert "--ov-precision f32" in verdict_line(report)
+    assert report.verdict == "parity", verdict_line(report)
+    at_f32 = bisect_onnx.bisect(model, inputs, onnx_model=onnx_path, runtime=OPENVINO_F32)
+    assert at_f32.tolerance_basis is None and at_f32.rtol == 1e-3
+    given = bisect_onnx.bisect(model, inputs, onnx_model=onnx_path, runtime=OPENVINO,
+                               tolerance=(1e-3, 1e-5))  # the user's own tolerance stands
+    assert given.tolerance_basis is None and (given.rtol, given.atol) == (1e-3, 1e-5)
