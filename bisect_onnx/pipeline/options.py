@@ -108,11 +108,13 @@ class Tolerance:
     def add_arguments(parser: Arguments) -> None:
         """``--rtol``, ``--atol``, ``--tolerances``."""
         parser.add_argument("--rtol", type=float, default=None,
-                            help=f"relative tolerance (default {DEFAULT_RTOL:g}; with "
-                            "--against*, by the models' precision)")
+                            help=f"relative tolerance (default {DEFAULT_RTOL:g}; by the "
+                            "candidate's precision where it computes in float16 or "
+                            "bfloat16, and with --against* by the models')")
         parser.add_argument("--atol", type=float, default=None,
-                            help=f"absolute tolerance (default {DEFAULT_ATOL:g}; with "
-                            "--against*, by the models' precision)")
+                            help=f"absolute tolerance (default {DEFAULT_ATOL:g}; by the "
+                            "candidate's precision where it computes in float16 or "
+                            "bfloat16, and with --against* by the models')")
         parser.add_argument("--tolerances", type=Path, metavar="FILE",
                             help="per-value tolerances: lines of 'PATTERN RTOL ATOL' (fnmatch "
                             "patterns on ONNX value names, and on op and module names with a "
