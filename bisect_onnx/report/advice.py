@@ -14,7 +14,7 @@ from bisect_onnx.fixes.trial import FixKind
 if TYPE_CHECKING:
     from bisect_onnx.judge.records import Report
 
-__all__ = ["advice", "another_model"]
+__all__ = ["advice", "another_model", "cause_outside_the_graph"]
 
 
 def advice(report: Report) -> str:
@@ -46,3 +46,17 @@ def another_model(report: Report) -> str | None:
     """The warning that the ONNX file is another model's export, if the run found so."""
     return next((warning for warning in report.warnings
                  if getattr(warning, "code", None) == "another-model"), None)
+
+
+def cause_outside_the_graph(report: Report) -> str | None:
+    """Why no node of the file is to be filed upstream; ``None`` where none is known.
+
+    Where a check found the cause elsewhere: the model's mode, or a file that is not
+    its export.
+    """
+    if any(fix.kind == FixKind.EVAL_MODE and fix.reaches_parity for fix in report.fixes):
+        return ("the model in eval mode reaches parity (checked): the cause is its training "
+                "mode, no node of the file")
+    if another_model(report) is not None:
+        return "the ONNX file is not this model's export"
+    return None

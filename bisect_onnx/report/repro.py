@@ -34,6 +34,7 @@ from bisect_onnx.graph.segments import (
 from bisect_onnx.graph.walk import graph_tensors
 from bisect_onnx.graph.weights import external_location, weight_bytes, write_external_data
 from bisect_onnx.judge.compare import check_tolerances, compare_arrays
+from bisect_onnx.report.advice import cause_outside_the_graph
 from bisect_onnx.report.backend_test import DATA_SET, write_backend_test
 from bisect_onnx.report.repro_script import readme_text, repro_script
 from bisect_onnx.runtime.onnxruntime.runner import OnnxRuntimeRunner
@@ -81,6 +82,9 @@ def attach_repro(report: Report, repro_dir: str | Path | None, *, sample: int | 
 
     if repro_dir is None or report.first_divergence is None:
         return report
+    elsewhere = cause_outside_the_graph(report)
+    if elsewhere is not None:  # a repro of a node is for an issue upstream: none to file
+        return amended(report, repro_warnings=(f"no repro written: {elsewhere}",))
     folder = Path(repro_dir) if sample is None else Path(repro_dir) / f"sample-{sample}"
     try:
         return amended(report, repro=write(folder))

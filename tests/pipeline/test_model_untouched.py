@@ -89,13 +89,18 @@ def test_no_entry_point_changes_the_users_model(case, how):
 
 
 @LEGACY_EXPORTER_DEPRECATED
-def test_where_eval_mode_reaches_parity_the_headline_says_so_not_file_a_bug(case):
+def test_where_eval_mode_reaches_parity_the_headline_says_so_not_file_a_bug(case, tmp_path):
     x, path = case
     with pytest.warns(bisect_onnx.BisectOnnxWarning):
-        checked = bisect_onnx.bisect(_model(), [x], onnx_model=path, suggest_fix=True)
+        checked = bisect_onnx.bisect(_model(), [x], onnx_model=path, suggest_fix=True,
+                                     output=bisect_onnx.OutputOptions(repro_dir=tmp_path / "r"))
         unchecked = bisect_onnx.bisect(_model(), [x], onnx_model=path)
     headline = checked.summary().splitlines()[0]
     assert "in eval mode it reaches parity (checked): call model.bn.eval()" in headline
     assert "file it with" not in headline
+    # Nothing to file upstream: no repro of a node is written, and the report says why.
+    assert checked.repro is None and not (tmp_path / "r" / "backend_test").exists()
+    assert any(warning.startswith("no repro written: the model in eval mode reaches parity")
+               for warning in checked.warnings)
     # Without the fix search nothing was checked: the headline keeps the classification.
     assert "in eval mode it reaches parity" not in unchecked.summary()

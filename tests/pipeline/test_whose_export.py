@@ -53,8 +53,10 @@ def test_the_file_of_another_model_is_said_to_be_so_first(tmp_path, other):
     model = TwoLayers().eval()
     torch.manual_seed(1)
     path = _export(OneLayer() if other == "architecture" else TwoLayers(), tmp_path / "o.onnx")
-    report = bisect_onnx.bisect(model, [X], onnx_model=path)
+    report = bisect_onnx.bisect(model, [X], onnx_model=path,
+                                output=bisect_onnx.OutputOptions(repro_dir=tmp_path / "r"))
     assert report.verdict == "diverged"
+    assert report.repro is None  # no node of it to file upstream
     [warning] = _another_model(report)
     assert ("modules its nodes name are not in the model (c)" in warning
             if other == "architecture" else "4 of its 4 weights" in warning)
