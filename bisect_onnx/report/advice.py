@@ -39,7 +39,25 @@ def advice(report: Report) -> str:
                 '"module: onnx")')
     if not kind:
         return "not classified (which side is wrong could not be told)"
+    if kind.get("kind") == "unclassified":
+        return f"not classified: {kind['detail']}; {_tried(report)}; {_BY_HAND}"
     return kind["file_with"].removeprefix("unknown: ")
+
+
+_BY_HAND = ("compare the op and the ONNX segment by hand in float64 to tell the exporter from "
+            "the runtime")
+
+
+def _tried(report: Report) -> str:
+    """What the run tried besides float64 to find the cause: the fix searches, if run."""
+    tried = next((note for note in report.fix_notes if note.startswith("no checked fix")), None)
+    if tried is not None:
+        return tried.replace("no checked fix found", "no other export, mode or optimization "
+                             "level reached parity", 1)
+    if report.fixes or report.fix_notes:
+        return "the fix searches found no cause"
+    return ("--suggest-fix tries the other exporter and opsets, eval mode and the runtime's "
+            "optimizations")
 
 
 def another_model(report: Report) -> str | None:
