@@ -160,8 +160,35 @@ def export_failure(exporter: str, model: object, error: BaseException) -> str:
                 "neither exporter takes as an output; set model.config.use_cache = False "
                 "before bisecting, or wrap the model in a module whose forward passes "
                 "use_cache=False (or flattens the cache) and returns tensors only")
+    branch = _data_dependent_branch(error)
+    if branch is not None:
+        return (f"the {exporter} exporter could not export {name}{where}: its forward branches "
+                f"on a tensor's value{branch}, which torch.export cannot trace; write the "
+                "branch with torch.cond (or both sides with torch.where) and export again. "
+                "The TorchScript exporter would trace one side and bake it in: its file "
+                "agrees only on inputs that take the same side")
     return (f"the {exporter} exporter could not export {name}{where}: {_summarize(error)}; "
             f"{_next_steps(exporter, model)}")
+
+
+# torch.export's words for a Python ``if`` (or ``int()``, ``.item()``) on a tensor's
+# value, and the user's line it names.
+_DATA_DEPENDENT = re.compile(r"GuardOnDataDependentSymNode|Could not guard on data-dependent")
+_RAISING_CALL = re.compile(r'The following call raised this error:\s*File "([^"]+)", '
+                           r"line (\d+), in (\w+)")
+
+
+def _data_dependent_branch(error: BaseException) -> str | None:
+    """Where the export failed on a data-dependent branch; ``None`` for another failure.
+
+    `` (at file:line, in forward)``, or ``""`` where the error names no line.
+    """
+    texts = [str(each) for each in _chain(error)]
+    if not any(_DATA_DEPENDENT.search(text) for text in texts):
+        return None
+    found = next((match for text in texts for match in [_RAISING_CALL.search(text)] if match),
+                 None)
+    return f" (at {found[1]}:{found[2]}, in {found[3]})" if found else ""
 
 
 # A Hugging Face decoder's default use_cache=True returns a Cache object: torch.export

@@ -127,3 +127,18 @@ def test_a_cache_in_the_output_names_use_cache_not_the_other_exporter(tmp_path, 
     assert "model.config.use_cache = False" in message and "returns tensors only" in message
     # The other exporter fails the same way: suggesting it sends the user in a circle.
     assert "--exporter" not in message
+
+
+class Branching(torch.nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:  # a Python branch on a tensor's value
+            return x * 2
+        return x - 1
+
+
+def test_a_data_dependent_branch_is_named_with_its_line_not_sent_to_the_tracer(tmp_path):
+    """The tracer would bake the branch in: torch.cond is the way, and the line is named."""
+    message = _export_error(Branching(), tmp_path, "dynamo")
+    assert "branches on a tensor's value (at " in message
+    assert "test_export_failures.py:" in message and "in forward" in message
+    assert "torch.cond" in message and "--exporter torchscript" not in message
