@@ -1,63 +1,66 @@
 """The advice a verdict gives: what to do about a divergence, each claim on a check.
 
-A cause is named only where the run checked it: the model in eval mode, or exported
-otherwise, reached parity; the file was found to be another model's export. Otherwise
-the culprit's classification says whom to file it with.
+A cause is named only where the run checked it: the model in eval mode, exported
+otherwise, converted or quantized with some nodes kept as they were, or run with fewer
+of the runtime's optimizations reached parity; or the file was found to be another
+model's export. Otherwise the culprit's classification says whom to file it with, and
+an unclassified culprit's advice says what was tried and what is left to do.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bisect_onnx.fixes.trial import FixKind
+from bisect_onnx.fixes.trial import FixKind, FixResult
 
 if TYPE_CHECKING:
     from bisect_onnx.judge.records import Report
 
 __all__ = ["advice", "another_model", "cause_outside_the_graph"]
 
-
-def advice(report: Report) -> str:
-    """What to do about the culprit: whom to file it with, by its classification.
-
-    Where the fix search checked that the model in eval mode reaches parity, that is the
-    cause, whatever the culprit's node looks like on its own: no bug to file.
-    """
-    eval_mode = next((fix for fix in report.fixes
-                      if fix.kind == FixKind.EVAL_MODE and fix.reaches_parity), None)
-    if eval_mode is not None:
-        return (f"the model is in training mode, and in eval mode it reaches parity "
-                f"(checked): {eval_mode.change} before exporting and comparing; no bug to file")
-    if another_model(report) is not None:
-        return "the file is not this model's export (above): no bug to file"
-    kind = (report.attribution or {}).get("classification") or {}
-    other_export = next((fix for fix in report.fixes
-                         if fix.kind == FixKind.OTHER_EXPORT and fix.reaches_parity), None)
-    if other_export is not None:  # the exporter's doing, checked by exporting otherwise
-        return (f"the export is the cause: {other_export.change} reaches parity (checked); "
-                "file the op with the exporter that made this file (pytorch/pytorch, label "
-                '"module: onnx")')
-    if not kind:
-        return "not classified (which side is wrong could not be told)"
-    if kind.get("kind") == "unclassified":
-        return f"not classified: {kind['detail']}; {_tried(report)}; {_BY_HAND}"
-    return kind["file_with"].removeprefix("unknown: ")
-
+#: A fix's kind -> the cause its parity shows, and what to do about it.
+_CHECKED_CAUSES = {
+    FixKind.EVAL_MODE: ("the model is in training mode, and in eval mode it reaches parity "
+                        "(checked): {change} before exporting and comparing; no bug to file"),
+    FixKind.OTHER_EXPORT: ("the export is the cause: {change} reaches parity (checked); file "
+                           "the op with the exporter that made this file (pytorch/pytorch, "
+                           'label "module: onnx")'),
+    FixKind.LEAVE_UNQUANTIZED: ("the quantization is the cause: {change} reaches parity "
+                                "(checked); quantize with those nodes excluded, no bug to file"),
+    FixKind.KEEP_FLOAT32: ("the conversion to a narrower float is the cause: {change} reaches "
+                           "parity (checked); convert with those nodes kept, no bug to file"),
+    FixKind.DISABLE_OPTIMIZER: ("the runtime's optimization is the cause: {change} reaches "
+                                "parity (checked); file it with the runtime"),
+    FixKind.LOWER_OPT_LEVEL: ("the runtime's optimization is the cause: {change} reaches "
+                              "parity (checked); file it with the runtime"),
+}
 
 _BY_HAND = ("compare the op and the ONNX segment by hand in float64 to tell the exporter from "
             "the runtime")
 
 
-def _tried(report: Report) -> str:
-    """What the run tried besides float64 to find the cause: the fix searches, if run."""
-    tried = next((note for note in report.fix_notes if note.startswith("no checked fix")), None)
-    if tried is not None:
-        return tried.replace("no checked fix found", "no other export, mode or optimization "
-                             "level reached parity", 1)
-    if report.fixes or report.fix_notes:
-        return "the fix searches found no cause"
-    return ("--suggest-fix tries the other exporter and opsets, eval mode and the runtime's "
-            "optimizations")
+def advice(report: Report) -> str:
+    """What to do about the culprit: the cause a fix search checked, else its classification.
+
+    Where a check found the cause (eval mode, another export, nodes kept unconverted,
+    an optimization off, another model's file), that is said, whatever the culprit's
+    node looks like on its own.
+    """
+    if another_model(report) is not None:
+        return "the file is not this model's export (above): no bug to file"
+    checked = _checked_fix(report)
+    if checked is not None:
+        return _CHECKED_CAUSES[checked.kind].format(change=checked.change)
+    kind = (report.attribution or {}).get("classification") or {}
+    if not kind:
+        return "not classified (which side is wrong could not be told)"
+    if kind.get("kind") != "unclassified":
+        return kind["file_with"].removeprefix("unknown: ")
+    narrower = _narrower_precision(report)
+    if narrower is not None:
+        return (f"the candidate computes in {narrower}, and this node loses more than that "
+                f"precision's tolerance; {_tried(report, narrower)}")
+    return f"not classified: {kind['detail']}; {_tried(report, None)}; {_BY_HAND}"
 
 
 def another_model(report: Report) -> str | None:
@@ -78,3 +81,34 @@ def cause_outside_the_graph(report: Report) -> str | None:
     if another_model(report) is not None:
         return "the ONNX file is not this model's export"
     return None
+
+
+def _checked_fix(report: Report) -> FixResult | None:
+    """The fix whose parity names the cause: eval mode first, then the others in order."""
+    order = list(_CHECKED_CAUSES)
+    fixes = sorted((fix for fix in report.fixes if fix.reaches_parity and fix.kind in order),
+                   key=lambda fix: order.index(fix.kind))
+    return fixes[0] if fixes else None
+
+
+def _narrower_precision(report: Report) -> str | None:
+    """``int8 (QDQ)``, ``float16``, ``bfloat16``: what the tolerance followed, if narrower."""
+    basis = report.tolerance_basis or ""
+    for precision in ("int8 (QDQ)", "float16", "bfloat16"):
+        if basis.startswith(f"{precision} defaults"):
+            return precision
+    return None
+
+
+def _tried(report: Report, narrower: str | None) -> str:
+    """What the run tried besides float64 to find the cause: the fix searches, if run."""
+    tried = next((note for note in report.fix_notes if note.startswith("no checked fix")), None)
+    if tried is not None:
+        return tried.replace("no checked fix found", "no fix search reached parity", 1)
+    if report.fixes or report.fix_notes:
+        return "the fix searches found no cause"
+    if narrower is not None:
+        return ("--suggest-fix finds the nodes to leave unquantized or keep in float32, each "
+                "checked by a rerun")
+    return ("--suggest-fix tries the other exporter and opsets, eval mode and the runtime's "
+            "optimizations")

@@ -66,3 +66,19 @@ def test_stripping_keeps_the_relu_folded_into_the_quantizer(tmp_path):
     onnx.checker.check_model(stripped)  # the added Clip sits in topological order
     want, got = run_model(reference, inputs), run_model(stripped, inputs)
     assert np.abs(got[0] - want[0]).max() < np.abs(want[0]).max() * 0.05
+
+
+def test_a_qdq_culprit_is_framed_as_quantization_and_its_checked_fix_named(tmp_path):
+    import bisect_onnx
+    from bisect_onnx.report.verdict import verdict_line
+
+    reference, qdq, inputs = _float_and_qdq(tmp_path)
+    for tensor in qdq.graph.initializer:
+        if tensor.name == "w2_scale":
+            tensor.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(tensor) * 8, tensor.name))
+    unchecked = verdict_line(bisect_onnx.bisect_onnx_models(reference, qdq, inputs))
+    assert "computes in int8 (QDQ)" in unchecked and "--suggest-fix finds the nodes" in unchecked
+    assert "exporter" not in unchecked.splitlines()[0]
+    checked = bisect_onnx.bisect_onnx_models(reference, qdq, inputs, suggest_fix=True)
+    headline = verdict_line(checked).splitlines()[0]
+    assert "the quantization is the cause: leave 1 of 3 nodes unquantized: mm2" in headline
