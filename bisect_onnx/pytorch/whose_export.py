@@ -98,7 +98,9 @@ def _model_weights(exportable: torch.nn.Module | ExportedProgram) -> dict[str, n
     """The model's parameters and buffers by ``state_dict`` name, as arrays."""
     import torch
 
-    state = exportable.state_dict()
+    # An ExportedProgram keeps its weights in a dict; a module gives them.
+    state = (exportable.state_dict() if isinstance(exportable, torch.nn.Module)
+             else exportable.state_dict)
     return {name: value.detach().cpu().numpy() for name, value in state.items()
             if isinstance(value, torch.Tensor) and value.dtype not in (torch.bfloat16,)
             and not value.is_sparse}
