@@ -84,33 +84,66 @@ def _torchscript_scope(node: NodeInfo, module_paths: frozenset[str]) -> NodeScop
     if not node.name.startswith("/"):
         return None
     components = node.name.split("/")[1:-1]  # the last part names the op itself
-    modules: list[str] = []
-    parent, call = "", 0
+    chains: list[tuple[str, ...]] = [()]
+    call = 0
     for component in components:
-        path, call = _child(parent, component, module_paths), 0
-        if path is None:
-            suffixed = _CALL_SUFFIX.fullmatch(component)
-            if suffixed:
-                path = _child(parent, suffixed["name"], module_paths)
-                call = int(suffixed["call"])
-        if path is None:
+        extended, suffix = _extend(chains, component, module_paths)
+        if not extended:
             break  # a scope the PyTorch side never called: the rest is not a module path
-        modules.append(path)
-        parent = path
+        chains, call = extended, suffix
+    modules, call = _occurrence(chains, call)
     # The exporter suffixes the innermost module of a repeated call (``act_1``); its
     # enclosing modules keep their plain names on every call, so only the innermost
     # module's call is known (and an unsuffixed one only presumed the first).
     calls = {modules[-1]: call} if modules else {}
-    return NodeScope(modules=tuple(modules), origin=node.name, calls=calls,
+    return NodeScope(modules=modules, origin=node.name, calls=calls,
                      complete=len(modules) == len(components))
 
 
-def _child(parent: str, component: str, module_paths: frozenset[str]) -> str | None:
-    """The shallowest module under ``parent`` that ``component`` names.
+def _extend(chains: list[tuple[str, ...]], component: str, module_paths: frozenset[str],
+            ) -> tuple[list[tuple[str, ...]], int]:
+    """Each chain extended by the modules ``component`` names under its last.
+
+    With the call number a ``_k`` suffix gives (0 without one).
+    """
+    extended = [(*chain, path) for chain in chains
+                for path in _children(chain[-1] if chain else "", component, module_paths)]
+    suffixed = _CALL_SUFFIX.fullmatch(component)
+    if extended or not suffixed:
+        return extended, 0
+    return [(*chain, path) for chain in chains
+            for path in _children(chain[-1] if chain else "", suffixed["name"],
+                                  module_paths)], int(suffixed["call"])
+
+
+def _occurrence(chains: list[tuple[str, ...]], call: int) -> tuple[tuple[str, ...], int]:
+    """The chain a scope stands for, and its call.
+
+    Several chains: the scope left a level out (a module called through ``.forward``,
+    not ``__call__``, records no scope), so same-named modules share it, and the
+    exporter numbers their occurrences in the order they ran: ``attention``,
+    ``attention_1`` are ``layers.0.attention`` and ``layers.1.attention``, taken in
+    their registration order.
+    """
+    if len(chains) == 1:
+        return chains[0], call
+    ordered = sorted(chains, key=lambda chain: _natural(chain[-1]))
+    return ordered[call % len(ordered)], call // len(ordered)
+
+
+def _natural(path: str) -> list[tuple[int, int | str]]:
+    """A path's order among its siblings: ``layers.2`` before ``layers.10``."""
+    return [(0, int(atom)) if atom.isdigit() else (1, atom) for atom in path.split(".")]
+
+
+def _children(parent: str, component: str, module_paths: frozenset[str]) -> list[str]:
+    """The shallowest modules under ``parent`` that ``component`` names.
 
     By its unqualified name (``downsample.0``), or by its attribute name alone (``0``),
     which is how the scopes of an exported ScriptModule show a Sequential's children;
-    or by its whole path, where no module under ``parent`` has that name.
+    or by its whole path, where no module under ``parent`` has that name. Several where
+    a level between is left out of the scope (``layers.0.attention``,
+    ``layers.1.attention`` under ``encoder``).
     """
     prefix = f"{parent}." if parent else ""
     matches = [
@@ -121,8 +154,9 @@ def _child(parent: str, component: str, module_paths: frozenset[str]) -> str | N
     if not matches and component in module_paths:
         # A module registered twice, called from another module (``/blocks.2/blocks.0/``):
         # the exporter names it by its first path, which is not under its caller's.
-        return component
-    return min(matches, key=lambda path: path.count("."), default=None)
+        return [component]
+    depth = min((path.count(".") for path in matches), default=0)
+    return [path for path in matches if path.count(".") == depth]
 
 
 def unqualified_name(path: str) -> str:
