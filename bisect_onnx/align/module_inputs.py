@@ -5,7 +5,9 @@ that is not already compared as another call's output holding the same array: wh
 remains are values computed between modules (a function call in a ``forward``, an
 in-place view edit) or changed by a module without a node (a Dropout left in training
 mode). A value is taken only where it is the one such value of the input's shape and
-dtype; two exporter habits and one graph edit would otherwise give a wrong one.
+dtype; two exporter habits and one graph edit would otherwise give a wrong one. Where
+several inputs of a call share a shape and dtype (a matmul's q and k, a block's unused
+second input), the value must also hold the input's numbers.
 """
 
 from __future__ import annotations
@@ -53,12 +55,42 @@ def entering_pairs(
                        if candidate_values[name].array.shape == value.array.shape
                        and candidate_values[name].array.dtype == value.array.dtype
                        and not _transposed_alike(name, group, candidate_values)]
+            if _alike(value, values) > 1:  # q and k of one shape: told apart by their values
+                matches = _closest(value, matches, candidate_values)
             if len(matches) != 1 or any(_same_array(earlier.array, value.array)
                                         for earlier in held.get(matches[0], ())):
                 continue
             pairs.append((value, candidate_values[matches[0]]))
             held.setdefault(matches[0], []).append(value)
     return pairs
+
+
+def _alike(value: CapturedValue, values: Sequence[CapturedValue]) -> int:
+    """How many of a call's inputs share ``value``'s shape and dtype (itself included)."""
+    return sum(other.array.shape == value.array.shape and other.array.dtype == value.array.dtype
+               for other in values)
+
+
+#: How near an ONNX value must be to one of several inputs of one shape to be taken for
+#: it: float32 rounding upstream, not another tensor (an unused input, the other
+#: operand of a matmul).
+_NEAR = 1e-3
+
+
+def _closest(value: CapturedValue, matches: Sequence[str],
+             candidate_values: Mapping[str, CapturedValue]) -> list[str]:
+    """The one match whose values agree with ``value``'s, or none.
+
+    A shape then no longer tells which read value a call's input is: where several of
+    its inputs share it, the input is the value that holds its numbers (a module's
+    unused input is read by none of its nodes, and must not take another's value).
+    """
+    reference = np.asarray(value.array, dtype=np.float64)
+    scale = float(np.max(np.abs(reference), initial=0.0)) or 1.0
+    near = [name for name in matches
+            if np.allclose(np.asarray(candidate_values[name].array, dtype=np.float64),
+                           reference, rtol=_NEAR, atol=_NEAR * scale, equal_nan=True)]
+    return near if len(near) == 1 else []
 
 
 def _transposed_alike(name: str, group: Sequence[NodeInfo],
