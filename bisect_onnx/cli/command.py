@@ -69,6 +69,7 @@ def _run(args: argparse.Namespace) -> int:
     against = against_requested(args)
     if against:  # two ONNX models, MODEL the reference: their own driver
         _check_files(args, against=True)  # before anything runs or is written
+        _runtime_logs_off()
         return print_report(args, bisect_from_args(args))
     # Each options object checks its own values, before the slow steps.
     options = {"tolerance": Tolerance.from_args(args), "export": ExportOptions.from_args(args),
@@ -76,6 +77,7 @@ def _run(args: argparse.Namespace) -> int:
                "search": SearchOptions.from_args(args), "output": OutputOptions.from_args(args)}
     random_inputs = RandomInputs.from_args(args)
     _check_files(args, against=False)  # before anything runs or is written
+    _runtime_logs_off()
     options["suggest_fix"] = FixOptions.from_args(args)
     check_write_fixed(args.write_fixed, (args.model, args.onnx, *args.input, args.tolerances))
     inputs = (load_input_samples(args.input, max_memory=args.max_memory, onnx_model=args.onnx)
@@ -87,6 +89,20 @@ def _run(args: argparse.Namespace) -> int:
     with progress, models_released_at_end():
         report = bisect_onnx.bisect(model, inputs, onnx_model=args.onnx, **options)
     return print_report(args, report)
+
+
+def _runtime_logs_off() -> None:
+    """Keep ONNX Runtime's C++ log off stderr for the sessions of the whole process.
+
+    Every session bisect-onnx makes sets its own severity; this covers those that
+    take the default (the command's process is bisect-onnx's, so the default is ours
+    to set), and what ONNX Runtime logs outside any session. Errors reach bisect-onnx
+    as exceptions.
+    """
+    with contextlib.suppress(ImportError):  # a run on another runtime only
+        import onnxruntime
+
+        onnxruntime.set_default_logger_severity(4)
 
 
 def _check_files(args: argparse.Namespace, *, against: bool) -> None:
