@@ -14,6 +14,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
+from bisect_onnx.chatter import warnings_logged
 from bisect_onnx.cli.parser import EXIT_BUG, build_parser
 from bisect_onnx.cli.printing import print_report, show_progress
 from bisect_onnx.errors import BisectOnnxError, ModelError
@@ -26,7 +27,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _log_to_stderr(args.verbose)
     try:
-        return _run(args)
+        # The libraries' warnings (numpy's overflows, torch's deprecations, the model's
+        # own) are for the log (-v): stderr holds the command's own lines only.
+        with warnings_logged():
+            return _run(args)
     except BisectOnnxError as error:
         return _fail(str(error), error.exit_code)
     except KeyboardInterrupt:
@@ -41,7 +45,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _log_to_stderr(verbosity: int) -> None:
-    """Show bisect-onnx's own log records (not the libraries' chatter) at -v and -vv."""
+    """Show bisect-onnx's log records at -v and -vv.
+
+    Its steps, and what the libraries printed and warned during its calls into them
+    (:mod:`bisect_onnx.chatter`); the libraries' own loggers are not shown.
+    """
     logger = logging.getLogger("bisect_onnx")
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("bisect-onnx: %(message)s"))
