@@ -121,6 +121,8 @@ def _check_files(args: argparse.Namespace, *, against: bool) -> None:
     from bisect_onnx.sources.file_kinds import read_head
     from bisect_onnx.sources.output_paths import check_outputs, model_files, onnx_files
 
+    if not against:
+        _check_factory_source(args.model)
     for label, path in (("--onnx", args.onnx), ("candidate", args.against)):
         if path is not None:  # what it holds is for the step that reads it
             read_head(path, 1, label=f"{label} file", expected="an .onnx file")
@@ -138,6 +140,22 @@ def _check_files(args: argparse.Namespace, *, against: bool) -> None:
               ("--tolerances", args.tolerances)]
     check_outputs(outputs, inputs=inputs, folders={"--repro-dir"},
                   makes_parents={"--save-onnx"})
+
+
+def _check_factory_source(spec: str) -> None:
+    """Refuse a factory's missing or empty source file in one line, before torch is imported.
+
+    (Importing torch takes seconds; a mistyped path deserves its answer at once.)
+    """
+    from bisect_onnx.sources.file_kinds import read_head
+    from bisect_onnx.sources.loading import MODEL_FORMS
+    from bisect_onnx.sources.output_paths import source_file
+
+    location, colon, factory = spec.rpartition(":")
+    source = source_file(location) if colon and location and factory.isidentifier() else None
+    if source is not None:  # a package.module not found here: its import says why
+        read_head(source, 1, label="model file",
+                  expected=f"the file defining {factory}; MODEL is {MODEL_FORMS}")
 
 
 def _fail(message: str, status: int) -> int:

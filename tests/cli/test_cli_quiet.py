@@ -106,3 +106,16 @@ def test_onnx_runtime_s_warnings_stay_off_stderr(tmp_path):
     result = cli(str(path), "--against", str(path), "-q", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
+
+
+@pytest.mark.parametrize("model", ["missing.pt", "missing.py:make"])
+def test_a_missing_model_file_is_one_line_before_torch_is_imported(model, tmp_path):
+    code = ("import sys\n"
+            "from bisect_onnx.cli.command import main\n"
+            f"status = main([{model!r}])\n"
+            "print(status, 'torch' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=600)
+    assert result.stdout.split() == ["2", "False"], result.stderr
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith("bisect-onnx: error: ") and "missing" in result.stderr
