@@ -12,7 +12,7 @@ import contextlib
 import logging
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from bisect_onnx.chatter import warnings_logged
 from bisect_onnx.cli.parser import EXIT_BUG, build_parser
@@ -25,12 +25,16 @@ __all__ = ["main", "build_parser"]
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return its exit status."""
     args = build_parser().parse_args(argv)
-    _log_to_stderr(args.verbose)
+    # The libraries' warnings (numpy's overflows, torch's deprecations, the model's
+    # own) are for the log (-v): stderr holds the command's own lines only.
+    with _logging_to_stderr(args.verbose), warnings_logged():
+        return _outcome(args)
+
+
+def _outcome(args: argparse.Namespace) -> int:
+    """The run's exit status: errors bisect-onnx raises on purpose are one line."""
     try:
-        # The libraries' warnings (numpy's overflows, torch's deprecations, the model's
-        # own) are for the log (-v): stderr holds the command's own lines only.
-        with warnings_logged():
-            return _run(args)
+        return _run(args)
     except BisectOnnxError as error:
         return _fail(str(error), error.exit_code)
     except KeyboardInterrupt:
@@ -44,17 +48,26 @@ def main(argv: Sequence[str] | None = None) -> int:
                      "above", EXIT_BUG)
 
 
-def _log_to_stderr(verbosity: int) -> None:
-    """Show bisect-onnx's log records at -v and -vv.
+@contextlib.contextmanager
+def _logging_to_stderr(verbosity: int) -> Iterator[None]:
+    """Show bisect-onnx's log records at -v and -vv, for the run.
 
     Its steps, and what the libraries printed and warned during its calls into them
-    (:mod:`bisect_onnx.chatter`); the libraries' own loggers are not shown.
+    (:mod:`bisect_onnx.chatter`); the libraries' own loggers are not shown. Taken off
+    after the run: ``main`` called again in one process (tests) logs once, to the
+    stderr of its own call.
     """
     logger = logging.getLogger("bisect_onnx")
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("bisect-onnx: %(message)s"))
+    level = logger.level
     logger.addHandler(handler)
     logger.setLevel({0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG))
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def _run(args: argparse.Namespace) -> int:
