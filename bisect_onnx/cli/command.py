@@ -12,8 +12,9 @@ import contextlib
 import logging
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
+from bisect_onnx.chatter import warnings_logged
 from bisect_onnx.cli.parser import EXIT_BUG, build_parser
 from bisect_onnx.cli.printing import print_report, show_progress
 from bisect_onnx.errors import BisectOnnxError, ModelError
@@ -24,7 +25,14 @@ __all__ = ["main", "build_parser"]
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return its exit status."""
     args = build_parser().parse_args(argv)
-    _log_to_stderr(args.verbose)
+    # The libraries' warnings (numpy's overflows, torch's deprecations, the model's
+    # own) are for the log (-v): stderr holds the command's own lines only.
+    with _logging_to_stderr(args.verbose), warnings_logged():
+        return _outcome(args)
+
+
+def _outcome(args: argparse.Namespace) -> int:
+    """The run's exit status: errors bisect-onnx raises on purpose are one line."""
     try:
         return _run(args)
     except BisectOnnxError as error:
@@ -40,13 +48,26 @@ def main(argv: Sequence[str] | None = None) -> int:
                      "above", EXIT_BUG)
 
 
-def _log_to_stderr(verbosity: int) -> None:
-    """Show bisect-onnx's own log records (not the libraries' chatter) at -v and -vv."""
+@contextlib.contextmanager
+def _logging_to_stderr(verbosity: int) -> Iterator[None]:
+    """Show bisect-onnx's log records at -v and -vv, for the run.
+
+    Its steps, and what the libraries printed and warned during its calls into them
+    (:mod:`bisect_onnx.chatter`); the libraries' own loggers are not shown. Taken off
+    after the run: ``main`` called again in one process (tests) logs once, to the
+    stderr of its own call.
+    """
     logger = logging.getLogger("bisect_onnx")
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("bisect-onnx: %(message)s"))
+    level = logger.level
     logger.addHandler(handler)
     logger.setLevel({0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG))
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -69,6 +90,7 @@ def _run(args: argparse.Namespace) -> int:
     against = against_requested(args)
     if against:  # two ONNX models, MODEL the reference: their own driver
         _check_files(args, against=True)  # before anything runs or is written
+        _runtime_logs_off()
         return print_report(args, bisect_from_args(args))
     # Each options object checks its own values, before the slow steps.
     options = {"tolerance": Tolerance.from_args(args), "export": ExportOptions.from_args(args),
@@ -76,6 +98,7 @@ def _run(args: argparse.Namespace) -> int:
                "search": SearchOptions.from_args(args), "output": OutputOptions.from_args(args)}
     random_inputs = RandomInputs.from_args(args)
     _check_files(args, against=False)  # before anything runs or is written
+    _runtime_logs_off()
     options["suggest_fix"] = FixOptions.from_args(args)
     check_write_fixed(args.write_fixed, (args.model, args.onnx, *args.input, args.tolerances))
     inputs = (load_input_samples(args.input, max_memory=args.max_memory, onnx_model=args.onnx)
@@ -89,6 +112,20 @@ def _run(args: argparse.Namespace) -> int:
     return print_report(args, report)
 
 
+def _runtime_logs_off() -> None:
+    """Keep ONNX Runtime's C++ log off stderr for the sessions of the whole process.
+
+    Every session bisect-onnx makes sets its own severity; this covers those that
+    take the default (the command's process is bisect-onnx's, so the default is ours
+    to set), and what ONNX Runtime logs outside any session. Errors reach bisect-onnx
+    as exceptions.
+    """
+    with contextlib.suppress(ImportError):  # a run on another runtime only
+        import onnxruntime
+
+        onnxruntime.set_default_logger_severity(4)
+
+
 def _check_files(args: argparse.Namespace, *, against: bool) -> None:
     """Refuse what the command line alone shows cannot work, before anything runs.
 
@@ -97,6 +134,8 @@ def _check_files(args: argparse.Namespace, *, against: bool) -> None:
     from bisect_onnx.sources.file_kinds import read_head
     from bisect_onnx.sources.output_paths import check_outputs, model_files, onnx_files
 
+    if not against:
+        _check_factory_source(args.model)
     for label, path in (("--onnx", args.onnx), ("candidate", args.against)):
         if path is not None:  # what it holds is for the step that reads it
             read_head(path, 1, label=f"{label} file", expected="an .onnx file")
@@ -114,6 +153,22 @@ def _check_files(args: argparse.Namespace, *, against: bool) -> None:
               ("--tolerances", args.tolerances)]
     check_outputs(outputs, inputs=inputs, folders={"--repro-dir"},
                   makes_parents={"--save-onnx"})
+
+
+def _check_factory_source(spec: str) -> None:
+    """Refuse a factory's missing or empty source file in one line, before torch is imported.
+
+    (Importing torch takes seconds; a mistyped path deserves its answer at once.)
+    """
+    from bisect_onnx.sources.file_kinds import read_head
+    from bisect_onnx.sources.loading import MODEL_FORMS
+    from bisect_onnx.sources.output_paths import source_file
+
+    location, colon, factory = spec.rpartition(":")
+    source = source_file(location) if colon and location and factory.isidentifier() else None
+    if source is not None:  # a package.module not found here: its import says why
+        read_head(source, 1, label="model file",
+                  expected=f"the file defining {factory}; MODEL is {MODEL_FORMS}")
 
 
 def _fail(message: str, status: int) -> int:

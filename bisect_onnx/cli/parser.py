@@ -93,5 +93,7 @@ def _add_verbosity(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-q", "--quiet", action="store_true",
                         help="print only the verdict line (and warnings and errors)")
     parser.add_argument("-v", "--verbose", action="count", default=0,
-                        help="log bisect-onnx's steps to stderr (-vv for debug detail)")
+                        help="log bisect-onnx's steps to stderr, and the warnings and output of "
+                        "the libraries it calls, which are never printed otherwise (-vv for "
+                        "debug detail and that output in full)")
     parser.add_argument("--version", action="version", version=f"bisect-onnx {__version__}")

@@ -91,8 +91,10 @@ def _run(path: Path, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
     """
     import onnxruntime as ort
 
+    options = ort.SessionOptions()
+    options.log_severity_level = 4  # ORT's C++ log off stderr: its errors raise
     try:
-        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     except Exception as error:  # an export ORT refuses is that candidate's failure
         raise _RunFailed(f"ONNX Runtime cannot load it: {one_line(error)}") from error
     names = [value.name for value in session.get_inputs()]

@@ -15,6 +15,7 @@ from collections.abc import Collection
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from bisect_onnx.chatter import chatter_logged
 from bisect_onnx.errors import UsageError
 
 __all__ = ["float16_converter", "keep_io_types_of", "float16_keeping", "bfloat16_keeping",
@@ -63,7 +64,10 @@ def float16_keeping(reference: onnx.ModelProto, keep: Collection[str], *,
     copy = onnx.ModelProto()
     copy.CopyFrom(reference)
     options = {"op_block_list": op_block_list} if op_block_list is not None else {}
-    return convert(copy, keep_io_types=keep_io_types, node_block_list=sorted(keep), **options)
+    # It warns of each weight it clips ("will be truncated to 10000.0"): for the log.
+    with chatter_logged("onnxconverter-common's float16 conversion"):
+        return convert(copy, keep_io_types=keep_io_types, node_block_list=sorted(keep),
+                       **options)
 
 
 def bfloat16_keeping(candidate: onnx.ModelProto, keep: Collection[str],

@@ -6,7 +6,6 @@ import contextlib
 import inspect
 import logging
 import re
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bisect_onnx.chatter import chatter_logged
 from bisect_onnx.errors import ModelError, UsageError, one_line
 from bisect_onnx.events import EXPORT_STARTED, emit
 from bisect_onnx.pytorch.calls import call_of_stack_key
@@ -77,7 +77,7 @@ def export_model(
     emit(EXPORT_STARTED, exporter)
     program = None
     try:
-        with quiet_exporter():
+        with quiet_exporter(f"the {exporter} exporter", native=exporter == "torchscript"):
             if exporter == "dynamo":
                 program = torch.onnx.export(model, args, dynamo=True, opset_version=opset,
                                             verbose=False, **options)
@@ -128,7 +128,7 @@ def _check_options(export: Callable[..., object], options: Mapping[str, object])
 def _save(program: torch.onnx.ONNXProgram, path: Path) -> None:
     """Write the dynamo exporter's ONNXProgram into our folder: the export's last step."""
     try:
-        with quiet_exporter():
+        with quiet_exporter("the dynamo exporter"):
             program.save(str(path))
     except OSError as error:
         raise ModelError(f"the dynamo exporter's ONNX model could not be written to the "
@@ -289,7 +289,7 @@ def trace_program(model: torch.nn.Module, inputs: Sequence[np.ndarray],
 
     positional, kwargs = split_keywords([to_tensor(array) for array in inputs], keywords)
     try:
-        with quiet_exporter():
+        with quiet_exporter("torch.export"):
             program = torch.export.export(model, tuple(positional), kwargs or None, strict=False)
     except Exception:
         logger.debug("torch.export could not trace the model", exc_info=True)
@@ -313,7 +313,7 @@ def as_translated(program: ExportedProgram) -> ExportedProgram | None:
         logger.info("%s; taking the exporter's public path", error)
         return _through_the_exporter(program)
     try:
-        with quiet_exporter():
+        with quiet_exporter("the dynamo exporter's decompositions"):
             return prepare(program)
     except Exception:  # a program it cannot decompose: the exporter may still
         logger.debug("could not run the exporter's decompositions", exc_info=True)
@@ -329,7 +329,7 @@ def _through_the_exporter(program: ExportedProgram) -> ExportedProgram | None:
     import torch
 
     try:
-        with quiet_exporter():
+        with quiet_exporter("the dynamo exporter"):
             exported = torch.onnx.export(program, dynamo=True, optimize=False, verbose=False)
     except Exception as error:  # the exporter fails on it too: op level goes without
         logger.info("op level: the dynamo exporter cannot decompose the traced program "
@@ -339,26 +339,16 @@ def _through_the_exporter(program: ExportedProgram) -> ExportedProgram | None:
     return getattr(exported, "exported_program", None)
 
 
-@contextlib.contextmanager
-def quiet_exporter() -> Iterator[None]:
-    """Keep the exporter's chatter (optional-package notices, deprecations) out of our output."""
-    # The exporter and its optimizer log (and print tracebacks of) problems they
-    # recover from; a failure that matters reaches us as an exception.
+def quiet_exporter(source: str = "the exporter", *, native: bool = False,
+                   ) -> contextlib.AbstractContextManager[None]:
+    """Keep the exporter's chatter (prints, warnings, its loggers) in our log, off the terminal.
+
+    ``native`` for the TorchScript exporter, whose C++ code prints its whole graph to
+    stderr when a pass fails (torch 2.13 turns that log on in every export).
+    """
     # (torch.__trace logs every traced op at DEBUG, into any capturing handler.)
-    loggers = [logging.getLogger(name) for name in ("torch.onnx", "torch.__trace",
-                                                    "torch.export", "onnxscript", "onnx_ir")]
-    previous = [each.level for each in loggers]
-    for each in loggers:
-        each.setLevel(logging.CRITICAL)
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            yield
-        for warning in caught:
-            logger.debug("exporter warning: %s", warning.message)
-    finally:
-        for each, level in zip(loggers, previous, strict=True):
-            each.setLevel(level)
+    return chatter_logged(source, native=native, loggers=(
+        "torch.onnx", "torch.__trace", "torch.export", "onnxscript", "onnx_ir"))
 
 
 def _summarize(error: BaseException) -> str:
