@@ -11,7 +11,7 @@ import pytest
 from fixtures.registry import FIXTURES, REPO_ROOT, build_model, load_inputs, repo_path
 
 # A report whose claims its own evidence contradicts is a bug: in the suite it raises
-# (bisect_onnx.judge.assembly), where a user's run would weaken the claim and warn.
+# (bisect_onnx.judge.reading), where a user's run would weaken the claim and warn.
 os.environ["BISECT_ONNX_STRICT"] = "1"
 
 

@@ -20,7 +20,8 @@ from bisect_onnx.align.modules import Pair
 from bisect_onnx.align.ops import OpAlignment, align_ops
 from bisect_onnx.graph.nodes import NodeInfo
 from bisect_onnx.judge.findings import Refinement
-from bisect_onnx.judge.records import Record, Report
+from bisect_onnx.judge.reading import Reading
+from bisect_onnx.judge.records import Record
 from bisect_onnx.judge.tolerance_judge import ToleranceJudge
 from bisect_onnx.judge.tolerances import Judge, Tolerance
 from bisect_onnx.pytorch.op_values import OpCapture
@@ -107,7 +108,7 @@ def aggregate_ops(module_records: Sequence[Record], ops: Sequence[Record],
 
 
 def look_inside_first_divergence(
-    report: Report,
+    report: Reading,
     segments: Mapping[str, Sequence[NodeInfo]],
     ops: OpCapture,
     program: ExportedProgram,

@@ -23,7 +23,7 @@ from bisect_onnx.align.script_table import END_OF
 from bisect_onnx.errors import BisectOnnxError, one_line
 from bisect_onnx.graph.nodes import NodeInfo
 from bisect_onnx.judge.compare import compare_arrays
-from bisect_onnx.judge.records import Report
+from bisect_onnx.judge.reading import Reading
 from bisect_onnx.judge.tolerances import Judge
 from bisect_onnx.pytorch.op_alone import Slot, Translation, export_alone, single_op
 from bisect_onnx.pytorch.script_ops import ScriptOp, ScriptOpCapture
@@ -67,7 +67,7 @@ def _may_go_on(kind: str) -> bool:
     return end is None or bool(end.then)
 
 
-def look_inside_script_op(report: Report, segments: Mapping[str, Sequence[NodeInfo]],
+def look_inside_script_op(report: Reading, segments: Mapping[str, Sequence[NodeInfo]],
                           ops: ScriptOpCapture, model: onnx.ModelProto,
                           candidate_values: Mapping[str, np.ndarray], *,
                           opset: int | None, tolerance: Judge,

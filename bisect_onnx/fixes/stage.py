@@ -1,6 +1,6 @@
-"""The fix stage: the report's culprit class, the searches for it, the report amended.
+"""The fix stage: the culprit's class, the searches for it, what they add to the findings.
 
-Runs only with ``suggest_fix``; every result it adds to the report is a
+Runs only with ``suggest_fix``; every result it adds to a sample's findings is a
 :class:`~bisect_onnx.fixes.trial.FixResult`, made from a rerun's figures.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from bisect_onnx.errors import UsageError
 from bisect_onnx.fixes import (  # noqa: F401  (each registers its searches)
@@ -23,14 +23,16 @@ from bisect_onnx.fixes.trial import FixResult, output_figures
 from bisect_onnx.judge.assembly import amended
 
 if TYPE_CHECKING:
+    from bisect_onnx.judge.reading import Reading
     from bisect_onnx.judge.records import Report
 
-__all__ = ["culprit_class", "with_fixes", "check_write_fixed", "write_fixed", "best_fix"]
+__all__ = ["culprit_class", "FixesFound", "search_fixes", "check_write_fixed", "write_fixed",
+           "best_fix"]
 
 logger = logging.getLogger(__name__)
 
 
-def culprit_class(report: Report, *, precision: str | None = None) -> str | None:
+def culprit_class(reading: Reading, *, precision: str | None = None) -> str | None:
     """The class a fix search starts from: the culprit's classification's kind.
 
     ``precision``: for ONNX against ONNX, the candidate's precision ("float16",
@@ -39,7 +41,7 @@ def culprit_class(report: Report, *, precision: str | None = None) -> str | None
     """
     if precision:
         return precision
-    kind = ((report.attribution or {}).get("classification") or {}).get("kind")
+    kind = ((reading.attribution or {}).get("classification") or {}).get("kind")
     return _CLASS_OF_KIND.get(kind, kind) or None
 
 
@@ -47,31 +49,38 @@ def culprit_class(report: Report, *, precision: str | None = None) -> str | None
 # PyTorch, a graph that means something else than the torch op is the exporter's doing.
 _CLASS_OF_KIND = {"graph semantics": "exporter"}
 
-def with_fixes(report: Report, precision: str | None = None, also: tuple[str, ...] = (),
-               **context: Any) -> Report:
-    """``report`` amended with the fix searches' results for its culprit (a diverged run).
+class FixesFound(NamedTuple):
+    """What the fix stage adds to a sample's findings: checked fixes, and its notes."""
+
+    fixes: tuple[FixResult, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def search_fixes(reading: Reading, precision: str | None = None, also: tuple[str, ...] = (),
+                 **context: Any) -> FixesFound:
+    """The fix searches' results for the culprit a sample's findings name (a diverged run).
 
     ``context``: the :class:`FixContext` fields besides the culprit's class and
     ``before`` (computed here from ``reference_outputs`` and ``candidate_outputs``).
     ``also``: classes searched whatever the culprit's (a model in training mode is one
     whatever node its divergence first shows in).
     """
-    if not report.diverged:
-        return amended(report, fix_notes=("no fix searched: the outputs agree",))
-    found = culprit_class(report, precision=precision)
+    if not reading.diverged:
+        return FixesFound(notes=("no fix searched: the outputs agree",))
+    found = culprit_class(reading, precision=precision)
     if context.get("opt_level") not in (None, "disabled"):
         also = (*also, "optimization")  # run optimized: a fusion may be what changed it
     classes = [kind for kind in dict.fromkeys((found, *also)) if kind]
     if not classes:
-        return amended(report, fix_notes=("no fix search: the culprit is not classified",))
+        return FixesFound(notes=("no fix search: the culprit is not classified",))
     tolerance = context["tolerance"]
     before = output_figures(context["reference_outputs"], context.get("candidate_outputs", ()),
                             rtol=tolerance.rtol, atol=tolerance.atol)
-    culprit = report.culprit
+    culprit = reading.culprit
     context.setdefault("culprit_nodes", (culprit.onnx_node,) if culprit and
                        culprit.onnx_node else ())
     context.setdefault("culprit_module", culprit.torch_module if culprit else None)
-    ran_in = (report.culprit_node or {}).get("ran_in") or {}
+    ran_in = (reading.culprit_node or {}).get("ran_in") or {}
     context.setdefault("extra", {"culprit_kernel": ran_in.get("kernel")})
     outcomes = [suggest_fixes(FixContext(culprit_class=kind, before=before, **context))
                 for kind in classes]
@@ -85,7 +94,7 @@ def with_fixes(report: Report, precision: str | None = None, also: tuple[str, ..
               for result in found_any if not _helps(result)]
     if not any(result.reaches_parity for result in results):
         notes.append(f"no checked fix found (tried: {', '.join(tried) or 'nothing'})")
-    return amended(report, fixes=results, fix_notes=tuple(notes))
+    return FixesFound(results, tuple(notes))
 
 
 #: A change that leaves the worst error within this factor of the failing run's is no

@@ -19,6 +19,7 @@ from bisect_onnx.judge.report_data import (
     culprit_data,
     report_fields,
 )
+from bisect_onnx.judge.rows import RowReading
 from bisect_onnx.judge.vocabulary import Granularity, Status, Verdict
 
 if TYPE_CHECKING:  # types only: save and load's paths; findings are made of records
@@ -192,7 +193,7 @@ class Coverage:
 
 
 @dataclass(frozen=True)
-class Report:
+class Report(RowReading):
     """The result of one bisection: verdict, records and context.
 
     Made only by :func:`bisect_onnx.judge.assembly.assemble`, from the stages' findings
@@ -260,51 +261,6 @@ class Report:
     nan_origin_ref: RowRef | None = field(default=None, repr=False)
     findings: Findings | None = field(default=None, repr=False, compare=False)
     """The stages' findings this report was assembled from."""
-
-    def _row(self, ref: RowRef | None) -> Record | None:
-        """The record ``ref`` names."""
-        return None if ref is None else ref.find(getattr(self, ref.table))
-
-    @property
-    def first_divergence(self) -> Record | None:
-        """The first failing value (a final output when no intermediate fails)."""
-        return self._row(self.first_divergence_ref)
-
-    @property
-    def culprit(self) -> Record | None:
-        """The answer: the node that introduces the error (``None`` when none was shown).
-
-        The first failing value whose own node, fed the reference's exact inputs, still
-        fails beyond float rounding.
-        """
-        return self._row(self.culprit_ref)
-
-    @property
-    def culprits(self) -> list[Record] | None:
-        """With ``all_culprits``: every value that introduces error, in graph order."""
-        if self.culprit_refs is None:
-            return None
-        return [row for row in map(self._row, self.culprit_refs) if row is not None]
-
-    @property
-    def nan_origin(self) -> Record | None:
-        """The first value with NaN or Inf on one side only, if it is not the first to fail.
-
-        An earlier value may fail by a small margin: where the NaN starts matters more.
-        """
-        return self._row(self.nan_origin_ref)
-
-    @property
-    def hidden_divergences(self) -> list[Record]:
-        """At parity: the intermediate values that fail (masked positions, say)."""
-        if self.verdict == Verdict.DIVERGED:
-            return []
-        return [row for row in self.comparisons if row.failed]
-
-    @property
-    def diverged(self) -> bool:
-        """Whether the final outputs disagree."""
-        return self.verdict == Verdict.DIVERGED
 
     def to_dict(self) -> dict[str, Any]:
         """The report as JSON data (schema :data:`SCHEMA_VERSION`)."""

@@ -15,12 +15,13 @@ import numpy as np
 
 from bisect_onnx.align.modules import Pair
 from bisect_onnx.judge.compare import ArrayComparison, check_tolerances, compare_arrays
+from bisect_onnx.judge.reading import Reading
 from bisect_onnx.judge.records import Record, make_record
 from bisect_onnx.judge.tolerances import Tolerance, ToleranceRule, judged_by, rule_for
 from bisect_onnx.judge.vocabulary import ReportWarning
 
 if TYPE_CHECKING:
-    from bisect_onnx.judge.records import Report
+    from bisect_onnx.judge.reading import Reading
     from bisect_onnx.search.probes import Checkpoint
 
 __all__ = ["ToleranceJudge", "UNUSED_RULE"]
@@ -91,7 +92,7 @@ class ToleranceJudge:
 
         return compare
 
-    def local_comparer(self, report: Report, references: Mapping[str, np.ndarray],
+    def local_comparer(self, report: Reading, references: Mapping[str, np.ndarray],
                        ) -> Callable[[str, np.ndarray], ArrayComparison] | None:
         """A value rerun on the reference's inputs judged at its row's tolerance.
 

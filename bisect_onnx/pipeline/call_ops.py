@@ -23,7 +23,7 @@ from bisect_onnx.errors import BisectOnnxError
 from bisect_onnx.events import CAPTURE_STARTED, emit
 from bisect_onnx.graph.nodes import NodeInfo
 from bisect_onnx.graph.provenance import Provenance, fx_node_text, in_installed_package
-from bisect_onnx.judge.records import Report
+from bisect_onnx.judge.reading import Reading
 from bisect_onnx.pipeline.torch_comparison import OpScope
 from bisect_onnx.pytorch.call_names import MadeFrom, made_from
 from bisect_onnx.pytorch.call_program import (
@@ -61,7 +61,7 @@ def traces_one_call(settings: Settings) -> bool:
             and settings.reference.kind == MODULE)
 
 
-def exact_at_module_level(report: Report, nodes: Sequence[NodeInfo]) -> bool:
+def exact_at_module_level(report: Reading, nodes: Sequence[NodeInfo]) -> bool:
     """Whether op level would name nothing finer than module level's classified culprit.
 
     The culprit's node reads nothing its checked segment computes: every value before
@@ -82,7 +82,7 @@ def exact_at_module_level(report: Report, nodes: Sequence[NodeInfo]) -> bool:
     return not computed & set(node.inputs)
 
 
-def checked_segment(report: Report, nodes: Sequence[NodeInfo]) -> list[NodeInfo | None]:
+def checked_segment(report: Reading, nodes: Sequence[NodeInfo]) -> list[NodeInfo | None]:
     """The culprit's nodes as its attribution checked them, in order; ``[]`` without one.
 
     A name the graph does not hold (a rebuilt node) is ``None`` in its place.
@@ -94,7 +94,7 @@ def checked_segment(report: Report, nodes: Sequence[NodeInfo]) -> list[NodeInfo 
 
 
 def culprit_call_ops(prepared: PreparedCandidate, reference: Reference,
-                     arrays: Sequence[np.ndarray], report: Report,
+                     arrays: Sequence[np.ndarray], report: Reading,
                      captures: tuple[Capture, Capture],
                      references: Mapping[str, np.ndarray]) -> CallOpCapture | None:
     """The op values of the module call holding ``report``'s culprit (module level).
@@ -194,7 +194,7 @@ def _sources_from_file(ops: CallOpCapture, group: Sequence[NodeInfo]) -> None:
         ops.values[name] = replace(value, provenance=replace(value.provenance, source=source))
 
 
-def _nodes_in_question(report: Report, nodes: Sequence[NodeInfo],
+def _nodes_in_question(report: Reading, nodes: Sequence[NodeInfo],
                        boundaries: bool = False) -> set[int]:
     """The culprit's segment (else the first divergence's node).
 

@@ -10,13 +10,13 @@ from bisect_onnx.pipeline.production import capture_warning
 from bisect_onnx.report.context import culprit_context
 
 if TYPE_CHECKING:
-    from bisect_onnx.judge.records import Report
+    from bisect_onnx.judge.reading import Reading
     from bisect_onnx.pipeline.torch_sample import TorchSample
 
 __all__ = ["describe_run"]
 
 
-def describe_run(sample: TorchSample, report: Report) -> RunDescription:
+def describe_run(sample: TorchSample, report: Reading) -> RunDescription:
     """What was compared, how, and where, for ``report`` (its culprit's node in its graph)."""
     settings, run = sample.settings, sample.run
     prepared, export, tolerance = settings.prepared, settings.export, settings.judge.base

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import onnx
 
-    from bisect_onnx.judge.records import Report
+    from bisect_onnx.fixes.stage import FixesFound
     from bisect_onnx.pipeline.onnx_sample import OnnxSample
 
 __all__ = ["sample_fixes", "candidate_class", "session_settings"]
@@ -29,8 +29,8 @@ def candidate_class(reference: onnx.ModelProto, candidate: onnx.ModelProto) -> s
     return _CLASSES.get(precision_of(candidate))
 
 
-def sample_fixes(sample: OnnxSample) -> Report:
-    """The sample's report with the fix searches' checked results for its culprit.
+def sample_fixes(sample: OnnxSample) -> FixesFound:
+    """The fix searches' checked results for the culprit the sample's findings name.
 
     The sample's values (the reference's under the candidate's names) give the final
     outputs every fix's ``before`` is made from; the candidate's ONNX Runtime settings
@@ -38,9 +38,10 @@ def sample_fixes(sample: OnnxSample) -> Report:
     """
     import onnx
 
-    from bisect_onnx.fixes.stage import with_fixes
+    from bisect_onnx.fixes.stage import FixesFound, search_fixes
+    from bisect_onnx.judge.reading import Reading
 
-    report, values, candidate_runner = sample.report, sample.values, sample.candidate
+    values, candidate_runner = sample.values, sample.candidate
     reference_path, candidate_path = sample.models.reference.path, candidate_runner.path
     user_paths, tolerance = sample.models.user_paths, sample.paired.judge.base
     session = candidate_runner.optimizer_settings()
@@ -48,13 +49,11 @@ def sample_fixes(sample: OnnxSample) -> Report:
     reference, candidate = onnx.load(reference_path), onnx.load(candidate_path)
     outputs = [value.name for value in candidate.graph.output]
     if not all(name in values.reference and name in values.candidate for name in outputs):
-        from bisect_onnx.judge.assembly import amended
-
-        return amended(report, fix_notes=("no fix search: the run kept no final outputs",))
+        return FixesFound(notes=("no fix search: the run kept no final outputs",))
     user = [Path(path) for path in user_paths if isinstance(path, (str, Path))]
-    return with_fixes(
-        report, precision=candidate_class(reference, candidate), reference=reference,
-        candidate=candidate, reference_path=user[0] if user else None,
+    return search_fixes(
+        Reading(sample.findings), precision=candidate_class(reference, candidate),
+        reference=reference, candidate=candidate, reference_path=user[0] if user else None,
         candidate_path=user[1] if len(user) > 1 else None,
         inputs={spec.name: array for spec, array in zip(candidate_runner.inputs,
                                                         sample.candidate_arrays, strict=True)},

@@ -8,22 +8,23 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from bisect_onnx.judge.records import Report
+    from bisect_onnx.fixes.stage import FixesFound
+    from bisect_onnx.judge.reading import Reading
     from bisect_onnx.pipeline.torch_settings import Settings
     from bisect_onnx.runtime.sides import CapturedValue
 
 __all__ = ["sample_fixes"]
 
 
-def sample_fixes(report: Report, settings: Settings, arrays: Sequence[np.ndarray],
+def sample_fixes(reading: Reading, settings: Settings, arrays: Sequence[np.ndarray],
                  torch_outputs: Sequence[CapturedValue],
-                 onnx_outputs: Sequence[CapturedValue]) -> Report:
-    """``report`` with the fix searches' checked results for its culprit.
+                 onnx_outputs: Sequence[CapturedValue]) -> FixesFound:
+    """The fix searches' checked results for the culprit ``reading`` names.
 
     ``torch_outputs`` / ``onnx_outputs``: the final outputs the verdict compared
     (``CapturedValue``s), the figures every fix's ``before`` is made from.
     """
-    from bisect_onnx.fixes.stage import with_fixes
+    from bisect_onnx.fixes.stage import search_fixes
     from bisect_onnx.pipeline.fix_onnx import session_settings
     from bisect_onnx.pytorch.module_side import split_keywords, to_tensor
 
@@ -35,8 +36,8 @@ def sample_fixes(report: Report, settings: Settings, arrays: Sequence[np.ndarray
                    (model.modules() if hasattr(model, "modules") else ()))
     # Every search that applies runs, whatever the culprit's class: another export
     # (exporter, opset) for a model, eval mode for one in training mode.
-    return with_fixes(
-        report, also=("exporter", *(("pytorch mode",) if training else ())),
+    return search_fixes(
+        reading, also=("exporter", *(("pytorch mode",) if training else ())),
         candidate=candidate.model,
         candidate_path=candidate.path,
         inputs={spec.name: array for spec, array in zip(candidate.inputs, arrays,

@@ -21,7 +21,7 @@ import numpy as np
 from bisect_onnx.align.op_level import named_node
 from bisect_onnx.graph.provenance import fx_node_text
 from bisect_onnx.judge.findings import Refinement
-from bisect_onnx.judge.records import Report
+from bisect_onnx.judge.reading import Reading
 from bisect_onnx.judge.tolerances import Judge
 from bisect_onnx.pipeline.call_ops import checked_segment
 from bisect_onnx.search.decomposition import compare_segment
@@ -51,7 +51,7 @@ class _Op(NamedTuple):
     target: str
 
 
-def look_inside_module_culprit(report: Report, candidate: Runner,
+def look_inside_module_culprit(report: Reading, candidate: Runner,
                                model: torch.nn.Module | ExportedProgram,
                                references: Mapping[str, np.ndarray],
                                candidate_values: Mapping[str, np.ndarray], *,
@@ -94,7 +94,7 @@ def look_inside_module_culprit(report: Report, candidate: Runner,
     return Refinement(inside_op=inside, node=named_node(found))
 
 
-def name_the_ops(report: Report, candidate: Runner) -> dict[str, str]:
+def name_the_ops(report: Reading, candidate: Runner) -> dict[str, str]:
     """The op of the culprit's and the first divergence's value, where it is its output.
 
     A module-level value the file names after the FX node that computes it (``linear_4``,

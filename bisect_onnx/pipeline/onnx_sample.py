@@ -18,6 +18,7 @@ import numpy as np
 from bisect_onnx.events import CAPTURE_STARTED, emit
 from bisect_onnx.judge.assembly import assemble
 from bisect_onnx.judge.findings import Findings, RunDescription
+from bisect_onnx.judge.reading import Reading
 from bisect_onnx.judge.records import Report
 from bisect_onnx.pipeline.environment import environment
 from bisect_onnx.pipeline.fix_onnx import sample_fixes
@@ -128,14 +129,14 @@ def _compare(sample: OnnxSample) -> OnnxSample:
 
 
 def _wants_probes(sample: OnnxSample) -> bool:
-    return wants_probes(assemble(sample.findings), sample.run, sample.paired.judge.base)
+    return wants_probes(Reading(sample.findings), sample.run, sample.paired.judge.base)
 
 
 def _probe_production(sample: OnnxSample) -> OnnxSample:
     """Production probed where the capture may not show the first divergence."""
     paired = sample.paired
     plan = probe_checkpoints(paired, sample.candidate, sample.reference_capture)
-    probed = probe_production(assemble(sample.findings), sample.run, sample.candidate_arrays,
+    probed = probe_production(Reading(sample.findings), sample.run, sample.candidate_arrays,
                               plan.checkpoints, tolerance=paired.judge.base,
                               compare=plan.compare, make_row=plan.make_row)
     if probed is None:
@@ -170,15 +171,15 @@ def _gather_values(sample: OnnxSample) -> OnnxSample:
 
 
 def _diverged(sample: OnnxSample) -> bool:
-    report = assemble(sample.findings)
-    return report.diverged or bool(report.hidden_divergences)  # hidden ones have culprits too
+    reading = Reading(sample.findings)
+    return reading.diverged or bool(reading.hidden_divergences)  # hidden ones have culprits too
 
 
 def _attribute(sample: OnnxSample) -> OnnxSample:
     """Which node introduced the error, each fed the reference's values."""
     paired, values = sample.paired, sample.values
     attribution, local_values = attribute_divergence(
-        assemble(sample.findings), sample.candidate,
+        Reading(sample.findings), sample.candidate,
         values,
         tolerance=paired.judge, everything=sample.models.all_culprits, evidence=Evidence(
             has_counterpart=_in_graph(sample.models.reference.model),
@@ -191,10 +192,10 @@ def _attribute(sample: OnnxSample) -> OnnxSample:
 
 
 def _describe(sample: OnnxSample) -> OnnxSample:
-    """What was compared, how, and where: the sample's report."""
+    """What was compared, how, and where."""
     models, candidate, run = sample.models, sample.candidate, sample.run
     reference, base = models.reference, sample.paired.judge.base
-    report = assemble(sample.findings)
+    reading = Reading(sample.findings)
     capture = candidate.describe_capture(run.production_check)
     warning = capture_warning(run.production_check, capture,
                               share=run.tolerance_used(base.rtol, base.atol))
@@ -205,16 +206,22 @@ def _describe(sample: OnnxSample) -> OnnxSample:
                    "inputs": sample.description},
         candidate={**candidate.describe(), "model": models.labels[1]},
         capture=capture,
-        culprit_node=culprit_context(report.culprit or report.first_divergence,
+        culprit_node=culprit_context(reading.culprit or reading.first_divergence,
                                      candidate, sample.reference_capture,
-                                     run.judged_capture(), report.comparisons),
+                                     run.judged_capture(), reading.comparisons),
         warnings=(warning,) if warning else ()))
-    return replace(sample, findings=findings, report=assemble(findings))
+    return replace(sample, findings=findings)
 
 
 def _suggest_fixes(sample: OnnxSample) -> OnnxSample:
     """The ONNX fix searches' checked results for the culprit."""
-    return replace(sample, report=sample_fixes(sample))
+    fixes, notes = sample_fixes(sample)
+    return replace(sample, findings=replace(sample.findings, fixes=fixes, fix_notes=notes))
+
+
+def _lay_out(sample: OnnxSample) -> OnnxSample:
+    """The sample's report, laid out of everything its stages found: once."""
+    return replace(sample, report=assemble(sample.findings))
 
 
 def _in_graph(model: onnx.ModelProto) -> Callable[[NodeInfo], bool]:
@@ -240,4 +247,5 @@ ONNX_STAGES: Sequence[Stage[OnnxSample]] = (
     Stage("attribute the culprit", _attribute, _diverged),
     Stage("describe the run", _describe),
     Stage("suggest fixes", _suggest_fixes, lambda sample: sample.models.fixes.suggest),
+    Stage("lay out the report", _lay_out),
 )

@@ -19,9 +19,8 @@ import numpy as np
 
 from bisect_onnx.errors import ModelError
 from bisect_onnx.events import CAPTURE_STARTED, emit
-from bisect_onnx.judge.assembly import assemble
 from bisect_onnx.judge.findings import Findings
-from bisect_onnx.judge.records import Report
+from bisect_onnx.judge.reading import Reading
 from bisect_onnx.pipeline.call_ops import (
     culprit_call_ops,
     exact_at_module_level,
@@ -99,7 +98,7 @@ class LaterOps(NamedTuple):
     with them, where op level could name nothing finer: the sample's, as they are."""
 
 
-def later_op_values(settings: Settings, arrays: Sequence[np.ndarray], report: Report,
+def later_op_values(settings: Settings, arrays: Sequence[np.ndarray], report: Reading,
                     captures: tuple[Capture, Capture], pairs: Sequence[Pair], run: CandidateRun,
                     *, attribute: Callable[[Findings], tuple[Findings, SampleValues]]
                     ) -> LaterOps:
@@ -120,7 +119,7 @@ def later_op_values(settings: Settings, arrays: Sequence[np.ndarray], report: Re
         settings.parking.restore()
     if traces_one_call(settings) and not probes:
         attributed = attribute(report.findings)
-        module_level = assemble(attributed[0])  # its culprit says which call to trace
+        module_level = Reading(attributed[0])  # its culprit says which call to trace
         if exact_at_module_level(module_level, settings.prepared.candidate.nodes):
             return LaterOps(attributed=attributed)
         ops = culprit_call_ops(settings.prepared, settings.reference, arrays, module_level,

@@ -15,7 +15,8 @@ import numpy as np
 
 from bisect_onnx.judge.compare import ArrayComparison
 from bisect_onnx.judge.findings import SearchFindings
-from bisect_onnx.judge.records import Record, Report
+from bisect_onnx.judge.reading import Reading
+from bisect_onnx.judge.records import Record
 from bisect_onnx.judge.tolerances import Tolerance
 from bisect_onnx.judge.vocabulary import ReportWarning
 from bisect_onnx.pipeline.torch_comparison import NOTHING_ALIGNED
@@ -126,7 +127,7 @@ def run_candidate(candidate: Runner, arrays: Sequence[np.ndarray], *,
                         fallback=fallback)
 
 
-def probe_production(report: Report, run: CandidateRun, arrays: Sequence[np.ndarray],
+def probe_production(report: Reading, run: CandidateRun, arrays: Sequence[np.ndarray],
                      checkpoints: Sequence[Checkpoint], *, tolerance: Tolerance,
                      compare: Callable[[Checkpoint, np.ndarray], ArrayComparison] | None = None,
                      make_row: Callable[[str, CapturedValue], Record] | None = None,
@@ -157,7 +158,7 @@ def probe_production(report: Report, run: CandidateRun, arrays: Sequence[np.ndar
     return bisection, search
 
 
-def wants_probes(report: Report, run: CandidateRun, tolerance: Tolerance) -> bool:
+def wants_probes(report: Reading, run: CandidateRun, tolerance: Tolerance) -> bool:
     """Whether the capture may not show the first divergence production computes."""
     return report.diverged and (run.capture_matters(tolerance)
                                 or modes.no_value_fails(report))
@@ -182,7 +183,7 @@ def capture_warning(production: ProductionCheck | None, capture: dict, *,
                                           mode=capture.get("mode"), share=used)
 
 
-def memory_bisection(report: Report, bisection: ProbeBisection,
+def memory_bisection(report: Reading, bisection: ProbeBisection,
                      memory_reason: str) -> SearchFindings:
     """Over the budget, the probes found the values compared: say so.
 
@@ -199,7 +200,7 @@ def memory_bisection(report: Report, bisection: ProbeBisection,
         warnings=(*comparison.warnings, *bisection.warnings())))
 
 
-def nothing_fetched(report: Report, memory_reason: str) -> SearchFindings:
+def nothing_fetched(report: Reading, memory_reason: str) -> SearchFindings:
     """Over the budget with nothing probed: say so, not that nothing aligned."""
     comparison = report.findings.judged
     warnings = [warning for warning in comparison.warnings

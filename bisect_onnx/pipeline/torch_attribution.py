@@ -15,8 +15,8 @@ import numpy as np
 
 from bisect_onnx.align.op_level import look_inside_first_divergence
 from bisect_onnx.align.script_inside import references_by_onnx_value
-from bisect_onnx.judge.assembly import assemble
 from bisect_onnx.judge.findings import Findings, Refinement
+from bisect_onnx.judge.reading import Reading
 from bisect_onnx.judge.vocabulary import Granularity
 from bisect_onnx.pipeline.inside_op import look_inside_module_culprit, name_the_ops
 from bisect_onnx.pytorch.module_side import in_training_mode
@@ -61,7 +61,7 @@ def attribute_sample(sample: TorchSample, findings: Findings) -> tuple[Findings,
                                  in bisection.capture.values.items()})
     # Attributed afresh: what an earlier attribution found is not carried over.
     findings = replace(findings, attribution=None, refinement=None)
-    report = assemble(findings)
+    report = Reading(findings)
     if not (report.diverged or report.hidden_divergences):  # hidden ones have culprits too
         return findings, values
     script = isinstance(ops, ScriptOpCapture)  # op names are not ONNX value names there
@@ -79,7 +79,7 @@ def attribute_sample(sample: TorchSample, findings: Findings) -> tuple[Findings,
             torch_float64=float64 if module_level else None, op_segments=segments,
             training=in_training_mode(settings.reference.exportable)))
     findings = replace(findings, attribution=attribution)
-    report = assemble(findings)
+    report = Reading(findings)
     refinement = None
     if module_level:  # no op values: look inside the culprit's op without them
         inside = look_inside_module_culprit(

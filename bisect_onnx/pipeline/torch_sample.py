@@ -24,6 +24,7 @@ from bisect_onnx.events import CAPTURE_STARTED, emit
 from bisect_onnx.graph.nodes import NodeInfo
 from bisect_onnx.judge.assembly import assemble
 from bisect_onnx.judge.findings import Findings
+from bisect_onnx.judge.reading import Reading
 from bisect_onnx.judge.records import Record, Report
 from bisect_onnx.judge.vocabulary import Granularity
 from bisect_onnx.pipeline.call_ops import alignment_inputs, op_scope, traces_one_call
@@ -256,13 +257,13 @@ def _module_float64(sample: TorchSample) -> TorchSample:
 def _wants_later_ops(sample: TorchSample) -> bool:
     """A divergence (a hidden one has a culprit too) found without op values."""
     return sample.ops is None and not sample.memory_reason and (
-        sample.diverged or bool(assemble(sample.findings).hidden_divergences))
+        sample.diverged or bool(Reading(sample.findings).hidden_divergences))
 
 
 def _later_ops(sample: TorchSample) -> TorchSample:
     """Op precision for a divergence module level found: its call traced, or the model."""
     ops, attributed = later_op_values(
-        sample.settings, sample.arrays, assemble(sample.findings),
+        sample.settings, sample.arrays, Reading(sample.findings),
         (sample.torch_capture, sample.onnx_capture), list(sample.pairs), sample.run,
         attribute=partial(_attribute, replace(sample, bisection=None)))
     findings = attributed[0] if attributed is not None else sample.findings
@@ -276,7 +277,7 @@ def _later_ops(sample: TorchSample) -> TorchSample:
 def _search_production(sample: TorchSample) -> TorchSample:
     """Say how production was searched; probe it where the capture may not show it."""
     settings, findings, bisection = sample.settings, sample.findings, sample.bisection
-    report = assemble(findings)
+    report = Reading(findings)
     if bisection is not None:
         search = memory_bisection(report, bisection, sample.memory_reason)
     elif sample.memory_reason:
@@ -311,17 +312,21 @@ def _attribute(sample: TorchSample, findings: Findings) -> tuple[Findings, Sampl
 
 
 def _describe(sample: TorchSample) -> TorchSample:
-    """What was compared, how, and where: the sample's report."""
-    report = assemble(sample.findings)
-    findings = replace(sample.findings, description=describe_run(sample, report))
-    return replace(sample, findings=findings, report=assemble(findings))
+    """What was compared, how, and where."""
+    description = describe_run(sample, Reading(sample.findings))
+    return replace(sample, findings=replace(sample.findings, description=description))
 
 
 def _suggest_fixes(sample: TorchSample) -> TorchSample:
     """The fix searches' checked results for the culprit."""
-    return replace(sample, report=sample_fixes(
-        sample.report, sample.settings, sample.arrays, sample.torch_capture.outputs,
-        sample.run.production))
+    fixes, notes = sample_fixes(Reading(sample.findings), sample.settings, sample.arrays,
+                                sample.torch_capture.outputs, sample.run.production)
+    return replace(sample, findings=replace(sample.findings, fixes=fixes, fix_notes=notes))
+
+
+def _lay_out(sample: TorchSample) -> TorchSample:
+    """The sample's report, laid out of everything its stages found: once."""
+    return replace(sample, report=assemble(sample.findings))
 
 
 def _over_budget_and_diverged(sample: TorchSample) -> bool:
@@ -344,4 +349,5 @@ TORCH_STAGES: Sequence[Stage[TorchSample]] = (
     Stage("attribute the culprit", _attribute_culprit),
     Stage("describe the run", _describe),
     Stage("suggest fixes", _suggest_fixes, lambda sample: sample.settings.fixes.suggest),
+    Stage("lay out the report", _lay_out),
 )

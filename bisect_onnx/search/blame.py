@@ -23,7 +23,8 @@ from bisect_onnx.graph.reach import feeding
 from bisect_onnx.graph.segments import InputSource, Segment, embed_external_data, segment_model
 from bisect_onnx.judge.compare import Status
 from bisect_onnx.judge.findings import AttributionFindings
-from bisect_onnx.judge.records import Record, Report
+from bisect_onnx.judge.reading import Reading
+from bisect_onnx.judge.records import Record
 from bisect_onnx.judge.tolerances import Judge, Tolerance
 from bisect_onnx.judge.verdict import identical_values
 from bisect_onnx.runtime.runner import Runner
@@ -51,7 +52,7 @@ logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 
-def attribute_divergence(report: Report, candidate: Runner, values: SampleArrays, *,
+def attribute_divergence(report: Reading, candidate: Runner, values: SampleArrays, *,
                          tolerance: Judge, everything: bool = False,
                          evidence: Evidence = Evidence(),  # noqa: B008 (frozen)
                          ) -> tuple[AttributionFindings | None, dict[str, np.ndarray]]:
@@ -104,7 +105,7 @@ def attribute_divergence(report: Report, candidate: Runner, values: SampleArrays
     return findings, checker.checks[first].values
 
 
-def _narrowed(findings: AttributionFindings, report: Report, checker: _LocalChecker,
+def _narrowed(findings: AttributionFindings, report: Reading, checker: _LocalChecker,
               first: str, inner: Mapping[str, CapturedValue], evidence: Evidence,
               first_failing: tuple[Mapping[str, np.ndarray], int]) -> AttributionFindings:
     """The culprit narrowed inside its segment, each step of which may decline.
@@ -163,7 +164,7 @@ class _LocalChecker:
     It keeps every value's local check and classification, for writing into the report.
     """
 
-    def __init__(self, report: Report, candidate: Runner, failing: Sequence[Record],
+    def __init__(self, report: Reading, candidate: Runner, failing: Sequence[Record],
                  values: SampleArrays, evidence: Evidence, *,
                  torch_values: Mapping[str, np.ndarray], everything: bool,
                  tolerance: Judge) -> None:

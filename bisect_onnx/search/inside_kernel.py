@@ -18,7 +18,8 @@ import numpy as np
 from bisect_onnx.align.modules import Pair
 from bisect_onnx.judge.compare import Status, compare_arrays
 from bisect_onnx.judge.findings import KERNEL_VALUES, AttributionFindings, LocalFigures, RowRef
-from bisect_onnx.judge.records import Record, Report, make_record
+from bisect_onnx.judge.reading import Reading
+from bisect_onnx.judge.records import Record, make_record
 from bisect_onnx.judge.tolerances import Judge, Tolerance
 from bisect_onnx.runtime.sides import CapturedValue
 from bisect_onnx.search.claims import compute_nodes, exceeds, isolation, narrowed_segment
@@ -48,7 +49,7 @@ class InsideKernels:
     """The reference's values inside the kernels, by the candidate's names."""
 
 
-def name_inside_kernels(report: Report, findings: AttributionFindings, first: str,
+def name_inside_kernels(report: Reading, findings: AttributionFindings, first: str,
                          inside: InsideKernels,
                          op_segments: Mapping[str, Sequence[NodeInfo]] | None,
                          tolerance: Judge,

@@ -27,7 +27,8 @@ import numpy as np
 from bisect_onnx.align.modules import Pair
 from bisect_onnx.judge.compare import compare_arrays
 from bisect_onnx.judge.findings import FINAL_OUTPUTS, RowRef, SearchFindings
-from bisect_onnx.judge.records import Record, Report, make_record
+from bisect_onnx.judge.reading import Reading
+from bisect_onnx.judge.records import Record, make_record
 from bisect_onnx.runtime.memory import estimate_values_bytes, format_size
 from bisect_onnx.runtime.runner import Runner, RuntimeRun
 from bisect_onnx.runtime.sides import CapturedValue
@@ -96,7 +97,7 @@ def production_outputs(candidate: Runner, ran: RuntimeRun,
     return runner.outputs, runner
 
 
-def no_value_fails(report: Report) -> bool:
+def no_value_fails(report: Reading) -> bool:
     """The final outputs diverge, and no compared intermediate value does."""
     return report.first_divergence_ref is not None and (
         report.first_divergence_ref.table == FINAL_OUTPUTS)
@@ -170,7 +171,7 @@ def bisect_production(runner: ProbeRunner, candidate: Runner,
                          memory_budget=memory_budget)
 
 
-def adopt_bisection(report: Report, bisection: ProbeBisection, reason: str,
+def adopt_bisection(report: Reading, bisection: ProbeBisection, reason: str,
                     references: Mapping[str, CapturedValue],
                     view: GraphView, *,
                     make_row: Callable[[str, CapturedValue], Record] | None = None,
@@ -269,7 +270,7 @@ def _listed(names: Sequence[str]) -> str:
     return ", ".join(names[:5]) + (", …" if len(names) > 5 else "")
 
 
-def capture_suspects(report: Report) -> list[str]:
+def capture_suspects(report: Reading) -> list[str]:
     """The ONNX values that fail in a full capture's report, for the probes to try first."""
     return [row.onnx_value for row in report.comparisons if row.failed and row.onnx_value]
 

@@ -10,7 +10,7 @@ from onnx import numpy_helper
 import bisect_onnx
 from bisect_onnx.fixes.precision_rerun import run_model
 from bisect_onnx.fixes.registry import searches_for
-from bisect_onnx.fixes.stage import with_fixes  # noqa: F401  (imports the registrations)
+from bisect_onnx.fixes.stage import search_fixes  # noqa: F401  (imports the registrations)
 from bisect_onnx.fixes.trial import output_figures
 from tests.fixes.precision_models import cancellation_model, large_weight_model, to_bfloat16
 from tests.fixes.test_qdq_fix import _float_and_qdq

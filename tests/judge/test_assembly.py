@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from bisect_onnx.judge.assembly import STRICT_ENV, InvariantError, assemble
+from bisect_onnx.judge.assembly import assemble
 from bisect_onnx.judge.findings import (
     AttributionFindings,
     ComparisonFindings,
@@ -15,6 +15,7 @@ from bisect_onnx.judge.findings import (
     Refinement,
     RowRef,
 )
+from bisect_onnx.judge.reading import STRICT_ENV, InvariantError
 from bisect_onnx.judge.records import Coverage, Record
 
 

@@ -72,3 +72,21 @@ def test_over_the_memory_budget_production_is_bisected_instead(fixture_case, cap
     ran = _stages_run(caplog)
     assert "bisect production over the memory budget" in ran
     assert "op values for a divergence" not in ran  # over the budget, nothing is traced
+
+
+def test_a_samples_report_is_laid_out_once_after_its_last_stage(fixture_case, monkeypatch):
+    """Stages read the findings (a Reading); the report is made once, with the fixes."""
+    import bisect_onnx.judge.assembly as assembly
+    import bisect_onnx.pipeline.torch_sample as torch_sample
+
+    made = []
+
+    def counting(findings):
+        made.append(findings)
+        return assembly.assemble(findings)
+
+    monkeypatch.setattr(torch_sample, "assemble", counting)
+    model, inputs, path = fixture_case("avgpool_divisor")
+    report = bisect_onnx.bisect(model, inputs, onnx_model=path, suggest_fix=True)
+    assert report.diverged and report.culprit is not None and report.fix_notes
+    assert len(made) == 1 and made[0] is report.findings
