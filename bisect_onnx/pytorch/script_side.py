@@ -38,6 +38,7 @@ from bisect_onnx.pytorch.module_side import (
     to_tensor,
 )
 from bisect_onnx.pytorch.private_apis import graph_function, remove_mutation
+from bisect_onnx.pytorch.script_writes import as_computed
 from bisect_onnx.pytorch.shared_modules import canonical_path, module_aliases
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 
@@ -149,7 +150,9 @@ def instrument_values(model: Any, aliases: Mapping[str, str] | None = None,
     aliases = module_aliases(model) if aliases is None else dict(aliases)
     found = _find_values(TopLevel(top_level, list(classes), _users(graph, top_level),
                                   aliases=aliases, classes=classes))
-    _return_everything(graph, found.values)
+    made_at = {index: position for position, made in found.outputs_of.items()
+               for _, index in made}
+    _return_everything(graph, as_computed(graph, top_level, made_at, found.values))
     return graph, found
 
 
