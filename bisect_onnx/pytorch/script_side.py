@@ -167,7 +167,8 @@ def call_numbers(model: Any, found: TopLevel) -> dict[int, dict[str, int]]:
     for (path, _), positions in found.members.items():
         runs = split_into_calls(positions, calls_per_module.get(path, 0),
                                 origin=lambda position: position,
-                                kind=lambda position: found.nodes[position].kind())
+                                kind=lambda position: found.nodes[position].kind(),
+                                among=found.outputs_of)
         for call, run in enumerate(runs or []):
             for position in run:
                 numbers[position][path] = call
@@ -217,7 +218,8 @@ def _calls_of(found: TopLevel, path: str, module_class: str, positions: list[int
     """The ``called`` calls of one module, from the nodes that ran in it, if they split evenly."""
     top_level = found.nodes
     runs = split_into_calls(positions, called, origin=lambda position: position,
-                            kind=lambda position: top_level[position].kind())
+                            kind=lambda position: top_level[position].kind(),
+                            among=found.outputs_of)
     calls = []
     for call, run in enumerate(runs or []):
         # Inlining keeps a call's nodes together: everything between its first and
