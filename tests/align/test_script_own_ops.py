@@ -8,7 +8,8 @@ which the exporter wrote second; the cell's ``sigmoid_`` on each chunk of its ga
 wrote over the gates' sum before the run returned it (four hidden divergences on the
 clean file, every plant named at the first call's Gemm). A GELU's nodes, cut by a
 node inserted after its Erf, were not found, and the model's own ``y * 2.0`` took the
-GELU's Mul. The TorchScript exporter's own divergences in such models (integer
+GELU's Mul. A clean file of a model without submodules had nothing compared inside
+it by default (no module call). The TorchScript exporter's own divergences in such models (integer
 ``floor_divide`` of negatives, ``index_put_`` accumulating repeated indices) get a
 culprit node, the op's.
 """
@@ -101,6 +102,16 @@ def test_the_clean_export_compares_every_op_with_nothing_claimed(model, tmp_path
     # Every op compared, but where ONNX Runtime fused its node into the next one's kernel.
     assert {item.kind for item in report.unaligned} <= {"runtime-fused"}, report.summary()
     assert report.coverage.compared_ops >= report.coverage.torch_ops - 1
+
+
+def test_a_clean_file_of_a_model_without_submodules_compares_its_ops_by_default(tmp_path):
+    # Module level has no call to compare there: the ops are all that can be checked.
+    model, x, clean, _ = _clean(_Direct, tmp_path)
+    report = bisect_onnx.bisect(model, x, onnx_model=clean)
+    assert not report.diverged and report.hidden_divergences == [], report.summary()
+    assert report.coverage.granularity == "op"
+    assert report.coverage.compared_ops == report.coverage.torch_ops == 4, report.summary()
+    assert "FINAL OUTPUTS ONLY" not in report.summary()
 
 
 @pytest.mark.parametrize(("model", "after"), [
