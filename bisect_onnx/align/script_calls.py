@@ -9,17 +9,27 @@ scope the exporter wrote, module by module up to the innermost one (``/blocks.0/
 and ``/blocks.2/blocks.0/`` for a module registered twice, ``act`` and ``act_1`` for
 one called twice by its parent), numbered in order of appearance. Where the traced
 graph does not split them, every call is one scope, as before.
+
+The model's own ``forward`` starts from its inputs: each is paired with the ONNX graph
+input holding it (:func:`held_inputs`), so that an op reading one is paired with a node
+computed from it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from bisect_onnx.graph.nodes import NodeInfo
 from bisect_onnx.graph.scopes import NodeScope
 from bisect_onnx.pytorch.script_ops import ScriptOp, ScriptOpCapture
 
-__all__ = ["ScopeKey", "CallScopes"]
+if TYPE_CHECKING:
+    import onnx
+
+__all__ = ["ScopeKey", "CallScopes", "Cursors", "held_inputs"]
 
 #: (innermost module path, which call of it); ``""`` for the model's own forward.
 ScopeKey = tuple[str, int]
@@ -62,3 +72,66 @@ class CallScopes:
 
     def _call(self, op: ScriptOp) -> int:
         return self._capture.values[op.name].provenance.call
+
+
+class Cursors(dict[ScopeKey, int]):
+    """Per scope, the position after the last node an op was paired with.
+
+    It never goes back: an op paired with a node before it (:meth:`order`) leaves it
+    where it was.
+    """
+
+    def __setitem__(self, key: ScopeKey, position: int) -> None:
+        super().__setitem__(key, max(position, self.get(key, 0)))
+
+    def order(self, key: ScopeKey, scope: Sequence[NodeInfo],
+              segments: Mapping[str, Sequence[NodeInfo]], sources: Sequence[str],
+              ) -> Iterator[int]:
+        """Positions of ``scope``'s nodes to look for the next op at, in order.
+
+        After the previous op's node, then, for an op some of whose inputs were paired
+        (``sources``), the nodes before it that no op's ``segments`` hold. Making in-place
+        ops functional may put two independent ops of one call in another order than the
+        exporter's: an ``LSTMCell``'s ``add_`` of its two Linears has the input's Linear
+        moved before the state's, whose Gemm the exporter wrote first.
+        """
+        start = self.get(key, 0)
+        yield from range(start, len(scope))
+        if not sources:  # nothing ties the op to a node it would go back to
+            return
+        taken = {id(node) for segment in segments.values() for node in segment}
+        yield from (position for position in range(min(start, len(scope)))
+                    if id(scope[position]) not in taken)
+
+
+def held_inputs(model: onnx.ModelProto | None, arrays: Mapping[str, np.ndarray]
+                ) -> dict[str, str]:
+    """The ONNX graph input holding each input of the traced graph (``input_0``, ...).
+
+    One by one in order, where the graph has as many inputs, each of its array's dtype
+    and rank, and of its size where the file fixes one (else none is paired). An op
+    reading the model's input is then paired with a node computed from it: an
+    ``LSTMCell``'s Linear of its input with the Gemm of the input, not with the Gemm of
+    the zero state before it.
+    """
+    if model is None:
+        return {}
+    import onnx
+
+    initializers = {tensor.name for tensor in model.graph.initializer}
+    inputs = [value for value in model.graph.input if value.name not in initializers]
+    if len(inputs) != len(arrays):
+        return {}
+    held = {}
+    for (name, array), value in zip(arrays.items(), inputs, strict=True):
+        tensor = value.type.tensor_type
+        dims = [dim.dim_value if dim.HasField("dim_value") else None
+                for dim in tensor.shape.dim]
+        if (not tensor.elem_type or np.dtype(onnx.helper.tensor_dtype_to_np_dtype(
+                tensor.elem_type)) != np.asarray(array).dtype
+                or len(dims) != np.ndim(array)
+                or any(dim not in (None, size) for dim, size in zip(dims, np.shape(array),
+                                                                    strict=True))):
+            return {}
+        held[name] = value.name
+    return held

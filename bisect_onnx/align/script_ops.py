@@ -29,7 +29,7 @@ from typing import Any
 
 from bisect_onnx.align.modules import Pair, Unaligned
 from bisect_onnx.align.ops import RUNTIME_FUSED, OpAlignment
-from bisect_onnx.align.script_calls import CallScopes, ScopeKey
+from bisect_onnx.align.script_calls import CallScopes, Cursors, ScopeKey, held_inputs
 from bisect_onnx.align.script_ends import Chain, HandsBack, chain_of, output_ends
 from bisect_onnx.align.script_reads import (
     alike,
@@ -95,8 +95,8 @@ class _ScopePairing:
             if key is not None and node.op_type != "Constant":
                 self.in_scope.setdefault(key, []).append(node)
         self.by_name = {op.name: op for op in capture.ops}
-        self.cursor: dict[ScopeKey, int] = {}
-        self.onnx_of: dict[str, str] = {}  # op (or graph input) -> ONNX value holding it
+        self.cursor = Cursors()
+        self.onnx_of = held_inputs(model, capture.graph_inputs)  # op or input -> ONNX value
         self.ends: dict[str, NodeInfo] = {}
         self.table_node: dict[str, NodeInfo] = {}  # op -> its chain's (table's) first node
         self.alignment = OpAlignment()
@@ -211,7 +211,7 @@ class _ScopePairing:
                 and descends(self.producers, node, sources))
 
     def _sources(self, op: ScriptOp) -> list[str]:
-        """The ONNX values holding what ``op`` reads (those that were paired)."""
+        """The ONNX values holding what ``op`` reads (the ops paired, the model's inputs)."""
         return [self.onnx_of[name] for name in self.capture.inputs_of.get(op.name, ())
                 if name in self.onnx_of]
 
@@ -246,7 +246,7 @@ class _ScopePairing:
         key = self.calls.of_op(op)
         scope = self.in_scope.get(key, [])
         wanted = self.capture.values[op.name].array
-        for position in range(self.cursor.get(key, 0), len(scope)):
+        for position in self.cursor.order(key, scope, self.alignment.segments, sources):
             node = scope[position]
             if not (node.op_type in end.types and node.outputs
                     and could_hold(self.shapes, node.outputs[0], wanted, sources)
@@ -282,7 +282,7 @@ class _ScopePairing:
         scope = self.in_scope.get(key, [])
         members = {id(node) for node in scope}
         wanted = self.capture.values[op.name].array
-        for position in range(self.cursor.get(key, 0), len(scope)):
+        for position in self.cursor.order(key, scope, self.alignment.segments, sources):
             first = scope[position]
             if (first.op_type != chain.kinds[0] or not descends(self.producers, first, sources)
                     or not reads_kinds(self.producers, members, first, chain.needs, sources)):

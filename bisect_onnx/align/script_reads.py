@@ -91,7 +91,9 @@ def reads_kinds(producers: Producers, members: Collection[int], node: NodeInfo,
     """Whether ``node`` reads nodes of these types, as many, directly or not.
 
     Only nodes of its scope count (``members``: their ``id``), and nothing before the
-    ``sources``: the op's own nodes, as far as they can be told apart.
+    ``sources``: the op's own nodes, as far as they can be told apart. A node with no
+    scope (one the exporter did not make, inserted among the op's: a Mul after a
+    GELU's Erf) counts for nothing, and what it reads is read on.
     """
     if not needs:
         return True
@@ -100,10 +102,11 @@ def reads_kinds(producers: Producers, members: Collection[int], node: NodeInfo,
     stack = [read for read in node.inputs if read not in sources]
     while stack:
         producer = producers.get(stack.pop())
-        if producer is None or id(producer) not in members or producer.index in seen:
+        if producer is None or producer.index in seen or (
+                id(producer) not in members and producer.name.startswith("/")):
             continue
         seen.add(producer.index)
-        found[producer.op_type] += 1
+        found[producer.op_type] += id(producer) in members
         stack += [read for read in producer.inputs if read not in sources]
     return not needs - found
 

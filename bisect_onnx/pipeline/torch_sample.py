@@ -255,9 +255,16 @@ def _module_float64(sample: TorchSample) -> TorchSample:
 
 
 def _wants_later_ops(sample: TorchSample) -> bool:
-    """A divergence (a hidden one has a culprit too) found without op values."""
-    return sample.ops is None and not sample.memory_reason and (
-        sample.diverged or bool(Reading(sample.findings).hidden_divergences))
+    """A divergence (a hidden one has a culprit too) found without op values.
+
+    Or, at default granularity, no module call to compare (a model whose ``forward``
+    calls ops only): its ops are all that can be checked inside it.
+    """
+    if sample.ops is not None or sample.memory_reason:
+        return False
+    reading = Reading(sample.findings)
+    return (sample.diverged or bool(reading.hidden_divergences)
+            or sample.settings.granularity is None and not reading.comparisons)
 
 
 def _later_ops(sample: TorchSample) -> TorchSample:

@@ -8,7 +8,7 @@ call: ``relu``, ``relu@1``, ``relu@2`` — the convention of ``torch.export``'s
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -87,16 +87,31 @@ def split_into_calls(
     *,
     origin: Callable[[Item], Hashable],
     kind: Callable[[Item], str],
+    among: Iterable[Item] | None = None,
 ) -> list[list[Item]] | None:
     """Split a reused module's ops (in execution order) into ``count`` calls.
 
-    Items with the same ``origin`` come from one torch op and stay together. The
+    Where ``among`` (every op in order, other modules' too) has ops outside the module
+    between its calls that cut ``items`` into ``count`` runs (the parent's ``x * 0.5``
+    between two steps of a cell), those runs are the calls, whatever each ran (an
+    ``LSTMCell``'s first step makes its zero state, the next does not).
+
+    Else items with the same ``origin`` come from one torch op and stay together. The
     distinct origins are cut into ``count`` equal runs, accepted only when every run
     has the same sequence of kinds: calls that ran different code (a branch taken in
     one call only) cannot be told apart by order, and ``None`` says so.
     """
     if count == 1:
         return [list(items)]
+    if among is not None and count > 1:
+        inside, apart = set(items), [[]]
+        for item in among:
+            if item in inside:
+                apart[-1].append(item)
+            elif apart[-1]:
+                apart.append([])
+        if len([run for run in apart if run]) == count:
+            return [run for run in apart if run]
     origins = list(dict.fromkeys(origin(item) for item in items))
     if count < 1 or len(origins) % count:
         return None

@@ -38,6 +38,7 @@ from bisect_onnx.pytorch.module_side import (
     to_tensor,
 )
 from bisect_onnx.pytorch.private_apis import graph_function, remove_mutation
+from bisect_onnx.pytorch.script_writes import as_computed
 from bisect_onnx.pytorch.shared_modules import canonical_path, module_aliases
 from bisect_onnx.runtime.sides import Capture, CapturedValue, JsonObject
 
@@ -154,7 +155,9 @@ def instrument_values(model: torch.jit.ScriptModule, aliases: Mapping[str, str] 
     aliases = module_aliases(model) if aliases is None else dict(aliases)
     found = _find_values(TopLevel(top_level, list(classes), _users(graph, top_level),
                                   aliases=aliases, classes=classes))
-    _return_everything(graph, found.values)
+    made_at = {index: position for position, made in found.outputs_of.items()
+               for _, index in made}
+    _return_everything(graph, as_computed(graph, top_level, made_at, found.values))
     return graph, found
 
 
@@ -169,7 +172,8 @@ def call_numbers(model: torch.jit.ScriptModule, found: TopLevel) -> dict[int, di
     for (path, _), positions in found.members.items():
         runs = split_into_calls(positions, calls_per_module.get(path, 0),
                                 origin=lambda position: position,
-                                kind=lambda position: found.nodes[position].kind())
+                                kind=lambda position: found.nodes[position].kind(),
+                                among=found.outputs_of)
         for call, run in enumerate(runs or []):
             for position in run:
                 numbers[position][path] = call
@@ -219,7 +223,8 @@ def _calls_of(found: TopLevel, path: str, module_class: str, positions: list[int
     """The ``called`` calls of one module, from the nodes that ran in it, if they split evenly."""
     top_level = found.nodes
     runs = split_into_calls(positions, called, origin=lambda position: position,
-                            kind=lambda position: top_level[position].kind())
+                            kind=lambda position: top_level[position].kind(),
+                            among=found.outputs_of)
     calls = []
     for call, run in enumerate(runs or []):
         # Inlining keeps a call's nodes together: everything between its first and
