@@ -23,9 +23,9 @@ if TYPE_CHECKING:
 
     from bisect_onnx.align.onnx_pairs import ValuePair
 
-__all__ = ["taken_over", "reshaped", "TAKEN_OVER", "RESHAPED"]
+__all__ = ["taken_over", "reshaped", "TAKEN_OVER", "NAME_KEPT_FOR_OTHER_SHAPE"]
 
-RESHAPED = (
+NAME_KEPT_FOR_OTHER_SHAPE = (
     "the candidate's value of this name has another shape ({candidate} against {reference}): "
     "a rewrite (a simplifier turning a 3-D MatMul into a 2-D Gemm) kept the name for "
     "another tensor, so the two are not compared")

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bisect_onnx.align.kept_names import RESHAPED, TAKEN_OVER, reshaped, taken_over
+from bisect_onnx.align.kept_names import NAME_KEPT_FOR_OTHER_SHAPE, TAKEN_OVER, reshaped, taken_over
 from bisect_onnx.align.modules import Unaligned
 from bisect_onnx.align.quantization import Quantization
 from bisect_onnx.align.structural_match import Agree
@@ -57,7 +57,7 @@ _QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 NOT_IN_CANDIDATE = (
     "no value of this name in the candidate graph (fused, folded or renamed by the tool "
     "that made it)")
-NOT_CAPTURED = (
+CANDIDATE_NOT_CAPTURED = (
     "its candidate value is not among the captured values (inside a kernel the runtime "
     "fused; --promote all captures it)")
 NO_STRUCTURAL_MATCH = (
@@ -212,7 +212,7 @@ def pair_graphs(
             continue
         if name in later:  # absent from the candidate (taken_over)
             if later[name] not in candidate_values:
-                pairing.unpaired.append(Unaligned(name, NOT_CAPTURED, "runtime-fused"))
+                pairing.unpaired.append(Unaligned(name, CANDIDATE_NOT_CAPTURED, "runtime-fused"))
             elif np.shape(candidate_values[later[name]]) != np.shape(array):
                 missing.append(name)
             else:
@@ -225,10 +225,10 @@ def pair_graphs(
         pair = _pair_by_name(name, np.asarray(array).dtype, groups, candidate_values,
                              reference_names)
         if pair is None:
-            pairing.unpaired.append(Unaligned(name, NOT_CAPTURED, "runtime-fused"))
+            pairing.unpaired.append(Unaligned(name, CANDIDATE_NOT_CAPTURED, "runtime-fused"))
         elif reshaped(pair, array, candidate_values):
             # Another tensor under the same name: comparing it would claim a divergence.
-            pairing.unpaired.append(Unaligned(name, RESHAPED.format(
+            pairing.unpaired.append(Unaligned(name, NAME_KEPT_FOR_OTHER_SHAPE.format(
                 candidate=list(np.shape(candidate_values[pair.candidate])),
                 reference=list(np.shape(array))), "unmatched"))
         else:

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from bisect_onnx.fixes.stage import FixesFound
     from bisect_onnx.pipeline.onnx_sample import OnnxSample
 
-__all__ = ["sample_fixes", "candidate_class", "session_settings"]
+__all__ = ["onnx_sample_fixes", "candidate_class", "session_settings"]
 
 #: The precision names of judge/tolerances.py, as fix classes (a class names a search).
 _CLASSES = {"float16": "float16", "bfloat16": "bfloat16", "int8 (QDQ)": "qdq"}
@@ -29,7 +29,7 @@ def candidate_class(reference: onnx.ModelProto, candidate: onnx.ModelProto) -> s
     return _CLASSES.get(precision_of(candidate))
 
 
-def sample_fixes(sample: OnnxSample) -> FixesFound:
+def onnx_sample_fixes(sample: OnnxSample) -> FixesFound:
     """The fix searches' checked results for the culprit the sample's findings name.
 
     The sample's values (the reference's under the candidate's names) give the final

@@ -13,10 +13,10 @@ if TYPE_CHECKING:
     from bisect_onnx.pipeline.torch_settings import Settings
     from bisect_onnx.runtime.sides import CapturedValue
 
-__all__ = ["sample_fixes"]
+__all__ = ["torch_sample_fixes"]
 
 
-def sample_fixes(reading: Reading, settings: Settings, arrays: Sequence[np.ndarray],
+def torch_sample_fixes(reading: Reading, settings: Settings, arrays: Sequence[np.ndarray],
                  torch_outputs: Sequence[CapturedValue],
                  onnx_outputs: Sequence[CapturedValue]) -> FixesFound:
     """The fix searches' checked results for the culprit ``reading`` names.

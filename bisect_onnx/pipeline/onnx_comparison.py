@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
     from bisect_onnx.pipeline.onnx_sample import OnnxSample
 
-__all__ = ["Paired", "ProbePlan", "compare_sample", "probe_checkpoints",
+__all__ = ["Paired", "ProbePlan", "compare_onnx_sample", "probe_checkpoints",
            "local_judge", "as_candidate_values", "kernel_references", "show_kernel_culprit"]
 
 
@@ -83,7 +83,7 @@ class Paired:
 
 
 
-def compare_sample(sample: OnnxSample) -> tuple[ComparisonFindings, Paired]:
+def compare_onnx_sample(sample: OnnxSample) -> tuple[ComparisonFindings, Paired]:
     """Pair, compare and decide: the comparison's findings, and the pairing.
 
     The candidate's values are its capture's, with production's final outputs (the

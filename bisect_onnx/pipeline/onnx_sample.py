@@ -21,11 +21,11 @@ from bisect_onnx.judge.findings import Findings, RunDescription
 from bisect_onnx.judge.reading import Reading
 from bisect_onnx.judge.records import Report
 from bisect_onnx.pipeline.environment import environment
-from bisect_onnx.pipeline.fix_onnx import sample_fixes
+from bisect_onnx.pipeline.fix_onnx import onnx_sample_fixes
 from bisect_onnx.pipeline.onnx_comparison import (
     Paired,
     as_candidate_values,
-    compare_sample,
+    compare_onnx_sample,
     kernel_references,
     local_judge,
     probe_checkpoints,
@@ -121,7 +121,7 @@ def _run_runtime(sample: OnnxSample) -> OnnxSample:
 
 def _compare(sample: OnnxSample) -> OnnxSample:
     """Pair the values and compare them: production's final outputs give the verdict."""
-    comparison, paired = compare_sample(sample)
+    comparison, paired = compare_onnx_sample(sample)
     return replace(sample, findings=Findings(comparison), paired=paired,
                    pairs=tuple(paired.pairs),
                    candidate_values={name: value.array
@@ -215,7 +215,7 @@ def _describe(sample: OnnxSample) -> OnnxSample:
 
 def _suggest_fixes(sample: OnnxSample) -> OnnxSample:
     """The ONNX fix searches' checked results for the culprit."""
-    fixes, notes = sample_fixes(sample)
+    fixes, notes = onnx_sample_fixes(sample)
     return replace(sample, findings=replace(sample.findings, fixes=fixes, fix_notes=notes))
 
 

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from bisect_onnx.pipeline.torch_sample import TorchSample
 
-__all__ = ["OpScope", "compare_sample", "compare_final_outputs", "decide_sample",
+__all__ = ["OpScope", "compare_torch_sample", "compare_final_outputs", "decide_sample",
            "subgraph_warnings", "ANOTHER_MODEL", "FOREIGN_FILE", "NOTHING_ALIGNED", "NO_OP_LEVEL",
            "vacuity_warnings", "is_vacuity"]
 
@@ -91,7 +91,7 @@ def subgraph_warnings(model: onnx.ModelProto) -> list[str]:
             "those nodes are compared at the subgraph boundary, by their outputs"]
 
 
-def compare_sample(
+def compare_torch_sample(
     sample: TorchSample,
     op_alignment: OpAlignment | None,
     *,

@@ -29,7 +29,7 @@ from bisect_onnx.judge.records import Record, Report
 from bisect_onnx.judge.vocabulary import Granularity
 from bisect_onnx.pipeline.call_ops import alignment_inputs, op_scope, traces_one_call
 from bisect_onnx.pipeline.description import describe_run
-from bisect_onnx.pipeline.fix_torch import sample_fixes
+from bisect_onnx.pipeline.fix_torch import torch_sample_fixes
 from bisect_onnx.pipeline.module_float64 import ModuleFloat64, module_float64
 from bisect_onnx.pipeline.op_sources import later_op_values, op_values
 from bisect_onnx.pipeline.production import (
@@ -48,7 +48,7 @@ from bisect_onnx.pipeline.torch_comparison import (
     FOREIGN_FILE,
     NO_OP_LEVEL,
     compare_final_outputs,
-    compare_sample,
+    compare_torch_sample,
     subgraph_warnings,
 )
 from bisect_onnx.pipeline.torch_settings import Settings
@@ -239,7 +239,7 @@ def _aligned_findings(sample: TorchSample
         warnings.append(NO_OP_LEVEL)
     if prepared.template is not None:
         warnings.append(FOREIGN_FILE)
-    comparison, pairs, segments = compare_sample(
+    comparison, pairs, segments = compare_torch_sample(
         sample, op_alignment, warnings=warnings,
         granularity=Granularity.OP if ops is not None and settings.granularity != Granularity.MODULE
         else Granularity.MODULE, op_scope=op_scope(ops, onnx_capture.values))
@@ -326,7 +326,7 @@ def _describe(sample: TorchSample) -> TorchSample:
 
 def _suggest_fixes(sample: TorchSample) -> TorchSample:
     """The fix searches' checked results for the culprit."""
-    fixes, notes = sample_fixes(Reading(sample.findings), sample.settings, sample.arrays,
+    fixes, notes = torch_sample_fixes(Reading(sample.findings), sample.settings, sample.arrays,
                                 sample.torch_capture.outputs, sample.run.production)
     return replace(sample, findings=replace(sample.findings, fixes=fixes, fix_notes=notes))
 

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from bisect_onnx.runtime.runner import Runner
     from bisect_onnx.runtime.sides import Capture
 
-__all__ = ["culprit_context", "ran_in", "NodeContext", "ValueContext"]
+__all__ = ["culprit_context", "where_it_ran", "NodeContext", "ValueContext"]
 
 # Attribute values longer than this (a big constant tensor) are summarized, not printed.
 _MAX_ATTRIBUTE_TEXT = 200
@@ -91,14 +91,14 @@ def culprit_context(
                        for attribute in node.attribute},
         "inputs": [describe(name) for name in node.input if name],
         "outputs": [describe(name) for name in node.output if name],
-        "ran_in": ran_in(candidate, record),
+        "ran_in": where_it_ran(candidate, record),
         "torch_module": record.torch_module,
         "torch_op": record.torch_op,
         "source": record.source.to_dict() if record.source else None,
     }
 
 
-def ran_in(candidate: Runner, record: Record) -> dict[str, Any]:
+def where_it_ran(candidate: Runner, record: Record) -> dict[str, Any]:
     """Where production ran ``record``'s node: ONNX Runtime's kernel, OpenVINO's layer.
 
     ONNX Runtime: the kernel and provider its capture session's profile names

@@ -38,7 +38,7 @@ from bisect_onnx.search.inner_values import inner_references
 from bisect_onnx.search.inserted import exporters_node, narrow_to_unpaired
 from bisect_onnx.search.inside_kernel import InsideKernels, name_inside_kernels
 from bisect_onnx.search.local import LocalCheck, LocalRerun, boundary_references, run_locally
-from bisect_onnx.search.nodeless import classification, fx_span, nodeless_culprit
+from bisect_onnx.search.nodeless import fx_span, nodeless_classification, nodeless_culprit
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
@@ -93,7 +93,7 @@ def attribute_divergence(report: Reading, candidate: Runner, values: SampleArray
         checker.torch_side.fx_names, candidate_values, evidence,
         tolerance=tolerance.of(failing[0]), nodes=candidate.nodes))
     if nodeless is not None:  # the first failing value's check was fed the wrong value
-        return with_nodeless(findings, nodeless, failing[0], classification(nodeless),
+        return with_nodeless(findings, nodeless, failing[0], nodeless_classification(nodeless),
                              atol=tolerance.of(failing[0]).atol), {}
     first = attribution.culprit
     if first is None:

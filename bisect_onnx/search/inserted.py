@@ -29,13 +29,13 @@ from bisect_onnx.search.local import LocalCheck, LocalRerun
 if TYPE_CHECKING:
     from bisect_onnx.graph.nodes import NodeInfo
 
-__all__ = ["UNPAIRED", "unpaired_culprit", "narrow_to_unpaired", "classification",
+__all__ = ["UNPAIRED", "unpaired_culprit", "narrow_to_unpaired", "inserted_classification",
            "exporters_node"]
 
 #: The isolation of a culprit that is a node the reference has no counterpart of.
 UNPAIRED = "no counterpart"
 
-def classification() -> dict[str, Any]:
+def inserted_classification() -> dict[str, Any]:
     """What the verdict says of a node with no counterpart: whoever added it."""
     return {"kind": "graph edit", "detail": "the node has no counterpart in the reference: "
             "taken through, the values after it agree",
@@ -140,7 +140,7 @@ def narrow_to_unpaired(findings: AttributionFindings, check: LocalCheck | None,
                            local_status=record.status, local_nan_mismatch=record.nan_mismatch,
                            local_exceeds=exceeds(record, rerun.tolerance.atol),
                            compute_nodes=(record.onnx_node,), isolation=UNPAIRED)
-    evidence = {**findings.evidence, "classification": classification(),
+    evidence = {**findings.evidence, "classification": inserted_classification(),
                 "unpaired": {"node": record.onnx_node, "value": record.onnx_value,
                              "reads": record.reference_value,
                              "fed": "reference" if record.reference_value in references

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from bisect_onnx.search.local import LocalCheck
 
 __all__ = ["Nodeless", "NO_ONNX_NODE", "nodeless_culprit", "at_module_level", "at_op_level",
-           "fx_span", "classification"]
+           "fx_span", "nodeless_classification"]
 
 #: An output's place in a call's tuple or dict output (``attn[0]``, ``out[logits]``).
 _OUTPUT_INDEX = re.compile(r"(\[[^\]]*\])+$")
@@ -61,7 +61,7 @@ class Nodeless:
     """The computation is a mode-dependent module (Dropout, BatchNorm) in training mode."""
 
 
-def classification(found: Nodeless) -> dict[str, Any]:
+def nodeless_classification(found: Nodeless) -> dict[str, Any]:
     """What the verdict says of it: which side differs, and what to do."""
     module = found.record.torch_module or "the model"
     if found.training:
