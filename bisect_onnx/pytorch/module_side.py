@@ -20,6 +20,7 @@ import numpy as np
 
 from bisect_onnx.errors import InputError, ModelError, one_line
 from bisect_onnx.graph.provenance import Provenance
+from bisect_onnx.judge.vocabulary import ReportWarning
 from bisect_onnx.pytorch.calls import call_name, input_name
 from bisect_onnx.pytorch.private_apis import version_counter
 from bisect_onnx.runtime.sides import Capture, CapturedValue, JsonObject
@@ -346,11 +347,14 @@ def training_mode_warning(model: torch.nn.Module) -> str | None:
     shown = ", ".join(suspects[:6])
     if len(suspects) > 6:
         shown += f" and {len(suspects) - 6} more"
-    return (
-        f"the model is in training mode: {shown} behave differently in training and eval; "
-        "this is a likely cause of any divergence — call model.eval() before comparing if "
-        "you meant inference (bisect-onnx leaves the mode as given)"
-    )
+    return TRAINING_MODE.format(modules=shown)
+
+
+TRAINING_MODE = ReportWarning(
+    "training-mode",
+    "the model is in training mode: {modules} behave differently in training and eval; "
+    "this is a likely cause of any divergence — call model.eval() before comparing if "
+    "you meant inference (bisect-onnx leaves the mode as given)")
 
 
 def split_keywords(values: Sequence[_Value], keywords: Sequence[str],

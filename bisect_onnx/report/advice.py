@@ -54,6 +54,9 @@ def advice(report: Report) -> str:
     kind = (report.attribution or {}).get("classification") or {}
     if not kind:
         return "not classified (which side is wrong could not be told)"
+    if _training_unchecked(report):  # the likeliest cause, not yet checked
+        return (f"{kind['file_with'].removeprefix('unknown: ')}; but the model is in training "
+                "mode, a likelier cause: --suggest-fix checks whether eval mode reaches parity")
     if kind.get("kind") != "unclassified":
         return kind["file_with"].removeprefix("unknown: ")
     narrower = _narrower_precision(report)
@@ -81,6 +84,14 @@ def cause_outside_the_graph(report: Report) -> str | None:
     if another_model(report) is not None:
         return "the ONNX file is not this model's export"
     return None
+
+
+def _training_unchecked(report: Report) -> bool:
+    """Whether the model ran in training mode and no fix search tried eval mode."""
+    training = any(getattr(warning, "code", None) == "training-mode"
+                   for warning in report.warnings)
+    return training and not any(fix.kind == FixKind.EVAL_MODE for fix in report.fixes) and \
+        not any("eval" in note for note in report.fix_notes)
 
 
 def _checked_fix(report: Report) -> FixResult | None:
