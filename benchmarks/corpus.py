@@ -333,7 +333,7 @@ def _fast_path(case: Case) -> str:
 def score(case: Case, report, planted_model: onnx.ModelProto) -> None:
     """Fill in ``case.score``, ``named`` and ``cause`` from the report."""
     culprit = report.culprit
-    segment = report.culprit_segment or {}
+    segment = report.culprit_segment
     case.granularity = report.coverage.granularity
     case.named = culprit.onnx_node if culprit else None
     compared = any(r.onnx_node == case.planted for r in report.comparisons)
@@ -345,9 +345,9 @@ def score(case: Case, report, planted_model: onnx.ModelProto) -> None:
         case.cause = "no divergence found (parity)"
         return
     neighbours = _neighbours(planted_model, case.planted)
-    if culprit is None and case.planted in (segment.get("nodes") or ()):
+    if culprit is None and segment is not None and case.planted in segment.nodes:
         case.score, case.cause = "near", f"segment not narrowed ({where})"
-        case.named = _segment_ops(planted_model, segment["nodes"])
+        case.named = _segment_ops(planted_model, segment.nodes)
         return
     if culprit is not None and case.named in neighbours:
         side = "consumer" if _before(planted_model, case.planted, case.named) else "producer"

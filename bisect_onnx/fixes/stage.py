@@ -39,7 +39,8 @@ def culprit_class(report: Report, *, precision: str | None = None) -> str | None
     """
     if precision:
         return precision
-    kind = ((report.attribution or {}).get("classification") or {}).get("kind")
+    kind = ((report.attribution.classification if report.attribution else None)
+            or {}).get("kind")
     return _CLASS_OF_KIND.get(kind, kind) or None
 
 
@@ -76,7 +77,7 @@ def with_fixes(report: Report, precision: str | None = None, also: tuple[str, ..
     context.setdefault("culprit_nodes", (culprit.onnx_node,) if culprit and
                        culprit.onnx_node else ())
     context.setdefault("culprit_module", culprit.torch_module if culprit else None)
-    ran_in = (report.culprit_node or {}).get("ran_in") or {}
+    ran_in = (report.culprit_node.ran_in if report.culprit_node else None) or {}
     context.setdefault("extra", {"culprit_kernel": ran_in.get("kernel")})
     outcomes = [suggest_fixes(FixContext(culprit_class=kind, before=before, **context))
                 for kind in classes]

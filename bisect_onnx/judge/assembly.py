@@ -24,7 +24,7 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from bisect_onnx.judge.findings import (
     COMPARISONS,
@@ -38,6 +38,15 @@ from bisect_onnx.judge.findings import (
     SearchFindings,
 )
 from bisect_onnx.judge.records import Coverage, Record, Report
+from bisect_onnx.judge.report_parts import (
+    Attribution,
+    CaptureDescription,
+    CulpritSegment,
+    Environment,
+    InsideOp,
+    ReproFolder,
+    Search,
+)
 from bisect_onnx.judge.vocabulary import Granularity, ReportWarning, Verdict
 from bisect_onnx.pytorch.calls import input_of
 
@@ -98,7 +107,7 @@ def assemble(findings: Findings) -> Report:
         verdict=comparison.verdict,
         rtol=comparison.rtol,
         atol=comparison.atol,
-        environment=dict(description.environment) if description else {},
+        environment=cast(Environment, dict(description.environment) if description else {}),
         reference=dict(description.reference) if description else {},
         candidate=dict(description.candidate) if description else {},
         final_outputs=tables[FINAL_OUTPUTS],
@@ -111,16 +120,16 @@ def assemble(findings: Findings) -> Report:
                   *(description.warnings if description else ()), *said,
                   *findings.repro_warnings],
         note=note,
-        repro=dict(findings.repro) if findings.repro is not None else None,
+        repro=ReproFolder.from_dict(findings.repro) if findings.repro is not None else None,
         attribution=_evidence(attribution, culprit_refs),
-        capture=dict(description.capture) if description else {},
-        inside_op=dict(refinement.inside_op) if refinement and refinement.inside_op else None,
-        culprit_node=dict(description.culprit_node) if description and
-        description.culprit_node is not None else None,
+        capture=cast(CaptureDescription, dict(description.capture) if description else {}),
+        inside_op=(InsideOp.from_dict(refinement.inside_op)
+                   if refinement and refinement.inside_op else None),
+        culprit_node=description.culprit_node if description else None,
         tolerance_basis=comparison.tolerance_basis,
-        search=dict(findings.search.search) if findings.search else {"mode": "full capture"},
+        search=Search.from_dict(findings.search.search) if findings.search else Search(),
         kernel_values=kernel_values,
-        culprit_segment=(dict(attribution.segment) if attribution is not None
+        culprit_segment=(CulpritSegment.from_dict(attribution.segment) if attribution is not None
                          and attribution.segment is not None else None),
         first_divergence_ref=first,
         # A segment named first: later culprits are listed, none is *the* culprit.
@@ -136,7 +145,15 @@ def assemble(findings: Findings) -> Report:
 
 
 def amended(report: Report, **changes: Any) -> Report:
-    """``report`` assembled again with some of its findings changed (``repro=...``)."""
+    """``report`` assembled again with some of its findings changed (``repro=...``).
+
+    Raises:
+        ValueError: ``report`` was read back by ``Report.load`` (or ``from_dict``): the
+            JSON holds what was found, not the findings it was assembled from.
+    """
+    if report.findings is None:
+        raise ValueError("a report read back from JSON cannot be assembled again: it holds "
+                         "no findings; amend the report the run returned")
     return assemble(replace(report.findings, **changes))
 
 
@@ -314,8 +331,9 @@ _OUTPUT_INDEX = re.compile(r"(\[[^\]]*\])+$")
 
 
 def _evidence(attribution: AttributionFindings | None,
-              culprits: Sequence[RowRef]) -> dict[str, Any] | None:
+              culprits: Sequence[RowRef]) -> Attribution | None:
     """How the culprit was found, naming only the culprits the evidence holds."""
     if attribution is None:
         return None
-    return {**attribution.evidence, "first_culprit": culprits[0].value if culprits else None}
+    return Attribution.from_dict(attribution.evidence,
+                                 culprits[0].value if culprits else None)

@@ -19,6 +19,17 @@ from bisect_onnx.judge.report_data import (
     culprit_data,
     report_fields,
 )
+from bisect_onnx.judge.report_parts import (
+    Attribution,
+    CaptureDescription,
+    CulpritNode,
+    CulpritSegment,
+    Environment,
+    InsideOp,
+    ReproFolder,
+    Search,
+    SideDescription,
+)
 from bisect_onnx.judge.vocabulary import Granularity, Status, Verdict
 
 if TYPE_CHECKING:  # types only: save and load's paths; findings are made of records
@@ -205,9 +216,9 @@ class Report:
     """``parity`` or ``diverged``, decided by the final outputs."""
     rtol: float
     atol: float
-    environment: dict[str, Any]
-    reference: dict[str, Any]
-    candidate: dict[str, Any]
+    environment: Environment
+    reference: SideDescription
+    candidate: SideDescription
     final_outputs: list[Record]
     comparisons: list[Record]
     coverage: Coverage
@@ -220,38 +231,26 @@ class Report:
     warnings: list[str] = field(default_factory=list)
     note: str | None = None
     """Extra context for the verdict (where the culprit must lie when no checkpoint fails)."""
-    repro: dict[str, Any] | None = None
+    repro: ReproFolder | None = None
     """Where the minimal repro of the first divergence was written, if asked for."""
-    attribution: dict[str, Any] | None = None
+    attribution: Attribution | None = None
     """How the culprit was found: values checked, inputs fed, classification, drift."""
-    capture: dict[str, Any] = field(default_factory=dict)
-    """How ONNX Runtime's values were captured: mode (fusion-preserving or all values),
-    promoted and surviving values, disabled optimizers, whether the capture fuses as
-    production does and its final outputs equal production's."""
-    inside_op: dict[str, Any] | None = None
-    """Op level, when the first divergence is an op made of several ONNX nodes: which
-    node inside it went wrong (``node``; ``None`` when it could not be told) and how
-    that was found (``how``)."""
-    culprit_node: dict[str, Any] | None = None
-    """The culprit's ONNX node in its graph (the first divergence's, when no culprit was
-    found): op, attributes, and each input and output with shape, dtype and where its
-    value came from (see docs/json-schema.md)."""
+    capture: CaptureDescription = field(default_factory=CaptureDescription)
+    """How the candidate's values were captured, and checked against production."""
+    inside_op: InsideOp | None = None
+    """Op level: which node inside the first divergence's multi-node op went wrong."""
+    culprit_node: CulpritNode | None = None
+    """The culprit's ONNX node in its graph (else the first divergence's)."""
     tolerance_basis: str | None = None
-    """Where the report's tolerance comes from when it is not the float32 default (ONNX
-    against ONNX: the candidate's precision, a tolerance file)."""
-    search: dict[str, Any] = field(default_factory=lambda: {"mode": "full capture"})
-    """Which search found the first divergence: ``full capture`` (every value in one
-    session), or ``bisection`` (probes of the production graph, a few values each),
-    with why, each probe and what it found."""
+    """Where the tolerance comes from when not the float32 default (a precision, a file)."""
+    search: Search = field(default_factory=Search)
     kernel_values: list[Record] = field(default_factory=list)
     """Records a culprit names that are no table row: a value inside a kernel ONNX
     Runtime fused, a PyTorch computation with no ONNX node, an inserted node's value."""
-    culprit_segment: dict[str, Any] | None = None
-    """Where only a segment of several nodes could be shown to introduce the error (no
-    single node): its first and last values and its nodes (``from``, ``to``, ``nodes``)."""
+    culprit_segment: CulpritSegment | None = None
+    """Where only a segment of several nodes, no single node, was shown to introduce it."""
     fixes: tuple[FixResult, ...] = ()
-    """With ``suggest_fix``: each candidate fix tried on a copy and checked by a rerun
-    (``reaches_parity`` tells fixes from improvements)."""
+    """With ``suggest_fix``: each candidate fix tried on a copy and checked by a rerun."""
     fix_notes: tuple[str, ...] = ()
     """Why a fix search could not run, or what was tried, one line each."""
     first_divergence_ref: RowRef | None = field(default=None, repr=False)
@@ -332,12 +331,13 @@ class Report:
                          if self.culprits is not None else None),
             "nan_origin": self.nan_origin.to_dict() if self.nan_origin else None,
             "capture": self.capture,
-            "repro": self.repro,
+            "repro": self.repro.to_dict() if self.repro else None,
             "tolerance_basis": self.tolerance_basis,
-            "search": self.search,
+            "search": self.search.to_dict(),
             "fixes": [fix.as_dict() for fix in self.fixes],
             "fix_notes": list(self.fix_notes),
-            "culprit_segment": self.culprit_segment,
+            "culprit_segment": (self.culprit_segment.to_dict() if self.culprit_segment
+                                else None),
         }
 
     @classmethod

@@ -224,7 +224,7 @@ def _row_of(report: Report, record: Record | None) -> Record | None:
         return None
     if any(row is record for row in report.comparisons):
         return record
-    kernel = (report.attribution or {}).get("inside_kernel") or {}
+    kernel = (report.attribution.inside_kernel if report.attribution else None) or {}
     if record is not report.culprit or kernel.get("value") != record.onnx_value:
         return None
     return next((row for row in report.comparisons

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from bisect_onnx.fixes.trial import FixKind
 from bisect_onnx.graph.provenance import short_op
+from bisect_onnx.judge.report_parts import Attribution, CulpritSegment
 from bisect_onnx.judge.vocabulary import Granularity
 from bisect_onnx.report.formatting import (
     format_number,
@@ -35,8 +36,8 @@ def verdict_line(report: Report) -> str:
     if report.tolerance_basis:
         tolerance += f", {report.tolerance_basis}"
     if not report.diverged:
-        if (report.search or {}).get("mode") == "final outputs only":
-            return (f"PARITY OF FINAL OUTPUTS ONLY ({tolerance}): {report.search['reason']}; "
+        if report.search.mode == "final outputs only":
+            return (f"PARITY OF FINAL OUTPUTS ONLY ({tolerance}): {report.search.reason}; "
                     "with the outputs agreeing, no value was probed")
         if coverage.aligned_modules == 0 and coverage.compared_ops == 0 and (
                 coverage.aligned_values == 0 or coverage.granularity != "value"):
@@ -96,7 +97,7 @@ def _diverged_line(report: Report, basis: str) -> str:
         nan = report.nan_origin
         lines.append(f"NaN/Inf first appears on one side only at {_where(report, nan)} <- "
                      f"{describe_origin(nan)} ({nan.nan_mismatch} elements)")
-    if culprit is None and segment is None and report.attribution:
+    if culprit is None and segment is None and report.attribution is not None:
         lines.append(_no_culprit(report))
     if report.note:
         lines.append(report.note)
@@ -116,10 +117,10 @@ def _runtime(report: Report) -> str:
 
 def _executed_layer(report: Report, record: Record) -> str | None:
     """Where production ran the node: OpenVINO's executed layer, ONNX Runtime's kernel."""
-    node = report.culprit_node or {}
-    ran = node.get("ran_in") or {}
-    if node.get("node") != record.onnx_node:
+    node = report.culprit_node
+    if node is None or node.node != record.onnx_node:
         return None
+    ran = node.ran_in or {}
     if ran.get("runtime") == "onnxruntime" and ran.get("kernel"):
         kernel = ran["kernel"]
         kind = ", ".join(part for part in (kernel["op_type"], kernel["precision"]) if part)
@@ -143,7 +144,9 @@ def _executed_layer(report: Report, record: Record) -> str | None:
 
 def _culprit_lines(report: Report, culprit: Record, record: Record) -> list[str]:
     """The headline naming the culprit, its evidence, and the first failing value."""
-    nodeless = (report.attribution or {}).get("nodeless")
+    attribution = report.attribution
+    nodeless = attribution.nodeless if attribution is not None else None
+    unpaired = attribution.unpaired if attribution is not None else None
     if nodeless:
         lines = [f"DIVERGED: culprit {describe_origin(culprit)}, which has no ONNX node: "
                  f"{_advice(report)}",
@@ -153,10 +156,10 @@ def _culprit_lines(report: Report, culprit: Record, record: Record) -> list[str]
         if culprit.onnx_value != record.onnx_value:
             lines.append(f"first failing value: {_where(report, record)} <- "
                          f"{describe_origin(record)}: {_describe_error(record)}")
-    elif (report.attribution or {}).get("unpaired"):
-        reads = report.attribution["unpaired"]["reads"]
+    elif unpaired:
+        reads = unpaired["reads"]
         fed = (f"the reference's value of {reads!r}"
-               if report.attribution["unpaired"].get("fed", "reference") == "reference" else
+               if unpaired.get("fed", "reference") == "reference" else
                f"{reads!r} as the segment computed it from the reference's values")
         lines = [f"DIVERGED: culprit ONNX node {culprit.onnx_node!r} ({culprit.onnx_op}), which "
                  f"has no counterpart in the reference (it reads value {reads!r}): "
@@ -191,7 +194,8 @@ def _advice(report: Report) -> str:
     if eval_mode is not None:
         return (f"the model is in training mode, and in eval mode it reaches parity "
                 f"(checked): {eval_mode.change} before exporting and comparing; no bug to file")
-    kind = (report.attribution or {}).get("classification") or {}
+    kind = (report.attribution.classification if report.attribution is not None
+            else None) or {}
     if not kind:
         return "not classified (which side is wrong could not be told)"
     return kind["file_with"].removeprefix("unknown: ")
@@ -199,9 +203,9 @@ def _advice(report: Report) -> str:
 
 def _culprit_evidence(report: Report, culprit: Record) -> list[str]:
     """The culprit's own figures: what its node computed alone, and the classification."""
-    attribution = report.attribution or {}
-    kind = attribution.get("classification") or {}
-    kernel = attribution.get("inside_kernel") or {}
+    attribution = report.attribution or Attribution()
+    kind = attribution.classification or {}
+    kernel = attribution.inside_kernel or {}
     lines = []
     if kernel and kernel.get("kernel_output") != culprit.onnx_value:
         lines.append(f"inside the kernel {_runtime(report)} fused up to value "
@@ -214,7 +218,7 @@ def _culprit_evidence(report: Report, culprit: Record) -> list[str]:
     classified = f" ({kind['kind']})" if kind else ""
     lines.append(f"introduces the error: fed {fed_description(report)} it is off by {alone} on "
                  f"its own{classified}")
-    narrowed = attribution.get("narrowed") or {}
+    narrowed = attribution.narrowed or {}
     if narrowed.get("node") == culprit.onnx_node:
         together = narrowed.get("run_with") or {}
         others = ", ".join(
@@ -231,31 +235,31 @@ def _run_with(nodes: list[str] | None) -> str:
     return f" (with {', '.join(map(repr, nodes))})" if nodes else ""
 
 
-def _segment_headline(segment: dict) -> str:
+def _segment_headline(segment: CulpritSegment) -> str:
     """``introduced between value A and value B, in these N nodes: ...``."""
-    entering = segment.get("from") or []
+    entering = segment.from_values
     start = (f"value {entering[0]!r}" if len(entering) == 1 else
              f"values {', '.join(repr(name) for name in entering[:3])}"
              f"{', …' if len(entering) > 3 else ''}" if entering else "the graph's inputs")
-    nodes = segment.get("nodes") or []
+    nodes = segment.nodes
     listed = ", ".join(nodes[:6]) + (", …" if len(nodes) > 6 else "")
-    return (f"introduced between {start} and value {segment['to']!r}, in these "
+    return (f"introduced between {start} and value {segment.to!r}, in these "
             f"{len(nodes)} nodes: {listed}")
 
 
-def _segment_error(segment: dict) -> str:
-    error = format_number(segment.get("local_max_abs_error"))
-    nan = segment.get("local_nan_mismatch")
+def _segment_error(segment: CulpritSegment) -> str:
+    error = format_number(segment.local_max_abs_error)
+    nan = segment.local_nan_mismatch
     return f"{error} (NaN/Inf in {nan} other places)" if nan else error
 
 
 def _search_line(report: Report) -> str | None:
     """How the first divergence was found, for the verdict; ``None`` for a full capture."""
-    search = report.search or {}
-    if search.get("mode") != "bisection":
+    search = report.search
+    if search.mode != "bisection":
         return None
-    probes = len(search.get("probes", []))
-    first, last = search.get("first_failing"), search.get("last_passing")
+    probes = len(search.probes)
+    first, last = search.first_failing, search.last_passing
     if first and last:
         found = f"first failing value {first!r}, after {last!r}, which passes"
     elif first:
@@ -266,7 +270,7 @@ def _search_line(report: Report) -> str | None:
     else:
         found = "no checkpoint could be compared"
     return (f"Found by bisection ({probes} probe(s) of the production graph over "
-            f"{search['checkpoints']} checkpoints: {found}) because {search['reason']}")
+            f"{search.checkpoints} checkpoints: {found}) because {search.reason}")
 
 
 def _where(report: Report, record: Record) -> str:
@@ -276,10 +280,10 @@ def _where(report: Report, record: Record) -> str:
 def _inside_op(report: Report, record: Record) -> str | None:
     """Where a record was narrowed to a node inside its op: how that node was found."""
     inside = report.inside_op
-    if not inside or inside.get("node") != record.onnx_node:
+    if inside is None or inside.node != record.onnx_node:
         return None
-    return (f"ONNX node {record.onnx_node!r} is the first of the {len(inside['nodes'])} nodes "
-            f"of its op to disagree with the op exported alone (value {inside['value']!r}; "
+    return (f"ONNX node {record.onnx_node!r} is the first of the {len(inside.nodes)} nodes "
+            f"of its op to disagree with the op exported alone (value {inside.value!r}; "
             f"the op's output {record.onnx_value!r})")
 
 
@@ -313,10 +317,10 @@ def fed_description(report: Report) -> str:
 
 def _carries_only(report: Report, first: Record) -> str:
     """Why the first failing value is not the culprit."""
-    attribution = report.attribution or {}
-    if (attribution.get("inside_kernel") or {}).get("kernel_output") == first.onnx_value:
+    attribution = report.attribution or Attribution()
+    if (attribution.inside_kernel or {}).get("kernel_output") == first.onnx_value:
         return f"it is the output of the kernel {_runtime(report)} fused the culprit into"
-    how = ("fails by float rounding only" if first.onnx_value in attribution.get("noise", ())
+    how = ("fails by float rounding only" if first.onnx_value in attribution.noise
            else "is within tolerance" if first.introduced_here is False
            else "was not checked")
     return f"it only carries the error (fed {fed_description(report)} it {how})"
@@ -330,15 +334,15 @@ def _optimized(report: Report) -> bool:
 
 def _no_culprit(report: Report) -> str:
     """Why no node is named as the culprit."""
-    attribution = report.attribution or {}
-    if attribution.get("drift"):
-        jump = attribution.get("largest_jump")
-        rounding = " (all of it float rounding)" if attribution.get("noise") else ""
-        if (report.search or {}).get("mode") == "bisection" and _optimized(report):
+    attribution = report.attribution or Attribution()
+    if attribution.drift:
+        jump = attribution.largest_jump
+        rounding = " (all of it float rounding)" if attribution.noise else ""
+        if report.search.mode == "bisection" and _optimized(report):
             # The capture session, whose kernels run the nodes apart, did not compute
             # production's outputs: the checks alone cannot show a gradual build-up.
             return (f"No node run alone introduces the error beyond float rounding{rounding} "
-                    f"({attribution['checked']} failing values rerun on the reference's "
+                    f"({attribution.checked} failing values rerun on the reference's "
                     "values); production's fused kernels compute them otherwise (the capture "
                     "session did not reproduce its outputs): an optimization may be the cause "
                     "(a run with the candidate's optimizations off shows it; --suggest-fix finds "
@@ -346,7 +350,7 @@ def _no_culprit(report: Report) -> str:
         # Only the failing values' own nodes were checked: an error that passes within
         # tolerance where a node introduces it (then grows) is not ruled out.
         return (f"No failing value's own nodes introduce the error beyond float rounding"
-                f"{rounding}: it builds up gradually over {attribution['checked']} failing "
+                f"{rounding}: it builds up gradually over {attribution.checked} failing "
                 f"values, or comes in through values that pass within tolerance (a tighter "
                 f"--atol/--rtol shows where it starts); the largest local jump is at value "
                 f"{jump!r}")

@@ -93,8 +93,8 @@ def test_planted_matmul_is_reported_at_the_matmul_not_the_bias_add(fixture_case,
     assert first.torch_op == "aten.linear.default"
     assert first.torch_module == "blocks.0.mlp.fc1"
     assert first.source.file.endswith("fixtures/models.py")
-    assert report.inside_op["node"] == matmul.name
-    assert report.inside_op["value"] == matmul.output[0]
+    assert report.inside_op.node == matmul.name
+    assert report.inside_op.value == matmul.output[0]
     _passes_before(report)
     assert "the first of the 2 nodes of its op" in report.summary()
 

@@ -16,6 +16,7 @@ from bisect_onnx.judge.findings import (
     RowRef,
 )
 from bisect_onnx.judge.records import Coverage, Record
+from bisect_onnx.judge.report_parts import CulpritSegment
 
 
 def row(index: int, status: str = "pass", module: str | None = None) -> Record:
@@ -74,13 +75,16 @@ def test_a_culprit_its_evidence_does_not_hold_is_an_error_in_strict_runs(local, 
 
 def test_a_node_found_inside_a_checked_segment_is_the_culprit():
     segment = {"from": ["v0"], "to": "v1", "nodes": ["node_t", "node_a", "node_1"],
-               "ops": {"node_t": "Transpose", "node_a": "Mul", "node_1": "Add"}}
+               "ops": {"node_t": "Transpose", "node_a": "Mul", "node_1": "Add"},
+               "local_max_abs_error": 0.5, "local_nan_mismatch": 0}
     attribution = AttributionFindings(
         checked={"v1": figures(isolation=None, compute_nodes=("node_a", "node_1"))},
         segment=segment)
     alone = assemble(Findings(comparison(), attribution=attribution))
-    assert alone.culprit is None and alone.culprit_segment == segment
-    inside_op = {"nodes": ["node_a", "node_1"]}  # the op's nodes; node_t only moves data
+    assert alone.culprit is None and alone.culprit_segment == CulpritSegment.from_dict(segment)
+    inside_op = {"fx_node": "mul", "nodes": ["node_a", "node_1"], "node": "node_a",
+                 "value": "v_a", "how": "by the op exported alone"}
+    # The op's nodes; node_t only moves data.
     narrowed = assemble(Findings(comparison(), attribution=attribution, refinement=Refinement(
         inside_op=inside_op, node=("node_a", "Mul"))))
     assert narrowed.culprit_segment is None

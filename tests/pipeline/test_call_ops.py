@@ -77,7 +77,7 @@ def test_only_the_culprits_call_is_traced_and_the_verdict_is_the_whole_traces(
     for field in ("onnx_node", "onnx_value", "fx_node", "torch_module", "classification"):
         assert getattr(one_call.culprit, field) == getattr(everything.culprit, field), field
     assert one_call.culprit.classification == "graph semantics"
-    assert (one_call.inside_op or {}).get("node") == (everything.inside_op or {}).get("node")
+    assert _inside_node(one_call) == _inside_node(everything)
     # What was compared is said as it is: that call's ops, the rest per module call.
     assert one_call.coverage.op_scope == call and everything.coverage.op_scope is None
     assert 0 < one_call.coverage.torch_ops < everything.coverage.torch_ops
@@ -102,7 +102,7 @@ def test_a_node_inside_a_linear_is_named_and_classified_without_any_trace(
         assert getattr(module_level.culprit, field) == getattr(everything.culprit, field), field
     assert module_level.culprit.onnx_op == "MatMul"
     assert module_level.culprit.classification == "graph semantics"
-    assert module_level.inside_op["node"] == everything.inside_op["node"]
+    assert module_level.inside_op.node == everything.inside_op.node
     assert module_level.coverage.granularity == "module"
 
 
@@ -172,3 +172,8 @@ def test_a_program_that_fails_to_run_leaves_module_level_standing(fixture_case, 
                                 search=bisect_onnx.SearchOptions(granularity="op"))
     assert report.diverged and report.coverage.granularity == "module"
     assert report.culprit is not None or report.culprit_segment is not None
+
+
+def _inside_node(report) -> str | None:
+    """The node found inside the culprit's op, if any."""
+    return report.inside_op.node if report.inside_op is not None else None

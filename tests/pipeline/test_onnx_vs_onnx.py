@@ -20,6 +20,7 @@ import bisect_onnx
 from bisect_onnx.align.onnx_pairs import Quantization
 from bisect_onnx.cli.command import main
 from bisect_onnx.errors import InputError, UsageError
+from bisect_onnx.judge.report_parts import Search
 from bisect_onnx.judge.tolerances import (
     PRECISION_DEFAULTS,
     QUANTIZED,
@@ -377,14 +378,14 @@ def test_float16_fallback_takes_its_verdict_from_the_production_session(made):
     output = report.final_outputs[0]
     assert output.max_abs_error == float(np.max(np.abs(production - reference)))
     assert output.max_abs_error != float(np.max(np.abs(captured - reference)))
-    assert report.search == {"mode": "full capture"}  # parity: nothing to search
+    assert report.search == Search()  # parity: nothing to search
 
 
 def test_planted_float16_error_is_found_from_a_faithful_capture(made):
     # The promote-all fallback rounds otherwise than production, by well under a tenth of
     # the float16 tolerance: its values stand, and nothing is probed.
     report = bisect_onnx.bisect_onnx_models(RESNET, made["fp16_planted"], made["x"])
-    assert report.search["mode"] == "full capture"
+    assert report.search.mode == "full capture"
     assert report.first_divergence.onnx_node == PLANTED_NODE
     assert report.culprit.onnx_node == PLANTED_NODE
 
@@ -396,9 +397,9 @@ def test_planted_float16_error_is_found_by_probing_production(made, monkeypatch)
     monkeypatch.setattr(search_modes, "FAITHFUL_SHARE", 0.0)
     report = bisect_onnx.bisect_onnx_models(RESNET, made["fp16_planted"], made["x"])
     search = report.search
-    assert (search["mode"], search["reason"]) == ("bisection", search_modes.CAPTURE_DIFFERS)
-    assert (search["last_passing"], search["first_failing"]) == ("relu", "getitem_3")
-    assert search["graphs_match_production"] and len(search["probes"]) <= 5
+    assert (search.mode, search.reason) == ("bisection", search_modes.CAPTURE_DIFFERS)
+    assert (search.last_passing, search.first_failing) == ("relu", "getitem_3")
+    assert search.graphs_match_production and len(search.probes) <= 5
     first = report.first_divergence
     assert (first.onnx_node, first.reference_value, first.candidate_dtype) == (
         PLANTED_NODE, "getitem_3", "float16")
@@ -412,7 +413,7 @@ def test_float16_culprit_is_the_planted_node_and_later_values_only_inherit(made)
     culprit = report.culprit
     assert (culprit.onnx_node, culprit.onnx_value) == (PLANTED_NODE, "getitem_3")
     assert culprit.introduced_here is True and culprit.local_max_abs_error > 0.1
-    assert report.attribution["inputs"] == {"relu": "reference"}
+    assert report.attribution.inputs == {"relu": "reference"}
     later = [record for record in report.comparisons[culprit.index + 1:] if record.failed]
     assert len(later) >= 10
     assert all(record.introduced_here is False for record in later)
@@ -436,9 +437,9 @@ def test_repro_of_a_float16_culprit_feeds_float16_reference_values(made, tmp_pat
         RESNET, made["fp16_planted"], made["x"],
         output=bisect_onnx.OutputOptions(repro_dir=tmp_path / "repro"))
     repro = report.repro
-    assert repro["reproduces"] is True
-    assert (repro["nodes"], repro["inputs"]) == ([PLANTED_NODE], {"relu": "reference"})
-    folder = Path(repro["folder"])
+    assert repro.reproduces is True
+    assert (repro.nodes, repro.inputs) == ((PLANTED_NODE,), {"relu": "reference"})
+    folder = Path(repro.folder)
     with np.load(folder / "inputs.npz") as inputs, np.load(folder / "expected.npz") as expected:
         assert inputs["relu"].dtype == expected["getitem_3"].dtype == np.float16
     assert "disagrees with the reference model" in (folder / "README.txt").read_text()

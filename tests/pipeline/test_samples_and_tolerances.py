@@ -155,6 +155,6 @@ def test_values_over_the_budget_are_said_to_be_unprobed_not_fused(fixture_case):
     model, inputs, exported = fixture_case("avgpool_divisor")
     report = bisect_onnx.bisect(model, inputs, onnx_model=exported,
                                 runtime=bisect_onnx.RuntimeOptions(max_memory=1))
-    assert report.search["mode"] == "bisection"
+    assert report.search.mode == "bisection"
     kinds = {item.kind for item in report.unaligned}
     assert "runtime-fused" not in kinds

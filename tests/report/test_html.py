@@ -94,7 +94,7 @@ def test_every_string_from_the_records_is_escaped(diverged):
     first = dataclasses.replace(diverged.first_divergence, torch_module=evil)
     rows = [first if item is diverged.first_divergence else item for item in diverged.comparisons]
     report = with_rows(diverged, rows,
-                       culprit_node={**diverged.culprit_node, "torch_module": evil},
+                       culprit_node=dataclasses.replace(diverged.culprit_node, torch_module=evil),
                        warnings=[evil])
     page = render_html(report)
     assert evil not in page

@@ -21,6 +21,7 @@ from bisect_onnx import InputError, Report, UsageError
 from bisect_onnx.cli.command import main
 from bisect_onnx.fixes.trial import FixKind, FixResult, OutputFigures
 from bisect_onnx.judge.assembly import amended
+from bisect_onnx.judge.report_parts import CulpritNode
 from bisect_onnx.judge.vocabulary import ReportWarning, Status
 from bisect_onnx.report.html import render_html
 from bisect_onnx.report.json import to_json
@@ -103,7 +104,7 @@ def test_a_saved_report_loads_back_equal(report_of, tmp_path, name, kind):
 def test_the_reports_cover_both_verdicts_probes_and_a_culprit_inside_a_kernel(report_of):
     verdicts = {report_of(name, kind).verdict for name, kind in EVERY_FIXTURE}
     assert verdicts == {"parity", "diverged"}
-    assert report_of("avgpool_divisor", "probed").search["probes"]
+    assert report_of("avgpool_divisor", "probed").search.probes
     planted = report_of("resnet_like", "onnx-vs-onnx planted")
     assert planted.culprit in planted.kernel_values and planted.culprits
     assert planted.culprit not in planted.comparisons
@@ -116,10 +117,18 @@ def test_a_diverged_report_reads_back_its_formats_and_types(report_of, tmp_path)
     assert model_explorer_data(loaded) == model_explorer_data(report)
     assert loaded.culprit_node == report.culprit_node is not None
     assert loaded.culprit_ref == report.culprit_ref and loaded.culprit_ref.table == "kernel_values"
-    assert loaded.attribution["first_culprit"] == report.culprit.onnx_value
+    assert loaded.attribution.first_culprit == report.culprit.onnx_value
     first = loaded.first_divergence
     assert first.status is Status.FAIL and type(loaded.verdict) is type(report.verdict)
     assert type(loaded.coverage.granularity) is type(report.coverage.granularity)
+
+
+def test_a_loaded_report_is_not_assembled_again_and_says_why(report_of, tmp_path):
+    report = report_of("avgpool_divisor", "dynamo")
+    loaded = Report.load(report.save(tmp_path / "report.json"))
+    assert loaded.findings is None and amended(report, repro=None) == report
+    with pytest.raises(ValueError, match="read back from JSON cannot be assembled again"):
+        amended(loaded, repro=None)
 
 
 def test_equality_sees_a_changed_figure(report_of, tmp_path):
@@ -172,7 +181,7 @@ def test_what_json_cannot_hold_reads_back_as_documented(tmp_path):
     rows[2] = replace(rows[2], max_abs_error=math.inf, sqnr_db=math.inf)
     warning = ReportWarning("a-code", "a warning")
     report = made_report(rows, final, first_divergence=rows[1], culprit=None,
-                         culprit_node={"node": "node_1", "op_type": "Add"},
+                         culprit_node=CulpritNode("node_1", "Add", "ai.onnx", {}, (), (), {}),
                          warnings=(warning,))
     loaded = Report.load(report.save(tmp_path / "report.json"))
     # Each loss is one docs/json-schema.md names; the JSON written again is the same.

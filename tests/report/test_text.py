@@ -81,11 +81,14 @@ def test_advised_atol_is_rounded_up_so_it_passes():
     assert format_rounded_up(1.0e-3) == "1.00e-03"
 
 
+_PROBE = {"values": ["v0"], "results": {"v0": "pass"}, "graph": "identical to production's"}
+
+
 def test_the_verdict_says_how_bisection_found_it_or_that_no_checkpoint_failed():
     rows = [record(0), record(1, "fail")]
     plain = report(rows, [record(0, "fail", module=None)])
     search = {"mode": "bisection", "reason": "the budget", "checkpoints": 9,
-              "probes": [{}, {}, {}], "first_failing": "v1", "last_passing": "v0"}
+              "probes": [_PROBE] * 3, "first_failing": "v1", "last_passing": "v0"}
 
     def searched(**changes):
         return amended(plain, search=SearchFindings({**search, **changes}))

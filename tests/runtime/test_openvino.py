@@ -163,7 +163,7 @@ def test_a_planted_attribute_is_found_at_its_node(fixture_case, tmp_path):
     report = bisect_onnx.bisect(model, inputs, onnx_model=tmp_path / "planted.onnx",
                                 runtime=OPENVINO)
     assert report.culprit is not None and report.culprit.onnx_node == node, verdict_line(report)
-    assert report.attribution["classification"]["kind"] == "graph semantics"
+    assert report.attribution.classification["kind"] == "graph semantics"
     layer = report.to_dict()["culprit"]["node"]["ran_in"]["layer"]
     assert layer["type"] == "Interpolate" and layer["nodes"] == [node]
 
@@ -306,11 +306,11 @@ def test_probes_of_production_compile_in_openvino(fixture_case):
     report = bisect_onnx.bisect(model, inputs, onnx_model=onnx_path, runtime=bisect_onnx.
                                 RuntimeOptions(runtime="openvino", precision="f32",
                                                max_memory=1))
-    assert report.search["mode"] == "bisection"
-    assert report.search["first_failing"] == "avg_pool2d"
+    assert report.search.mode == "bisection"
+    assert report.search.first_failing == "avg_pool2d"
     # Each probe's executed layers are compared with production's, layer by layer.
-    assert all(probe["graph"] == "identical to production's"
-               for probe in report.search["probes"])
+    assert all(probe.graph == "identical to production's"
+               for probe in report.search.probes)
     assert report.culprit is not None and report.culprit.onnx_node == "node_avg_pool2d"
 
 

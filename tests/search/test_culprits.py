@@ -29,8 +29,8 @@ def test_a_planted_edit_is_introduced_at_its_node_and_inherited_after_it(fixture
     assert all(record.introduced_here is False for record in failing[1:])
     assert [record.onnx_value for record in report.culprits] == [culprit.onnx_value]
     assert culprit.classification == "graph semantics"
-    assert report.attribution["inputs"]  # which inputs the node was fed, and from where
-    assert set(report.attribution["inputs"].values()) <= {"reference", "candidate",
+    assert report.attribution.inputs  # which inputs the node was fed, and from where
+    assert set(report.attribution.inputs.values()) <= {"reference", "candidate",
                                                           "graph_input"}
     summary = report.summary()
     # The culprit leads the verdict, before the first failing value that carries it.
@@ -65,7 +65,7 @@ def test_an_exporter_semantics_difference_is_classified_as_graph_semantics(fixtu
     culprit = report.culprit
     assert culprit is not None and culprit.torch_module == "pool"
     assert culprit.classification == "graph semantics"
-    classification = report.attribution["classification"]
+    classification = report.attribution.classification
     assert classification["torch_vs_onnx64"] > 0.1
     assert "exporter" in classification["file_with"]
     assert "graph semantics" in report.summary()
@@ -93,5 +93,5 @@ def test_float_noise_with_a_tight_tolerance_is_float_precision_not_a_culprit():
     assert report.culprit is None and report.culprits == []
     failing = [record for record in report.comparisons if record.failed]
     assert failing[0].classification == "float precision"
-    assert report.attribution["noise"]
+    assert report.attribution.noise
     assert "float rounding" in report.summary()

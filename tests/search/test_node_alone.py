@@ -62,7 +62,7 @@ def test_the_add_of_a_fused_linear_is_named_when_its_matmul_passes_alone(exporte
     report = bisect_onnx.bisect_onnx_models(clean, planted, [x])
     assert report.diverged and report.culprit_segment is None, report.summary()
     assert report.culprit is not None and report.culprit.onnx_node == node, report.summary()
-    narrowed = report.attribution["narrowed"]
+    narrowed = report.attribution.narrowed
     matmul = _node(model, "MatMul", "second").name
     assert narrowed["segment"] == [matmul, node] and narrowed["node"] == node
     assert narrowed["alone"][matmul] == 0.0 and narrowed["alone"][node] > 1e-4
@@ -110,4 +110,4 @@ def test_a_node_of_the_second_of_two_chained_linears_is_named(tmp_path, op_type,
     report = bisect_onnx.bisect(model, x.numpy(), onnx_model=planted)
     assert report.culprit is not None and report.culprit.onnx_node == node, report.summary()
     assert report.culprit.fx_node == "linear_1" and report.culprit.introduced_here
-    assert {"/first/MatMul", "/first/Add"} <= set(report.attribution["passed_alone"])
+    assert {"/first/MatMul", "/first/Add"} <= set(report.attribution.passed_alone)

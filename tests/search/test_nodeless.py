@@ -35,7 +35,7 @@ def test_a_dropout_left_in_training_mode_is_the_culprit_and_eval_the_fix(
     culprit = report.culprit
     assert culprit is not None and culprit.onnx_node is None  # no ONNX node is blamed
     assert culprit.torch_module == "drop"
-    assert report.attribution["classification"]["kind"] == "pytorch mode"
+    assert report.attribution.classification["kind"] == "pytorch mode"
     headline = report.summary().splitlines()[0]
     assert "drop" in headline and "no ONNX node" in headline and "eval()" in headline
     # The nodes after it only inherit: none of them is named as introducing the error.
@@ -76,7 +76,7 @@ def test_a_branch_the_trace_left_out_is_named_at_its_module(tmp_path):
                                 search=bisect_onnx.SearchOptions(granularity="module"))
     assert report.diverged and report.culprit is not None, report.summary()
     assert report.culprit.onnx_node is None and report.culprit.torch_module == "gate"
-    assert report.attribution["classification"]["kind"] == "missing in the export"
+    assert report.attribution.classification["kind"] == "missing in the export"
 
 
 def _value(name: str, array) -> CapturedValue:
