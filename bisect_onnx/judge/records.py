@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from bisect_onnx.align.modules import Pair, Unaligned
 from bisect_onnx.graph.provenance import SourceLocation
 from bisect_onnx.judge.compare import ArrayComparison
+from bisect_onnx.judge.record_parts import ComparisonFigures, LocalOutcome, MatchInfo
 from bisect_onnx.judge.report_data import (
     SCHEMA_VERSION,
     attribution_data,
@@ -39,7 +40,8 @@ if TYPE_CHECKING:  # types only: save and load's paths; findings are made of rec
     from bisect_onnx.fixes.trial import FixResult
     from bisect_onnx.judge.findings import Findings, RowRef
 
-__all__ = ["Record", "Coverage", "Report", "make_record", "SCHEMA_VERSION"]
+__all__ = ["Record", "ComparisonFigures", "LocalOutcome", "MatchInfo", "Coverage", "Report",
+           "make_record", "SCHEMA_VERSION"]
 
 
 @dataclass(frozen=True)
@@ -58,53 +60,19 @@ class Record:
     dtype: str
     candidate_shape: list[int]
     candidate_dtype: str
-    max_abs_error: float | None
-    max_rel_error: float | None
-    mismatch_fraction: float | None
-    min_passing_atol: float | None
-    nan_mismatch: int
-    status: str
-    introduced_here: bool | None = None
-    """Whether this value's own node(s), fed PyTorch's exact inputs, are still out of
-    tolerance (the error starts here); ``None`` when not checked (passing values, and
-    failing ones the search did not need)."""
-    local_max_abs_error: float | None = None
-    """The error of those nodes alone, on PyTorch's inputs."""
-    local_status: str | None = None
-    local_nan_mismatch: int | None = None
-    """Elements with NaN or Inf in different places in that local result."""
-    error_growth: float | None = None
-    """This value's error over the largest error of its inputs (max abs)."""
-    classification: str | None = None
-    """For a value that introduces error: ``graph semantics``, ``runtime kernel``,
-    ``float precision`` or ``unclassified`` (see docs/how-it-decides.md)."""
+    figures: ComparisonFigures
+    local: LocalOutcome = LocalOutcome()
+    """The local check of a failing value (all ``None`` where it was not checked)."""
     fx_node: str | None = None
     """Op level: the FX node (torch op call) the compared torch value is the output of."""
-    ops_compared: int | None = None
-    """Module rows with op data: how many ops inside the module call were compared."""
-    ops_failed: int | None = None
-    first_failing_op: str | None = None
-    """Module rows with op data: the FX node of the first failing op inside the call."""
-    match_confidence: float | None = None
-    """Structural fallback (a file of unknown origin): how sure the match is, 0 to 1."""
-    matched_by: str | None = None
-    """Structural fallback: ``topology``, ``region``, ``values``, ``position``..."""
-    reference_value: str | None = None
-    """ONNX against ONNX: the reference's value name (``onnx_value`` is the candidate's)."""
-    reference_node: str | None = None
-    """ONNX against ONNX: the reference's node that computed it."""
-    sqnr_db: float | None = None
-    """ONNX against ONNX, for a quantized or narrower-precision candidate value: the
-    signal-to-quantization-noise ratio, ``10 log10(sum(ref^2) / sum((ref - cand)^2))``."""
-    rtol: float | None = None
-    atol: float | None = None
-    """The tolerance this value was judged by, when it is not the report's (a per-value
-    rule from a tolerance file, a quantized value's scale)."""
+    match: MatchInfo = MatchInfo()
+    """How the two sides were matched (ONNX against ONNX, a file of unknown origin) and
+    what the ops inside a module call showed."""
 
     @property
     def failed(self) -> bool:
         """Whether this pair is out of tolerance (or mismatched in shape, dtype or NaN)."""
-        return self.status != Status.PASS
+        return self.figures.status != Status.PASS
 
     @property
     def identical(self) -> bool:
@@ -112,14 +80,20 @@ class Record:
 
         An integer chain, a masked value: no error before it reaches anything through it.
         """
-        return (self.status == Status.PASS and self.max_abs_error == 0
-                and not self.nan_mismatch and self.shape == self.candidate_shape)
+        figures = self.figures
+        return (figures.status == Status.PASS and figures.max_abs_error == 0
+                and not figures.nan_mismatch and self.shape == self.candidate_shape)
 
     def to_dict(self) -> dict[str, Any]:
-        """The record as the JSON schema lays it out."""
-        data = asdict(self)
-        data["source"] = self.source.to_dict() if self.source else None
-        return data
+        """The record as the JSON schema lays it out: flat, the parts' fields in order."""
+        data = {item.name: getattr(self, item.name) for item in fields(self)
+                if item.name not in (*_PARTS, "fx_node")}
+        figures = asdict(self.figures)
+        judged_by = {name: figures.pop(name) for name in ("sqnr_db", "rtol", "atol")}
+        return {**data, "source": self.source.to_dict() if self.source else None,
+                "shape": list(self.shape), "candidate_shape": list(self.candidate_shape),
+                **figures, **asdict(self.local), "fx_node": self.fx_node,
+                **asdict(self.match), **judged_by}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Record:
@@ -128,11 +102,15 @@ class Record:
         A non-finite figure (``null`` in JSON) reads back as ``None``; keys that are not
         the record's (the culprit's ``node``) are ignored.
         """
-        values = {item.name: data[item.name] for item in fields(cls)}
-        source, local = values["source"], values["local_status"]
-        return cls(**{**values, "status": Status(values["status"]),
-                      "local_status": Status(local) if local is not None else None,
-                      "source": SourceLocation.from_dict(source) if source else None})
+        values = {item.name: data[item.name] for item in fields(cls) if item.name not in _PARTS}
+        source = values["source"]
+        return cls(**{**values, "source": SourceLocation.from_dict(source) if source else None},
+                   figures=ComparisonFigures.from_dict(data), local=LocalOutcome.from_dict(data),
+                   match=MatchInfo.from_dict(data))
+
+
+#: The record's fields that hold parts (the JSON writes their fields flat, in the record).
+_PARTS = ("figures", "local", "match")
 
 
 def make_record(index: int, pair: Pair, result: ArrayComparison, *, final: bool = False) -> Record:
@@ -156,12 +134,14 @@ def make_record(index: int, pair: Pair, result: ArrayComparison, *, final: bool 
         dtype=result.dtype,
         candidate_shape=list(result.candidate_shape),
         candidate_dtype=result.candidate_dtype,
-        max_abs_error=result.max_abs_error,
-        max_rel_error=result.max_rel_error,
-        mismatch_fraction=result.mismatch_fraction,
-        min_passing_atol=result.min_passing_atol,
-        nan_mismatch=result.nan_mismatch,
-        status=result.status,
+        figures=ComparisonFigures(
+            max_abs_error=result.max_abs_error,
+            max_rel_error=result.max_rel_error,
+            mismatch_fraction=result.mismatch_fraction,
+            min_passing_atol=result.min_passing_atol,
+            nan_mismatch=result.nan_mismatch,
+            status=result.status,
+        ),
         fx_node=fx_node,
     )
 
