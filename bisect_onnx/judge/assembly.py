@@ -207,12 +207,12 @@ def _broken(message: str) -> None:
 
 
 def _with_local(row: Record, figures: LocalFigures) -> Record:
-    return replace(row, introduced_here=figures.introduced_here,
-                   local_max_abs_error=figures.local_max_abs_error,
-                   local_status=figures.local_status,
-                   local_nan_mismatch=figures.local_nan_mismatch,
-                   error_growth=figures.error_growth,
-                   classification=figures.classification)
+    return replace(row, local=replace(row.local, introduced_here=figures.introduced_here,
+                                      local_max_abs_error=figures.local_max_abs_error,
+                                      local_status=figures.local_status,
+                                      local_nan_mismatch=figures.local_nan_mismatch,
+                                      error_growth=figures.error_growth,
+                                      classification=figures.classification))
 
 
 def _find(tables: dict[str, list[Record]], ref: RowRef) -> Record | None:

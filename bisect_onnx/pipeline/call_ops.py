@@ -71,7 +71,7 @@ def exact_at_module_level(report: Report, nodes: Sequence[NodeInfo]) -> bool:
     (:mod:`bisect_onnx.pipeline.module_float64`) has already classified it.
     """
     culprit = report.culprit
-    if culprit is None or culprit.classification in (None, Kind.UNCLASSIFIED):
+    if culprit is None or culprit.local.classification in (None, Kind.UNCLASSIFIED):
         return False
     segment = checked_segment(report, nodes)
     node = next((each for each in segment if each is not None

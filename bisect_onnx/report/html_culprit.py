@@ -106,12 +106,12 @@ def source_facts(source: SourceLocation | None) -> list[tuple[str, str]]:
 
 def _introduced(first: Record | None) -> str:
     """Whether the divergence starts at this node, as the local check found."""
-    introduced = first.introduced_here if first is not None else None
+    introduced = first.local.introduced_here if first is not None else None
     if introduced is None:
         return "not checked"
     if introduced:
         return (f"yes: fed PyTorch's inputs, it is still off by "
-                f"{format_number(first.local_max_abs_error)}")
+                f"{format_number(first.local.local_max_abs_error)}")
     return "no: fed PyTorch's inputs it is within tolerance; the error reaches it from upstream"
 
 

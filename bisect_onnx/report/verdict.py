@@ -96,7 +96,7 @@ def _diverged_line(report: Report, basis: str) -> str:
     if report.nan_origin is not None:
         nan = report.nan_origin
         lines.append(f"NaN/Inf first appears on one side only at {_where(report, nan)} <- "
-                     f"{describe_origin(nan)} ({nan.nan_mismatch} elements)")
+                     f"{describe_origin(nan)} ({nan.figures.nan_mismatch} elements)")
     if culprit is None and segment is None and report.attribution is not None:
         lines.append(_no_culprit(report))
     if report.note:
@@ -152,7 +152,7 @@ def _culprit_lines(report: Report, culprit: Record, record: Record) -> list[str]
                  f"{_advice(report)}",
                  f"it changes the value in PyTorch while ONNX hands its input on: ONNX value "
                  f"{culprit.onnx_value!r} equals PyTorch's {nodeless['before']!r} and is off "
-                 f"by {format_number(culprit.max_abs_error)} from PyTorch's output of it"]
+                 f"by {format_number(culprit.figures.max_abs_error)} from PyTorch's output of it"]
         if culprit.onnx_value != record.onnx_value:
             lines.append(f"first failing value: {_where(report, record)} <- "
                          f"{describe_origin(record)}: {_describe_error(record)}")
@@ -166,7 +166,7 @@ def _culprit_lines(report: Report, culprit: Record, record: Record) -> list[str]
                  f"{_advice(report)}",
                  f"taken through (its output fed {fed}), the "
                  f"values after it agree; it changes that value by "
-                 f"{format_number(culprit.max_abs_error)}",
+                 f"{format_number(culprit.figures.max_abs_error)}",
                  f"first failing value: {_where(report, record)} <- "
                  f"{describe_origin(record)}: {_describe_error(record)}"]
     else:
@@ -210,11 +210,11 @@ def _culprit_evidence(report: Report, culprit: Record) -> list[str]:
     if kernel and kernel.get("kernel_output") != culprit.onnx_value:
         lines.append(f"inside the kernel {_runtime(report)} fused up to value "
                      f"{kernel['kernel_output']!r}")
-    alone = format_number(culprit.local_max_abs_error)
-    if culprit.local_nan_mismatch:
-        alone = (f"{alone} and holds NaN/Inf in {culprit.local_nan_mismatch} other places"
-                 if culprit.local_max_abs_error else
-                 f"NaN/Inf in {culprit.local_nan_mismatch} other places")
+    alone = format_number(culprit.local.local_max_abs_error)
+    if culprit.local.local_nan_mismatch:
+        alone = (f"{alone} and holds NaN/Inf in {culprit.local.local_nan_mismatch} other places"
+                 if culprit.local.local_max_abs_error else
+                 f"NaN/Inf in {culprit.local.local_nan_mismatch} other places")
     classified = f" ({kind['kind']})" if kind else ""
     lines.append(f"introduces the error: fed {fed_description(report)} it is off by {alone} on "
                  f"its own{classified}")
@@ -290,10 +290,10 @@ def _inside_op(report: Report, record: Record) -> str | None:
 def describe_origin(record: Record) -> str:
     """Where a record's value comes from: op, module and source line, or reference node."""
     source = f" at {format_source(record.source)}" if record.source else ""
-    if record.reference_node is not None:  # ONNX against ONNX
+    if record.match.reference_node is not None:  # ONNX against ONNX
         module = f" in torch module {record.torch_module}" if record.torch_module else ""
         op = f" [{record.torch_op}]" if record.torch_op else ""
-        return f"reference node {record.reference_node!r}{module}{op}{source}"
+        return f"reference node {record.match.reference_node!r}{module}{op}{source}"
     if record.fx_node is not None:
         return (f"{_short_op(record.torch_op)} ({record.fx_node}) in "
                 f"{_module_name(record.torch_module)}{source}")
@@ -321,7 +321,7 @@ def _carries_only(report: Report, first: Record) -> str:
     if (attribution.inside_kernel or {}).get("kernel_output") == first.onnx_value:
         return f"it is the output of the kernel {_runtime(report)} fused the culprit into"
     how = ("fails by float rounding only" if first.onnx_value in attribution.noise
-           else "is within tolerance" if first.introduced_here is False
+           else "is within tolerance" if first.local.introduced_here is False
            else "was not checked")
     return f"it only carries the error (fed {fed_description(report)} it {how})"
 
@@ -359,9 +359,9 @@ def _no_culprit(report: Report) -> str:
 
 def _first_failing_op(report: Report, record: Record) -> Record | None:
     """At module granularity: the op record a module row's first failure points to."""
-    if record.first_failing_op is None:
+    if record.match.first_failing_op is None:
         return None
-    return next((op for op in report.op_comparisons if op.fx_node == record.first_failing_op),
+    return next((op for op in report.op_comparisons if op.fx_node == record.match.first_failing_op),
                 None)
 
 
@@ -374,17 +374,17 @@ def _module_name(module: str | None) -> str:
 
 
 def _describe_error(record: Record) -> str:
-    if record.status == "shape_mismatch":
+    if record.figures.status == "shape_mismatch":
         return (f"shape {format_shape(record.shape)} in torch, "
                 f"{format_shape(record.candidate_shape)} in ONNX")
-    if record.status == "dtype_mismatch":
+    if record.figures.status == "dtype_mismatch":
         return f"dtype {record.dtype} in torch, {record.candidate_dtype} in ONNX"
-    parts = [f"max abs {format_number(record.max_abs_error)}",
-             f"max rel {format_number(record.max_rel_error)}"]
-    if record.mismatch_fraction is not None:
-        parts.append(f"{record.mismatch_fraction:.1%} of elements out of tolerance")
-    if record.nan_mismatch:
-        parts.append(f"{record.nan_mismatch} NaN/Inf in different places")
-    elif record.min_passing_atol is not None:
-        parts.append(f"atol >= {format_rounded_up(record.min_passing_atol)} would pass")
+    parts = [f"max abs {format_number(record.figures.max_abs_error)}",
+             f"max rel {format_number(record.figures.max_rel_error)}"]
+    if record.figures.mismatch_fraction is not None:
+        parts.append(f"{record.figures.mismatch_fraction:.1%} of elements out of tolerance")
+    if record.figures.nan_mismatch:
+        parts.append(f"{record.figures.nan_mismatch} NaN/Inf in different places")
+    elif record.figures.min_passing_atol is not None:
+        parts.append(f"atol >= {format_rounded_up(record.figures.min_passing_atol)} would pass")
     return ", ".join(parts)

@@ -118,7 +118,7 @@ def attribution_findings(rows: Sequence[Record], attribution: Attribution,
         compute = (compute_nodes(nodes, check.segment.nodes)
                    if check is not None and check.segment is not None else [])
         op_types[name] = {node.name: node.op_type for node in compute}
-        record_atol = records[name].atol if name in records else None
+        record_atol = records[name].figures.atol if name in records else None
         checked[name] = LocalFigures(
             introduced_here=None if result is None else result.fails,
             local_max_abs_error=local.max_abs_error if local else None,
@@ -167,8 +167,8 @@ def narrowed_segment(nodes: Sequence[NodeInfo], indices: Sequence[int],
     return {"from": list(dict.fromkeys(entering)), "to": inner.onnx_value,
             "nodes": [node.name for node in compute],
             "ops": {node.name: node.op_type for node in compute},
-            "local_max_abs_error": inner.max_abs_error,
-            "local_nan_mismatch": inner.nan_mismatch}
+            "local_max_abs_error": inner.figures.max_abs_error,
+            "local_nan_mismatch": inner.figures.nan_mismatch}
 
 
 def with_nodeless(findings: AttributionFindings, found: Nodeless, first: Record,
@@ -183,8 +183,8 @@ def with_nodeless(findings: AttributionFindings, found: Nodeless, first: Record,
     if first.onnx_value in checked:
         checked[first.onnx_value] = replace(checked[first.onnx_value], introduced_here=None)
     figures = LocalFigures(
-        introduced_here=True, local_max_abs_error=record.max_abs_error,
-        local_status=record.status, local_nan_mismatch=record.nan_mismatch,
+        introduced_here=True, local_max_abs_error=record.figures.max_abs_error,
+        local_status=record.figures.status, local_nan_mismatch=record.figures.nan_mismatch,
         local_exceeds=exceeds(record, atol), isolation=NO_ONNX_NODE)
     evidence = {**findings.evidence, "classification": dict(classified), "inside_kernel": None,
                 "nodeless": {"value": record.onnx_value, "module": record.torch_module,
@@ -221,12 +221,12 @@ def _growth(record: Record | None, check: LocalCheck | None,
             records: Mapping[str, Record]) -> float | None:
     """How much the error grew from the node's inputs to its output (max abs, as a ratio)."""
     if (record is None or check is None or check.segment is None
-            or record.max_abs_error is None):
+            or record.figures.max_abs_error is None):
         return None
-    upstream = [records[name].max_abs_error for name in check.segment.inputs
-                if name in records and records[name].max_abs_error is not None]
+    upstream = [records[name].figures.max_abs_error for name in check.segment.inputs
+                if name in records and records[name].figures.max_abs_error is not None]
     worst = max(upstream, default=0.0)
-    return None if worst == 0 else record.max_abs_error / worst
+    return None if worst == 0 else record.figures.max_abs_error / worst
 
 
 def _describe(kind: Classification | None) -> dict[str, Any] | None:

@@ -15,18 +15,19 @@ from bisect_onnx.judge.findings import (
     Refinement,
     RowRef,
 )
+from bisect_onnx.judge.record_parts import ComparisonFigures
 from bisect_onnx.judge.records import Coverage, Record
 from bisect_onnx.judge.report_parts import CulpritSegment
 
 
 def row(index: int, status: str = "pass", module: str | None = None) -> Record:
-    return Record(
-        index=index, onnx_node=f"node_{index}", onnx_op="Add", onnx_value=f"v{index}",
-        torch_module=module or f"m{index}", torch_op=None, source=None, shape=[2],
-        dtype="float32", candidate_shape=[2], candidate_dtype="float32",
-        max_abs_error=0.5 if status == "fail" else 0.0, max_rel_error=0.1,
-        mismatch_fraction=0.5, min_passing_atol=0.5 if status == "fail" else 0.0,
-        nan_mismatch=0, status=status)
+    return Record(index=index, onnx_node=f"node_{index}", onnx_op="Add", onnx_value=f"v{index}",
+                  torch_module=module or f"m{index}", torch_op=None, source=None, shape=[2],
+                  dtype="float32", candidate_shape=[2], candidate_dtype="float32",
+                  figures=ComparisonFigures(max_abs_error=0.5 if status == "fail" else 0.0,
+                                            max_rel_error=0.1, mismatch_fraction=0.5,
+                                            min_passing_atol=0.5 if status == "fail" else 0.0,
+                                            nan_mismatch=0, status=status))
 
 
 ROWS = (row(0), row(1, "fail"), row(2, "fail"))
@@ -53,7 +54,7 @@ def blamed(local: LocalFigures, **changes) -> Findings:
 def test_the_culprit_and_first_divergence_are_the_rows_themselves():
     report = assemble(blamed(figures()))
     assert report.culprit is report.comparisons[1] is report.first_divergence
-    assert report.culprit.introduced_here is True and report.culprit.local_max_abs_error == 0.5
+    assert report.culprit.local.introduced_here is True and report.culprit.local.local_max_abs_error == 0.5
 
 
 @pytest.mark.parametrize(("local", "why"), [

@@ -26,8 +26,8 @@ def test_a_value_matching_a_rule_is_judged_and_marked_by_it():
     judge = ToleranceJudge.from_floats(1e-3, 1e-5, [LOOSE, UNUSED])
     loose = judge.record(0, pair("relu_3", 0.05))
     strict = judge.record(1, pair("conv2d", 0.05))
-    assert loose.status == "pass" and (loose.rtol, loose.atol) == (0.1, 0.1)
-    assert strict.status == "fail" and (strict.rtol, strict.atol) == (None, None)
+    assert loose.figures.status == "pass" and (loose.figures.rtol, loose.figures.atol) == (0.1, 0.1)
+    assert strict.figures.status == "fail" and (strict.figures.rtol, strict.figures.atol) == (None, None)
 
 
 def test_any_of_a_values_names_can_match():

@@ -72,7 +72,7 @@ def test_planted_edit_in_a_torchscript_export_is_reported_at_its_module(
     planted = tmp_path / "planted.onnx"
     node_name, _ = plant(repo_path(FIXTURES[name].torchscript_onnx_file), planted, edit)
     report = run(fixture_case, name, planted)
-    assert report.final_outputs[0].status == "fail", "the plant must change the output"
+    assert report.final_outputs[0].figures.status == "fail", "the plant must change the output"
     # The culprit, also where ONNX Runtime fused the planted node into a kernel whose
     # output is the first divergence.
     culprit = report.culprit

@@ -119,7 +119,7 @@ def test_a_diverged_report_reads_back_its_formats_and_types(report_of, tmp_path)
     assert loaded.culprit_ref == report.culprit_ref and loaded.culprit_ref.table == "kernel_values"
     assert loaded.attribution.first_culprit == report.culprit.onnx_value
     first = loaded.first_divergence
-    assert first.status is Status.FAIL and type(loaded.verdict) is type(report.verdict)
+    assert first.figures.status is Status.FAIL and type(loaded.verdict) is type(report.verdict)
     assert type(loaded.coverage.granularity) is type(report.coverage.granularity)
 
 
@@ -139,7 +139,7 @@ def test_equality_sees_a_changed_figure(report_of, tmp_path):
     path = tmp_path / "changed.json"
     path.write_text(json.dumps(data), encoding="utf-8")
     assert Report.load(path) != report
-    assert Report.load(path).comparisons[0].max_abs_error == 123.0
+    assert Report.load(path).comparisons[0].figures.max_abs_error == 123.0
 
 
 # ---------------------------------------------------------------- hand-made reports
@@ -187,7 +187,7 @@ def test_what_json_cannot_hold_reads_back_as_documented(tmp_path):
     # Each loss is one docs/json-schema.md names; the JSON written again is the same.
     assert to_json(loaded) == to_json(report)
     assert loaded != report
-    assert loaded.comparisons[2].max_abs_error is None and loaded.comparisons[2].sqnr_db is None
+    assert loaded.comparisons[2].figures.max_abs_error is None and loaded.comparisons[2].figures.sqnr_db is None
     assert loaded.culprit_node is None  # written only for a culprit
     assert loaded.warnings == ["a warning"] and not hasattr(loaded.warnings[0], "code")
     assert replace(loaded, comparisons=report.comparisons, culprit_node=report.culprit_node

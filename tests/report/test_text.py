@@ -7,20 +7,19 @@ import re
 from bisect_onnx.graph.provenance import SourceLocation
 from bisect_onnx.judge.assembly import amended
 from bisect_onnx.judge.findings import SearchFindings
+from bisect_onnx.judge.record_parts import ComparisonFigures
 from bisect_onnx.judge.records import Coverage, Record, Report
 from bisect_onnx.judge.verdict import decide
 from tests.made_reports import made_report
 
 
 def record(index: int, status: str = "pass", module: str | None = "m") -> Record:
-    return Record(
-        index=index, onnx_node=f"node_{index}", onnx_op="Add", onnx_value=f"v{index}",
-        torch_module=f"{module}{index}" if module else None, torch_op="aten.add.Tensor",
-        source=SourceLocation("model.py", 10 + index), shape=[2], dtype="float32",
-        candidate_shape=[2], candidate_dtype="float32",
+    return Record(index=index, onnx_node=f"node_{index}", onnx_op="Add", onnx_value=f"v{index}",
+                  torch_module=f"{module}{index}" if module else None, torch_op="aten.add.Tensor",
+                  source=SourceLocation("model.py", 10 + index), shape=[2], dtype="float32",
+                  candidate_shape=[2], candidate_dtype="float32", figures=ComparisonFigures(
         max_abs_error=0.5 if status != "pass" else 0.0, max_rel_error=0.1, mismatch_fraction=0.5,
-        min_passing_atol=0.5, nan_mismatch=0, status=status,
-    )
+        min_passing_atol=0.5, nan_mismatch=0, status=status))
 
 
 def report(rows: list[Record], outputs: list[Record]) -> Report:

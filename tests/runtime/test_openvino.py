@@ -121,7 +121,7 @@ def test_a_conv_fused_with_its_residual_add_is_classified_without_tracing(fixtur
     # and no module call pins that segment; the Conv inside, fed PyTorch's values, is
     # rerun in float64 on its own (its BatchNorm's call), and no call is traced for it.
     assert report.culprit is not None and report.culprit.onnx_node == node, verdict_line(report)
-    assert report.culprit.classification == "graph semantics", verdict_line(report)
+    assert report.culprit.local.classification == "graph semantics", verdict_line(report)
     assert report.to_dict()["attribution"]["classification"]["kind"] == "graph semantics"
     assert report.coverage.granularity == "module"
     assert not [event for event in seen if "pytorch ops" in event.detail]

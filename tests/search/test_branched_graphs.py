@@ -134,4 +134,4 @@ def test_onnx_against_onnx_names_the_plant_in_block_0_of_torchscript_exports(tmp
         # Shape arithmetic (a Sqrt of the head size) is never a checkpoint.
         probed = {name for probe in report.search.probes for name in probe.values}
         assert not any("Sqrt" in name for name in probed)
-    assert np.isfinite(report.first_divergence.max_abs_error)
+    assert np.isfinite(report.first_divergence.figures.max_abs_error)

@@ -35,7 +35,7 @@ def test_an_inserted_node_is_the_culprit_not_its_consumer(fixture_case, tmp_path
     assert report.culprit.onnx_node == inserted
     # Its consumers only inherit (a kernel's output checked whole holds the culprit).
     kernel = (report.attribution.inside_kernel or {}).get("kernel_output")
-    assert not any(row.introduced_here for row in report.comparisons
+    assert not any(row.local.introduced_here for row in report.comparisons
                    if row.onnx_node != inserted and row.onnx_value != kernel)
 
 
