@@ -448,7 +448,7 @@ def simplified_case(seed: int, exporter: str, tool: str, clean_path: Path, x: np
         elif report.hidden_divergences or report.culprit is not None:
             record.outcome = "claims"
             first = report.hidden_divergences[0] if report.hidden_divergences else None
-            status = getattr(first, "status", None)
+            status = first.figures.status if first is not None else None
             record.detail = (f"{len(report.hidden_divergences)} hidden divergences, first "
                              f"{first.onnx_value} ({first.onnx_op}, "
                              f"{getattr(status, 'value', status)}: "

@@ -88,7 +88,8 @@ _COLUMNS = (
             lambda r: _sort_number(r.figures.mismatch_fraction), numeric=True, width=_FIGURE),
     _Column("min passing atol", lambda r: _passing_atol(r.figures.min_passing_atol),
             lambda r: _sort_number(r.figures.min_passing_atol), numeric=True, width=_FIGURE),
-    _Column("status", lambda r: r.figures.status, lambda r: r.figures.status, status=True, width="16ch"),
+    _Column("status", lambda r: r.figures.status, lambda r: r.figures.status, status=True,
+            width="16ch"),
 )
 
 

@@ -212,7 +212,8 @@ def _row(record: Record, *, marked: bool, headers: Sequence[str] = _HEADERS) -> 
     else:
         row.append(module or "(model)")  # the model's own forward, as op rows say it
     row += [record.onnx_node or record.onnx_value, record.onnx_op or "", shape,
-            format_number(record.figures.max_abs_error), format_number(record.figures.max_rel_error)]
+            format_number(record.figures.max_abs_error),
+            format_number(record.figures.max_rel_error)]
     if _AGGREGATE_HEADER in headers:
         row.append(f"{record.match.ops_failed}/{record.match.ops_compared}"
                    if record.match.ops_compared is not None else "")

@@ -22,6 +22,7 @@ from bisect_onnx.search.nodeless import NO_ONNX_NODE
 
 if TYPE_CHECKING:
     from bisect_onnx.graph.nodes import NodeInfo
+    from bisect_onnx.judge.record_parts import ComparisonFigures
     from bisect_onnx.search.classify import Classification
     from bisect_onnx.search.nodeless import Nodeless
 
@@ -73,7 +74,7 @@ def isolation(compute: Sequence[NodeInfo],
     return None
 
 
-def exceeds(local: ArrayComparison | Record | None, atol: float) -> bool:
+def exceeds(local: ArrayComparison | ComparisonFigures | Record | None, atol: float) -> bool:
     """Whether a result is out of its tolerance by a figure the report can state.
 
     A failing status alone is not enough: the figure printed beside the claim (the
@@ -81,6 +82,8 @@ def exceeds(local: ArrayComparison | Record | None, atol: float) -> bool:
     local run's comparison, or a record's own figures (a value inside a fused kernel,
     judged at its own atol where a rule set one).
     """
+    if isinstance(local, Record):
+        local = local.figures
     if local is None or local.status == Status.PASS:
         return False
     if local.nan_mismatch or local.status in (Status.SHAPE_MISMATCH, Status.DTYPE_MISMATCH):

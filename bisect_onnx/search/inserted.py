@@ -137,7 +137,8 @@ def narrow_to_unpaired(findings: AttributionFindings, check: LocalCheck | None,
     if record is None:
         return findings
     figures = LocalFigures(introduced_here=True, local_max_abs_error=record.figures.max_abs_error,
-                           local_status=record.figures.status, local_nan_mismatch=record.figures.nan_mismatch,
+                           local_status=record.figures.status,
+                           local_nan_mismatch=record.figures.nan_mismatch,
                            local_exceeds=exceeds(record, rerun.tolerance.atol),
                            compute_nodes=(record.onnx_node,), isolation=UNPAIRED)
     evidence = {**findings.evidence, "classification": classification(),

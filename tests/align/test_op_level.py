@@ -116,8 +116,8 @@ def test_module_rows_aggregate_ops_when_the_export_is_made_here(fixture_case):
     report = bisect_onnx.bisect(model, inputs, search=MODULE_ROWS)
     first = report.first_divergence
     assert first.torch_module == "pool"
-    assert (first.match.ops_compared, first.match.ops_failed, first.match.first_failing_op) == (1, 1,
-                                                                              "avg_pool2d")
+    assert (first.match.ops_compared, first.match.ops_failed, first.match.first_failing_op) == (
+        1, 1, "avg_pool2d")
     assert "first failing op inside: aten.avg_pool2d (avg_pool2d)" in report.summary()
     assert "ops failed" in report.table()
     passing = next(record for record in report.comparisons if record.torch_module == "relu")

@@ -54,7 +54,8 @@ def blamed(local: LocalFigures, **changes) -> Findings:
 def test_the_culprit_and_first_divergence_are_the_rows_themselves():
     report = assemble(blamed(figures()))
     assert report.culprit is report.comparisons[1] is report.first_divergence
-    assert report.culprit.local.introduced_here is True and report.culprit.local.local_max_abs_error == 0.5
+    local = report.culprit.local
+    assert local.introduced_here is True and local.local_max_abs_error == 0.5
 
 
 @pytest.mark.parametrize(("local", "why"), [

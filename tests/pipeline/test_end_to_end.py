@@ -66,7 +66,7 @@ def test_planted_edit_is_reported_at_its_module(fixture_case, tmp_path, name, ed
     culprit = report.culprit
     assert culprit.onnx_node == node_name
     assert culprit.torch_module == module
-    assert culprit.introduced_here is True
+    assert culprit.local.introduced_here is True
     # Everything before the first divergence still passes.
     first = report.first_divergence
     assert all(not record.failed for record in report.comparisons[: first.index])
@@ -88,7 +88,7 @@ def test_inplace_relu_does_not_corrupt_the_recorded_conv_output(fixture_case):
     # Every value promoted: ONNX Runtime would fuse the Conv with the ReLU after it.
     report = run(fixture_case, "inplace_relu", runtime=ALL_VALUES)
     conv = next(record for record in report.comparisons if record.torch_module == "conv1")
-    assert conv.status == "pass"
+    assert conv.figures.status == "pass"
     model, inputs, _ = fixture_case("inplace_relu")
     with torch.no_grad():
         raw = model.conv1(torch.from_numpy(inputs["x"]))

@@ -122,7 +122,8 @@ def test_qdq_model_aligns_its_dequantized_values_with_sqnr(made):
     # The DequantizeLinear output stands for the float tensor; the Conv computed it.
     assert relu.onnx_value == "relu_DequantizeLinear_Output"
     assert relu.onnx_node == "node_Conv_138"
-    assert relu.figures.atol is not None and relu.figures.atol > report.atol  # steps of its own scale
+    # Steps of its own scale.
+    assert relu.figures.atol is not None and relu.figures.atol > report.atol
     assert all(record.figures.sqnr_db is not None and 20 < record.figures.sqnr_db < 80
                for record in report.comparisons)
     assert "SQNR dB" in report.table()
@@ -147,7 +148,8 @@ def test_qdq_model_against_itself_pairs_each_value_with_its_namesake(made, level
         reference_runtime=bisect_onnx.RuntimeOptions(opt_level="disabled"),
         candidate_runtime=bisect_onnx.RuntimeOptions(opt_level=level))
     assert report.verdict == "parity" and not report.hidden_divergences, report.summary()
-    assert not [record.figures.status for record in report.comparisons if record.figures.status != "pass"]
+    assert not [record.figures.status for record in report.comparisons
+                if record.figures.status != "pass"]
     # The reference holds the same Q/DQ pairs: the float before a pair (here the Conv's,
     # its Relu dropped), its integers and its DequantizeLinear output are three tensors.
     names = {record.match.reference_value: record.onnx_value for record in report.comparisons}
@@ -403,7 +405,8 @@ def test_planted_float16_error_is_found_by_probing_production(made, monkeypatch)
     first = report.first_divergence
     assert (first.onnx_node, first.match.reference_value, first.candidate_dtype) == (
         PLANTED_NODE, "getitem_3", "float16")
-    assert first.figures.sqnr_db is not None and first.figures.sqnr_db < 20  # the probe's own figures
+    # The probe's own figures.
+    assert first.figures.sqnr_db is not None and first.figures.sqnr_db < 20
     assert "Found by bisection" in report.summary()
 
 

@@ -41,7 +41,7 @@ def test_folded_batchnorm_is_compared_as_the_batchnorm_not_the_conv(fixture_case
     by_module = {record.torch_module: record for record in report.comparisons}
     # The fused node keeps the Conv's name but computes the BatchNorm's output.
     assert by_module["layer1.bn1"].onnx_node == "/layer1/conv1/Conv"
-    assert by_module["layer1.bn1"].status == "pass"
+    assert by_module["layer1.bn1"].figures.status == "pass"
     assert "layer1.conv1" not in by_module
     reasons = {item.name: item.reason for item in report.unaligned}
     assert "folded with the BatchNorm" in reasons["layer1.conv1"]

@@ -21,6 +21,7 @@ from bisect_onnx import InputError, Report, UsageError
 from bisect_onnx.cli.command import main
 from bisect_onnx.fixes.trial import FixKind, FixResult, OutputFigures
 from bisect_onnx.judge.assembly import amended
+from bisect_onnx.judge.record_parts import ComparisonFigures
 from bisect_onnx.judge.report_parts import CulpritNode
 from bisect_onnx.judge.vocabulary import ReportWarning, Status
 from bisect_onnx.report.html import render_html
@@ -145,13 +146,14 @@ def test_equality_sees_a_changed_figure(report_of, tmp_path):
 # ---------------------------------------------------------------- hand-made reports
 
 
-def record(index: int, error: float | None, status: str = "pass", **fields) -> bisect_onnx.Record:
+def record(index: int, error: float | None, status: str = "pass") -> bisect_onnx.Record:
     return bisect_onnx.Record(
         index=index, onnx_node=f"node_{index}", onnx_op="Add", onnx_value=f"v{index}",
         torch_module=f"m{index}", torch_op=None, source=None, shape=[2], dtype="float32",
-        candidate_shape=[2], candidate_dtype="float32", max_abs_error=error,
-        max_rel_error=error, mismatch_fraction=0.0 if status == "pass" else 0.5,
-        min_passing_atol=error, nan_mismatch=0, status=Status(status), **fields)
+        candidate_shape=[2], candidate_dtype="float32", figures=ComparisonFigures(
+            max_abs_error=error, max_rel_error=error,
+            mismatch_fraction=0.0 if status == "pass" else 0.5, min_passing_atol=error,
+            nan_mismatch=0, status=Status(status)))
 
 
 def diverged_rows() -> tuple[list, list]:
@@ -178,7 +180,8 @@ def test_a_report_with_fixes_loads_back_equal(tmp_path):
 
 def test_what_json_cannot_hold_reads_back_as_documented(tmp_path):
     rows, final = diverged_rows()
-    rows[2] = replace(rows[2], max_abs_error=math.inf, sqnr_db=math.inf)
+    rows[2] = replace(rows[2], figures=replace(rows[2].figures, max_abs_error=math.inf,
+                                               sqnr_db=math.inf))
     warning = ReportWarning("a-code", "a warning")
     report = made_report(rows, final, first_divergence=rows[1], culprit=None,
                          culprit_node=CulpritNode("node_1", "Add", "ai.onnx", {}, (), (), {}),
@@ -187,7 +190,8 @@ def test_what_json_cannot_hold_reads_back_as_documented(tmp_path):
     # Each loss is one docs/json-schema.md names; the JSON written again is the same.
     assert to_json(loaded) == to_json(report)
     assert loaded != report
-    assert loaded.comparisons[2].figures.max_abs_error is None and loaded.comparisons[2].figures.sqnr_db is None
+    figures = loaded.comparisons[2].figures
+    assert figures.max_abs_error is None and figures.sqnr_db is None
     assert loaded.culprit_node is None  # written only for a culprit
     assert loaded.warnings == ["a warning"] and not hasattr(loaded.warnings[0], "code")
     assert replace(loaded, comparisons=report.comparisons, culprit_node=report.culprit_node
