@@ -235,8 +235,22 @@ def test_save_checks_the_path_as_the_cli_does(report_of, tmp_path, fixtures_unto
         report.save(tmp_path / "missing" / "report.html")
 
 
-def test_the_cli_writes_each_file_in_its_options_format(tmp_path):
+def saves_seen(monkeypatch) -> list[tuple[str, str | None]]:
+    """Every ``Report.save`` call from now on, as ``(file name, format)``."""
+    seen: list[tuple[str, str | None]] = []
+    save = Report.save
+
+    def spied(report, path, format=None):
+        seen.append((os.path.basename(path), format))
+        return save(report, path, format)
+
+    monkeypatch.setattr(Report, "save", spied)
+    return seen
+
+
+def test_the_cli_writes_each_file_in_its_options_format(tmp_path, monkeypatch):
     fixture = FIXTURES["avgpool_divisor"]
+    saved = saves_seen(monkeypatch)
     cwd = os.getcwd()
     os.chdir(REPO_ROOT)
     try:
@@ -246,10 +260,36 @@ def test_the_cli_writes_each_file_in_its_options_format(tmp_path):
     finally:
         os.chdir(cwd)
     assert status == 1
+    assert saved == [("report.txt", "json"), ("node_data.json", "model-explorer")]
     loaded = Report.load(tmp_path / "report.txt")  # JSON, as --json says, whatever the suffix
     assert loaded.culprit.torch_module == "pool"
     (graph,) = json.loads((tmp_path / "node_data.json").read_text()).values()
     assert graph["results"] and graph["thresholds"]  # Model Explorer's node data
+
+
+def test_a_failing_parity_check_writes_its_artifacts_through_save(fixture_case, tmp_path,
+                                                                   monkeypatch):
+    # What the pytest plugin's --bisect-onnx-artifacts writes: assert_parity's files.
+    model, inputs, onnx_path = fixture_case("avgpool_divisor")
+    saved = saves_seen(monkeypatch)
+    with pytest.raises(bisect_onnx.ParityError) as raised:
+        bisect_onnx.assert_parity(model, inputs, onnx_path, output=bisect_onnx.OutputOptions(
+            repro_dir=tmp_path, label="pool check"))
+    assert [format for _, format in saved] == [None, None]
+    (json_name, _), (html_name, _) = saved
+    assert json_name.endswith(".json") and html_name.endswith(".html")
+    assert Report.load(tmp_path / json_name) == raised.value.report
+
+
+def test_report_files_are_written_only_through_save():
+    # The CLI, assert_parity and the pytest plugin call Report.save; only report.saving
+    # picks a format's writer.
+    package = REPO_ROOT / "bisect_onnx"
+    writers = ("write_json", "write_html", "write_model_explorer")
+    calling = sorted(str(path.relative_to(package)) for path in package.rglob("*.py")
+                     if any(writer in path.read_text(encoding="utf-8") for writer in writers))
+    assert calling == ["report/html.py", "report/json.py", "report/overlay.py",
+                       "report/saving.py"]
 
 
 # ---------------------------------------------------------------- loading what is no report
