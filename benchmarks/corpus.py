@@ -333,7 +333,7 @@ def _fast_path(case: Case) -> str:
 def score(case: Case, report, planted_model: onnx.ModelProto) -> None:
     """Fill in ``case.score``, ``named`` and ``cause`` from the report."""
     culprit = report.culprit
-    segment = report.culprit_segment or {}
+    segment = report.culprit_segment
     case.granularity = report.coverage.granularity
     case.named = culprit.onnx_node if culprit else None
     compared = any(r.onnx_node == case.planted for r in report.comparisons)
@@ -345,9 +345,9 @@ def score(case: Case, report, planted_model: onnx.ModelProto) -> None:
         case.cause = "no divergence found (parity)"
         return
     neighbours = _neighbours(planted_model, case.planted)
-    if culprit is None and case.planted in (segment.get("nodes") or ()):
+    if culprit is None and segment is not None and case.planted in segment.nodes:
         case.score, case.cause = "near", f"segment not narrowed ({where})"
-        case.named = _segment_ops(planted_model, segment["nodes"])
+        case.named = _segment_ops(planted_model, segment.nodes)
         return
     if culprit is not None and case.named in neighbours:
         side = "consumer" if _before(planted_model, case.planted, case.named) else "producer"
@@ -448,7 +448,7 @@ def simplified_case(seed: int, exporter: str, tool: str, clean_path: Path, x: np
         elif report.hidden_divergences or report.culprit is not None:
             record.outcome = "claims"
             first = report.hidden_divergences[0] if report.hidden_divergences else None
-            status = getattr(first, "status", None)
+            status = first.figures.status if first is not None else None
             record.detail = (f"{len(report.hidden_divergences)} hidden divergences, first "
                              f"{first.onnx_value} ({first.onnx_op}, "
                              f"{getattr(status, 'value', status)}: "

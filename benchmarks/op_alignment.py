@@ -138,10 +138,10 @@ def measure(name: str, size: str) -> dict:
         "clean_seconds": clean_seconds, "what": what, "planted": planted_node,
         "reported": first.onnx_node if first else None,
         "reported_op": f"{first.torch_op} in {first.torch_module}" if first else "",
-        "rel": first.max_rel_error if first else None,
+        "rel": first.figures.max_rel_error if first else None,
         "granularity": planted.coverage.granularity, "planted_seconds": planted_seconds,
         "factor": factor, "planted_verdict": planted.verdict,
-        "classification": first.classification if first else None,
+        "classification": first.local.classification if first else None,
     }
 
 

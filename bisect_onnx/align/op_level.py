@@ -49,7 +49,9 @@ def op_records(alignment: OpAlignment, *, judge: ToleranceJudge) -> list[Record]
         record = judge.record(index, pair, provenance.fx_node, provenance.module)
         if pair.candidate.name in alignment.matches:
             confidence, how = alignment.matches[pair.candidate.name]
-            record = replace(record, match_confidence=round(confidence, 3), matched_by=how)
+            record = replace(record, match=replace(record.match,
+                                                   match_confidence=round(confidence, 3),
+                                                   matched_by=how))
         records.append(record)
     return records
 
@@ -101,9 +103,9 @@ def aggregate_ops(module_records: Sequence[Record], ops: Sequence[Record],
             aggregated.append(record)
             continue
         failing = [member for member in members if member.failed]
-        aggregated.append(replace(
-            record, ops_compared=len(members), ops_failed=len(failing),
-            first_failing_op=failing[0].fx_node if failing else None))
+        aggregated.append(replace(record, match=replace(
+            record.match, ops_compared=len(members), ops_failed=len(failing),
+            first_failing_op=failing[0].fx_node if failing else None)))
     return aggregated
 
 

@@ -41,7 +41,8 @@ def culprit_class(reading: Reading, *, precision: str | None = None) -> str | No
     """
     if precision:
         return precision
-    kind = ((reading.attribution or {}).get("classification") or {}).get("kind")
+    kind = ((reading.attribution.classification if reading.attribution else None)
+            or {}).get("kind")
     return _CLASS_OF_KIND.get(kind, kind) or None
 
 
@@ -80,7 +81,7 @@ def search_fixes(reading: Reading, precision: str | None = None, also: tuple[str
     context.setdefault("culprit_nodes", (culprit.onnx_node,) if culprit and
                        culprit.onnx_node else ())
     context.setdefault("culprit_module", culprit.torch_module if culprit else None)
-    ran_in = (reading.culprit_node or {}).get("ran_in") or {}
+    ran_in = (reading.culprit_node.ran_in if reading.culprit_node else None) or {}
     context.setdefault("extra", {"culprit_kernel": ran_in.get("kernel")})
     outcomes = [suggest_fixes(FixContext(culprit_class=kind, before=before, **context))
                 for kind in classes]

@@ -9,11 +9,17 @@ run (a repro written, a fix written out, the samples' note).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from bisect_onnx.judge.findings import COMPARISONS, FINAL_OUTPUTS, KERNEL_VALUES, Findings
 from bisect_onnx.judge.reading import Reading
 from bisect_onnx.judge.records import Report
+from bisect_onnx.judge.report_parts import (
+    CaptureDescription,
+    CulpritSegment,
+    Environment,
+    ReproFolder,
+)
 
 __all__ = ["assemble", "amended"]
 
@@ -36,7 +42,7 @@ def assemble(findings: Findings) -> Report:
         verdict=comparison.verdict,
         rtol=comparison.rtol,
         atol=comparison.atol,
-        environment=dict(description.environment) if description else {},
+        environment=cast(Environment, dict(description.environment) if description else {}),
         reference=dict(description.reference) if description else {},
         candidate=dict(description.candidate) if description else {},
         final_outputs=claims.tables[FINAL_OUTPUTS],
@@ -49,16 +55,15 @@ def assemble(findings: Findings) -> Report:
                   *(description.warnings if description else ()), *claims.said,
                   *findings.repro_warnings],
         note=note,
-        repro=dict(findings.repro) if findings.repro is not None else None,
+        repro=ReproFolder.from_dict(findings.repro) if findings.repro is not None else None,
         attribution=reading.attribution,
-        capture=dict(description.capture) if description else {},
+        capture=cast(CaptureDescription, dict(description.capture) if description else {}),
         inside_op=reading.inside_op,
-        culprit_node=dict(description.culprit_node) if description and
-        description.culprit_node is not None else None,
+        culprit_node=reading.culprit_node,
         tolerance_basis=comparison.tolerance_basis,
         search=reading.search,
         kernel_values=claims.tables[KERNEL_VALUES],
-        culprit_segment=(dict(attribution.segment) if attribution is not None
+        culprit_segment=(CulpritSegment.from_dict(attribution.segment) if attribution is not None
                          and attribution.segment is not None else None),
         first_divergence_ref=reading.first_divergence_ref,
         # A segment named first: later culprits are listed, none is *the* culprit.
@@ -72,7 +77,15 @@ def assemble(findings: Findings) -> Report:
 
 
 def amended(report: Report, **changes: Any) -> Report:
-    """``report`` assembled again with some of its findings changed (``repro=...``)."""
+    """``report`` assembled again with some of its findings changed (``repro=...``).
+
+    Raises:
+        ValueError: ``report`` was read back by ``Report.load`` (or ``from_dict``): the
+            JSON holds what was found, not the findings it was assembled from.
+    """
+    if report.findings is None:
+        raise ValueError("a report read back from JSON cannot be assembled again: it holds "
+                         "no findings; amend the report the run returned")
     return assemble(replace(report.findings, **changes))
 
 

@@ -24,6 +24,7 @@ from bisect_onnx.judge.vocabulary import Verdict
 if TYPE_CHECKING:
     from bisect_onnx.align.modules import Unaligned
     from bisect_onnx.fixes.trial import FixResult
+    from bisect_onnx.judge.report_parts import CulpritNode
     from bisect_onnx.judge.verdict import Decision
 
 __all__ = ["RowRef", "ComparisonFindings", "SearchFindings", "LocalFigures",
@@ -141,7 +142,7 @@ class RunDescription:
     reference: Mapping[str, Any] = field(default_factory=dict)
     candidate: Mapping[str, Any] = field(default_factory=dict)
     capture: Mapping[str, Any] = field(default_factory=dict)
-    culprit_node: Mapping[str, Any] | None = None
+    culprit_node: CulpritNode | None = None
     warnings: tuple[str, ...] = ()
 
 

@@ -41,6 +41,7 @@ from bisect_onnx.judge.findings import (
     SearchFindings,
 )
 from bisect_onnx.judge.records import Coverage, Record
+from bisect_onnx.judge.report_parts import Attribution, CulpritNode, InsideOp, Search
 from bisect_onnx.judge.rows import RowReading
 from bisect_onnx.judge.vocabulary import Granularity, ReportWarning, Verdict
 from bisect_onnx.pytorch.calls import input_of
@@ -135,28 +136,28 @@ class Reading(RowReading):
         return self.claims.coverage
 
     @property
-    def search(self) -> dict[str, Any]:
+    def search(self) -> Search:
         """How production was searched (``mode``, why, probes)."""
         search = self.findings.search
-        return dict(search.search) if search else {"mode": "full capture"}
+        return Search.from_dict(search.search) if search else Search()
 
     @property
-    def attribution(self) -> dict[str, Any] | None:
+    def attribution(self) -> Attribution | None:
         """How the culprit was found, naming only the culprits the evidence holds."""
         return _evidence(self.claims.attribution, self.claims.culprits)
 
     @property
-    def culprit_node(self) -> dict[str, Any] | None:
+    def culprit_node(self) -> CulpritNode | None:
         """The culprit's ONNX node in its graph, where the run was described."""
         description = self.findings.description
-        return (dict(description.culprit_node) if description is not None
-                and description.culprit_node is not None else None)
+        return description.culprit_node if description is not None else None
 
     @property
-    def inside_op(self) -> dict[str, Any] | None:
+    def inside_op(self) -> InsideOp | None:
         """The node found inside the culprit's op, and how."""
         refinement = self.findings.refinement
-        return dict(refinement.inside_op) if refinement and refinement.inside_op else None
+        return (InsideOp.from_dict(refinement.inside_op)
+                if refinement and refinement.inside_op else None)
 
 
 @dataclass(frozen=True)
@@ -254,12 +255,12 @@ def _broken(message: str) -> None:
 
 
 def _with_local(row: Record, figures: LocalFigures) -> Record:
-    return replace(row, introduced_here=figures.introduced_here,
-                   local_max_abs_error=figures.local_max_abs_error,
-                   local_status=figures.local_status,
-                   local_nan_mismatch=figures.local_nan_mismatch,
-                   error_growth=figures.error_growth,
-                   classification=figures.classification)
+    return replace(row, local=replace(row.local, introduced_here=figures.introduced_here,
+                                      local_max_abs_error=figures.local_max_abs_error,
+                                      local_status=figures.local_status,
+                                      local_nan_mismatch=figures.local_nan_mismatch,
+                                      error_growth=figures.error_growth,
+                                      classification=figures.classification))
 
 
 def _find(tables: dict[str, list[Record]], ref: RowRef) -> Record | None:
@@ -378,8 +379,9 @@ _OUTPUT_INDEX = re.compile(r"(\[[^\]]*\])+$")
 
 
 def _evidence(attribution: AttributionFindings | None,
-              culprits: Sequence[RowRef]) -> dict[str, Any] | None:
+              culprits: Sequence[RowRef]) -> Attribution | None:
     """How the culprit was found, naming only the culprits the evidence holds."""
     if attribution is None:
         return None
-    return {**attribution.evidence, "first_culprit": culprits[0].value if culprits else None}
+    return Attribution.from_dict(attribution.evidence,
+                                 culprits[0].value if culprits else None)

@@ -13,11 +13,23 @@ from typing import TYPE_CHECKING, Any
 from bisect_onnx.align.modules import Pair, Unaligned
 from bisect_onnx.graph.provenance import SourceLocation
 from bisect_onnx.judge.compare import ArrayComparison
+from bisect_onnx.judge.record_parts import ComparisonFigures, LocalOutcome, MatchInfo
 from bisect_onnx.judge.report_data import (
     SCHEMA_VERSION,
     attribution_data,
     culprit_data,
     report_fields,
+)
+from bisect_onnx.judge.report_parts import (
+    Attribution,
+    CaptureDescription,
+    CulpritNode,
+    CulpritSegment,
+    Environment,
+    InsideOp,
+    ReproFolder,
+    Search,
+    SideDescription,
 )
 from bisect_onnx.judge.rows import RowReading
 from bisect_onnx.judge.vocabulary import Granularity, Status, Verdict
@@ -29,7 +41,8 @@ if TYPE_CHECKING:  # types only: save and load's paths; findings are made of rec
     from bisect_onnx.fixes.trial import FixResult
     from bisect_onnx.judge.findings import Findings, RowRef
 
-__all__ = ["Record", "Coverage", "Report", "make_record", "SCHEMA_VERSION"]
+__all__ = ["Record", "ComparisonFigures", "LocalOutcome", "MatchInfo", "Coverage", "Report",
+           "make_record", "SCHEMA_VERSION"]
 
 
 @dataclass(frozen=True)
@@ -48,53 +61,19 @@ class Record:
     dtype: str
     candidate_shape: list[int]
     candidate_dtype: str
-    max_abs_error: float | None
-    max_rel_error: float | None
-    mismatch_fraction: float | None
-    min_passing_atol: float | None
-    nan_mismatch: int
-    status: str
-    introduced_here: bool | None = None
-    """Whether this value's own node(s), fed PyTorch's exact inputs, are still out of
-    tolerance (the error starts here); ``None`` when not checked (passing values, and
-    failing ones the search did not need)."""
-    local_max_abs_error: float | None = None
-    """The error of those nodes alone, on PyTorch's inputs."""
-    local_status: str | None = None
-    local_nan_mismatch: int | None = None
-    """Elements with NaN or Inf in different places in that local result."""
-    error_growth: float | None = None
-    """This value's error over the largest error of its inputs (max abs)."""
-    classification: str | None = None
-    """For a value that introduces error: ``graph semantics``, ``runtime kernel``,
-    ``float precision`` or ``unclassified`` (see docs/how-it-decides.md)."""
+    figures: ComparisonFigures
+    local: LocalOutcome = LocalOutcome()
+    """The local check of a failing value (all ``None`` where it was not checked)."""
     fx_node: str | None = None
     """Op level: the FX node (torch op call) the compared torch value is the output of."""
-    ops_compared: int | None = None
-    """Module rows with op data: how many ops inside the module call were compared."""
-    ops_failed: int | None = None
-    first_failing_op: str | None = None
-    """Module rows with op data: the FX node of the first failing op inside the call."""
-    match_confidence: float | None = None
-    """Structural fallback (a file of unknown origin): how sure the match is, 0 to 1."""
-    matched_by: str | None = None
-    """Structural fallback: ``topology``, ``region``, ``values``, ``position``..."""
-    reference_value: str | None = None
-    """ONNX against ONNX: the reference's value name (``onnx_value`` is the candidate's)."""
-    reference_node: str | None = None
-    """ONNX against ONNX: the reference's node that computed it."""
-    sqnr_db: float | None = None
-    """ONNX against ONNX, for a quantized or narrower-precision candidate value: the
-    signal-to-quantization-noise ratio, ``10 log10(sum(ref^2) / sum((ref - cand)^2))``."""
-    rtol: float | None = None
-    atol: float | None = None
-    """The tolerance this value was judged by, when it is not the report's (a per-value
-    rule from a tolerance file, a quantized value's scale)."""
+    match: MatchInfo = MatchInfo()
+    """How the two sides were matched (ONNX against ONNX, a file of unknown origin) and
+    what the ops inside a module call showed."""
 
     @property
     def failed(self) -> bool:
         """Whether this pair is out of tolerance (or mismatched in shape, dtype or NaN)."""
-        return self.status != Status.PASS
+        return self.figures.status != Status.PASS
 
     @property
     def identical(self) -> bool:
@@ -102,14 +81,20 @@ class Record:
 
         An integer chain, a masked value: no error before it reaches anything through it.
         """
-        return (self.status == Status.PASS and self.max_abs_error == 0
-                and not self.nan_mismatch and self.shape == self.candidate_shape)
+        figures = self.figures
+        return (figures.status == Status.PASS and figures.max_abs_error == 0
+                and not figures.nan_mismatch and self.shape == self.candidate_shape)
 
     def to_dict(self) -> dict[str, Any]:
-        """The record as the JSON schema lays it out."""
-        data = asdict(self)
-        data["source"] = self.source.to_dict() if self.source else None
-        return data
+        """The record as the JSON schema lays it out: flat, the parts' fields in order."""
+        data = {item.name: getattr(self, item.name) for item in fields(self)
+                if item.name not in (*_PARTS, "fx_node")}
+        figures = asdict(self.figures)
+        judged_by = {name: figures.pop(name) for name in ("sqnr_db", "rtol", "atol")}
+        return {**data, "source": self.source.to_dict() if self.source else None,
+                "shape": list(self.shape), "candidate_shape": list(self.candidate_shape),
+                **figures, **asdict(self.local), "fx_node": self.fx_node,
+                **asdict(self.match), **judged_by}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Record:
@@ -118,11 +103,15 @@ class Record:
         A non-finite figure (``null`` in JSON) reads back as ``None``; keys that are not
         the record's (the culprit's ``node``) are ignored.
         """
-        values = {item.name: data[item.name] for item in fields(cls)}
-        source, local = values["source"], values["local_status"]
-        return cls(**{**values, "status": Status(values["status"]),
-                      "local_status": Status(local) if local is not None else None,
-                      "source": SourceLocation.from_dict(source) if source else None})
+        values = {item.name: data[item.name] for item in fields(cls) if item.name not in _PARTS}
+        source = values["source"]
+        return cls(**{**values, "source": SourceLocation.from_dict(source) if source else None},
+                   figures=ComparisonFigures.from_dict(data), local=LocalOutcome.from_dict(data),
+                   match=MatchInfo.from_dict(data))
+
+
+#: The record's fields that hold parts (the JSON writes their fields flat, in the record).
+_PARTS = ("figures", "local", "match")
 
 
 def make_record(index: int, pair: Pair, result: ArrayComparison, *, final: bool = False) -> Record:
@@ -146,12 +135,14 @@ def make_record(index: int, pair: Pair, result: ArrayComparison, *, final: bool 
         dtype=result.dtype,
         candidate_shape=list(result.candidate_shape),
         candidate_dtype=result.candidate_dtype,
-        max_abs_error=result.max_abs_error,
-        max_rel_error=result.max_rel_error,
-        mismatch_fraction=result.mismatch_fraction,
-        min_passing_atol=result.min_passing_atol,
-        nan_mismatch=result.nan_mismatch,
-        status=result.status,
+        figures=ComparisonFigures(
+            max_abs_error=result.max_abs_error,
+            max_rel_error=result.max_rel_error,
+            mismatch_fraction=result.mismatch_fraction,
+            min_passing_atol=result.min_passing_atol,
+            nan_mismatch=result.nan_mismatch,
+            status=result.status,
+        ),
         fx_node=fx_node,
     )
 
@@ -206,9 +197,9 @@ class Report(RowReading):
     """``parity`` or ``diverged``, decided by the final outputs."""
     rtol: float
     atol: float
-    environment: dict[str, Any]
-    reference: dict[str, Any]
-    candidate: dict[str, Any]
+    environment: Environment
+    reference: SideDescription
+    candidate: SideDescription
     final_outputs: list[Record]
     comparisons: list[Record]
     coverage: Coverage
@@ -221,38 +212,26 @@ class Report(RowReading):
     warnings: list[str] = field(default_factory=list)
     note: str | None = None
     """Extra context for the verdict (where the culprit must lie when no checkpoint fails)."""
-    repro: dict[str, Any] | None = None
+    repro: ReproFolder | None = None
     """Where the minimal repro of the first divergence was written, if asked for."""
-    attribution: dict[str, Any] | None = None
+    attribution: Attribution | None = None
     """How the culprit was found: values checked, inputs fed, classification, drift."""
-    capture: dict[str, Any] = field(default_factory=dict)
-    """How ONNX Runtime's values were captured: mode (fusion-preserving or all values),
-    promoted and surviving values, disabled optimizers, whether the capture fuses as
-    production does and its final outputs equal production's."""
-    inside_op: dict[str, Any] | None = None
-    """Op level, when the first divergence is an op made of several ONNX nodes: which
-    node inside it went wrong (``node``; ``None`` when it could not be told) and how
-    that was found (``how``)."""
-    culprit_node: dict[str, Any] | None = None
-    """The culprit's ONNX node in its graph (the first divergence's, when no culprit was
-    found): op, attributes, and each input and output with shape, dtype and where its
-    value came from (see docs/json-schema.md)."""
+    capture: CaptureDescription = field(default_factory=CaptureDescription)
+    """How the candidate's values were captured, and checked against production."""
+    inside_op: InsideOp | None = None
+    """Op level: which node inside the first divergence's multi-node op went wrong."""
+    culprit_node: CulpritNode | None = None
+    """The culprit's ONNX node in its graph (else the first divergence's)."""
     tolerance_basis: str | None = None
-    """Where the report's tolerance comes from when it is not the float32 default (ONNX
-    against ONNX: the candidate's precision, a tolerance file)."""
-    search: dict[str, Any] = field(default_factory=lambda: {"mode": "full capture"})
-    """Which search found the first divergence: ``full capture`` (every value in one
-    session), or ``bisection`` (probes of the production graph, a few values each),
-    with why, each probe and what it found."""
+    """Where the tolerance comes from when not the float32 default (a precision, a file)."""
+    search: Search = field(default_factory=Search)
     kernel_values: list[Record] = field(default_factory=list)
     """Records a culprit names that are no table row: a value inside a kernel ONNX
     Runtime fused, a PyTorch computation with no ONNX node, an inserted node's value."""
-    culprit_segment: dict[str, Any] | None = None
-    """Where only a segment of several nodes could be shown to introduce the error (no
-    single node): its first and last values and its nodes (``from``, ``to``, ``nodes``)."""
+    culprit_segment: CulpritSegment | None = None
+    """Where only a segment of several nodes, no single node, was shown to introduce it."""
     fixes: tuple[FixResult, ...] = ()
-    """With ``suggest_fix``: each candidate fix tried on a copy and checked by a rerun
-    (``reaches_parity`` tells fixes from improvements)."""
+    """With ``suggest_fix``: each candidate fix tried on a copy and checked by a rerun."""
     fix_notes: tuple[str, ...] = ()
     """Why a fix search could not run, or what was tried, one line each."""
     first_divergence_ref: RowRef | None = field(default=None, repr=False)
@@ -288,12 +267,13 @@ class Report(RowReading):
                          if self.culprits is not None else None),
             "nan_origin": self.nan_origin.to_dict() if self.nan_origin else None,
             "capture": self.capture,
-            "repro": self.repro,
+            "repro": self.repro.to_dict() if self.repro else None,
             "tolerance_basis": self.tolerance_basis,
-            "search": self.search,
+            "search": self.search.to_dict(),
             "fixes": [fix.as_dict() for fix in self.fixes],
             "fix_notes": list(self.fix_notes),
-            "culprit_segment": self.culprit_segment,
+            "culprit_segment": (self.culprit_segment.to_dict() if self.culprit_segment
+                                else None),
         }
 
     @classmethod

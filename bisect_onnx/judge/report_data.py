@@ -24,11 +24,20 @@ The records module imports this one: records are made by the constructors it pas
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from bisect_onnx.align.modules import Unaligned
 from bisect_onnx.errors import InputError
 from bisect_onnx.judge.refs import COMPARISONS, FINAL_OUTPUTS, KERNEL_VALUES, RowRef
+from bisect_onnx.judge.report_parts import (
+    Attribution,
+    CulpritNode,
+    CulpritSegment,
+    InsideOp,
+    ReproFolder,
+    Search,
+)
 from bisect_onnx.judge.vocabulary import Verdict
 from bisect_onnx.version import __version__
 
@@ -44,8 +53,7 @@ SCHEMA_VERSION = 2
 # ``culprit.node`` (schema 1's top-level ``culprit``); ``inside_op`` moved into
 # ``attribution``, which no longer repeats the culprit's value name or the culprits'.
 
-#: The culprit node's keys its record already gives (written once, in the record).
-_NODE_KEYS_IN_RECORD = ("node", "torch_module", "torch_op", "source")
+_Part = TypeVar("_Part")
 #: What to pass instead of a file or data that is no report.
 _EXPECTED = "pass a JSON report that bisect-onnx --json or Report.save wrote"
 
@@ -56,20 +64,20 @@ def culprit_data(report: Report) -> dict[str, Any] | None:
     if culprit is None:
         return None
     node = report.culprit_node
-    if node is not None and node.get("node") != culprit.onnx_node:
-        node = None  # described for the first divergence, not for the culprit
-    if node is not None:  # the record already says the node's name, module, op, source
-        node = {key: value for key, value in node.items() if key not in _NODE_KEYS_IN_RECORD}
-    return {**culprit.to_dict(), "node": node}
+    if node is None or node.node != culprit.onnx_node:
+        # None, or described for the first divergence, not for the culprit
+        return {**culprit.to_dict(), "node": None}
+    # The record already says the node's name, module, op and source.
+    return {**culprit.to_dict(), "node": {key: value for key, value in node.to_dict().items()
+                                          if key not in CulpritNode.RECORD_KEYS}}
 
 
 def attribution_data(report: Report) -> dict[str, Any] | None:
     """The evidence behind the culprit, each fact once (the names are in ``culprit``)."""
     if report.attribution is None and report.inside_op is None:
         return None
-    evidence = {key: value for key, value in (report.attribution or {}).items()
-                if key not in ("first_culprit", "culprits")}
-    return {**evidence, "inside_op": report.inside_op}
+    evidence = report.attribution.to_dict() if report.attribution is not None else {}
+    return {**evidence, "inside_op": report.inside_op.to_dict() if report.inside_op else None}
 
 
 def report_fields(data: Any, *, record: Callable[[Mapping[str, Any]], Record],
@@ -127,18 +135,20 @@ def _fields(data: Mapping[str, Any], record: Callable[[Mapping[str, Any]], Recor
         culprit_refs[0] if culprit_refs else None))
     return {
         "verdict": Verdict(data["verdict"]), "rtol": data["rtol"], "atol": data["atol"],
-        "environment": data["environment"], "reference": data["reference"],
-        "candidate": data["candidate"],
+        "environment": dict(data["environment"]), "reference": dict(data["reference"]),
+        "candidate": dict(data["candidate"]),
         "final_outputs": tables[FINAL_OUTPUTS], "comparisons": tables[COMPARISONS],
         "coverage": coverage(data["coverage"]),
         "unaligned": [Unaligned(**item) for item in data["unaligned"]],
         "onnx_unaligned": [Unaligned(**item) for item in data["onnx_unaligned"]],
         "op_comparisons": rows("op_comparisons"),
-        "warnings": list(data["warnings"]), "note": data["note"], "repro": data["repro"],
-        "attribution": attribution, "capture": data["capture"], "inside_op": inside_op,
+        "warnings": list(data["warnings"]), "note": data["note"],
+        "repro": _part(ReproFolder.from_dict, data["repro"]),
+        "attribution": attribution, "capture": dict(data["capture"]), "inside_op": inside_op,
         "culprit_node": _culprit_node(data["culprit"], culprit),
-        "tolerance_basis": data["tolerance_basis"], "search": data["search"],
-        "kernel_values": tables[KERNEL_VALUES], "culprit_segment": data["culprit_segment"],
+        "tolerance_basis": data["tolerance_basis"], "search": Search.from_dict(data["search"]),
+        "kernel_values": tables[KERNEL_VALUES],
+        "culprit_segment": _part(CulpritSegment.from_dict, data["culprit_segment"]),
         "fixes": _fixes(data["fixes"]), "fix_notes": tuple(data["fix_notes"]),
         "first_divergence_ref": _ref_to(named("first_divergence"), tables, kernel=False),
         "culprit_ref": culprit_ref, "culprit_refs": culprit_refs,
@@ -166,28 +176,35 @@ def _ref_to(record: Record | None, tables: Mapping[str, list[Record]], *,
 
 
 def _attribution(data: Mapping[str, Any] | None, culprit: RowRef | None,
-                 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+                 ) -> tuple[Attribution | None, InsideOp | None]:
     """``attribution`` and ``inside_op``, from the JSON's ``attribution``.
 
     ``first_culprit`` is the first culprit the evidence holds: the culprit, else the
-    first of the culprits listed.
+    first of the culprits listed. Written with ``inside_op`` alone, it held no evidence.
     """
     if data is None:
         return None, None
     evidence = dict(data)
-    inside_op = evidence.pop("inside_op")
-    return {**evidence, "first_culprit": culprit.value if culprit else None}, inside_op
+    inside_op = _part(InsideOp.from_dict, evidence.pop("inside_op"))
+    if not evidence:
+        return None, inside_op
+    return Attribution.from_dict(evidence, culprit.value if culprit else None), inside_op
 
 
-def _culprit_node(data: Mapping[str, Any] | None,
-                  culprit: Record | None) -> dict[str, Any] | None:
+def _culprit_node(data: Mapping[str, Any] | None, culprit: Record | None) -> CulpritNode | None:
     """The culprit's node in its graph, its record's names put back."""
     node = data["node"] if data is not None else None
     if node is None or culprit is None:
         return None
-    source = culprit.source
-    return {"node": culprit.onnx_node, **node, "torch_module": culprit.torch_module,
-            "torch_op": culprit.torch_op, "source": source.to_dict() if source else None}
+    return replace(CulpritNode.from_dict({**node, "node": culprit.onnx_node}),
+                   torch_module=culprit.torch_module, torch_op=culprit.torch_op,
+                   source=culprit.source)
+
+
+def _part(read: Callable[[Mapping[str, Any]], _Part], data: Mapping[str, Any] | None,
+          ) -> _Part | None:
+    """The part ``read`` makes of ``data``; ``None`` where the JSON holds ``null``."""
+    return read(data) if data is not None else None
 
 
 def _fixes(data: Sequence[Mapping[str, Any]]) -> tuple[FixResult, ...]:

@@ -82,7 +82,8 @@ class ToleranceJudge:
         """``record`` with the tolerance it was judged by, where that is not the base."""
         if tolerance == self.base:
             return record
-        return replace(record, rtol=tolerance.rtol, atol=tolerance.atol)
+        return replace(record, figures=replace(record.figures, rtol=tolerance.rtol,
+                                               atol=tolerance.atol))
 
     def probe_comparer(self) -> Callable[[Checkpoint, np.ndarray], ArrayComparison]:
         """How a probed checkpoint is judged: at its own tolerance, as its row is."""

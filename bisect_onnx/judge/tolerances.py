@@ -118,9 +118,9 @@ class Judge(Protocol):
 
 def judged_by(record: Record | None, base: Tolerance) -> Tolerance:
     """The tolerance ``record`` was judged by: its own (a rule's, a scale's), else ``base``."""
-    if record is None or record.rtol is None or record.atol is None:
+    if record is None or record.figures.rtol is None or record.figures.atol is None:
         return base
-    return Tolerance(record.rtol, record.atol)
+    return Tolerance(record.figures.rtol, record.figures.atol)
 
 
 @dataclass(frozen=True)

@@ -94,20 +94,15 @@ class PairJudge:
         record = make_record(index, Pair(reference, shown), result, final=final)
         origin = reference.provenance if reference.provenance.module is not None else (
             shown.provenance)
-        return replace(
-            record,
-            torch_module=None if final else (origin.module or ""),
-            torch_op=origin.torch_op,
-            source=origin.source,
-            candidate_dtype=str(candidate.array.dtype),
-            reference_value=reference.name,
-            reference_node=reference.provenance.node,
-            sqnr_db=sqnr,
-            rtol=None if tolerance == self.base else tolerance.rtol,
-            atol=None if tolerance == self.base else tolerance.atol,
+        return replace(record, torch_module=None if final else (origin.module or ""),
+                       torch_op=origin.torch_op, source=origin.source,
+                       candidate_dtype=str(candidate.array.dtype), match=replace(
+            record.match, reference_value=reference.name, reference_node=reference.provenance.node,
             matched_by=pair.how if pair.confidence is not None else None,
-            match_confidence=pair.confidence,
-        )
+            match_confidence=pair.confidence),
+                       figures=replace(record.figures, sqnr_db=sqnr,
+                                       rtol=None if tolerance == self.base else tolerance.rtol,
+                                       atol=None if tolerance == self.base else tolerance.atol))
 
 
 def signal_to_noise(reference: np.ndarray, candidate: np.ndarray) -> float | None:

@@ -58,7 +58,7 @@ def decide(comparisons: Sequence[Record], final_outputs: Sequence[Record],
     relevant, aside = _feeding_rows(comparisons, failing_outputs, feeding)
     failing = [record for record in relevant if record.failed]
     if failing:
-        nan_origin = next((record for record in failing if record.nan_mismatch), None)
+        nan_origin = next((record for record in failing if record.figures.nan_mismatch), None)
         return Decision(Verdict.DIVERGED, failing[0], [], aside,
                         nan_origin if nan_origin is not failing[0] else None)
     passing = [record for record in relevant if not record.failed]

@@ -1,7 +1,7 @@
 """The words a report is made of: verdicts, statuses, granularities, warning codes.
 
 Each is a string enum, so a report compares, prints and serializes as the plain
-strings of the JSON schema (``record.status == "fail"`` holds), while the code that
+strings of the JSON schema (``record.figures.status == "fail"`` holds), while the code that
 makes and reads reports names them instead of spelling them.
 """
 

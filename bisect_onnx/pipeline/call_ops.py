@@ -71,7 +71,7 @@ def exact_at_module_level(report: Reading, nodes: Sequence[NodeInfo]) -> bool:
     (:mod:`bisect_onnx.pipeline.module_float64`) has already classified it.
     """
     culprit = report.culprit
-    if culprit is None or culprit.classification in (None, Kind.UNCLASSIFIED):
+    if culprit is None or culprit.local.classification in (None, Kind.UNCLASSIFIED):
         return False
     segment = checked_segment(report, nodes)
     node = next((each for each in segment if each is not None
@@ -90,7 +90,8 @@ def checked_segment(report: Reading, nodes: Sequence[NodeInfo]) -> list[NodeInfo
     if report.culprit is None:
         return []
     by_name = {node.name or f"{node.op_type}_{node.index}": node for node in nodes}
-    return [by_name.get(name) for name in (report.attribution or {}).get("nodes") or ()]
+    nodes = report.attribution.nodes if report.attribution is not None else None
+    return [by_name.get(name) for name in nodes or ()]
 
 
 def culprit_call_ops(prepared: PreparedCandidate, reference: Reference,
@@ -210,7 +211,7 @@ def _nodes_in_question(report: Reading, nodes: Sequence[NodeInfo],
     # The segment the attribution checked is the culprit's; without a culprit it may
     # span calls (a hidden divergence's drift), and the first failing node says where.
     producers = {output: node for node in nodes for output in node.outputs}
-    inside = (report.attribution or {}).get("inside_kernel") or {}
+    inside = (report.attribution.inside_kernel if report.attribution else None) or {}
     chosen = [node for node in nodes if boundaries and node.name == inside.get("node")] or [
         node for node in checked_segment(report, nodes) if node is not None]
     if not chosen and record.onnx_value in producers:

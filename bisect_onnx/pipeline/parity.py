@@ -141,8 +141,8 @@ def _failure_message(report: Report, label: str, records: list, warnings: list[s
     # when every value is an output (or the outputs do not pair up).
     failing = [record for record in records if record.failed]
     details = "; ".join(warnings + [
-        f"output {record.index} ({record.onnx_value}): {record.status}, max abs "
-        f"{record.max_abs_error}" for record in failing])
+        f"output {record.index} ({record.onnx_value}): {record.figures.status}, max abs "
+        f"{record.figures.max_abs_error}" for record in failing])
     return (f"ONNX parity of {label} broke in production's plain run ({details}), "
             "but not when every value is recorded: the difference lives in what the "
             "runtime fuses when nothing is promoted")

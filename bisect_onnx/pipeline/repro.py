@@ -58,5 +58,5 @@ def _repro_value(report: Report, onnx_capture: Capture) -> str:
     culprit = report.culprit or report.first_divergence
     if culprit.onnx_value in onnx_capture.values:
         return culprit.onnx_value
-    kernel = (report.attribution or {}).get("inside_kernel") or {}
+    kernel = (report.attribution.inside_kernel if report.attribution else None) or {}
     return kernel.get("kernel_output") or report.first_divergence.onnx_value

@@ -88,7 +88,8 @@ def random_samples(inputs: Sequence[InputSpec], model: onnx.ModelProto, random: 
 def worst_report(reports: Sequence[Report], kind: str) -> Report:
     """The report of the worst sample: a divergence first, then the largest output error."""
     def severity(report: Report) -> tuple[bool, float]:
-        needed = [record.min_passing_atol for record in report.final_outputs if record.failed]
+        needed = [record.figures.min_passing_atol for record in report.final_outputs
+                  if record.failed]
         return report.diverged, max((math.inf if n is None else n for n in needed),
                                     default=0.0)
 

@@ -300,7 +300,8 @@ def vacuity_warnings(references: Sequence[CapturedValue], records: Sequence[Reco
         return [ReportWarning(VACUOUS_EMPTY, "every final output is empty (zero-size inputs?), "
                               "so no element was compared and parity says nothing; pass "
                               "inputs with at least one element")]
-    tolerances = [atol if record.atol is None else record.atol for record in records]
+    tolerances = [atol if record.figures.atol is None else record.figures.atol
+                  for record in records]
     filled = [(array, tol) for array, tol in zip(arrays, tolerances, strict=True) if array.size]
     if not all(array.dtype.kind in "fc" for array, _ in filled):
         return []  # integer and boolean outputs compare exactly: they say something

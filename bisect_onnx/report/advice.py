@@ -51,7 +51,8 @@ def advice(report: Report) -> str:
     checked = _checked_fix(report)
     if checked is not None:
         return _CHECKED_CAUSES[checked.kind].format(change=checked.change)
-    kind = (report.attribution or {}).get("classification") or {}
+    kind = (report.attribution.classification if report.attribution is not None
+            else None) or {}
     if not kind:
         return "not classified (which side is wrong could not be told)"
     if _training_unchecked(report):  # the likeliest cause, not yet checked

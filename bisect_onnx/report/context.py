@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
+
+from bisect_onnx.judge.report_parts import CulpritNode, NodeValue
 
 if TYPE_CHECKING:
     import onnx
@@ -12,37 +14,10 @@ if TYPE_CHECKING:
     from bisect_onnx.runtime.runner import Runner
     from bisect_onnx.runtime.sides import Capture
 
-__all__ = ["culprit_context", "where_it_ran", "NodeContext", "ValueContext"]
+__all__ = ["culprit_context", "where_it_ran"]
 
 # Attribute values longer than this (a big constant tensor) are summarized, not printed.
 _MAX_ATTRIBUTE_TEXT = 200
-
-
-class ValueContext(TypedDict):
-    """One input or output of the node: shape and dtype where known, and its source."""
-
-    name: str
-    shape: list[int] | None
-    dtype: str | None
-    source: str
-    """``reference``, ``initializer``, ``graph_input`` or ``candidate``."""
-
-
-class NodeContext(TypedDict):
-    """The report's ``culprit_node``: the node, its values and where it ran."""
-
-    node: str
-    op_type: str
-    domain: str
-    attributes: dict[str, str]
-    inputs: list[ValueContext]
-    outputs: list[ValueContext]
-    ran_in: dict[str, Any]
-    """:func:`ran_in`'s entry (the runtime's own keys)."""
-    torch_module: str | None
-    torch_op: str | None
-    source: dict[str, Any] | None
-    """The record's source line (:meth:`~bisect_onnx.graph.provenance.SourceLocation.to_dict`)."""
 
 
 def culprit_context(
@@ -51,7 +26,7 @@ def culprit_context(
     torch_capture: Capture,
     onnx_capture: Capture,
     comparisons: Sequence[Record],
-) -> NodeContext | None:
+) -> CulpritNode | None:
     """The first divergence's node: op, attributes, inputs and outputs with their sources.
 
     An input's ``source`` is ``reference`` when a compared PyTorch value holds it,
@@ -71,31 +46,30 @@ def culprit_context(
     graph_inputs = {spec.name for spec in candidate.inputs}
     compared = {item.onnx_value for item in comparisons}
 
-    def describe(name: str) -> ValueContext:
+    def describe(name: str) -> NodeValue:
         if name in initializers:
             init = initializers[name]
-            return {"name": name, "shape": list(init.dims),
-                    "dtype": str(onnx.helper.tensor_dtype_to_np_dtype(init.data_type)),
-                    "source": "initializer"}
+            return NodeValue(name, tuple(init.dims),
+                             str(onnx.helper.tensor_dtype_to_np_dtype(init.data_type)),
+                             "initializer")
         value = onnx_capture.values.get(name)
         source = ("graph_input" if name in graph_inputs
                   else "reference" if name in compared else "candidate")
-        return {"name": name, "shape": list(value.array.shape) if value else None,
-                "dtype": str(value.array.dtype) if value else None, "source": source}
+        return NodeValue(name, tuple(value.array.shape) if value else None,
+                         str(value.array.dtype) if value else None, source)
 
-    return {
-        "node": record.onnx_node,
-        "op_type": node.op_type,
-        "domain": node.domain or "ai.onnx",
-        "attributes": {attribute.name: _attribute_text(attribute)
-                       for attribute in node.attribute},
-        "inputs": [describe(name) for name in node.input if name],
-        "outputs": [describe(name) for name in node.output if name],
-        "ran_in": where_it_ran(candidate, record),
-        "torch_module": record.torch_module,
-        "torch_op": record.torch_op,
-        "source": record.source.to_dict() if record.source else None,
-    }
+    return CulpritNode(
+        node=record.onnx_node,
+        op_type=node.op_type,
+        domain=node.domain or "ai.onnx",
+        attributes={attribute.name: _attribute_text(attribute) for attribute in node.attribute},
+        inputs=tuple(describe(name) for name in node.input if name),
+        outputs=tuple(describe(name) for name in node.output if name),
+        ran_in=where_it_ran(candidate, record),
+        torch_module=record.torch_module,
+        torch_op=record.torch_op,
+        source=record.source,
+    )
 
 
 def where_it_ran(candidate: Runner, record: Record) -> dict[str, Any]:

@@ -92,7 +92,7 @@ def chart_section(report: Report) -> str:
         content = element("p", "No intermediate value could be aligned, so there is no chart.",
                           class_="muted")
     else:
-        scale = _Scale.for_errors([record.max_abs_error for record in report.comparisons],
+        scale = _Scale.for_errors([record.figures.max_abs_error for record in report.comparisons],
                                   report.atol)
         content = _chart(report, scale) + _chart_legend(report, scale)
     return section("error along the graph", content, id_="chart")
@@ -171,7 +171,7 @@ def _tolerance_band(scale: _Scale, atol: float) -> str:
 
 def _trace(scale: _Scale, records: Sequence[Record]) -> str:
     """A thin line through the points, so the error's growth reads at a glance."""
-    points = " ".join(f"{_fmt(scale.x(r.index))},{_fmt(scale.y(r.max_abs_error))}"
+    points = " ".join(f"{_fmt(scale.x(r.index))},{_fmt(scale.y(r.figures.max_abs_error))}"
                       for r in records)
     return element("polyline", points=points, class_="trace")
 
@@ -179,17 +179,17 @@ def _trace(scale: _Scale, records: Sequence[Record]) -> str:
 def _point(scale: _Scale, record: Record) -> str:
     """One comparison's dot, coloured by status, with a hover title and a link to its row."""
     classes = ["point", "fail" if record.failed else "pass"]
-    if not _drawable(record.max_abs_error):
+    if not _drawable(record.figures.max_abs_error):
         classes.append("no-figure")
     dot = element("circle", element("title", escaped(_point_title(record))),
-                  cx=_fmt(scale.x(record.index)), cy=_fmt(scale.y(record.max_abs_error)),
+                  cx=_fmt(scale.x(record.index)), cy=_fmt(scale.y(record.figures.max_abs_error)),
                   r=4, class_=" ".join(classes))
     return element("a", dot, href=f"#row-{record.index}")
 
 
 def _point_title(record: Record) -> str:
     """The hover text of a point: which value, and its error."""
-    error = record.max_abs_error
+    error = record.figures.max_abs_error
     if error == 0:
         figure = "0 (drawn at the chart's floor)"
     elif not _drawable(error):
@@ -198,7 +198,7 @@ def _point_title(record: Record) -> str:
         figure = format_number(error)
     return (f"#{record.index} {module_label(record)}\n"
             f"ONNX node {record.onnx_node or record.onnx_value} ({record.onnx_op or '?'})\n"
-            f"max abs {figure}, {record.status}")
+            f"max abs {figure}, {record.figures.status}")
 
 
 def marked_record(report: Report) -> tuple[str, Record, Record] | None:
@@ -224,7 +224,7 @@ def _row_of(report: Report, record: Record | None) -> Record | None:
         return None
     if any(row is record for row in report.comparisons):
         return record
-    kernel = (report.attribution or {}).get("inside_kernel") or {}
+    kernel = (report.attribution.inside_kernel if report.attribution else None) or {}
     if record is not report.culprit or kernel.get("value") != record.onnx_value:
         return None
     return next((row for row in report.comparisons
@@ -238,7 +238,7 @@ def _culprit_mark(scale: _Scale, report: Report) -> str:
         return ""
     what, row, named = marked
     x = scale.x(row.index)
-    y = scale.y(row.max_abs_error)
+    y = scale.y(row.figures.max_abs_error)
     guide = element("line", x1=_fmt(x), x2=_fmt(x), y1=_TOP - 12, y2=_HEIGHT - _BOTTOM,
                     class_="culprit-guide")
     ring = element("circle", cx=_fmt(x), cy=_fmt(y), r=9, class_="culprit-ring")
@@ -257,7 +257,7 @@ def _chart_legend(report: Report, scale: _Scale) -> str:
         escaped(f"an element fails when {TOLERANCE_RULE}, so a dot above the atol line can "
                 "still pass"),
     ]
-    errors = [record.max_abs_error for record in report.comparisons]
+    errors = [record.figures.max_abs_error for record in report.comparisons]
     if 0 in errors:
         notes.append(escaped(f"exact zeros are drawn at {scale.floor:g}"))
     if not all(_drawable(error) for error in errors):

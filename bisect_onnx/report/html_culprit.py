@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from bisect_onnx.graph.provenance import SourceLocation
+from bisect_onnx.judge.report_parts import Attribution, CulpritNode, NodeValue
 from bisect_onnx.report.formatting import format_number, format_shape, format_source
 from bisect_onnx.report.html_markup import (
     ROOT_MODULE,
@@ -46,13 +47,13 @@ def culprit_section(report: Report) -> str:
         definitions(_culprit_facts(culprit, report.culprit or report.first_divergence,
                                    report.attribution)),
         element("h3", "attributes"),
-        _attributes_table(culprit.get("attributes") or {}),
+        _attributes_table(culprit.attributes),
         element("h3", "inputs"),
-        _values_table(culprit.get("inputs") or []),
+        _values_table(culprit.inputs),
         element("h3", "outputs"),
-        _values_table(culprit.get("outputs") or []),
+        _values_table(culprit.outputs),
     ]
-    return section("culprit: " + str(culprit.get("node")), "".join(parts), id_="culprit")
+    return section("culprit: " + str(culprit.node), "".join(parts), id_="culprit")
 
 
 def _no_culprit_reason(report: Report) -> str:
@@ -63,32 +64,32 @@ def _no_culprit_reason(report: Report) -> str:
             "produces, or a node missing from the graph).")
 
 
-def _culprit_facts(culprit: Mapping[str, Any], first: Record | None,
-                   attribution: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+def _culprit_facts(culprit: CulpritNode, first: Record | None,
+                   attribution: Attribution | None) -> list[tuple[str, str]]:
     """Node, op, torch side and source of the culprit, as label and HTML pairs."""
-    op = f"{culprit.get('op_type')} ({culprit.get('domain')})"
-    module = culprit.get("torch_module")
-    if first is not None and first.onnx_node == culprit.get("node"):
+    op = f"{culprit.op_type} ({culprit.domain})"
+    module = culprit.torch_module
+    if first is not None and first.onnx_node == culprit.node:
         module = module_label(first)
     elif module == "":
         module = ROOT_MODULE
     return [
-        ("ONNX node", element("code", breakable(culprit.get("node")))),
+        ("ONNX node", element("code", breakable(culprit.node))),
         ("op type", escaped(op)),
         ("torch module", element("code", breakable(module or "-"))),
-        ("torch op", element("code", escaped(culprit.get("torch_op") or "-"))),
+        ("torch op", element("code", escaped(culprit.torch_op or "-"))),
         *source_facts(_source(culprit, first)),
         ("introduced here", escaped(_introduced(first))),
         ("classification", escaped(_classification(first, attribution))),
     ]
 
 
-def _source(culprit: Mapping[str, Any], first: Record | None) -> SourceLocation | None:
+def _source(culprit: CulpritNode, first: Record | None) -> SourceLocation | None:
     """The culprit's source line: the record's (it keeps the call site), else the node's."""
-    if first is not None and first.onnx_node == culprit.get("node") and first.source:
+    if first is not None and first.onnx_node == culprit.node and first.source:
         return first.source
-    source = culprit.get("source")
-    return SourceLocation(source["file"], source["line"]) if source else None
+    source = culprit.source
+    return SourceLocation(source.file, source.line) if source else None
 
 
 def source_facts(source: SourceLocation | None) -> list[tuple[str, str]]:
@@ -105,21 +106,21 @@ def source_facts(source: SourceLocation | None) -> list[tuple[str, str]]:
 
 def _introduced(first: Record | None) -> str:
     """Whether the divergence starts at this node, as the local check found."""
-    introduced = first.introduced_here if first is not None else None
+    introduced = first.local.introduced_here if first is not None else None
     if introduced is None:
         return "not checked"
     if introduced:
         return (f"yes: fed PyTorch's inputs, it is still off by "
-                f"{format_number(first.local_max_abs_error)}")
+                f"{format_number(first.local.local_max_abs_error)}")
     return "no: fed PyTorch's inputs it is within tolerance; the error reaches it from upstream"
 
 
-def _classification(first: Record | None, attribution: Mapping[str, Any] | None) -> str:
+def _classification(first: Record | None, attribution: Attribution | None) -> str:
     """Which side is wrong, from the float64 reruns."""
-    attribution = attribution or {}
-    found = attribution.get("classification")
-    culprit_values = {attribution.get("first_culprit"),
-                      (attribution.get("inside_kernel") or {}).get("value")}
+    attribution = attribution or Attribution()
+    found = attribution.classification
+    culprit_values = {attribution.first_culprit,
+                      (attribution.inside_kernel or {}).get("value")}
     if first is None or not found or first.onnx_value not in culprit_values:
         return "-"
     return f"{found['kind']}: {found['detail']}; {found['file_with']}"
@@ -134,19 +135,19 @@ def _attributes_table(attributes: Mapping[str, Any]) -> str:
     return table(["name", "value"], rows, class_="plain")
 
 
-def _values_table(values: Sequence[Mapping[str, Any]]) -> str:
+def _values_table(values: Sequence[NodeValue]) -> str:
     """Inputs or outputs of the node: name, shape, dtype and where the value came from."""
     if not values:
         return element("p", "(none)", class_="muted")
     rows = []
     for value in values:
-        shape = value.get("shape")
-        source = str(value.get("source"))
+        shape = value.shape
+        source = str(value.source)
         meaning = _VALUE_SOURCES.get(source)
         rows.append([
-            element("code", escaped(value.get("name"))),
+            element("code", escaped(value.name)),
             escaped(format_shape(shape) if shape is not None else "-"),
-            escaped(value.get("dtype") or "-"),
+            escaped(value.dtype or "-"),
             escaped(f"{source}: {meaning}" if meaning else source),
         ])
     return table(["name", "shape", "dtype", "source"], rows, class_="plain")

@@ -80,15 +80,16 @@ _COLUMNS = (
             lambda r: r.onnx_node or r.onnx_value, name=True),
     _Column("op", lambda r: r.onnx_op or "", lambda r: r.onnx_op or "", width="16ch"),
     _Column("shape", format_record_shape, format_record_shape, width="15ch"),
-    _Column("max abs", lambda r: format_number(r.max_abs_error),
-            lambda r: _sort_number(r.max_abs_error), numeric=True, width=_FIGURE),
-    _Column("max rel", lambda r: format_number(r.max_rel_error),
-            lambda r: _sort_number(r.max_rel_error), numeric=True, width=_FIGURE),
-    _Column("mismatch", lambda r: _fraction(r.mismatch_fraction),
-            lambda r: _sort_number(r.mismatch_fraction), numeric=True, width=_FIGURE),
-    _Column("min passing atol", lambda r: _passing_atol(r.min_passing_atol),
-            lambda r: _sort_number(r.min_passing_atol), numeric=True, width=_FIGURE),
-    _Column("status", lambda r: r.status, lambda r: r.status, status=True, width="16ch"),
+    _Column("max abs", lambda r: format_number(r.figures.max_abs_error),
+            lambda r: _sort_number(r.figures.max_abs_error), numeric=True, width=_FIGURE),
+    _Column("max rel", lambda r: format_number(r.figures.max_rel_error),
+            lambda r: _sort_number(r.figures.max_rel_error), numeric=True, width=_FIGURE),
+    _Column("mismatch", lambda r: _fraction(r.figures.mismatch_fraction),
+            lambda r: _sort_number(r.figures.mismatch_fraction), numeric=True, width=_FIGURE),
+    _Column("min passing atol", lambda r: _passing_atol(r.figures.min_passing_atol),
+            lambda r: _sort_number(r.figures.min_passing_atol), numeric=True, width=_FIGURE),
+    _Column("status", lambda r: r.figures.status, lambda r: r.figures.status, status=True,
+            width="16ch"),
 )
 
 
@@ -144,7 +145,7 @@ def _cell_class(column: _Column, record: Record) -> str:
     """A name cell wraps; the others never do; status cells are coloured."""
     if column.name:
         return "name"
-    return "fig" + (f" status-{record.status}" if column.status else "")
+    return "fig" + (f" status-{record.figures.status}" if column.status else "")
 
 
 def comparisons_section(report: Report) -> str:

@@ -62,7 +62,7 @@ def model_explorer_data(report: Report) -> dict[str, Any]:
 
 def _entry(record: Record, culprit: Record | None) -> dict[str, Any]:
     """One record's value and, for the first divergence, its colour."""
-    needed = record.min_passing_atol
+    needed = record.figures.min_passing_atol
     value = _NEVER_PASSES if needed is None or not math.isfinite(needed) else needed
     entry: dict[str, Any] = {"value": value}
     if culprit is not None and record.onnx_value == culprit.onnx_value:

@@ -94,15 +94,15 @@ def format_table(report: Report, *, show: str = "window") -> str:
 
 def _headers(report: Report) -> list[str]:
     if report.coverage.granularity == "value":
-        extra = [_SQNR_HEADER] * any(record.sqnr_db is not None for record in
+        extra = [_SQNR_HEADER] * any(record.figures.sqnr_db is not None for record in
                                      [*report.comparisons, *report.final_outputs])
-        extra += [_MATCH_HEADER] * any(record.matched_by for record in report.comparisons)
+        extra += [_MATCH_HEADER] * any(record.match.matched_by for record in report.comparisons)
         return [*_VALUE_HEADERS[:-1], *extra, _VALUE_HEADERS[-1]]
     if report.coverage.granularity == "op":
-        if any(record.matched_by for record in report.comparisons):
+        if any(record.match.matched_by for record in report.comparisons):
             return [*_OP_HEADERS[:-1], _MATCH_HEADER, _OP_HEADERS[-1]]
         return _OP_HEADERS
-    if any(record.ops_compared is not None for record in report.comparisons):
+    if any(record.match.ops_compared is not None for record in report.comparisons):
         return [*_HEADERS[:-1], _AGGREGATE_HEADER, _HEADERS[-1]]
     return _HEADERS
 
@@ -116,8 +116,8 @@ def _culprit_list(report: Report) -> str:
     for record in culprits:
         lines.append(f"  {record.onnx_value} ({record.onnx_node}, {record.onnx_op}) <- "
                      f"{describe_origin(record)}: off by "
-                     f"{format_number(record.local_max_abs_error)} on its own, "
-                     f"{record.classification or 'not classified'}")
+                     f"{format_number(record.local.local_max_abs_error)} on its own, "
+                     f"{record.local.classification or 'not classified'}")
     return "\n".join(lines)
 
 
@@ -203,7 +203,7 @@ def _row(record: Record, *, marked: bool, headers: Sequence[str] = _HEADERS) -> 
     module = format_module(record)
     row = [_MARK if marked else "", str(record.index)]
     if headers[2] == _VALUE_HEADERS[2]:
-        row += [record.reference_value or record.onnx_value, "" if record.torch_module is None
+        row += [record.match.reference_value or record.onnx_value, "" if record.torch_module is None
                 else record.torch_module]
     elif headers[2] == _OP_HEADERS[2]:
         op = (f"{short_op(record.torch_op) if record.torch_op else 'an op'} ({record.fx_node})"
@@ -212,13 +212,14 @@ def _row(record: Record, *, marked: bool, headers: Sequence[str] = _HEADERS) -> 
     else:
         row.append(module or "(model)")  # the model's own forward, as op rows say it
     row += [record.onnx_node or record.onnx_value, record.onnx_op or "", shape,
-            format_number(record.max_abs_error), format_number(record.max_rel_error)]
+            format_number(record.figures.max_abs_error),
+            format_number(record.figures.max_rel_error)]
     if _AGGREGATE_HEADER in headers:
-        row.append(f"{record.ops_failed}/{record.ops_compared}"
-                   if record.ops_compared is not None else "")
+        row.append(f"{record.match.ops_failed}/{record.match.ops_compared}"
+                   if record.match.ops_compared is not None else "")
     if _SQNR_HEADER in headers:
-        row.append("-" if record.sqnr_db is None else f"{record.sqnr_db:.1f}")
+        row.append("-" if record.figures.sqnr_db is None else f"{record.figures.sqnr_db:.1f}")
     if _MATCH_HEADER in headers:
-        row.append(f"{record.matched_by} {record.match_confidence:.2f}"
-                   if record.matched_by and record.match_confidence is not None else "")
-    return [*row, record.status]
+        row.append(f"{record.match.matched_by} {record.match.match_confidence:.2f}"
+                   if record.match.matched_by and record.match.match_confidence is not None else "")
+    return [*row, record.figures.status]

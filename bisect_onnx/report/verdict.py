@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from bisect_onnx.graph.provenance import short_op
+from bisect_onnx.judge.report_parts import Attribution, CulpritSegment
 from bisect_onnx.judge.vocabulary import Granularity
 from bisect_onnx.report.advice import advice, another_model
 from bisect_onnx.report.formatting import (
@@ -35,8 +36,8 @@ def verdict_line(report: Report) -> str:
     if report.tolerance_basis:
         tolerance += f", {report.tolerance_basis}"
     if not report.diverged:
-        if (report.search or {}).get("mode") == "final outputs only":
-            return (f"PARITY OF FINAL OUTPUTS ONLY ({tolerance}): {report.search['reason']}; "
+        if report.search.mode == "final outputs only":
+            return (f"PARITY OF FINAL OUTPUTS ONLY ({tolerance}): {report.search.reason}; "
                     "with the outputs agreeing, no value was probed")
         if coverage.aligned_modules == 0 and coverage.compared_ops == 0 and (
                 coverage.aligned_values == 0 or coverage.granularity != "value"):
@@ -95,8 +96,8 @@ def _diverged_line(report: Report, basis: str) -> str:
     if report.nan_origin is not None:
         nan = report.nan_origin
         lines.append(f"NaN/Inf first appears on one side only at {_where(report, nan)} <- "
-                     f"{describe_origin(nan)} ({nan.nan_mismatch} elements)")
-    if culprit is None and segment is None and report.attribution:
+                     f"{describe_origin(nan)} ({nan.figures.nan_mismatch} elements)")
+    if culprit is None and segment is None and report.attribution is not None:
         lines.append(_no_culprit(report))
     if report.note:
         lines.append(report.note)
@@ -120,10 +121,10 @@ def _runtime(report: Report) -> str:
 
 def _executed_layer(report: Report, record: Record) -> str | None:
     """Where production ran the node: OpenVINO's executed layer, ONNX Runtime's kernel."""
-    node = report.culprit_node or {}
-    ran = node.get("ran_in") or {}
-    if node.get("node") != record.onnx_node:
+    node = report.culprit_node
+    if node is None or node.node != record.onnx_node:
         return None
+    ran = node.ran_in or {}
     if ran.get("runtime") == "onnxruntime" and ran.get("kernel"):
         kernel = ran["kernel"]
         kind = ", ".join(part for part in (kernel["op_type"], kernel["precision"]) if part)
@@ -147,27 +148,29 @@ def _executed_layer(report: Report, record: Record) -> str | None:
 
 def _culprit_lines(report: Report, culprit: Record, record: Record) -> list[str]:
     """The headline naming the culprit, its evidence, and the first failing value."""
-    nodeless = (report.attribution or {}).get("nodeless")
+    attribution = report.attribution
+    nodeless = attribution.nodeless if attribution is not None else None
+    unpaired = attribution.unpaired if attribution is not None else None
     if nodeless:
         lines = [f"DIVERGED: culprit {describe_origin(culprit)}, which has no ONNX node: "
                  f"{advice(report)}",
                  f"it changes the value in PyTorch while ONNX hands its input on: ONNX value "
                  f"{culprit.onnx_value!r} equals PyTorch's {nodeless['before']!r} and is off "
-                 f"by {format_number(culprit.max_abs_error)} from PyTorch's output of it"]
+                 f"by {format_number(culprit.figures.max_abs_error)} from PyTorch's output of it"]
         if culprit.onnx_value != record.onnx_value:
             lines.append(f"first failing value: {_where(report, record)} <- "
                          f"{describe_origin(record)}: {_describe_error(record)}")
-    elif (report.attribution or {}).get("unpaired"):
-        reads = report.attribution["unpaired"]["reads"]
+    elif unpaired:
+        reads = unpaired["reads"]
         fed = (f"the reference's value of {reads!r}"
-               if report.attribution["unpaired"].get("fed", "reference") == "reference" else
+               if unpaired.get("fed", "reference") == "reference" else
                f"{reads!r} as the segment computed it from the reference's values")
         lines = [f"DIVERGED: culprit ONNX node {culprit.onnx_node!r} ({culprit.onnx_op}), which "
                  f"has no counterpart in the reference (it reads value {reads!r}): "
                  f"{advice(report)}",
                  f"taken through (its output fed {fed}), the "
                  f"values after it agree; it changes that value by "
-                 f"{format_number(culprit.max_abs_error)}",
+                 f"{format_number(culprit.figures.max_abs_error)}",
                  f"first failing value: {_where(report, record)} <- "
                  f"{describe_origin(record)}: {_describe_error(record)}"]
     else:
@@ -186,22 +189,22 @@ def _culprit_lines(report: Report, culprit: Record, record: Record) -> list[str]
 
 def _culprit_evidence(report: Report, culprit: Record) -> list[str]:
     """The culprit's own figures: what its node computed alone, and the classification."""
-    attribution = report.attribution or {}
-    kind = attribution.get("classification") or {}
-    kernel = attribution.get("inside_kernel") or {}
+    attribution = report.attribution or Attribution()
+    kind = attribution.classification or {}
+    kernel = attribution.inside_kernel or {}
     lines = []
     if kernel and kernel.get("kernel_output") != culprit.onnx_value:
         lines.append(f"inside the kernel {_runtime(report)} fused up to value "
                      f"{kernel['kernel_output']!r}")
-    alone = format_number(culprit.local_max_abs_error)
-    if culprit.local_nan_mismatch:
-        alone = (f"{alone} and holds NaN/Inf in {culprit.local_nan_mismatch} other places"
-                 if culprit.local_max_abs_error else
-                 f"NaN/Inf in {culprit.local_nan_mismatch} other places")
+    alone = format_number(culprit.local.local_max_abs_error)
+    if culprit.local.local_nan_mismatch:
+        alone = (f"{alone} and holds NaN/Inf in {culprit.local.local_nan_mismatch} other places"
+                 if culprit.local.local_max_abs_error else
+                 f"NaN/Inf in {culprit.local.local_nan_mismatch} other places")
     classified = f" ({kind['kind']})" if kind else ""
     lines.append(f"introduces the error: fed {fed_description(report)} it is off by {alone} on "
                  f"its own{classified}")
-    narrowed = attribution.get("narrowed") or {}
+    narrowed = attribution.narrowed or {}
     if narrowed.get("node") == culprit.onnx_node:
         together = narrowed.get("run_with") or {}
         others = ", ".join(
@@ -218,31 +221,31 @@ def _run_with(nodes: list[str] | None) -> str:
     return f" (with {', '.join(map(repr, nodes))})" if nodes else ""
 
 
-def _segment_headline(segment: dict) -> str:
+def _segment_headline(segment: CulpritSegment) -> str:
     """``introduced between value A and value B, in these N nodes: ...``."""
-    entering = segment.get("from") or []
+    entering = segment.from_values
     start = (f"value {entering[0]!r}" if len(entering) == 1 else
              f"values {', '.join(repr(name) for name in entering[:3])}"
              f"{', …' if len(entering) > 3 else ''}" if entering else "the graph's inputs")
-    nodes = segment.get("nodes") or []
+    nodes = segment.nodes
     listed = ", ".join(nodes[:6]) + (", …" if len(nodes) > 6 else "")
-    return (f"introduced between {start} and value {segment['to']!r}, in these "
+    return (f"introduced between {start} and value {segment.to!r}, in these "
             f"{len(nodes)} nodes: {listed}")
 
 
-def _segment_error(segment: dict) -> str:
-    error = format_number(segment.get("local_max_abs_error"))
-    nan = segment.get("local_nan_mismatch")
+def _segment_error(segment: CulpritSegment) -> str:
+    error = format_number(segment.local_max_abs_error)
+    nan = segment.local_nan_mismatch
     return f"{error} (NaN/Inf in {nan} other places)" if nan else error
 
 
 def _search_line(report: Report) -> str | None:
     """How the first divergence was found, for the verdict; ``None`` for a full capture."""
-    search = report.search or {}
-    if search.get("mode") != "bisection":
+    search = report.search
+    if search.mode != "bisection":
         return None
-    probes = len(search.get("probes", []))
-    first, last = search.get("first_failing"), search.get("last_passing")
+    probes = len(search.probes)
+    first, last = search.first_failing, search.last_passing
     if first and last:
         found = f"first failing value {first!r}, after {last!r}, which passes"
     elif first:
@@ -253,7 +256,7 @@ def _search_line(report: Report) -> str | None:
     else:
         found = "no checkpoint could be compared"
     return (f"Found by bisection ({probes} probe(s) of the production graph over "
-            f"{search['checkpoints']} checkpoints: {found}) because {search['reason']}")
+            f"{search.checkpoints} checkpoints: {found}) because {search.reason}")
 
 
 def _where(report: Report, record: Record) -> str:
@@ -263,20 +266,20 @@ def _where(report: Report, record: Record) -> str:
 def _inside_op(report: Report, record: Record) -> str | None:
     """Where a record was narrowed to a node inside its op: how that node was found."""
     inside = report.inside_op
-    if not inside or inside.get("node") != record.onnx_node:
+    if inside is None or inside.node != record.onnx_node:
         return None
-    return (f"ONNX node {record.onnx_node!r} is the first of the {len(inside['nodes'])} nodes "
-            f"of its op to disagree with the op exported alone (value {inside['value']!r}; "
+    return (f"ONNX node {record.onnx_node!r} is the first of the {len(inside.nodes)} nodes "
+            f"of its op to disagree with the op exported alone (value {inside.value!r}; "
             f"the op's output {record.onnx_value!r})")
 
 
 def describe_origin(record: Record) -> str:
     """Where a record's value comes from: op, module and source line, or reference node."""
     source = f" at {format_source(record.source)}" if record.source else ""
-    if record.reference_node is not None:  # ONNX against ONNX
+    if record.match.reference_node is not None:  # ONNX against ONNX
         module = f" in torch module {record.torch_module}" if record.torch_module else ""
         op = f" [{record.torch_op}]" if record.torch_op else ""
-        return f"reference node {record.reference_node!r}{module}{op}{source}"
+        return f"reference node {record.match.reference_node!r}{module}{op}{source}"
     if record.fx_node is not None:
         return (f"{_short_op(record.torch_op)} ({record.fx_node}) in "
                 f"{_module_name(record.torch_module)}{source}")
@@ -300,11 +303,11 @@ def fed_description(report: Report) -> str:
 
 def _carries_only(report: Report, first: Record) -> str:
     """Why the first failing value is not the culprit."""
-    attribution = report.attribution or {}
-    if (attribution.get("inside_kernel") or {}).get("kernel_output") == first.onnx_value:
+    attribution = report.attribution or Attribution()
+    if (attribution.inside_kernel or {}).get("kernel_output") == first.onnx_value:
         return f"it is the output of the kernel {_runtime(report)} fused the culprit into"
-    how = ("fails by float rounding only" if first.onnx_value in attribution.get("noise", ())
-           else "is within tolerance" if first.introduced_here is False
+    how = ("fails by float rounding only" if first.onnx_value in attribution.noise
+           else "is within tolerance" if first.local.introduced_here is False
            else "was not checked")
     return f"it only carries the error (fed {fed_description(report)} it {how})"
 
@@ -317,15 +320,15 @@ def _optimized(report: Report) -> bool:
 
 def _no_culprit(report: Report) -> str:
     """Why no node is named as the culprit."""
-    attribution = report.attribution or {}
-    if attribution.get("drift"):
-        jump = attribution.get("largest_jump")
-        rounding = " (all of it float rounding)" if attribution.get("noise") else ""
-        if (report.search or {}).get("mode") == "bisection" and _optimized(report):
+    attribution = report.attribution or Attribution()
+    if attribution.drift:
+        jump = attribution.largest_jump
+        rounding = " (all of it float rounding)" if attribution.noise else ""
+        if report.search.mode == "bisection" and _optimized(report):
             # The capture session, whose kernels run the nodes apart, did not compute
             # production's outputs: the checks alone cannot show a gradual build-up.
             return (f"No node run alone introduces the error beyond float rounding{rounding} "
-                    f"({attribution['checked']} failing values rerun on the reference's "
+                    f"({attribution.checked} failing values rerun on the reference's "
                     "values); production's fused kernels compute them otherwise (the capture "
                     "session did not reproduce its outputs): an optimization may be the cause "
                     "(a run with the candidate's optimizations off shows it; --suggest-fix finds "
@@ -333,7 +336,7 @@ def _no_culprit(report: Report) -> str:
         # Only the failing values' own nodes were checked: an error that passes within
         # tolerance where a node introduces it (then grows) is not ruled out.
         return (f"No failing value's own nodes introduce the error beyond float rounding"
-                f"{rounding}: it builds up gradually over {attribution['checked']} failing "
+                f"{rounding}: it builds up gradually over {attribution.checked} failing "
                 f"values, or comes in through values that pass within tolerance (a tighter "
                 f"--atol/--rtol shows where it starts); the largest local jump is at value "
                 f"{jump!r}")
@@ -342,9 +345,9 @@ def _no_culprit(report: Report) -> str:
 
 def _first_failing_op(report: Report, record: Record) -> Record | None:
     """At module granularity: the op record a module row's first failure points to."""
-    if record.first_failing_op is None:
+    if record.match.first_failing_op is None:
         return None
-    return next((op for op in report.op_comparisons if op.fx_node == record.first_failing_op),
+    return next((op for op in report.op_comparisons if op.fx_node == record.match.first_failing_op),
                 None)
 
 
@@ -357,17 +360,17 @@ def _module_name(module: str | None) -> str:
 
 
 def _describe_error(record: Record) -> str:
-    if record.status == "shape_mismatch":
+    if record.figures.status == "shape_mismatch":
         return (f"shape {format_shape(record.shape)} in torch, "
                 f"{format_shape(record.candidate_shape)} in ONNX")
-    if record.status == "dtype_mismatch":
+    if record.figures.status == "dtype_mismatch":
         return f"dtype {record.dtype} in torch, {record.candidate_dtype} in ONNX"
-    parts = [f"max abs {format_number(record.max_abs_error)}",
-             f"max rel {format_number(record.max_rel_error)}"]
-    if record.mismatch_fraction is not None:
-        parts.append(f"{record.mismatch_fraction:.1%} of elements out of tolerance")
-    if record.nan_mismatch:
-        parts.append(f"{record.nan_mismatch} NaN/Inf in different places")
-    elif record.min_passing_atol is not None:
-        parts.append(f"atol >= {format_rounded_up(record.min_passing_atol)} would pass")
+    parts = [f"max abs {format_number(record.figures.max_abs_error)}",
+             f"max rel {format_number(record.figures.max_rel_error)}"]
+    if record.figures.mismatch_fraction is not None:
+        parts.append(f"{record.figures.mismatch_fraction:.1%} of elements out of tolerance")
+    if record.figures.nan_mismatch:
+        parts.append(f"{record.figures.nan_mismatch} NaN/Inf in different places")
+    elif record.figures.min_passing_atol is not None:
+        parts.append(f"atol >= {format_rounded_up(record.figures.min_passing_atol)} would pass")
     return ", ".join(parts)

@@ -72,7 +72,7 @@ def attribute_divergence(report: Reading, candidate: Runner, values: SampleArray
                        ) if report.diverged else None
     if upstream is not None:  # what feeds no failing output is not why they fail
         failing = [record for record in failing if record.onnx_value in upstream]
-    if (report.search or {}).get("first_failing") and report.first_divergence in failing:
+    if report.search.first_failing and report.first_divergence in failing:
         # Found by probing production: earlier rows failed in the capture session only.
         failing = failing[failing.index(report.first_divergence):]
     if not failing:

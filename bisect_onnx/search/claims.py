@@ -22,6 +22,7 @@ from bisect_onnx.search.nodeless import NO_ONNX_NODE
 
 if TYPE_CHECKING:
     from bisect_onnx.graph.nodes import NodeInfo
+    from bisect_onnx.judge.record_parts import ComparisonFigures
     from bisect_onnx.search.classify import Classification
     from bisect_onnx.search.nodeless import Nodeless
 
@@ -73,7 +74,7 @@ def isolation(compute: Sequence[NodeInfo],
     return None
 
 
-def exceeds(local: ArrayComparison | Record | None, atol: float) -> bool:
+def exceeds(local: ArrayComparison | ComparisonFigures | Record | None, atol: float) -> bool:
     """Whether a result is out of its tolerance by a figure the report can state.
 
     A failing status alone is not enough: the figure printed beside the claim (the
@@ -81,6 +82,8 @@ def exceeds(local: ArrayComparison | Record | None, atol: float) -> bool:
     local run's comparison, or a record's own figures (a value inside a fused kernel,
     judged at its own atol where a rule set one).
     """
+    if isinstance(local, Record):
+        local = local.figures
     if local is None or local.status == Status.PASS:
         return False
     if local.nan_mismatch or local.status in (Status.SHAPE_MISMATCH, Status.DTYPE_MISMATCH):
@@ -142,7 +145,7 @@ def attribution_findings(rows: Sequence[Record], attribution: Attribution,
         compute = (compute_nodes(nodes, check.segment.nodes)
                    if check is not None and check.segment is not None else [])
         op_types[name] = {node.name: node.op_type for node in compute}
-        record_atol = records[name].atol if name in records else None
+        record_atol = records[name].figures.atol if name in records else None
         checked[name] = LocalFigures(
             introduced_here=None if result is None else result.fails,
             local_max_abs_error=local.max_abs_error if local else None,
@@ -191,8 +194,8 @@ def narrowed_segment(nodes: Sequence[NodeInfo], indices: Sequence[int],
     return {"from": list(dict.fromkeys(entering)), "to": inner.onnx_value,
             "nodes": [node.name for node in compute],
             "ops": {node.name: node.op_type for node in compute},
-            "local_max_abs_error": inner.max_abs_error,
-            "local_nan_mismatch": inner.nan_mismatch}
+            "local_max_abs_error": inner.figures.max_abs_error,
+            "local_nan_mismatch": inner.figures.nan_mismatch}
 
 
 def with_nodeless(findings: AttributionFindings, found: Nodeless, first: Record,
@@ -207,8 +210,8 @@ def with_nodeless(findings: AttributionFindings, found: Nodeless, first: Record,
     if first.onnx_value in checked:
         checked[first.onnx_value] = replace(checked[first.onnx_value], introduced_here=None)
     figures = LocalFigures(
-        introduced_here=True, local_max_abs_error=record.max_abs_error,
-        local_status=record.status, local_nan_mismatch=record.nan_mismatch,
+        introduced_here=True, local_max_abs_error=record.figures.max_abs_error,
+        local_status=record.figures.status, local_nan_mismatch=record.figures.nan_mismatch,
         local_exceeds=exceeds(record, atol), isolation=NO_ONNX_NODE)
     evidence = {**findings.evidence, "classification": dict(classified), "inside_kernel": None,
                 "nodeless": {"value": record.onnx_value, "module": record.torch_module,
@@ -232,12 +235,12 @@ def _growth(record: Record | None, check: LocalCheck | None,
             records: Mapping[str, Record]) -> float | None:
     """How much the error grew from the node's inputs to its output (max abs, as a ratio)."""
     if (record is None or check is None or check.segment is None
-            or record.max_abs_error is None):
+            or record.figures.max_abs_error is None):
         return None
-    upstream = [records[name].max_abs_error for name in check.segment.inputs
-                if name in records and records[name].max_abs_error is not None]
+    upstream = [records[name].figures.max_abs_error for name in check.segment.inputs
+                if name in records and records[name].figures.max_abs_error is not None]
     worst = max(upstream, default=0.0)
-    return None if worst == 0 else record.max_abs_error / worst
+    return None if worst == 0 else record.figures.max_abs_error / worst
 
 
 def _describe(kind: Classification | None) -> dict[str, Any] | None:

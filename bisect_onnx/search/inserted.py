@@ -93,7 +93,7 @@ def unpaired_culprit(segment: Mapping[str, Any], check: LocalCheck,
             CapturedValue(output, np.asarray(computed), Provenance(
                 position=index, node=node.name, node_op=node.op_type))), changes)
         return replace(record, torch_module=None, torch_op=None, source=None, fx_node=None,
-                       reference_value=data[0])
+                       match=replace(record.match, reference_value=data[0]))
     return None
 
 
@@ -136,14 +136,15 @@ def narrow_to_unpaired(findings: AttributionFindings, check: LocalCheck | None,
                               index, has_counterpart)
     if record is None:
         return findings
-    figures = LocalFigures(introduced_here=True, local_max_abs_error=record.max_abs_error,
-                           local_status=record.status, local_nan_mismatch=record.nan_mismatch,
+    figures = LocalFigures(introduced_here=True, local_max_abs_error=record.figures.max_abs_error,
+                           local_status=record.figures.status,
+                           local_nan_mismatch=record.figures.nan_mismatch,
                            local_exceeds=exceeds(record, rerun.tolerance.atol),
                            compute_nodes=(record.onnx_node,), isolation=UNPAIRED)
     evidence = {**findings.evidence, "classification": inserted_classification(),
                 "unpaired": {"node": record.onnx_node, "value": record.onnx_value,
-                             "reads": record.reference_value,
-                             "fed": "reference" if record.reference_value in references
+                             "reads": record.match.reference_value,
+                             "fed": "reference" if record.match.reference_value in references
                              else "segment"}}
     # The segment's own check ran the inserted node too: what it says of its last value is
     # not decided by it (taken through, that value agrees).

@@ -70,8 +70,8 @@ def name_inside_kernels(report: Reading, findings: AttributionFindings, first: s
     for ref in culprits:
         found = None
         if ref.value in rows:  # the kernel's row, with the kernel's classification
-            kernel = replace(rows[ref.value],
-                             classification=findings.checked[ref.value].classification)
+            kernel = replace(rows[ref.value], local=replace(
+                rows[ref.value].local, classification=findings.checked[ref.value].classification))
             found = first_failing_inside(kernel, checks[ref.value], candidate,
                                          inside.references, tolerance.of(kernel))
         if found is None:
@@ -86,7 +86,7 @@ def name_inside_kernels(report: Reading, findings: AttributionFindings, first: s
                 findings = replace(findings, segment=narrowed_segment(
                     candidate.nodes, own_nodes, compute, inner))
             continue
-        if classify_inside is not None and inner.classification in (None, Kind.UNCLASSIFIED):
+        if classify_inside is not None and inner.local.classification in (None, Kind.UNCLASSIFIED):
             try:
                 own = classify_inside(inner, own_nodes, checks[ref.value],
                                       tolerance.of(rows[ref.value]))
@@ -95,15 +95,15 @@ def name_inside_kernels(report: Reading, findings: AttributionFindings, first: s
                             exc_info=True)
                 own = None
             if own is not None and own.kind != Kind.UNCLASSIFIED:
-                inner = replace(inner, classification=own.kind)
+                inner = replace(inner, local=replace(inner.local, classification=own.kind))
                 if ref.value == first:
                     evidence["classification"] = asdict(own)
         kernel_values.append(inner)
         checked[inner.onnx_value] = LocalFigures(
-            introduced_here=True, local_max_abs_error=inner.local_max_abs_error,
-            local_status=inner.local_status, local_nan_mismatch=inner.nan_mismatch,
+            introduced_here=True, local_max_abs_error=inner.local.local_max_abs_error,
+            local_status=inner.local.local_status, local_nan_mismatch=inner.figures.nan_mismatch,
             local_exceeds=exceeds(inner, tolerance.of(inner).atol),
-            classification=inner.classification,
+            classification=inner.local.classification,
             compute_nodes=tuple(node.name for node in compute), isolation=kind)
         refs.append(RowRef(inner.onnx_value, KERNEL_VALUES))
         if ref.value == first:
@@ -160,11 +160,10 @@ def first_failing_inside(record: Record, check: LocalCheck, candidate: Runner,
             continue
         value = CapturedValue(output, check.values[output], node_provenance(node, record.index))
         inner = make_record(record.index, Pair(references[output], value), comparison)
-        return replace(inner, introduced_here=True,
-                       local_max_abs_error=comparison.max_abs_error,
-                       local_status=comparison.status,
-                       local_nan_mismatch=comparison.nan_mismatch,
-                       classification=record.classification), _computing(
+        return replace(inner, local=replace(
+            inner.local, introduced_here=True, local_max_abs_error=comparison.max_abs_error,
+            local_status=comparison.status, local_nan_mismatch=comparison.nan_mismatch,
+            classification=record.local.classification)), _computing(
                            candidate, check.segment.nodes[:position + 1], output, passed)
     return None
 

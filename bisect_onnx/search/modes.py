@@ -203,7 +203,9 @@ def adopt_bisection(report: Reading, bisection: ProbeBisection, reason: str,
         record = probed_record(name)
         at = next((index for index, row in enumerate(rows) if row.onnx_value == name), None)
         if at is not None:
-            rows[at] = replace(rows[at], **{key: getattr(record, key) for key in _FIGURES})
+            kept = rows[at].figures  # judged by the row's own tolerance still
+            rows[at] = replace(rows[at], **{key: getattr(record, key) for key in _FIGURES},
+                               figures=replace(record.figures, rtol=kept.rtol, atol=kept.atol))
         elif name == bisection.search.first_failing:
             position = view.position(name)
             rows.insert(next((index for index, row in enumerate(rows)
@@ -275,9 +277,7 @@ def capture_suspects(report: Reading) -> list[str]:
     return [row.onnx_value for row in report.comparisons if row.failed and row.onnx_value]
 
 
-_FIGURES = ("shape", "dtype", "candidate_shape", "candidate_dtype", "max_abs_error",
-            "max_rel_error", "mismatch_fraction", "min_passing_atol", "nan_mismatch", "status",
-            "sqnr_db")
+_FIGURES = ("shape", "dtype", "candidate_shape", "candidate_dtype")
 
 
 def references_by_value(pairs: Sequence[Pair], ops: OpCapture | None) -> dict[str, CapturedValue]:

@@ -63,7 +63,7 @@ def test_a_folded_batch_norm_is_parity_with_nothing_claimed(tmp_path):
     x = RNG.standard_normal((2, 3, 16)).astype(np.float32)
     report = bisect_onnx.bisect_onnx_models(reference, folded, [x])
     assert report.verdict == "parity" and not report.hidden_divergences, report.summary()
-    compared = {record.reference_value: record for record in report.comparisons}
+    compared = {record.match.reference_value: record for record in report.comparisons}
     assert "conv1d" not in compared
     assert compared["getitem"].onnx_value == "conv1d" and not compared["getitem"].failed
     assert any(item.name == "conv1d" and "later one" in item.reason

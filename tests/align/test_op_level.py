@@ -93,8 +93,8 @@ def test_planted_matmul_is_reported_at_the_matmul_not_the_bias_add(fixture_case,
     assert first.torch_op == "aten.linear.default"
     assert first.torch_module == "blocks.0.mlp.fc1"
     assert first.source.file.endswith("fixtures/models.py")
-    assert report.inside_op["node"] == matmul.name
-    assert report.inside_op["value"] == matmul.output[0]
+    assert report.inside_op.node == matmul.name
+    assert report.inside_op.value == matmul.output[0]
     _passes_before(report)
     assert "the first of the 2 nodes of its op" in report.summary()
 
@@ -116,12 +116,12 @@ def test_module_rows_aggregate_ops_when_the_export_is_made_here(fixture_case):
     report = bisect_onnx.bisect(model, inputs, search=MODULE_ROWS)
     first = report.first_divergence
     assert first.torch_module == "pool"
-    assert (first.ops_compared, first.ops_failed, first.first_failing_op) == (1, 1,
-                                                                              "avg_pool2d")
+    assert (first.match.ops_compared, first.match.ops_failed, first.match.first_failing_op) == (
+        1, 1, "avg_pool2d")
     assert "first failing op inside: aten.avg_pool2d (avg_pool2d)" in report.summary()
     assert "ops failed" in report.table()
     passing = next(record for record in report.comparisons if record.torch_module == "relu")
-    assert (passing.ops_failed, passing.first_failing_op) == (0, None)
+    assert (passing.match.ops_failed, passing.match.first_failing_op) == (0, None)
 
 
 def test_gelu_called_as_a_function_is_reported_at_its_node(tmp_path):
@@ -216,7 +216,7 @@ def test_a_renamed_file_without_metadata_is_matched_by_structure(fixture_case, t
     original_names = _renamed_without_metadata(planted, tmp_path / "foreign.onnx")
     report = bisect_onnx.bisect(model, inputs, onnx_model=tmp_path / "foreign.onnx")
     assert report.coverage.granularity == "op"
-    assert report.comparisons and all(record.matched_by and record.match_confidence > 0
+    assert report.comparisons and all(record.match.matched_by and record.match.match_confidence > 0
                                       for record in report.comparisons)
     # Every match is right (each value was named after its op before the renaming) and
     # no torch value is matched twice.
@@ -231,7 +231,7 @@ def test_a_renamed_file_without_metadata_is_matched_by_structure(fixture_case, t
     assert named <= compared
     culprit = report.culprit
     assert culprit.fx_node == "linear_6" and culprit.torch_module == "blocks.1.attn.q"
-    assert culprit.introduced_here is True
+    assert culprit.local.introduced_here is True
     assert any("matched by structure" in warning for warning in report.warnings)
 
 

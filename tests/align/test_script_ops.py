@@ -91,9 +91,9 @@ def test_inside_a_multi_node_op_the_node_is_found_by_its_fresh_translation(
     report = bisect_onnx.bisect(model, inputs, onnx_model=planted)
 
     inside = report.inside_op
-    assert inside["node"] == node_name and node_name in inside["nodes"], inside
-    assert len(inside["nodes"]) > 1  # the op is several nodes; its last is not the one
-    assert inside["nodes"][-1] != node_name
+    assert inside.node == node_name and node_name in inside.nodes, inside
+    assert len(inside.nodes) > 1  # the op is several nodes; its last is not the one
+    assert inside.nodes[-1] != node_name
 
 
 @pytest.mark.parametrize("name", ["tiny_mlp", "resnet_like", "tiny_transformer",

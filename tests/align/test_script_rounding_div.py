@@ -69,4 +69,4 @@ def test_a_floor_division_of_chunks_is_at_parity(tmp_path):
     # The exporter's record says the floor division ends at its Floor: paired there,
     # and at parity (not declined, as the hand table did before the record).
     divs = [row for row in report.comparisons if row.fx_node == "div"]
-    assert [(row.onnx_op, row.status) for row in divs] == [("Floor", "pass")], divs
+    assert [(row.onnx_op, row.figures.status) for row in divs] == [("Floor", "pass")], divs

@@ -66,7 +66,7 @@ def test_an_error_before_an_unpaired_input_is_not_blamed_on_the_op_after_it(tmp_
     report = bisect_onnx.bisect(model, x.numpy(), onnx_model=planted, runtime=options)
     assert report.diverged, report.summary()
     named = ([report.culprit.onnx_node] if report.culprit is not None
-             else report.culprit_segment["nodes"])
+             else report.culprit_segment.nodes)
     assert node in named, report.summary()
 
 

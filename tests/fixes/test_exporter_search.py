@@ -11,6 +11,7 @@ from bisect_onnx.fixes.exporter_settings import ExportSettings
 from bisect_onnx.fixes.exporter_trials import torch_outputs, try_export
 from bisect_onnx.fixes.registry import searches_for
 from bisect_onnx.fixes.stage import culprit_class
+from bisect_onnx.judge.report_parts import Attribution
 from bisect_onnx.pipeline.options import ExportOptions, Tolerance
 from tests.fixes.test_exporter_fix import SoftplusHead
 
@@ -31,7 +32,7 @@ def _context(model, args, used, **fields):
 
 def test_graph_semantics_is_the_exporter_class_and_its_search_is_registered():
     class Classified:
-        attribution = {"classification": {"kind": "graph semantics"}}
+        attribution = Attribution(classification={"kind": "graph semantics"})
 
     assert culprit_class(Classified()) == "exporter"
     assert search_exporter in searches_for("exporter")

@@ -130,7 +130,7 @@ def test_a_planted_weight_is_named_at_its_node(exported, name, exporter, tmp_pat
     # Found, named and classified at module level: the module call around the culprit is
     # rerun in float64 (pinned on tuple outputs such as an attention's), nothing traced;
     # but GPT-2's Conv1D is three ONNX nodes (Reshape, Gemm, Reshape), so its ops are.
-    assert (traced == []) != (name == "gpt2") and culprit.classification == "graph semantics"
+    assert (traced == []) != (name == "gpt2") and culprit.local.classification == "graph semantics"
     meta = read_torch_metadata({prop.key: prop.value for prop in node.metadata_props})
     assert culprit.torch_module == meta.scopes[-1]
     source = culprit.source
@@ -194,7 +194,7 @@ def test_random_inputs_from_an_onnx_file_go_to_forward_by_the_graphs_input_names
         expected = model(**{name: torch.from_numpy(array) for name, array in drawn.items()})
     error = np.abs(session.run(None, drawn)[0] - expected.logits.numpy()).max()
     # The report's output error is forward's, fed the draws by name.
-    assert report.final_outputs[0].max_abs_error == pytest.approx(float(error), rel=1e-3,
+    assert report.final_outputs[0].figures.max_abs_error == pytest.approx(float(error), rel=1e-3,
                                                                   abs=1e-7)
     assert report.comparisons
 

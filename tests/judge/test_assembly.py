@@ -16,17 +16,19 @@ from bisect_onnx.judge.findings import (
     RowRef,
 )
 from bisect_onnx.judge.reading import STRICT_ENV, InvariantError
+from bisect_onnx.judge.record_parts import ComparisonFigures
 from bisect_onnx.judge.records import Coverage, Record
+from bisect_onnx.judge.report_parts import CulpritSegment
 
 
 def row(index: int, status: str = "pass", module: str | None = None) -> Record:
-    return Record(
-        index=index, onnx_node=f"node_{index}", onnx_op="Add", onnx_value=f"v{index}",
-        torch_module=module or f"m{index}", torch_op=None, source=None, shape=[2],
-        dtype="float32", candidate_shape=[2], candidate_dtype="float32",
-        max_abs_error=0.5 if status == "fail" else 0.0, max_rel_error=0.1,
-        mismatch_fraction=0.5, min_passing_atol=0.5 if status == "fail" else 0.0,
-        nan_mismatch=0, status=status)
+    return Record(index=index, onnx_node=f"node_{index}", onnx_op="Add", onnx_value=f"v{index}",
+                  torch_module=module or f"m{index}", torch_op=None, source=None, shape=[2],
+                  dtype="float32", candidate_shape=[2], candidate_dtype="float32",
+                  figures=ComparisonFigures(max_abs_error=0.5 if status == "fail" else 0.0,
+                                            max_rel_error=0.1, mismatch_fraction=0.5,
+                                            min_passing_atol=0.5 if status == "fail" else 0.0,
+                                            nan_mismatch=0, status=status))
 
 
 ROWS = (row(0), row(1, "fail"), row(2, "fail"))
@@ -53,7 +55,8 @@ def blamed(local: LocalFigures, **changes) -> Findings:
 def test_the_culprit_and_first_divergence_are_the_rows_themselves():
     report = assemble(blamed(figures()))
     assert report.culprit is report.comparisons[1] is report.first_divergence
-    assert report.culprit.introduced_here is True and report.culprit.local_max_abs_error == 0.5
+    local = report.culprit.local
+    assert local.introduced_here is True and local.local_max_abs_error == 0.5
 
 
 @pytest.mark.parametrize(("local", "why"), [
@@ -75,13 +78,16 @@ def test_a_culprit_its_evidence_does_not_hold_is_an_error_in_strict_runs(local, 
 
 def test_a_node_found_inside_a_checked_segment_is_the_culprit():
     segment = {"from": ["v0"], "to": "v1", "nodes": ["node_t", "node_a", "node_1"],
-               "ops": {"node_t": "Transpose", "node_a": "Mul", "node_1": "Add"}}
+               "ops": {"node_t": "Transpose", "node_a": "Mul", "node_1": "Add"},
+               "local_max_abs_error": 0.5, "local_nan_mismatch": 0}
     attribution = AttributionFindings(
         checked={"v1": figures(isolation=None, compute_nodes=("node_a", "node_1"))},
         segment=segment)
     alone = assemble(Findings(comparison(), attribution=attribution))
-    assert alone.culprit is None and alone.culprit_segment == segment
-    inside_op = {"nodes": ["node_a", "node_1"]}  # the op's nodes; node_t only moves data
+    assert alone.culprit is None and alone.culprit_segment == CulpritSegment.from_dict(segment)
+    inside_op = {"fx_node": "mul", "nodes": ["node_a", "node_1"], "node": "node_a",
+                 "value": "v_a", "how": "by the op exported alone"}
+    # The op's nodes; node_t only moves data.
     narrowed = assemble(Findings(comparison(), attribution=attribution, refinement=Refinement(
         inside_op=inside_op, node=("node_a", "Mul"))))
     assert narrowed.culprit_segment is None

@@ -24,8 +24,8 @@ def pair(onnx_name: str, off_by: float) -> Pair:
 
 def test_a_value_matching_a_rule_is_judged_and_marked_by_it():
     judge = ToleranceJudge.from_floats(1e-3, 1e-5, [LOOSE, UNUSED])
-    loose = judge.record(0, pair("relu_3", 0.05))
-    strict = judge.record(1, pair("conv2d", 0.05))
+    loose = judge.record(0, pair("relu_3", 0.05)).figures
+    strict = judge.record(1, pair("conv2d", 0.05)).figures
     assert loose.status == "pass" and (loose.rtol, loose.atol) == (0.1, 0.1)
     assert strict.status == "fail" and (strict.rtol, strict.atol) == (None, None)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from bisect_onnx.judge.compare import Status
+from bisect_onnx.judge.record_parts import ComparisonFigures
 from bisect_onnx.judge.records import Record
 from bisect_onnx.judge.verdict import decide, identical_values
 
@@ -13,25 +14,13 @@ def record(index: int, status: str = Status.PASS, *, module: str | None = None,
            value: str | None = None, max_abs: float = 0.0) -> Record:
     """A record with the given status; names default to ``m{index}`` / ``v{index}``."""
     passed = status == Status.PASS
-    return Record(
-        index=index,
-        onnx_node=f"node_{index}",
-        onnx_op="Relu",
-        onnx_value=value or f"v{index}",
-        torch_module=module if module is not None else f"m{index}",
-        torch_op="aten.relu.default",
-        source=None,
-        shape=[2],
-        dtype="float32",
-        candidate_shape=[2],
-        candidate_dtype="float32",
-        max_abs_error=max_abs,
-        max_rel_error=0.0,
-        mismatch_fraction=0.0 if passed else 1.0,
-        min_passing_atol=max_abs,
-        nan_mismatch=0,
-        status=status,
-    )
+    return Record(index=index, onnx_node=f"node_{index}", onnx_op="Relu",
+                  onnx_value=value or f"v{index}",
+                  torch_module=module if module is not None else f"m{index}",
+                  torch_op="aten.relu.default", source=None, shape=[2], dtype="float32",
+                  candidate_shape=[2], candidate_dtype="float32", figures=ComparisonFigures(
+        max_abs_error=max_abs, max_rel_error=0.0, mismatch_fraction=0.0 if passed else 1.0,
+        min_passing_atol=max_abs, nan_mismatch=0, status=status))
 
 
 def output(status: str = Status.PASS, index: int = 0) -> Record:

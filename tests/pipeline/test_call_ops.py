@@ -74,10 +74,11 @@ def test_only_the_culprits_call_is_traced_and_the_verdict_is_the_whole_traces(
     assert captures == ["pytorch ops"] and whole  # op granularity asked: the whole trace
 
     assert one_call.verdict == everything.verdict == "diverged"
-    for field in ("onnx_node", "onnx_value", "fx_node", "torch_module", "classification"):
+    for field in ("onnx_node", "onnx_value", "fx_node", "torch_module"):
         assert getattr(one_call.culprit, field) == getattr(everything.culprit, field), field
-    assert one_call.culprit.classification == "graph semantics"
-    assert (one_call.inside_op or {}).get("node") == (everything.inside_op or {}).get("node")
+    assert one_call.culprit.local.classification == everything.culprit.local.classification
+    assert one_call.culprit.local.classification == "graph semantics"
+    assert _inside_node(one_call) == _inside_node(everything)
     # What was compared is said as it is: that call's ops, the rest per module call.
     assert one_call.coverage.op_scope == call and everything.coverage.op_scope is None
     assert 0 < one_call.coverage.torch_ops < everything.coverage.torch_ops
@@ -98,11 +99,12 @@ def test_a_node_inside_a_linear_is_named_and_classified_without_any_trace(
     module_level, captures, whole = _bisect(model, inputs, planted, caplog)
     assert captures == [] and not whole
     everything, _, _ = _bisect(model, inputs, planted, caplog, search=OP_ROWS)
-    for field in ("onnx_node", "onnx_value", "onnx_op", "torch_module", "classification"):
+    for field in ("onnx_node", "onnx_value", "onnx_op", "torch_module"):
         assert getattr(module_level.culprit, field) == getattr(everything.culprit, field), field
+    assert module_level.culprit.local.classification == everything.culprit.local.classification
     assert module_level.culprit.onnx_op == "MatMul"
-    assert module_level.culprit.classification == "graph semantics"
-    assert module_level.inside_op["node"] == everything.inside_op["node"]
+    assert module_level.culprit.local.classification == "graph semantics"
+    assert module_level.inside_op.node == everything.inside_op.node
     assert module_level.coverage.granularity == "module"
 
 
@@ -121,9 +123,10 @@ def test_a_culprit_reading_only_pytorchs_values_is_classified_without_any_trace(
     assert captures == ["pytorch ops"] and whole
 
     assert module_level.verdict == everything.verdict == "diverged"
-    for field in ("onnx_node", "onnx_value", "torch_module", "classification"):
+    for field in ("onnx_node", "onnx_value", "torch_module"):
         assert getattr(module_level.culprit, field) == getattr(everything.culprit, field), field
-    assert module_level.culprit.classification == "graph semantics"
+    assert module_level.culprit.local.classification == everything.culprit.local.classification
+    assert module_level.culprit.local.classification == "graph semantics"
     assert module_level.coverage.granularity == "module"
     assert module_level.coverage.op_scope is None
 
@@ -153,7 +156,7 @@ def test_a_call_whose_ops_the_file_names_otherwise_falls_back_to_the_whole_trace
     assert report.coverage.op_scope is None
     assert report.culprit.torch_module == module
     assert report.culprit.onnx_op == "MatMul"
-    assert report.culprit.classification == "graph semantics"
+    assert report.culprit.local.classification == "graph semantics"
 
 
 def test_a_program_that_fails_to_run_leaves_module_level_standing(fixture_case, monkeypatch):
@@ -172,3 +175,8 @@ def test_a_program_that_fails_to_run_leaves_module_level_standing(fixture_case, 
                                 search=bisect_onnx.SearchOptions(granularity="op"))
     assert report.diverged and report.coverage.granularity == "module"
     assert report.culprit is not None or report.culprit_segment is not None
+
+
+def _inside_node(report) -> str | None:
+    """The node found inside the culprit's op, if any."""
+    return report.inside_op.node if report.inside_op is not None else None

@@ -33,7 +33,7 @@ def test_faithful_exports_are_in_parity_with_no_false_alarm(fixture_case, name):
     assert report.first_divergence is None
     assert report.hidden_divergences == []
     assert report.coverage.aligned_modules > 0
-    assert all(record.status == "pass" for record in report.comparisons)
+    assert all(record.figures.status == "pass" for record in report.comparisons)
 
 
 # Each plant is small: just over the default tolerance, as real exporter bugs often are.
@@ -58,15 +58,15 @@ def test_planted_edit_is_reported_at_its_module(fixture_case, tmp_path, name, ed
     report = run(fixture_case, name, planted)
 
     # The plant must actually change the final output, or the test proves nothing.
-    assert clean.final_outputs[0].status == "pass"
-    assert report.final_outputs[0].status == "fail"
+    assert clean.final_outputs[0].figures.status == "pass"
+    assert report.final_outputs[0].figures.status == "fail"
     assert report.verdict == "diverged"
     # The culprit is the planted node, even where ONNX Runtime fused it into a kernel
     # whose output (a Conv's ReLU, say) is all the production session computes.
     culprit = report.culprit
     assert culprit.onnx_node == node_name
     assert culprit.torch_module == module
-    assert culprit.introduced_here is True
+    assert culprit.local.introduced_here is True
     # Everything before the first divergence still passes.
     first = report.first_divergence
     assert all(not record.failed for record in report.comparisons[: first.index])
@@ -88,7 +88,7 @@ def test_inplace_relu_does_not_corrupt_the_recorded_conv_output(fixture_case):
     # Every value promoted: ONNX Runtime would fuse the Conv with the ReLU after it.
     report = run(fixture_case, "inplace_relu", runtime=ALL_VALUES)
     conv = next(record for record in report.comparisons if record.torch_module == "conv1")
-    assert conv.status == "pass"
+    assert conv.figures.status == "pass"
     model, inputs, _ = fixture_case("inplace_relu")
     with torch.no_grad():
         raw = model.conv1(torch.from_numpy(inputs["x"]))
@@ -132,7 +132,7 @@ def test_second_output_divergence_counts(fixture_case, tmp_path):
     onnx.save(proto, str(tmp_path / "m.onnx"))
     report = bisect_onnx.bisect(model, inputs, onnx_model=tmp_path / "m.onnx")
     assert report.verdict == "diverged"
-    assert [record.status for record in report.final_outputs] == ["pass", "fail"]
+    assert [record.figures.status for record in report.final_outputs] == ["pass", "fail"]
     assert report.first_divergence.torch_module == "c"
 
 
@@ -188,7 +188,7 @@ def test_graph_without_metadata_is_matched_by_structure_at_op_level(fixture_case
                                 search=OP_ROWS)
     assert report.verdict == "parity"
     assert report.coverage.granularity == "op"
-    assert report.comparisons and all(record.matched_by for record in report.comparisons)
+    assert report.comparisons and all(record.match.matched_by for record in report.comparisons)
     # Names were kept here, so each match can be checked: the value of the op's name.
     assert all(record.onnx_value == record.fx_node for record in report.comparisons)
     assert any("matched by structure" in warning for warning in report.warnings)
@@ -253,10 +253,10 @@ def test_divergence_masked_before_the_output_is_hidden_not_a_verdict(fixture_cas
     # divergence. It reads only PyTorch's values (one node, nothing finer for op level to
     # name), so fc1's call is rerun in float64 for it rather than the model traced again.
     assert report.culprit.torch_module == "fc1"
-    assert report.culprit.introduced_here is True
+    assert report.culprit.local.introduced_here is True
     assert report.coverage.granularity == "module"
     assert report.culprit.onnx_node == gemm.name
-    assert report.culprit.classification == "graph semantics"
+    assert report.culprit.local.classification == "graph semantics"
     assert "introduced at ONNX node" in report.summary()
 
 

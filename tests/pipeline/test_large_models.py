@@ -144,7 +144,7 @@ def test_external_weights_are_never_inlined_nor_written_beside_the_model(
     assert report.culprit is not None  # the local checks ran
     assert report.capture["outputs_match_production"] is True
     assert report.capture["fusions_match_production"] is True
-    assert report.repro is not None and report.repro["reproduces"] is True
+    assert report.repro is not None and report.repro.reproduces is True
     assert _listing(path.parent) == before
     # Neither the promoted copy, nor the local checks' model, nor ONNX Runtime's optimized
     # graphs hold a weight: ONNX Runtime reads them from the user's folder.
@@ -189,7 +189,7 @@ def test_a_repro_past_protobufs_limit_keeps_its_weights_in_one_linked_file(
                                 output=bisect_onnx.OutputOptions(repro_dir=tmp_path / "repro"),
                                 search=MODULE_ROWS)
     folder = tmp_path / "repro"
-    assert report.repro["reproduces"] is True
+    assert report.repro.reproduces is True
     segment = onnx.load(str(folder / "model.onnx"), load_external_data=False)
     needed = {init.name for init in segment.graph.initializer}
     assert planted in needed

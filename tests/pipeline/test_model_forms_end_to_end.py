@@ -282,7 +282,7 @@ def test_traced_archive_compares_what_a_multi_output_op_returns(tmp_path):
     torch.jit.save(torch.jit.trace(model, (torch.from_numpy(x),)), tmp_path / "net.ts")
     report = bisect_onnx.bisect(str(tmp_path / "net.ts"), x)
     pool = next(record for record in report.comparisons if record.torch_module == "pool")
-    assert pool.status == "pass" and pool.dtype == "float32"  # not the int64 indices
+    assert pool.figures.status == "pass" and pool.dtype == "float32"  # not the int64 indices
     assert report.verdict == "parity" and report.hidden_divergences == []
 
 

@@ -20,6 +20,7 @@ import bisect_onnx
 from bisect_onnx.align.onnx_pairs import Quantization
 from bisect_onnx.cli.command import main
 from bisect_onnx.errors import InputError, UsageError
+from bisect_onnx.judge.report_parts import Search
 from bisect_onnx.judge.tolerances import (
     PRECISION_DEFAULTS,
     QUANTIZED,
@@ -94,7 +95,7 @@ def test_float16_conversion_aligns_through_its_casts_with_parity(made):
     assert "float16 defaults" in report.summary()
     output = report.final_outputs[0]
     assert output.onnx_node == "node_linear"  # the Gemm, not the Cast the converter added
-    assert output.sqnr_db is not None and output.sqnr_db > 50
+    assert output.figures.sqnr_db is not None and output.figures.sqnr_db > 50
     # Every value computed in float16; the graph output is the converter's Cast back.
     assert {record.candidate_dtype for record in report.comparisons[:-1]} == {"float16"}
     # float32 tolerances would flag float16 rounding: the default is what passes it.
@@ -107,7 +108,7 @@ def test_planted_error_in_float16_candidate_is_reported_at_the_planted_node(made
     report = bisect_onnx.bisect_onnx_models(RESNET, made["fp16_planted"], made["x"])
     assert report.diverged
     first = report.first_divergence
-    assert (first.onnx_node, first.reference_value) == (PLANTED_NODE, "getitem_3")
+    assert (first.onnx_node, first.match.reference_value) == (PLANTED_NODE, "getitem_3")
     assert all(not record.failed for record in report.comparisons[:first.index])
     assert f"ONNX node '{PLANTED_NODE}'" in report.summary()
 
@@ -117,12 +118,13 @@ def test_planted_error_in_float16_candidate_is_reported_at_the_planted_node(made
 def test_qdq_model_aligns_its_dequantized_values_with_sqnr(made):
     report = bisect_onnx.bisect_onnx_models(RESNET, made["qdq"], made["x"])
     assert report.verdict == "parity", report.summary()
-    relu = next(record for record in report.comparisons if record.reference_value == "relu")
+    relu = next(record for record in report.comparisons if record.match.reference_value == "relu")
     # The DequantizeLinear output stands for the float tensor; the Conv computed it.
     assert relu.onnx_value == "relu_DequantizeLinear_Output"
     assert relu.onnx_node == "node_Conv_138"
-    assert relu.atol is not None and relu.atol > report.atol  # steps of its own scale
-    assert all(record.sqnr_db is not None and 20 < record.sqnr_db < 80
+    # Steps of its own scale.
+    assert relu.figures.atol is not None and relu.figures.atol > report.atol
+    assert all(record.figures.sqnr_db is not None and 20 < record.figures.sqnr_db < 80
                for record in report.comparisons)
     assert "SQNR dB" in report.table()
     assert precision_of(onnx.load(str(made["qdq"]))) == QUANTIZED
@@ -135,8 +137,8 @@ def test_planted_error_in_qdq_candidate_is_reported_at_the_planted_node(made):
     failing = report.first_divergence or report.hidden_divergences[0]
     assert report.diverged or "hidden intermediate divergence" in report.summary()
     first = failing
-    assert (first.onnx_node, first.reference_value) == (PLANTED_NODE, "relu_1")
-    assert first.sqnr_db is not None and first.sqnr_db < 20
+    assert (first.onnx_node, first.match.reference_value) == (PLANTED_NODE, "relu_1")
+    assert first.figures.sqnr_db is not None and first.figures.sqnr_db < 20
 
 
 @pytest.mark.parametrize("level", ["basic", "all"])
@@ -146,10 +148,11 @@ def test_qdq_model_against_itself_pairs_each_value_with_its_namesake(made, level
         reference_runtime=bisect_onnx.RuntimeOptions(opt_level="disabled"),
         candidate_runtime=bisect_onnx.RuntimeOptions(opt_level=level))
     assert report.verdict == "parity" and not report.hidden_divergences, report.summary()
-    assert not [record.status for record in report.comparisons if record.status != "pass"]
+    assert not [record.figures.status for record in report.comparisons
+                if record.figures.status != "pass"]
     # The reference holds the same Q/DQ pairs: the float before a pair (here the Conv's,
     # its Relu dropped), its integers and its DequantizeLinear output are three tensors.
-    names = {record.reference_value: record.onnx_value for record in report.comparisons}
+    names = {record.match.reference_value: record.onnx_value for record in report.comparisons}
     assert names["relu"] == "relu"
     assert names["relu_QuantizeLinear_Output"] == "relu_QuantizeLinear_Output"
     assert report.coverage.aligned_values > 30
@@ -241,7 +244,7 @@ def test_optimization_level_pair_has_parity_and_finds_a_planted_edit(made):
     assert planted.diverged
     # At level all the Conv's output is fused with its Relu: the Relu's value is the
     # first captured, and it carries the planted Conv's error.
-    assert planted.first_divergence.reference_value in {"getitem_3", "relu_1"}
+    assert planted.first_divergence.match.reference_value in {"getitem_3", "relu_1"}
     assert planted.first_divergence.torch_module == "layer1.relu" or (
         planted.first_divergence.onnx_node == PLANTED_NODE)
 
@@ -260,7 +263,7 @@ def test_reference_evaluator_agrees_with_onnx_runtime_on_a_small_model():
     captures = [event.detail for event in events if event.kind == "capture_started"]
     assert captures[:2] == ["onnx.reference", "ONNX Runtime"]
     assert report.coverage.aligned_values >= 13
-    assert max(record.max_abs_error for record in report.comparisons) < 1e-5
+    assert max(record.figures.max_abs_error for record in report.comparisons) < 1e-5
 
 
 def test_reference_evaluator_refuses_a_contrib_op_by_name(tmp_path):
@@ -303,9 +306,9 @@ def test_renamed_candidate_is_matched_by_structure(tmp_path):
                                                 opt_level="disabled", promote="all"))
     assert report.verdict == "parity"
     assert any("matched by structure" in warning for warning in report.warnings)
-    matched = [record for record in report.comparisons if record.matched_by]
+    matched = [record for record in report.comparisons if record.match.matched_by]
     assert len(matched) >= 20
-    assert matched[0].onnx_value.startswith("t") and matched[0].reference_value == "getitem"
+    assert matched[0].onnx_value.startswith("t") and matched[0].match.reference_value == "getitem"
 
 
 def test_structural_pairing_reads_the_reference_external_data_beside_its_file(tmp_path):
@@ -321,7 +324,7 @@ def test_structural_pairing_reads_the_reference_external_data_beside_its_file(tm
                                             candidate_runtime=bisect_onnx.RuntimeOptions(
                                                 opt_level="disabled", promote="all"))
     assert report.verdict == "parity"
-    assert any(record.matched_by for record in report.comparisons)
+    assert any(record.match.matched_by for record in report.comparisons)
 
 
 # tolerances ---------------------------------------------------------------------------
@@ -331,15 +334,15 @@ def test_a_tolerance_file_pattern_loosens_one_value(made, tmp_path):
               "candidate_runtime": bisect_onnx.RuntimeOptions(opt_level="disabled",
                                                              promote="all")}
     strict = bisect_onnx.bisect_onnx_models(RESNET, made["fp32_planted"], made["x"], **levels)
-    assert strict.first_divergence.reference_value == "getitem_3"
+    assert strict.first_divergence.match.reference_value == "getitem_3"
     rules = tmp_path / "tolerances.txt"
     rules.write_text("# value   rtol  atol\ngetitem_3  0  1e3  # the planted Conv\n"
                      "nothing_*  0 0\n")
     loose = bisect_onnx.bisect_onnx_models(RESNET, made["fp32_planted"], made["x"],
                                            tolerance=bisect_onnx.Tolerance(rules=rules), **levels)
-    loosened = next(r for r in loose.comparisons if r.reference_value == "getitem_3")
-    assert loosened.status == "pass" and loosened.atol == 1e3
-    assert loose.first_divergence.reference_value == "relu_1"  # the next value still fails
+    loosened = next(r for r in loose.comparisons if r.match.reference_value == "getitem_3")
+    assert loosened.figures.status == "pass" and loosened.figures.atol == 1e3
+    assert loose.first_divergence.match.reference_value == "relu_1"  # the next value still fails
     assert any("nothing_*" in warning for warning in loose.warnings)
 
 
@@ -375,16 +378,16 @@ def test_float16_fallback_takes_its_verdict_from_the_production_session(made):
     captured = _output(made["fp16"], made["x"], promote="all").astype(np.float64)
     assert not np.array_equal(production, captured)  # other kernels: the check can fail
     output = report.final_outputs[0]
-    assert output.max_abs_error == float(np.max(np.abs(production - reference)))
-    assert output.max_abs_error != float(np.max(np.abs(captured - reference)))
-    assert report.search == {"mode": "full capture"}  # parity: nothing to search
+    assert output.figures.max_abs_error == float(np.max(np.abs(production - reference)))
+    assert output.figures.max_abs_error != float(np.max(np.abs(captured - reference)))
+    assert report.search == Search()  # parity: nothing to search
 
 
 def test_planted_float16_error_is_found_from_a_faithful_capture(made):
     # The promote-all fallback rounds otherwise than production, by well under a tenth of
     # the float16 tolerance: its values stand, and nothing is probed.
     report = bisect_onnx.bisect_onnx_models(RESNET, made["fp16_planted"], made["x"])
-    assert report.search["mode"] == "full capture"
+    assert report.search.mode == "full capture"
     assert report.first_divergence.onnx_node == PLANTED_NODE
     assert report.culprit.onnx_node == PLANTED_NODE
 
@@ -396,13 +399,14 @@ def test_planted_float16_error_is_found_by_probing_production(made, monkeypatch)
     monkeypatch.setattr(search_modes, "FAITHFUL_SHARE", 0.0)
     report = bisect_onnx.bisect_onnx_models(RESNET, made["fp16_planted"], made["x"])
     search = report.search
-    assert (search["mode"], search["reason"]) == ("bisection", search_modes.CAPTURE_DIFFERS)
-    assert (search["last_passing"], search["first_failing"]) == ("relu", "getitem_3")
-    assert search["graphs_match_production"] and len(search["probes"]) <= 5
+    assert (search.mode, search.reason) == ("bisection", search_modes.CAPTURE_DIFFERS)
+    assert (search.last_passing, search.first_failing) == ("relu", "getitem_3")
+    assert search.graphs_match_production and len(search.probes) <= 5
     first = report.first_divergence
-    assert (first.onnx_node, first.reference_value, first.candidate_dtype) == (
+    assert (first.onnx_node, first.match.reference_value, first.candidate_dtype) == (
         PLANTED_NODE, "getitem_3", "float16")
-    assert first.sqnr_db is not None and first.sqnr_db < 20  # the probe's own figures
+    # The probe's own figures.
+    assert first.figures.sqnr_db is not None and first.figures.sqnr_db < 20
     assert "Found by bisection" in report.summary()
 
 
@@ -411,11 +415,11 @@ def test_float16_culprit_is_the_planted_node_and_later_values_only_inherit(made)
                                             search=EVERY_CULPRIT)
     culprit = report.culprit
     assert (culprit.onnx_node, culprit.onnx_value) == (PLANTED_NODE, "getitem_3")
-    assert culprit.introduced_here is True and culprit.local_max_abs_error > 0.1
-    assert report.attribution["inputs"] == {"relu": "reference"}
+    assert culprit.local.introduced_here is True and culprit.local.local_max_abs_error > 0.1
+    assert report.attribution.inputs == {"relu": "reference"}
     later = [record for record in report.comparisons[culprit.index + 1:] if record.failed]
     assert len(later) >= 10
-    assert all(record.introduced_here is False for record in later)
+    assert all(record.local.introduced_here is False for record in later)
     assert [record.onnx_value for record in report.culprits] == ["getitem_3"]
 
 
@@ -423,11 +427,11 @@ def test_qdq_culprit_is_judged_through_its_quantization_pair(made):
     report = bisect_onnx.bisect_onnx_models(RESNET, made["qdq_planted"], made["x"],
                                             search=EVERY_CULPRIT)
     assert report.culprit.onnx_node == PLANTED_NODE
-    checked = [record for record in report.comparisons if record.introduced_here is not None]
+    checked = [record for record in report.comparisons if record.local.introduced_here is not None]
     assert len(checked) >= 5
     # Downstream values whose Relu the quantization pair replaced are put through the
     # pair when rerun, as their rows are: none of them is blamed.
-    assert [record.onnx_node for record in checked if record.introduced_here] == [
+    assert [record.onnx_node for record in checked if record.local.introduced_here] == [
         PLANTED_NODE]
 
 
@@ -436,9 +440,9 @@ def test_repro_of_a_float16_culprit_feeds_float16_reference_values(made, tmp_pat
         RESNET, made["fp16_planted"], made["x"],
         output=bisect_onnx.OutputOptions(repro_dir=tmp_path / "repro"))
     repro = report.repro
-    assert repro["reproduces"] is True
-    assert (repro["nodes"], repro["inputs"]) == ([PLANTED_NODE], {"relu": "reference"})
-    folder = Path(repro["folder"])
+    assert repro.reproduces is True
+    assert (repro.nodes, repro.inputs) == ((PLANTED_NODE,), {"relu": "reference"})
+    folder = Path(repro.folder)
     with np.load(folder / "inputs.npz") as inputs, np.load(folder / "expected.npz") as expected:
         assert inputs["relu"].dtype == expected["getitem_3"].dtype == np.float16
     assert "disagrees with the reference model" in (folder / "README.txt").read_text()
@@ -463,10 +467,10 @@ def test_samples_keep_the_worst_report_and_write_a_repro_per_sample(made, tmp_pa
     specs = OnnxRuntimeRunner(RESNET).inputs
     needed = [bisect_onnx.bisect_onnx_models(
         RESNET, made["fp16_planted"], synthesize_inputs(specs, seed=3, sample=sample),
-        ).final_outputs[0].min_passing_atol for sample in range(3)]
+        ).final_outputs[0].figures.min_passing_atol for sample in range(3)]
     worst = int(np.argmax(needed))
     assert report.reference["inputs"] == f"random (seed 3, sample {worst + 1} of 3)"
-    assert report.final_outputs[0].min_passing_atol == needed[worst]
+    assert report.final_outputs[0].figures.min_passing_atol == needed[worst]
 
 
 def test_reference_evaluator_loads_the_model_once_for_every_sample(monkeypatch):
@@ -537,7 +541,7 @@ def test_a_matmul_fused_into_its_bias_add_is_named_inside_the_kernel(fixture_cas
     report = bisect_onnx.bisect_onnx_models(exported, planted, inputs)
     assert report.diverged
     assert report.culprit.onnx_node == matmul.name and report.culprit.onnx_op == "MatMul"
-    assert report.culprit.reference_node == matmul.name  # shown as the rows are
+    assert report.culprit.match.reference_node == matmul.name  # shown as the rows are
     assert report.first_divergence.onnx_op == "Add"
     summary = report.summary()
     assert summary.startswith(f"DIVERGED: culprit ONNX node {matmul.name!r} (MatMul)")

@@ -27,7 +27,7 @@ def test_a_converted_clean_file_is_compared_layer_by_layer_at_parity(fixture_cas
     assert report.verdict == "parity"
     assert report.coverage.aligned_values >= report.coverage.onnx_values // 2
     assert report.hidden_divergences == []
-    assert report.comparisons and all(row.matched_by for row in report.comparisons)
+    assert report.comparisons and all(row.match.matched_by for row in report.comparisons)
 
 
 def test_a_plant_in_a_converted_file_is_named(fixture_case, tmp_path):

@@ -89,10 +89,10 @@ def test_a_rule_loosens_only_the_values_it_names(fixture_case):
                                 tolerance=bisect_onnx.Tolerance(rules={"avg_pool2d": LOOSE}))
     assert report.diverged
     pool = next(row for row in report.comparisons if row.onnx_value == "avg_pool2d")
-    assert pool.status == "pass" and (pool.rtol, pool.atol) == LOOSE
+    assert pool.figures.status == "pass" and (pool.figures.rtol, pool.figures.atol) == LOOSE
     # The pool's error still reaches the values after it, which keep the base tolerance.
     assert report.first_divergence.onnx_value != "avg_pool2d"
-    assert report.first_divergence.atol is None
+    assert report.first_divergence.figures.atol is None
 
 
 def test_rules_by_op_and_module_name_can_make_parity(fixture_case):
@@ -133,7 +133,7 @@ def test_a_rule_on_a_module_name_applies_to_the_op_rows_inside_it(fixture_case):
                                 tolerance=bisect_onnx.Tolerance(rules={"pool": LOOSE}))
     assert report.coverage.granularity == "op"
     pool = next(row for row in report.comparisons if row.torch_module == "pool")
-    assert pool.status == "pass" and (pool.rtol, pool.atol) == LOOSE
+    assert pool.figures.status == "pass" and (pool.figures.rtol, pool.figures.atol) == LOOSE
     assert not any(getattr(w, "code", None) == "unused-tolerance-rule"
                    for w in report.warnings)
 
@@ -155,6 +155,6 @@ def test_values_over_the_budget_are_said_to_be_unprobed_not_fused(fixture_case):
     model, inputs, exported = fixture_case("avgpool_divisor")
     report = bisect_onnx.bisect(model, inputs, onnx_model=exported,
                                 runtime=bisect_onnx.RuntimeOptions(max_memory=1))
-    assert report.search["mode"] == "bisection"
+    assert report.search.mode == "bisection"
     kinds = {item.kind for item in report.unaligned}
     assert "runtime-fused" not in kinds

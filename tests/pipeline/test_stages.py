@@ -68,7 +68,7 @@ def test_over_the_memory_budget_production_is_bisected_instead(fixture_case, cap
         report = bisect_onnx.bisect(model, inputs,
                                     onnx_model=repo_path(FIXTURES["avgpool_divisor"].onnx_file),
                                     runtime=bisect_onnx.RuntimeOptions(max_memory="1KB"))
-    assert report.diverged and report.search["mode"] == "bisection"
+    assert report.diverged and report.search.mode == "bisection"
     ran = _stages_run(caplog)
     assert "bisect production over the memory budget" in ran
     assert "op values for a divergence" not in ran  # over the budget, nothing is traced

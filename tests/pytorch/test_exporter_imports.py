@@ -50,7 +50,7 @@ from fixtures.registry import FIXTURES, build_model, load_inputs
 fixture = FIXTURES["tiny_transformer"]
 report = bisect_onnx.bisect(build_model(fixture), load_inputs(fixture), onnx_model=sys.argv[1])
 culprit = report.culprit.onnx_node if report.culprit else None
-inside = (report.inside_op or {}).get("node")
+inside = report.inside_op.node if report.inside_op else None
 print(report.verdict, culprit, inside, "onnxscript.function_libs.torch_lib.ops" in sys.modules)
 """
 

@@ -41,7 +41,7 @@ def test_folded_batchnorm_is_compared_as_the_batchnorm_not_the_conv(fixture_case
     by_module = {record.torch_module: record for record in report.comparisons}
     # The fused node keeps the Conv's name but computes the BatchNorm's output.
     assert by_module["layer1.bn1"].onnx_node == "/layer1/conv1/Conv"
-    assert by_module["layer1.bn1"].status == "pass"
+    assert by_module["layer1.bn1"].figures.status == "pass"
     assert "layer1.conv1" not in by_module
     reasons = {item.name: item.reason for item in report.unaligned}
     assert "folded with the BatchNorm" in reasons["layer1.conv1"]
@@ -72,7 +72,7 @@ def test_planted_edit_in_a_torchscript_export_is_reported_at_its_module(
     planted = tmp_path / "planted.onnx"
     node_name, _ = plant(repo_path(FIXTURES[name].torchscript_onnx_file), planted, edit)
     report = run(fixture_case, name, planted)
-    assert report.final_outputs[0].status == "fail", "the plant must change the output"
+    assert report.final_outputs[0].figures.status == "fail", "the plant must change the output"
     # The culprit, also where ONNX Runtime fused the planted node into a kernel whose
     # output is the first divergence.
     culprit = report.culprit

@@ -160,8 +160,10 @@ def test_a_run_on_an_external_data_export_parks_on_its_bytes(name, fixture_case,
         parked = bisect_onnx.bisect(model, inputs, onnx_model=path)
     message = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("parked"))
     assert "(0 B of them" not in message and "in the ONNX file's own data" in message
-    assert (parked.verdict, [(r.onnx_value, r.max_abs_error) for r in parked.comparisons]) == (
-        plain.verdict, [(r.onnx_value, r.max_abs_error) for r in plain.comparisons])
+    def errors(report):
+        return [(r.onnx_value, r.figures.max_abs_error) for r in report.comparisons]
+
+    assert (parked.verdict, errors(parked)) == (plain.verdict, errors(plain))
     assert hashlib.sha256((tmp_path / "model.onnx.data").read_bytes()).hexdigest() == digest
     for key, value in model.state_dict().items():
         assert torch.equal(value, state[key]), key

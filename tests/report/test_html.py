@@ -10,6 +10,7 @@ import pytest
 
 import bisect_onnx
 from bisect_onnx.errors import InputError
+from bisect_onnx.judge.record_parts import ComparisonFigures
 from bisect_onnx.judge.records import Record, Report
 from bisect_onnx.report.html import render_html, write_html
 from bisect_onnx.report.html_chart import marked_record
@@ -29,13 +30,11 @@ def parity(fixture_case) -> Report:
 
 
 def record(index: int, error: float | None, status: str = "pass") -> Record:
-    return Record(
-        index=index, onnx_node=f"node_{index}", onnx_op="Add", onnx_value=f"v{index}",
-        torch_module=f"m{index}", torch_op=None, source=None, shape=[2], dtype="float32",
-        candidate_shape=[2], candidate_dtype="float32", max_abs_error=error,
-        max_rel_error=error, mismatch_fraction=0.0, min_passing_atol=error, nan_mismatch=0,
-        status=status,
-    )
+    return Record(index=index, onnx_node=f"node_{index}", onnx_op="Add", onnx_value=f"v{index}",
+                  torch_module=f"m{index}", torch_op=None, source=None, shape=[2], dtype="float32",
+                  candidate_shape=[2], candidate_dtype="float32", figures=ComparisonFigures(
+        max_abs_error=error, max_rel_error=error, mismatch_fraction=0.0, min_passing_atol=error,
+        nan_mismatch=0, status=status))
 
 
 def test_diverged_report_shows_verdict_culprit_node_and_module(diverged):
@@ -94,7 +93,7 @@ def test_every_string_from_the_records_is_escaped(diverged):
     first = dataclasses.replace(diverged.first_divergence, torch_module=evil)
     rows = [first if item is diverged.first_divergence else item for item in diverged.comparisons]
     report = with_rows(diverged, rows,
-                       culprit_node={**diverged.culprit_node, "torch_module": evil},
+                       culprit_node=dataclasses.replace(diverged.culprit_node, torch_module=evil),
                        warnings=[evil])
     page = render_html(report)
     assert evil not in page

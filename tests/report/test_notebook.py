@@ -10,6 +10,7 @@ import pytest
 
 import bisect_onnx
 from bisect_onnx.errors import issue_warnings
+from bisect_onnx.judge.record_parts import ComparisonFigures
 from bisect_onnx.judge.records import Coverage, Record, Report
 from bisect_onnx.judge.vocabulary import ReportWarning
 from bisect_onnx.report.notebook import api_wording
@@ -23,13 +24,12 @@ def diverged(fixture_case) -> Report:
 
 
 def record(index: int, status: str = "pass", module: str | None = None) -> Record:
-    return Record(
-        index=index, onnx_node=f"node_{index}", onnx_op="ReduceSum", onnx_value=f"v{index}",
-        torch_module=f"m{index}" if module is None else module, torch_op=None, source=None,
-        shape=[2], dtype="float32", candidate_shape=[2], candidate_dtype="float32",
-        max_abs_error=24.8 if status == "fail" else 1e-9, max_rel_error=1e-9,
-        mismatch_fraction=0.0, min_passing_atol=1e-9, nan_mismatch=0, status=status,
-    )
+    return Record(index=index, onnx_node=f"node_{index}", onnx_op="ReduceSum",
+                  onnx_value=f"v{index}", torch_module=f"m{index}" if module is None else module,
+                  torch_op=None, source=None, shape=[2], dtype="float32", candidate_shape=[2],
+                  candidate_dtype="float32", figures=ComparisonFigures(
+        max_abs_error=24.8 if status == "fail" else 1e-9, max_rel_error=1e-9, mismatch_fraction=0.0,
+        min_passing_atol=1e-9, nan_mismatch=0, status=status))
 
 
 def long_report(culprit_index: int, *, root: bool = False) -> Report:

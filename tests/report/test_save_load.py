@@ -21,6 +21,8 @@ from bisect_onnx import InputError, Report, UsageError
 from bisect_onnx.cli.command import main
 from bisect_onnx.fixes.trial import FixKind, FixResult, OutputFigures
 from bisect_onnx.judge.assembly import amended
+from bisect_onnx.judge.record_parts import ComparisonFigures
+from bisect_onnx.judge.report_parts import CulpritNode
 from bisect_onnx.judge.vocabulary import ReportWarning, Status
 from bisect_onnx.report.html import render_html
 from bisect_onnx.report.json import to_json
@@ -103,7 +105,7 @@ def test_a_saved_report_loads_back_equal(report_of, tmp_path, name, kind):
 def test_the_reports_cover_both_verdicts_probes_and_a_culprit_inside_a_kernel(report_of):
     verdicts = {report_of(name, kind).verdict for name, kind in EVERY_FIXTURE}
     assert verdicts == {"parity", "diverged"}
-    assert report_of("avgpool_divisor", "probed").search["probes"]
+    assert report_of("avgpool_divisor", "probed").search.probes
     planted = report_of("resnet_like", "onnx-vs-onnx planted")
     assert planted.culprit in planted.kernel_values and planted.culprits
     assert planted.culprit not in planted.comparisons
@@ -116,10 +118,18 @@ def test_a_diverged_report_reads_back_its_formats_and_types(report_of, tmp_path)
     assert model_explorer_data(loaded) == model_explorer_data(report)
     assert loaded.culprit_node == report.culprit_node is not None
     assert loaded.culprit_ref == report.culprit_ref and loaded.culprit_ref.table == "kernel_values"
-    assert loaded.attribution["first_culprit"] == report.culprit.onnx_value
+    assert loaded.attribution.first_culprit == report.culprit.onnx_value
     first = loaded.first_divergence
-    assert first.status is Status.FAIL and type(loaded.verdict) is type(report.verdict)
+    assert first.figures.status is Status.FAIL and type(loaded.verdict) is type(report.verdict)
     assert type(loaded.coverage.granularity) is type(report.coverage.granularity)
+
+
+def test_a_loaded_report_is_not_assembled_again_and_says_why(report_of, tmp_path):
+    report = report_of("avgpool_divisor", "dynamo")
+    loaded = Report.load(report.save(tmp_path / "report.json"))
+    assert loaded.findings is None and amended(report, repro=None) == report
+    with pytest.raises(ValueError, match="read back from JSON cannot be assembled again"):
+        amended(loaded, repro=None)
 
 
 def test_equality_sees_a_changed_figure(report_of, tmp_path):
@@ -130,19 +140,20 @@ def test_equality_sees_a_changed_figure(report_of, tmp_path):
     path = tmp_path / "changed.json"
     path.write_text(json.dumps(data), encoding="utf-8")
     assert Report.load(path) != report
-    assert Report.load(path).comparisons[0].max_abs_error == 123.0
+    assert Report.load(path).comparisons[0].figures.max_abs_error == 123.0
 
 
 # ---------------------------------------------------------------- hand-made reports
 
 
-def record(index: int, error: float | None, status: str = "pass", **fields) -> bisect_onnx.Record:
+def record(index: int, error: float | None, status: str = "pass") -> bisect_onnx.Record:
     return bisect_onnx.Record(
         index=index, onnx_node=f"node_{index}", onnx_op="Add", onnx_value=f"v{index}",
         torch_module=f"m{index}", torch_op=None, source=None, shape=[2], dtype="float32",
-        candidate_shape=[2], candidate_dtype="float32", max_abs_error=error,
-        max_rel_error=error, mismatch_fraction=0.0 if status == "pass" else 0.5,
-        min_passing_atol=error, nan_mismatch=0, status=Status(status), **fields)
+        candidate_shape=[2], candidate_dtype="float32", figures=ComparisonFigures(
+            max_abs_error=error, max_rel_error=error,
+            mismatch_fraction=0.0 if status == "pass" else 0.5, min_passing_atol=error,
+            nan_mismatch=0, status=Status(status)))
 
 
 def diverged_rows() -> tuple[list, list]:
@@ -169,16 +180,18 @@ def test_a_report_with_fixes_loads_back_equal(tmp_path):
 
 def test_what_json_cannot_hold_reads_back_as_documented(tmp_path):
     rows, final = diverged_rows()
-    rows[2] = replace(rows[2], max_abs_error=math.inf, sqnr_db=math.inf)
+    rows[2] = replace(rows[2], figures=replace(rows[2].figures, max_abs_error=math.inf,
+                                               sqnr_db=math.inf))
     warning = ReportWarning("a-code", "a warning")
     report = made_report(rows, final, first_divergence=rows[1], culprit=None,
-                         culprit_node={"node": "node_1", "op_type": "Add"},
+                         culprit_node=CulpritNode("node_1", "Add", "ai.onnx", {}, (), (), {}),
                          warnings=(warning,))
     loaded = Report.load(report.save(tmp_path / "report.json"))
     # Each loss is one docs/json-schema.md names; the JSON written again is the same.
     assert to_json(loaded) == to_json(report)
     assert loaded != report
-    assert loaded.comparisons[2].max_abs_error is None and loaded.comparisons[2].sqnr_db is None
+    figures = loaded.comparisons[2].figures
+    assert figures.max_abs_error is None and figures.sqnr_db is None
     assert loaded.culprit_node is None  # written only for a culprit
     assert loaded.warnings == ["a warning"] and not hasattr(loaded.warnings[0], "code")
     assert replace(loaded, comparisons=report.comparisons, culprit_node=report.culprit_node
@@ -222,8 +235,22 @@ def test_save_checks_the_path_as_the_cli_does(report_of, tmp_path, fixtures_unto
         report.save(tmp_path / "missing" / "report.html")
 
 
-def test_the_cli_writes_each_file_in_its_options_format(tmp_path):
+def saves_seen(monkeypatch) -> list[tuple[str, str | None]]:
+    """Every ``Report.save`` call from now on, as ``(file name, format)``."""
+    seen: list[tuple[str, str | None]] = []
+    save = Report.save
+
+    def spied(report, path, format=None):
+        seen.append((os.path.basename(path), format))
+        return save(report, path, format)
+
+    monkeypatch.setattr(Report, "save", spied)
+    return seen
+
+
+def test_the_cli_writes_each_file_in_its_options_format(tmp_path, monkeypatch):
     fixture = FIXTURES["avgpool_divisor"]
+    saved = saves_seen(monkeypatch)
     cwd = os.getcwd()
     os.chdir(REPO_ROOT)
     try:
@@ -233,10 +260,36 @@ def test_the_cli_writes_each_file_in_its_options_format(tmp_path):
     finally:
         os.chdir(cwd)
     assert status == 1
+    assert saved == [("report.txt", "json"), ("node_data.json", "model-explorer")]
     loaded = Report.load(tmp_path / "report.txt")  # JSON, as --json says, whatever the suffix
     assert loaded.culprit.torch_module == "pool"
     (graph,) = json.loads((tmp_path / "node_data.json").read_text()).values()
     assert graph["results"] and graph["thresholds"]  # Model Explorer's node data
+
+
+def test_a_failing_parity_check_writes_its_artifacts_through_save(fixture_case, tmp_path,
+                                                                   monkeypatch):
+    # What the pytest plugin's --bisect-onnx-artifacts writes: assert_parity's files.
+    model, inputs, onnx_path = fixture_case("avgpool_divisor")
+    saved = saves_seen(monkeypatch)
+    with pytest.raises(bisect_onnx.ParityError) as raised:
+        bisect_onnx.assert_parity(model, inputs, onnx_path, output=bisect_onnx.OutputOptions(
+            repro_dir=tmp_path, label="pool check"))
+    assert [format for _, format in saved] == [None, None]
+    (json_name, _), (html_name, _) = saved
+    assert json_name.endswith(".json") and html_name.endswith(".html")
+    assert Report.load(tmp_path / json_name) == raised.value.report
+
+
+def test_report_files_are_written_only_through_save():
+    # The CLI, assert_parity and the pytest plugin call Report.save; only report.saving
+    # picks a format's writer.
+    package = REPO_ROOT / "bisect_onnx"
+    writers = ("write_json", "write_html", "write_model_explorer")
+    calling = sorted(str(path.relative_to(package)) for path in package.rglob("*.py")
+                     if any(writer in path.read_text(encoding="utf-8") for writer in writers))
+    assert calling == ["report/html.py", "report/json.py", "report/overlay.py",
+                       "report/saving.py"]
 
 
 # ---------------------------------------------------------------- loading what is no report

@@ -118,7 +118,7 @@ def reports(fixture_case, tmp_path_factory) -> list[dict[str, Any]]:
                                 runtime=bisect_onnx.RuntimeOptions(max_memory=1))
     against = bisect_onnx.bisect_onnx_models(onnx_path, inputs=inputs,
                                              reference_runtime="onnx.reference")
-    assert probed.search["mode"] == "bisection"
+    assert probed.search.mode == "bisection"
     return [diverged.to_dict(), probed.to_dict(), against.to_dict()]
 
 

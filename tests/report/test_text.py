@@ -7,20 +7,19 @@ import re
 from bisect_onnx.graph.provenance import SourceLocation
 from bisect_onnx.judge.assembly import amended
 from bisect_onnx.judge.findings import SearchFindings
+from bisect_onnx.judge.record_parts import ComparisonFigures
 from bisect_onnx.judge.records import Coverage, Record, Report
 from bisect_onnx.judge.verdict import decide
 from tests.made_reports import made_report
 
 
 def record(index: int, status: str = "pass", module: str | None = "m") -> Record:
-    return Record(
-        index=index, onnx_node=f"node_{index}", onnx_op="Add", onnx_value=f"v{index}",
-        torch_module=f"{module}{index}" if module else None, torch_op="aten.add.Tensor",
-        source=SourceLocation("model.py", 10 + index), shape=[2], dtype="float32",
-        candidate_shape=[2], candidate_dtype="float32",
+    return Record(index=index, onnx_node=f"node_{index}", onnx_op="Add", onnx_value=f"v{index}",
+                  torch_module=f"{module}{index}" if module else None, torch_op="aten.add.Tensor",
+                  source=SourceLocation("model.py", 10 + index), shape=[2], dtype="float32",
+                  candidate_shape=[2], candidate_dtype="float32", figures=ComparisonFigures(
         max_abs_error=0.5 if status != "pass" else 0.0, max_rel_error=0.1, mismatch_fraction=0.5,
-        min_passing_atol=0.5, nan_mismatch=0, status=status,
-    )
+        min_passing_atol=0.5, nan_mismatch=0, status=status))
 
 
 def report(rows: list[Record], outputs: list[Record]) -> Report:
@@ -81,11 +80,14 @@ def test_advised_atol_is_rounded_up_so_it_passes():
     assert format_rounded_up(1.0e-3) == "1.00e-03"
 
 
+_PROBE = {"values": ["v0"], "results": {"v0": "pass"}, "graph": "identical to production's"}
+
+
 def test_the_verdict_says_how_bisection_found_it_or_that_no_checkpoint_failed():
     rows = [record(0), record(1, "fail")]
     plain = report(rows, [record(0, "fail", module=None)])
     search = {"mode": "bisection", "reason": "the budget", "checkpoints": 9,
-              "probes": [{}, {}, {}], "first_failing": "v1", "last_passing": "v0"}
+              "probes": [_PROBE] * 3, "first_failing": "v1", "last_passing": "v0"}
 
     def searched(**changes):
         return amended(plain, search=SearchFindings({**search, **changes}))

@@ -167,9 +167,9 @@ def test_nan_on_one_side_is_reported_where_it_starts(tmp_path):
 
     report = bisect_onnx.bisect(model, x, onnx_model=tmp_path / "planted.onnx")
     assert report.verdict == "diverged"
-    assert report.first_divergence.nan_mismatch == 0  # the nudge fails first
+    assert report.first_divergence.figures.nan_mismatch == 0  # the nudge fails first
     origin = report.nan_origin
-    assert origin is not None and origin.nan_mismatch > 0
+    assert origin is not None and origin.figures.nan_mismatch > 0
     assert origin.fx_node == "sqrt" and origin.onnx_op == "Sqrt"
     assert "NaN/Inf first appears on one side only" in report.summary()
     assert report.to_dict()["nan_origin"]["onnx_value"] == origin.onnx_value

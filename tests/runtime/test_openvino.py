@@ -125,7 +125,7 @@ def test_a_conv_fused_with_its_residual_add_is_classified_without_tracing(fixtur
     # and no module call pins that segment; the Conv inside, fed PyTorch's values, is
     # rerun in float64 on its own (its BatchNorm's call), and no call is traced for it.
     assert report.culprit is not None and report.culprit.onnx_node == node, verdict_line(report)
-    assert report.culprit.classification == "graph semantics", verdict_line(report)
+    assert report.culprit.local.classification == "graph semantics", verdict_line(report)
     assert report.to_dict()["attribution"]["classification"]["kind"] == "graph semantics"
     assert report.coverage.granularity == "module"
     assert not [event for event in seen if "pytorch ops" in event.detail]
@@ -167,7 +167,7 @@ def test_a_planted_attribute_is_found_at_its_node(fixture_case, tmp_path):
     report = bisect_onnx.bisect(model, inputs, onnx_model=tmp_path / "planted.onnx",
                                 runtime=OPENVINO)
     assert report.culprit is not None and report.culprit.onnx_node == node, verdict_line(report)
-    assert report.attribution["classification"]["kind"] == "graph semantics"
+    assert report.attribution.classification["kind"] == "graph semantics"
     layer = report.to_dict()["culprit"]["node"]["ran_in"]["layer"]
     assert layer["type"] == "Interpolate" and layer["nodes"] == [node]
 
@@ -310,11 +310,11 @@ def test_probes_of_production_compile_in_openvino(fixture_case):
     report = bisect_onnx.bisect(model, inputs, onnx_model=onnx_path, runtime=bisect_onnx.
                                 RuntimeOptions(runtime="openvino", precision="f32",
                                                max_memory=1))
-    assert report.search["mode"] == "bisection"
-    assert report.search["first_failing"] == "avg_pool2d"
+    assert report.search.mode == "bisection"
+    assert report.search.first_failing == "avg_pool2d"
     # Each probe's executed layers are compared with production's, layer by layer.
-    assert all(probe["graph"] == "identical to production's"
-               for probe in report.search["probes"])
+    assert all(probe.graph == "identical to production's"
+               for probe in report.search.probes)
     assert report.culprit is not None and report.culprit.onnx_node == "node_avg_pool2d"
 
 

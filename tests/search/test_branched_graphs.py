@@ -90,12 +90,12 @@ def test_the_probe_search_alone_finds_a_plant_in_a_residual_branch(
     report = bisect_onnx.bisect(model, inputs, onnx_model=planted,
                                 runtime=bisect_onnx.RuntimeOptions(max_memory=budget))
     search = report.search
-    assert search["mode"] == "bisection"
+    assert search.mode == "bisection"
     assert report.first_divergence.torch_module == module
     assert report.culprit.torch_module == module
     if room == "some":  # several values per probe: the cuts, then a whole segment
-        assert max(len(probe["values"]) for probe in search["probes"]) > 1
-        assert len(search["probes"]) <= 4
+        assert max(len(probe.values) for probe in search.probes) > 1
+        assert len(search.probes) <= 4
 
 
 @pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
@@ -130,8 +130,8 @@ def test_onnx_against_onnx_names_the_plant_in_block_0_of_torchscript_exports(tmp
     assert report.verdict == "diverged"
     assert report.first_divergence.onnx_node == "/layers.0/linear2/MatMul"
     assert report.culprit.onnx_node == "/layers.0/linear2/MatMul"
-    if report.search.get("mode") == "bisection":
+    if report.search.mode == "bisection":
         # Shape arithmetic (a Sqrt of the head size) is never a checkpoint.
-        probed = {name for probe in report.search["probes"] for name in probe["values"]}
+        probed = {name for probe in report.search.probes for name in probe.values}
         assert not any("Sqrt" in name for name in probed)
-    assert np.isfinite(report.first_divergence.max_abs_error)
+    assert np.isfinite(report.first_divergence.figures.max_abs_error)

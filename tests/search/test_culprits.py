@@ -23,14 +23,14 @@ def test_a_planted_edit_is_introduced_at_its_node_and_inherited_after_it(fixture
     # The planted Conv (BatchNorm folded in), even where ONNX Runtime fused it with the
     # ReLU after it, so that only the ReLU's output was captured.
     assert culprit is not None and culprit.torch_module == "layer2.bn1"
-    assert culprit.onnx_op == "Conv" and culprit.introduced_here is True
-    assert culprit.local_max_abs_error is not None and culprit.local_status != "pass"
-    assert failing[0].introduced_here is True
-    assert all(record.introduced_here is False for record in failing[1:])
+    assert culprit.onnx_op == "Conv" and culprit.local.introduced_here is True
+    assert culprit.local.local_max_abs_error is not None and culprit.local.local_status != "pass"
+    assert failing[0].local.introduced_here is True
+    assert all(record.local.introduced_here is False for record in failing[1:])
     assert [record.onnx_value for record in report.culprits] == [culprit.onnx_value]
-    assert culprit.classification == "graph semantics"
-    assert report.attribution["inputs"]  # which inputs the node was fed, and from where
-    assert set(report.attribution["inputs"].values()) <= {"reference", "candidate",
+    assert culprit.local.classification == "graph semantics"
+    assert report.attribution.inputs  # which inputs the node was fed, and from where
+    assert set(report.attribution.inputs.values()) <= {"reference", "candidate",
                                                           "graph_input"}
     summary = report.summary()
     # The culprit leads the verdict, before the first failing value that carries it.
@@ -51,7 +51,7 @@ def test_two_independent_edits_are_the_only_two_culprits(fixture_case, tmp_path)
     assert [record.fx_node for record in report.culprits] == ["linear_4", "linear_9"]
     failing = [record for record in report.comparisons if record.failed]
     assert len(failing) > 2  # everything after the first edit fails, yet only two are blamed
-    assert all(record.introduced_here is False for record in failing
+    assert all(record.local.introduced_here is False for record in failing
                if record.fx_node not in ("linear_4", "linear_9"))
     # Without --all-culprits the search stops at the first.
     first_only = bisect_onnx.bisect(model, inputs, onnx_model=twice)
@@ -64,8 +64,8 @@ def test_an_exporter_semantics_difference_is_classified_as_graph_semantics(fixtu
     report = bisect_onnx.bisect(model, inputs, onnx_model=exported)
     culprit = report.culprit
     assert culprit is not None and culprit.torch_module == "pool"
-    assert culprit.classification == "graph semantics"
-    classification = report.attribution["classification"]
+    assert culprit.local.classification == "graph semantics"
+    classification = report.attribution.classification
     assert classification["torch_vs_onnx64"] > 0.1
     assert "exporter" in classification["file_with"]
     assert "graph semantics" in report.summary()
@@ -92,6 +92,6 @@ def test_float_noise_with_a_tight_tolerance_is_float_precision_not_a_culprit():
     assert report.verdict == "diverged"
     assert report.culprit is None and report.culprits == []
     failing = [record for record in report.comparisons if record.failed]
-    assert failing[0].classification == "float precision"
-    assert report.attribution["noise"]
+    assert failing[0].local.classification == "float precision"
+    assert report.attribution.noise
     assert "float rounding" in report.summary()

@@ -127,7 +127,7 @@ def test_the_planted_node_is_named_not_a_module_with_no_node(tmp_path, exporter,
     node, _ = plant(clean, planted, edit)
     report = bisect_onnx.bisect(model, x.numpy(), onnx_model=planted)
     assert report.diverged, report.summary()
-    assert (report.attribution or {}).get("nodeless") is None, report.summary()
+    assert (report.attribution is None or report.attribution.nodeless is None), report.summary()
     assert report.culprit is not None and report.culprit.onnx_node == node, report.summary()
 
 

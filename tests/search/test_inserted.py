@@ -34,8 +34,8 @@ def test_an_inserted_node_is_the_culprit_not_its_consumer(fixture_case, tmp_path
     assert report.culprit is not None, report.summary()
     assert report.culprit.onnx_node == inserted
     # Its consumers only inherit (a kernel's output checked whole holds the culprit).
-    kernel = (report.attribution.get("inside_kernel") or {}).get("kernel_output")
-    assert not any(row.introduced_here for row in report.comparisons
+    kernel = (report.attribution.inside_kernel or {}).get("kernel_output")
+    assert not any(row.local.introduced_here for row in report.comparisons
                    if row.onnx_node != inserted and row.onnx_value != kernel)
 
 
@@ -94,7 +94,7 @@ def test_a_node_inserted_inside_an_op_is_named(tmp_path, make, op_type, fed):
     report = bisect_onnx.bisect(model, x.numpy(), onnx_model=planted)
     assert report.culprit is not None and report.culprit.onnx_node == inserted, report.summary()
     # Its input has no PyTorch value: it was fed as the segment computed it.
-    assert report.attribution["unpaired"]["fed"] == fed
+    assert report.attribution.unpaired["fed"] == fed
     assert "as the segment computed it" in report.summary()
 
 

@@ -10,6 +10,7 @@ from onnx import TensorProto, helper
 from bisect_onnx.graph.nodes import NodeInfo
 from bisect_onnx.graph.provenance import Provenance
 from bisect_onnx.graph.segments import Segment
+from bisect_onnx.judge.record_parts import LocalOutcome
 from bisect_onnx.judge.tolerances import Tolerance
 from bisect_onnx.runtime.sides import CapturedValue
 from bisect_onnx.search.inside_kernel import first_failing_inside
@@ -46,7 +47,7 @@ def test_a_shape_that_passes_does_not_hide_the_data_path_before_it():
     # not the inserted Mul's: the width agrees, as a shape does whatever the data.
     references = {"s": _value("s", s), "width": _value("width", width),
                   "sl": _value("sl", s)}
-    found = first_failing_inside(SimpleNamespace(index=0, classification=None), check,
+    found = first_failing_inside(SimpleNamespace(index=0, local=LocalOutcome()), check,
                                  _candidate(), references, Tolerance(1e-3, 1e-5))
     assert found is not None
     record, nodes = found
@@ -67,7 +68,7 @@ def test_a_weight_s_transpose_that_passes_is_not_among_the_nodes_of_the_failing_
     check = LocalCheck("y", segment=Segment(nodes=[0, 1, 2], initializers={"w"},
                                             inputs={"x": "reference"}),
                        values={"wt": weight, "mm": product * 2, "y": product * 2})
-    found = first_failing_inside(SimpleNamespace(index=0, classification=None), check,
+    found = first_failing_inside(SimpleNamespace(index=0, local=LocalOutcome()), check,
                                  candidate, {"wt": _value("wt", weight),
                                              "mm": _value("mm", product)},
                                  Tolerance(1e-3, 1e-5))
@@ -88,7 +89,7 @@ def test_a_mask_that_passes_does_not_vouch_for_the_value_it_was_taken_of():
     check = LocalCheck("y", segment=Segment(nodes=[0, 1, 2, 3], initializers={"k", "zero"},
                                             inputs={"p": "reference"}),
                        values={"m": p * 1.5, "nan": no_nan, "w": p * 1.5, "y": p * 1.5})
-    found = first_failing_inside(SimpleNamespace(index=0, classification=None), check,
+    found = first_failing_inside(SimpleNamespace(index=0, local=LocalOutcome()), check,
                                  candidate, {"nan": _value("nan", no_nan), "w": _value("w", p)},
                                  Tolerance(1e-3, 1e-5))
     assert found is not None and found[0].onnx_value == "w"
@@ -103,7 +104,7 @@ def test_integers_of_another_width_are_not_compared():
     references = {"width": _value("width", np.array(8, np.int64)),
                   "sl": _value("sl", np.zeros(8, np.float32))}
     # An i64 the runtime computed as i32 says nothing either way: not the culprit.
-    assert first_failing_inside(SimpleNamespace(index=0, classification=None), check,
+    assert first_failing_inside(SimpleNamespace(index=0, local=LocalOutcome()), check,
                                 _candidate(), references, Tolerance(1e-3, 1e-5)) is None
 
 
@@ -131,7 +132,7 @@ def test_a_failing_value_masked_on_every_path_to_the_output_is_passed_over():
     check = LocalCheck("y", segment=Segment(nodes=list(range(6)), initializers={"zero", "c", "k"},
                                             inputs={"log": "reference", "q": "reference"}),
                        values=local)
-    found = first_failing_inside(SimpleNamespace(index=0, classification=None), check,
+    found = first_failing_inside(SimpleNamespace(index=0, local=LocalOutcome()), check,
                                  candidate, references, Tolerance(1e-3, 1e-5))
     assert found is not None and found[0].onnx_value == "m"
     assert [nodes[index].name for index in found[1]] == ["mul"]

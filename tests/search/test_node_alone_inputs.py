@@ -37,7 +37,7 @@ def test_the_weights_mul_of_a_fused_rms_norm_is_named(tmp_path):
     node, _ = plant(clean, planted, scale_initializer_input(last_mul.name, 1, 1.05))
     report = bisect_onnx.bisect(model, x.numpy(), onnx_model=planted)
     assert report.culprit is not None and report.culprit.onnx_node == node, report.summary()
-    narrowed = report.attribution["narrowed"]
+    narrowed = report.attribution.narrowed
     divide = next(name for name in narrowed["segment"] if name.endswith("/Div"))
     sqrt = next(name for name in narrowed["segment"] if name.endswith("/Sqrt"))
     # The Div runs with the Sqrt before it: alone where the exporter's record pairs

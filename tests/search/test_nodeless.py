@@ -9,6 +9,7 @@ from torch import nn
 
 import bisect_onnx
 from bisect_onnx.graph.provenance import Provenance
+from bisect_onnx.judge.record_parts import ComparisonFigures
 from bisect_onnx.judge.records import Record
 from bisect_onnx.judge.tolerances import Tolerance
 from bisect_onnx.runtime.sides import CapturedValue
@@ -35,11 +36,11 @@ def test_a_dropout_left_in_training_mode_is_the_culprit_and_eval_the_fix(
     culprit = report.culprit
     assert culprit is not None and culprit.onnx_node is None  # no ONNX node is blamed
     assert culprit.torch_module == "drop"
-    assert report.attribution["classification"]["kind"] == "pytorch mode"
+    assert report.attribution.classification["kind"] == "pytorch mode"
     headline = report.summary().splitlines()[0]
     assert "drop" in headline and "no ONNX node" in headline and "eval()" in headline
     # The nodes after it only inherit: none of them is named as introducing the error.
-    assert not any(row.introduced_here for row in report.comparisons)
+    assert not any(row.local.introduced_here for row in report.comparisons)
 
 
 class _Gate(nn.Module):
@@ -76,7 +77,7 @@ def test_a_branch_the_trace_left_out_is_named_at_its_module(tmp_path):
                                 search=bisect_onnx.SearchOptions(granularity="module"))
     assert report.diverged and report.culprit is not None, report.summary()
     assert report.culprit.onnx_node is None and report.culprit.torch_module == "gate"
-    assert report.attribution["classification"]["kind"] == "missing in the export"
+    assert report.attribution.classification["kind"] == "missing in the export"
 
 
 def _value(name: str, array) -> CapturedValue:
@@ -86,8 +87,12 @@ def _value(name: str, array) -> CapturedValue:
 def _row(module: str) -> Record:
     return Record(index=1, onnx_node="n", onnx_op="Gemm", onnx_value="v", torch_module=module,
                   torch_op=None, source=None, shape=[2], dtype="float32", candidate_shape=[2],
-                  candidate_dtype="float32", max_abs_error=1.0, max_rel_error=1.0,
-                  mismatch_fraction=1.0, min_passing_atol=1.0, nan_mismatch=0, status="fail")
+                  candidate_dtype="float32", figures=ComparisonFigures(max_abs_error=1.0,
+                                                                       max_rel_error=1.0,
+                                                                       mismatch_fraction=1.0,
+                                                                       min_passing_atol=1.0,
+                                                                       nan_mismatch=0,
+                                                                       status="fail"))
 
 
 @pytest.mark.parametrize(("before", "after", "onnx", "found"), [

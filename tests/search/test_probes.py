@@ -15,6 +15,7 @@ from torch import nn
 import bisect_onnx
 from bisect_onnx.cli.command import main
 from bisect_onnx.errors import UsageError
+from bisect_onnx.judge.report_parts import Search
 from bisect_onnx.runtime.memory import estimate_values_bytes, parse_size
 from bisect_onnx.runtime.onnxruntime import capture_plan
 from fixtures.registry import FIXTURES, repo_path
@@ -38,23 +39,23 @@ def test_a_memory_budget_too_small_for_a_full_capture_bisects_to_the_same_culpri
     full = bisect_onnx.bisect(model, inputs, onnx_model=planted)
     probed = bisect_onnx.bisect(model, inputs, onnx_model=planted,
                                 runtime=bisect_onnx.RuntimeOptions(max_memory="1KB"))
-    assert probed.search["mode"] == "bisection"
-    assert "memory budget" in probed.search["reason"]
+    assert probed.search.mode == "bisection"
+    assert "memory budget" in probed.search.reason
     assert probed.verdict == "diverged"
     # The full capture (trusted: its outputs are production's within a hundredth of
     # the tolerance) sees the Conv fused with its ReLU; the probes pull it out.
-    assert full.search == {"mode": "full capture"}
+    assert full.search == Search()
     assert probed.first_divergence.torch_module == "layer2.bn1"
     assert probed.culprit.onnx_value == full.culprit.onnx_value
     # Only the probed values were fetched (and production's outputs judged), one per
     # probe in a budget this small: the cuts, then the culprit's block, not every value.
-    checkpoints = probed.search["checkpoints"]
-    assert len(probed.search["probes"]) <= checkpoints // 3
-    fetched = {name for probe in probed.search["probes"] for name in probe["values"]}
+    checkpoints = probed.search.checkpoints
+    assert len(probed.search.probes) <= checkpoints // 3
+    fetched = {name for probe in probed.search.probes for name in probe.values}
     outputs = {output.name for output in onnx.load(str(planted)).graph.output}
     assert {row.onnx_value for row in probed.comparisons} <= fetched | outputs
     assert len(probed.comparisons) < checkpoints / 2
-    assert probed.search["graphs_match_production"] is True
+    assert probed.search.graphs_match_production is True
     assert "Found by bisection" in probed.summary()
 
 
@@ -65,7 +66,7 @@ def test_the_same_model_within_budget_is_captured_in_full(planted_resnet):
                                                                    opt_level="extended"))
     # At "extended" the capture computes production's outputs bitwise: no probes needed.
     assert report.capture["outputs_match_production"] is True
-    assert report.search == {"mode": "full capture"}
+    assert report.search == Search()
 
 
 def test_the_cli_takes_a_memory_budget_and_says_how_it_searched(planted_resnet, tmp_path,
@@ -187,28 +188,28 @@ def test_a_bug_only_the_fused_kernel_has_is_found_by_probing_production(fused_no
     report = bisect_onnx.bisect(model, inputs, onnx_model=path,
                                 runtime=bisect_onnx.RuntimeOptions(promote="all"))
     assert report.verdict == "diverged"  # production's outputs decide, not the capture's
-    assert report.search["mode"] == "bisection"
-    assert "does not compute the production session's" in report.search["reason"]
+    assert report.search.mode == "bisection"
+    assert "does not compute the production session's" in report.search.reason
     assert report.first_divergence.onnx_value == kernel_output
     # The capture saw nothing: the rows that fail are values production's probes
     # fetched (with their figures) or production's outputs, the first of them the
     # kernel's output.
     failing = [record.onnx_value for record in report.comparisons if record.failed]
-    probed = {name for probe in report.search["probes"] for name in probe["values"]}
+    probed = {name for probe in report.search.probes for name in probe.values}
     outputs = {output.name for output in proto.graph.output}
     assert failing[0] == kernel_output and set(failing) <= probed | outputs
-    assert report.search["last_passing"] in inside | {chain[0].input[0]}
+    assert report.search.last_passing in inside | {chain[0].input[0]}
     # Probes inside the chain pulled the kernel apart, and said so.
-    graphs = [probe["graph"] for probe in report.search["probes"]]
+    graphs = [probe.graph for probe in report.search.probes]
     assert any(graph.startswith("differs only where") for graph in graphs)
-    assert report.search["graphs_match_production"] is True
+    assert report.search.graphs_match_production is True
 
 
 def test_without_the_simulated_bug_the_same_run_is_parity(fused_norm):
     model, inputs, path = fused_norm
     report = bisect_onnx.bisect(model, inputs, onnx_model=path,
                                 runtime=bisect_onnx.RuntimeOptions(promote="all"))
-    assert report.verdict == "parity" and report.search == {"mode": "full capture"}
+    assert report.verdict == "parity" and report.search == Search()
 
 
 def test_probes_leave_no_file_behind(planted_resnet, tmp_path, monkeypatch):
@@ -230,7 +231,7 @@ def test_over_budget_without_the_dynamo_program_only_the_outputs_are_compared(fi
     report = bisect_onnx.bisect(model, inputs, onnx_model=exported,
                                 runtime=bisect_onnx.RuntimeOptions(max_memory=1))
     assert report.verdict == "diverged"  # from production's outputs
-    assert report.search["mode"] == "final outputs only"
+    assert report.search.mode == "final outputs only"
     assert report.comparisons == []
     assert any("needs the dynamo exporter's program" in warning for warning in report.warnings)
 
@@ -239,7 +240,7 @@ def test_over_budget_at_parity_says_why_nothing_was_probed(fixture_case):
     model, inputs, exported = fixture_case("tiny_mlp")
     report = bisect_onnx.bisect(model, inputs, onnx_model=exported,
                                 runtime=bisect_onnx.RuntimeOptions(max_memory=1))
-    assert report.verdict == "parity" and report.search["mode"] == "final outputs only"
+    assert report.verdict == "parity" and report.search.mode == "final outputs only"
     assert not any("no intermediate value could be aligned" in w for w in report.warnings)
     assert any("values are probed only to locate a divergence" in w for w in report.warnings)
 
