@@ -40,7 +40,7 @@ def made_report(rows: list[Record], final_outputs: list[Record], *, verdict: str
     if culprit is not None:
         figures = {culprit.onnx_value: LocalFigures(
             introduced_here=True,
-            local_max_abs_error=culprit.local.local_max_abs_error or culprit.figures.max_abs_error,
+            local_max_abs_error=culprit.local.max_abs_error or culprit.figures.max_abs_error,
             local_status="fail", local_exceeds=True, isolation="node",
             classification=culprit.local.classification)}
         if culprit in rows:

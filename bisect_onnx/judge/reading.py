@@ -256,9 +256,9 @@ def _broken(message: str) -> None:
 
 def _with_local(row: Record, figures: LocalFigures) -> Record:
     return replace(row, local=replace(row.local, introduced_here=figures.introduced_here,
-                                      local_max_abs_error=figures.local_max_abs_error,
-                                      local_status=figures.local_status,
-                                      local_nan_mismatch=figures.local_nan_mismatch,
+                                      max_abs_error=figures.local_max_abs_error,
+                                      status=figures.local_status,
+                                      nan_mismatch=figures.local_nan_mismatch,
                                       error_growth=figures.error_growth,
                                       classification=figures.classification))
 

@@ -52,10 +52,10 @@ class LocalOutcome:
 
     introduced_here: bool | None = None
     """Whether those nodes are still out of tolerance (the error starts here)."""
-    local_max_abs_error: float | None = None
+    max_abs_error: float | None = None
     """The error of those nodes alone, on the reference's inputs."""
-    local_status: str | None = None
-    local_nan_mismatch: int | None = None
+    status: str | None = None
+    nan_mismatch: int | None = None
     """Elements with NaN or Inf in different places in that local result."""
     error_growth: float | None = None
     """This value's error over the largest error of its inputs (max abs)."""
@@ -65,10 +65,20 @@ class LocalOutcome:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LocalOutcome:
-        """The local check's figures among a JSON record's keys."""
+        """The local check's figures among a JSON record's keys (``local_status``...)."""
         local = data["local_status"]
-        return cls(**{**_own(cls, data),
-                      "local_status": Status(local) if local is not None else None})
+        return cls(introduced_here=data["introduced_here"],
+                   max_abs_error=data["local_max_abs_error"],
+                   status=Status(local) if local is not None else None,
+                   nan_mismatch=data["local_nan_mismatch"], error_growth=data["error_growth"],
+                   classification=data["classification"])
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON record's keys for these figures, in the schema's order."""
+        return {"introduced_here": self.introduced_here,
+                "local_max_abs_error": self.max_abs_error, "local_status": self.status,
+                "local_nan_mismatch": self.nan_mismatch, "error_growth": self.error_growth,
+                "classification": self.classification}
 
 
 @dataclass(frozen=True)

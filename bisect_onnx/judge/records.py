@@ -93,7 +93,7 @@ class Record:
         judged_by = {name: figures.pop(name) for name in ("sqnr_db", "rtol", "atol")}
         return {**data, "source": self.source.to_dict() if self.source else None,
                 "shape": list(self.shape), "candidate_shape": list(self.candidate_shape),
-                **figures, **asdict(self.local), "fx_node": self.fx_node,
+                **figures, **self.local.to_dict(), "fx_node": self.fx_node,
                 **asdict(self.match), **judged_by}
 
     @classmethod

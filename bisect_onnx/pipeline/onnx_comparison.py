@@ -308,9 +308,9 @@ def show_kernel_culprit(attribution: AttributionFindings, paired: Paired,
     row = paired.judge.record(culprit.index, reference_capture.values[pair.reference], local,
                               pair, paired.nodes)
     shown = replace(row, local=replace(row.local, introduced_here=True,
-                                       local_max_abs_error=culprit.local.local_max_abs_error,
-                                       local_status=culprit.local.local_status,
-                                       local_nan_mismatch=culprit.local.local_nan_mismatch,
+                                       max_abs_error=culprit.local.max_abs_error,
+                                       status=culprit.local.status,
+                                       nan_mismatch=culprit.local.nan_mismatch,
                                        classification=culprit.local.classification))
     return replace(attribution, kernel_values=tuple(
         shown if record is culprit else record for record in attribution.kernel_values))

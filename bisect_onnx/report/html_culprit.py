@@ -111,7 +111,7 @@ def _introduced(first: Record | None) -> str:
         return "not checked"
     if introduced:
         return (f"yes: fed PyTorch's inputs, it is still off by "
-                f"{format_number(first.local.local_max_abs_error)}")
+                f"{format_number(first.local.max_abs_error)}")
     return "no: fed PyTorch's inputs it is within tolerance; the error reaches it from upstream"
 
 

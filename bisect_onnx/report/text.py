@@ -116,7 +116,7 @@ def _culprit_list(report: Report) -> str:
     for record in culprits:
         lines.append(f"  {record.onnx_value} ({record.onnx_node}, {record.onnx_op}) <- "
                      f"{describe_origin(record)}: off by "
-                     f"{format_number(record.local.local_max_abs_error)} on its own, "
+                     f"{format_number(record.local.max_abs_error)} on its own, "
                      f"{record.local.classification or 'not classified'}")
     return "\n".join(lines)
 

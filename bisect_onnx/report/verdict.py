@@ -196,11 +196,11 @@ def _culprit_evidence(report: Report, culprit: Record) -> list[str]:
     if kernel and kernel.get("kernel_output") != culprit.onnx_value:
         lines.append(f"inside the kernel {_runtime(report)} fused up to value "
                      f"{kernel['kernel_output']!r}")
-    alone = format_number(culprit.local.local_max_abs_error)
-    if culprit.local.local_nan_mismatch:
-        alone = (f"{alone} and holds NaN/Inf in {culprit.local.local_nan_mismatch} other places"
-                 if culprit.local.local_max_abs_error else
-                 f"NaN/Inf in {culprit.local.local_nan_mismatch} other places")
+    alone = format_number(culprit.local.max_abs_error)
+    if culprit.local.nan_mismatch:
+        alone = (f"{alone} and holds NaN/Inf in {culprit.local.nan_mismatch} other places"
+                 if culprit.local.max_abs_error else
+                 f"NaN/Inf in {culprit.local.nan_mismatch} other places")
     classified = f" ({kind['kind']})" if kind else ""
     lines.append(f"introduces the error: fed {fed_description(report)} it is off by {alone} on "
                  f"its own{classified}")

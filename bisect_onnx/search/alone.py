@@ -180,9 +180,9 @@ def _named(findings: AttributionFindings, alone: _Alone, runs: Sequence[_Alone],
     made = make_record(row.index, Pair(inner[alone.value], CapturedValue(
         alone.value, alone.local, node_provenance(alone.node, row.index))), comparison)
     record = replace(made, local=replace(made.local, introduced_here=True,
-                                         local_max_abs_error=comparison.max_abs_error,
-                                         local_status=comparison.status,
-                                         local_nan_mismatch=comparison.nan_mismatch,
+                                         max_abs_error=comparison.max_abs_error,
+                                         status=comparison.status,
+                                         nan_mismatch=comparison.nan_mismatch,
                                          classification=figures.classification))
     evidence["inside_kernel"] = {"value": alone.value, "node": alone.node.name,
                                  "kernel_output": row.onnx_value}

@@ -100,8 +100,8 @@ def name_inside_kernels(report: Reading, findings: AttributionFindings, first: s
                     evidence["classification"] = asdict(own)
         kernel_values.append(inner)
         checked[inner.onnx_value] = LocalFigures(
-            introduced_here=True, local_max_abs_error=inner.local.local_max_abs_error,
-            local_status=inner.local.local_status, local_nan_mismatch=inner.figures.nan_mismatch,
+            introduced_here=True, local_max_abs_error=inner.local.max_abs_error,
+            local_status=inner.local.status, local_nan_mismatch=inner.figures.nan_mismatch,
             local_exceeds=exceeds(inner, tolerance.of(inner).atol),
             classification=inner.local.classification,
             compute_nodes=tuple(node.name for node in compute), isolation=kind)
@@ -161,8 +161,8 @@ def first_failing_inside(record: Record, check: LocalCheck, candidate: Runner,
         value = CapturedValue(output, check.values[output], node_provenance(node, record.index))
         inner = make_record(record.index, Pair(references[output], value), comparison)
         return replace(inner, local=replace(
-            inner.local, introduced_here=True, local_max_abs_error=comparison.max_abs_error,
-            local_status=comparison.status, local_nan_mismatch=comparison.nan_mismatch,
+            inner.local, introduced_here=True, max_abs_error=comparison.max_abs_error,
+            status=comparison.status, nan_mismatch=comparison.nan_mismatch,
             classification=record.local.classification)), _computing(
                            candidate, check.segment.nodes[:position + 1], output, passed)
     return None

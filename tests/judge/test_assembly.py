@@ -56,7 +56,7 @@ def test_the_culprit_and_first_divergence_are_the_rows_themselves():
     report = assemble(blamed(figures()))
     assert report.culprit is report.comparisons[1] is report.first_divergence
     local = report.culprit.local
-    assert local.introduced_here is True and local.local_max_abs_error == 0.5
+    assert local.introduced_here is True and local.max_abs_error == 0.5
 
 
 @pytest.mark.parametrize(("local", "why"), [

@@ -415,7 +415,7 @@ def test_float16_culprit_is_the_planted_node_and_later_values_only_inherit(made)
                                             search=EVERY_CULPRIT)
     culprit = report.culprit
     assert (culprit.onnx_node, culprit.onnx_value) == (PLANTED_NODE, "getitem_3")
-    assert culprit.local.introduced_here is True and culprit.local.local_max_abs_error > 0.1
+    assert culprit.local.introduced_here is True and culprit.local.max_abs_error > 0.1
     assert report.attribution.inputs == {"relu": "reference"}
     later = [record for record in report.comparisons[culprit.index + 1:] if record.failed]
     assert len(later) >= 10

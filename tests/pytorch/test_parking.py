@@ -113,7 +113,7 @@ def test_no_parking_without_the_disk_for_it(tmp_path, monkeypatch, caplog):
 
 
 def _summary(report) -> tuple:
-    rows = [(r.onnx_value, r.figures.status, r.figures.max_abs_error, r.local.local_max_abs_error,
+    rows = [(r.onnx_value, r.figures.status, r.figures.max_abs_error, r.local.max_abs_error,
              r.local.classification)
             for r in [*report.comparisons, *report.op_comparisons]]
     culprit = report.culprit and (report.culprit.onnx_node, report.culprit.local.introduced_here)

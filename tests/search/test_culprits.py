@@ -24,7 +24,7 @@ def test_a_planted_edit_is_introduced_at_its_node_and_inherited_after_it(fixture
     # ReLU after it, so that only the ReLU's output was captured.
     assert culprit is not None and culprit.torch_module == "layer2.bn1"
     assert culprit.onnx_op == "Conv" and culprit.local.introduced_here is True
-    assert culprit.local.local_max_abs_error is not None and culprit.local.local_status != "pass"
+    assert culprit.local.max_abs_error is not None and culprit.local.status != "pass"
     assert failing[0].local.introduced_here is True
     assert all(record.local.introduced_here is False for record in failing[1:])
     assert [record.onnx_value for record in report.culprits] == [culprit.onnx_value]

@@ -67,7 +67,7 @@ def test_the_add_of_a_fused_linear_is_named_when_its_matmul_passes_alone(exporte
     assert narrowed["segment"] == [matmul, node] and narrowed["node"] == node
     assert narrowed["alone"][matmul] == 0.0 and narrowed["alone"][node] > 1e-4
     # The figure the verdict gives is the Add's own run, not the segment's.
-    assert report.culprit.local.local_max_abs_error == pytest.approx(narrowed["alone"][node])
+    assert report.culprit.local.max_abs_error == pytest.approx(narrowed["alone"][node])
     assert "narrowed from a segment of 2 nodes" in report.summary()
 
 
@@ -76,7 +76,7 @@ def test_the_matmul_of_a_fused_linear_is_named_inside_it(exported, tmp_path):
     report = bisect_onnx.bisect_onnx_models(clean, planted, [x])
     assert report.diverged and report.culprit_segment is None, report.summary()
     assert report.culprit is not None and report.culprit.onnx_node == node, report.summary()
-    assert report.culprit.local.introduced_here and report.culprit.local.local_max_abs_error > 1e-4
+    assert report.culprit.local.introduced_here and report.culprit.local.max_abs_error > 1e-4
 
 
 def test_the_pytorch_form_names_the_planted_add_too(exported, tmp_path):
