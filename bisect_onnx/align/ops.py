@@ -24,6 +24,7 @@ import numpy as np
 from bisect_onnx.align.modules import Pair, Unaligned
 from bisect_onnx.graph.nodes import NodeInfo
 from bisect_onnx.graph.provenance import short_op
+from bisect_onnx.graph.view import GraphView
 from bisect_onnx.pytorch.op_values import OpCapture
 from bisect_onnx.runtime.sides import CapturedValue
 
@@ -74,7 +75,7 @@ def align_ops(
             alignment.segments.setdefault(made_from, []).append(node)
             if node.torch is None:
                 alignment.inferred[node.name] = made_from
-    producers = {output: node for node in nodes for output in node.outputs}
+    producers = GraphView.of(nodes).producer_nodes
     pairing = _Pairing(capture, candidate_values, alignment)
     pairing.by_name(producers)
     pairing.by_getitem_order(nodes)

@@ -12,9 +12,8 @@ op's inputs were paired with. Where the exporter cannot be asked, the hand table
 :mod:`bisect_onnx.align.script_table` names the end. Ops neither knows, and nodes no
 guard accepts, are left unaligned with a reason rather than guessed.
 
-An op with several outputs (``topk``'s values and indices) is one entry per output;
-each is paired with the node output that holds it (TopK's outputs 0 and 1), where
-that node holds every one of them by shape and dtype.
+An op with several outputs (``topk``'s values and indices) is one entry per output,
+paired with the node output that holds it, where that node holds each by shape and dtype.
 
 The exporter folds a BatchNorm into the Conv before it (the Conv node computes the
 BatchNorm's value): the BatchNorm is paired with that node and the convolution listed
@@ -53,6 +52,7 @@ from bisect_onnx.align.script_table import (
 from bisect_onnx.graph.nodes import NodeInfo
 from bisect_onnx.graph.scopes import read_scopes
 from bisect_onnx.graph.value_shapes import value_shapes
+from bisect_onnx.graph.view import GraphView
 from bisect_onnx.pytorch.script_ops import ScriptOp, ScriptOpCapture
 from bisect_onnx.runtime.sides import CapturedValue
 
@@ -88,7 +88,7 @@ class _ScopePairing:
         self.model = model  # the ONNX model, for node attributes and its opset
         self.opset = None if model is None else next(  # the exporter's record is asked at it
             (item.version for item in model.opset_import if item.domain in ("", "ai.onnx")), None)
-        self.producers = {output: node for node in nodes for output in node.outputs}
+        self.producers = GraphView.of(nodes).producer_nodes
         self.calls = CallScopes(capture, nodes, read_scopes(nodes, capture.module_paths))
         self.in_scope: dict[ScopeKey, list[NodeInfo]] = {}
         for node, key in zip(nodes, self.calls.of_nodes, strict=True):

@@ -23,6 +23,7 @@ from bisect_onnx.errors import BisectOnnxError
 from bisect_onnx.events import CAPTURE_STARTED, emit
 from bisect_onnx.graph.nodes import NodeInfo
 from bisect_onnx.graph.provenance import Provenance, fx_node_text, in_installed_package
+from bisect_onnx.graph.view import GraphView
 from bisect_onnx.judge.reading import Reading
 from bisect_onnx.pipeline.torch_comparison import OpScope
 from bisect_onnx.pytorch.call_names import MadeFrom, made_from
@@ -210,7 +211,7 @@ def _nodes_in_question(report: Reading, nodes: Sequence[NodeInfo],
         return set()
     # The segment the attribution checked is the culprit's; without a culprit it may
     # span calls (a hidden divergence's drift), and the first failing node says where.
-    producers = {output: node for node in nodes for output in node.outputs}
+    producers = GraphView.of(nodes).producer_nodes
     inside = (report.attribution.inside_kernel if report.attribution else None) or {}
     chosen = [node for node in nodes if boundaries and node.name == inside.get("node")] or [
         node for node in checked_segment(report, nodes) if node is not None]
