@@ -18,8 +18,8 @@ from bisect_onnx.fixes import (  # noqa: F401  (each registers its searches)
     optimizer_fix,
 )
 from bisect_onnx.fixes.context import FixContext
-from bisect_onnx.fixes.registry import suggest_fixes
-from bisect_onnx.fixes.trial import FixResult, output_figures
+from bisect_onnx.fixes.registry import FixOutcome, suggest_fixes
+from bisect_onnx.fixes.trial import FixKind, FixResult, output_figures
 from bisect_onnx.judge.assembly import amended
 
 if TYPE_CHECKING:
@@ -83,8 +83,14 @@ def search_fixes(reading: Reading, precision: str | None = None, also: tuple[str
     context.setdefault("culprit_module", culprit.torch_module if culprit else None)
     ran_in = (reading.culprit_node.ran_in if reading.culprit_node else None) or {}
     context.setdefault("extra", {"culprit_kernel": ran_in.get("kernel")})
-    outcomes = [suggest_fixes(FixContext(culprit_class=kind, before=before, **context))
-                for kind in classes]
+    outcomes = []
+    # Eval mode first: where it reaches parity the model's mode is the cause, and no
+    # other export is tried (nor an exporter's issue script written for a sound op).
+    for kind in sorted(classes, key=lambda kind: kind != _EVAL_MODE_CLASS):
+        if kind == "exporter" and _eval_mode_reaches_parity(outcomes):
+            continue
+        outcomes.append(suggest_fixes(FixContext(culprit_class=kind, before=before,
+                                                 **context)))
     found_any = [result for outcome in outcomes for result in outcome.results]
     results = tuple(result for result in found_any if _helps(result))
     tried = [name for outcome in outcomes for name in outcome.tried]
@@ -96,6 +102,15 @@ def search_fixes(reading: Reading, precision: str | None = None, also: tuple[str
     if not any(result.reaches_parity for result in results):
         notes.append(f"no checked fix found (tried: {', '.join(tried) or 'nothing'})")
     return FixesFound(results, tuple(notes))
+
+
+#: The class whose search tries the model in eval mode.
+_EVAL_MODE_CLASS = "pytorch mode"
+
+
+def _eval_mode_reaches_parity(outcomes: list[FixOutcome]) -> bool:
+    return any(result.kind == FixKind.EVAL_MODE and result.reaches_parity
+               for outcome in outcomes for result in outcome.results)
 
 
 #: A change that leaves the worst error within this factor of the failing run's is no

@@ -100,6 +100,8 @@ def test_where_eval_mode_reaches_parity_the_headline_says_so_not_file_a_bug(case
     assert "file it with" not in headline
     # Nothing to file upstream: no repro of a node is written, and the report says why.
     assert checked.repro is None and not (tmp_path / "r" / "backend_test").exists()
+    assert not list((tmp_path / "r").glob("exporter_repro.py"))  # no exporter issue either
+    assert not [fix for fix in checked.fixes if fix.kind == "other export"]
     assert any(warning.startswith("no repro written: the model in eval mode reaches parity")
                for warning in checked.warnings)
     # Without the fix search nothing was checked: the headline keeps the classification.
