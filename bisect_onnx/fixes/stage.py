@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from bisect_onnx.errors import UsageError
 from bisect_onnx.fixes import (  # noqa: F401  (each registers its searches)
+    baked_fix,
     eval_mode,
     exporter_search,
     onnx_searches,
@@ -81,7 +82,7 @@ def search_fixes(reading: Reading, precision: str | None = None, also: tuple[str
                        culprit.onnx_node else ())
     context.setdefault("culprit_module", culprit.torch_module if culprit else None)
     ran_in = (reading.culprit_node or {}).get("ran_in") or {}
-    context.setdefault("extra", {"culprit_kernel": ran_in.get("kernel")})
+    context["extra"] = {"culprit_kernel": ran_in.get("kernel"), **context.get("extra", {})}
     outcomes = [suggest_fixes(FixContext(culprit_class=kind, before=before, **context))
                 for kind in classes]
     found_any = [result for outcome in outcomes for result in outcome.results]
