@@ -47,6 +47,8 @@ class ConstantDifference:
     """The first model's value, flattened, where it is numbers (empty where not)."""
     dims: tuple[int, ...] = ()
     """The first model's value's shape."""
+    second_values: tuple[float, ...] = ()
+    """The second model's value, flattened, where it is numbers (empty where not)."""
     feeds: tuple[str, ...] = ()
     """The op types the node's output reaches within a few nodes (an ``Equal`` and a
     ``Where`` that make an ``Expand``'s shape feed the ``Expand``)."""
@@ -56,6 +58,18 @@ class ConstantDifference:
         """The sizes the value may hold: its whole positive numbers and its dimensions."""
         whole = (int(value) for value in self.values if float(value).is_integer() and value > 0)
         return tuple(dict.fromkeys([*whole, *self.dims]))
+
+    def size_pairs(self) -> dict[int, int]:
+        """Second model's size -> first's, where the two values differ number by number.
+
+        A Div by ``3.0`` in the first and ``5.0`` in the second says a size of 5 was 3.
+        """
+        if len(self.values) != len(self.second_values):
+            return {}
+        return {int(new): int(old) for old, new in zip(self.values, self.second_values,
+                                                        strict=True)
+                if old != new and float(old).is_integer() and float(new).is_integer()
+                and old > 0 and new > 0}
 
 
 @dataclass(frozen=True)
@@ -184,7 +198,7 @@ def _attribute_differences(node: onnx.NodeProto, other: onnx.NodeProto
     mine, theirs = values(node), values(other)
     return [ConstantDifference(node.name, node.op_type, f"attribute {name!r}",
                                format_constant(value), format_constant(theirs.get(name)),
-                               *_numbers(value))
+                               *_numbers(value), _numbers(theirs.get(name))[0])
             for name, value in mine.items() if not _same(value, theirs.get(name))]
 
 
@@ -202,7 +216,7 @@ def _input_differences(node: onnx.NodeProto, other: onnx.NodeProto,
             differences.append(ConstantDifference(
                 node.name, node.op_type, f"input {index}", format_constant(value),
                 "computed" if other_value is None else format_constant(other_value),
-                *_numbers(value)))
+                *_numbers(value), _numbers(other_value)[0]))
     return differences
 
 
@@ -224,7 +238,7 @@ def _same(a: object, b: object) -> bool:
 def _numbers(value: object) -> tuple[tuple[float, ...], tuple[int, ...]]:
     """A constant's numbers, flattened, and its shape (nothing for text or a graph)."""
     array = np.asarray(value)
-    if array.dtype.kind not in "iuf" or array.size > _SMALL:
+    if value is None or array.dtype.kind not in "iuf" or array.size > _SMALL:
         return (), ()
     return tuple(float(item) for item in array.reshape(-1)), tuple(array.shape)
 

@@ -160,22 +160,30 @@ def _found_export_shapes(settings: Settings, arrays: Sequence[np.ndarray],
                          folder: Path) -> Shapes | None:
     """The shapes a file was exported at: those whose export holds its very constants.
 
-    Tried with every free dimension at one size: the sizes the baked constants hold
-    first, then 1 and 2 (the usual example batch), a few at most.
+    Tried first with each free dimension at the size the baked constants say it had (a
+    divisor ``3.0`` in the file and ``5.0`` at the run's shapes: a size of 5 was 3), then
+    with every free dimension at one size: those the constants hold, a loop's repeats,
+    1 and 2 (the usual example batch); a few tries at most.
     """
     model = settings.prepared.candidate.model
     free = free_dims(model)
     run = shapes_of(arrays)
+    pairs: dict[int, int] = {}
+    for each in difference.constants:
+        pairs.update(each.size_pairs())
     tried = {run[position][index] for position, dims in free.items() for index in dims}
     sizes = [size for each in difference.constants for size in each.sizes]
     sizes += [each.first for each in difference.counts]  # a loop unrolled once per element
     sizes = [size for size in dict.fromkeys([*sizes, 1, 2]) if size > 0 and size not in tried]
-    for size in sizes[:_SIZE_TRIES]:
-        shapes = tuple(tuple(size if index in free.get(position, {}) else dim
-                             for index, dim in enumerate(shape))
+    tries = [pairs] if pairs else []
+    tries += [dict.fromkeys(tried, size) for size in sizes]
+    for sizes_now in tries[:_SIZE_TRIES]:
+        shapes = tuple(tuple(sizes_now.get(dim, dim) if index in free.get(position, {})
+                             else dim for index, dim in enumerate(shape))
                        for position, shape in enumerate(run))
         made = export_here(settings.reference.exportable, inputs_at(arrays, shapes), call,
-                           folder / f"size-{size}", keywords=settings.prepared.keywords)
+                           folder / f"try-{len(list(folder.glob('try-*')))}",
+                           keywords=settings.prepared.keywords)
         if made.graph is not None and graph_difference(model, made.graph).empty:
             return shapes
     return None

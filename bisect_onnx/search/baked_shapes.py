@@ -157,7 +157,16 @@ class BakedShapes:
         if not self.nodes:
             return _LOOP
         first = self.nodes[0]
-        return symbolic_hint((first.op_type, *first.feeds), first.values)
+        return symbolic_hint((first.op_type, *first.feeds), first.values, self._dimension())
+
+    def _dimension(self) -> int:
+        """The first dimension whose size changed (0 where not known)."""
+        if self.export_shapes is None:
+            return 0
+        return next((index for old, new in zip(self.export_shapes, self.run_shapes,
+                                               strict=False)
+                     for index, (was, now) in enumerate(zip(old, new, strict=False))
+                     if was != now), 0)
 
     def classification(self) -> dict[str, Any]:
         """The culprit's classification: a baked shape, with what to do."""
@@ -194,25 +203,25 @@ _HINTS = {
     "ConstantOfShape": "`torch.zeros_like(x)` or sizes from `x.shape` without `int()`",
     "Tile": "`y.expand_as(x)` or sizes from `x.shape` without `int()`",
 }
-_SCALAR = "`y.mean(0, keepdim=True)` or `y.shape[0]` without `int()`"
+_SCALAR = "`y.mean({dim}, keepdim=True)` or `y.shape[{dim}]` without `int()`"
 _ARANGE = "`torch.arange(x.shape[1])` without `int()`"
 _GENERAL = "`x.shape[i]` without `int()`, `float()` or `.item()`"
 _LOOP = ("compute it with tensor ops over that dimension (a sum, a cumsum, a matmul), or "
          "torch.jit.script the loop")
 
 
-def symbolic_hint(op_types: Sequence[str], values: Sequence[float]) -> str:
+def symbolic_hint(op_types: Sequence[str], values: Sequence[float], dimension: int = 0) -> str:
     """How to write the size a node's baked ``values`` came from, symbolically.
 
     By the op that holds it or the first its value reaches (``op_types``, that node's
-    first), else by the value: one number (a divisor, a scale), or ``0, 1, ..., n-1``
-    (a ``torch.arange`` folded into a constant).
+    first), else by the value: one number (a divisor, a scale: of ``dimension``'s size),
+    or ``0, 1, ..., n-1`` (a ``torch.arange`` folded into a constant).
     """
     known = next((op for op in op_types if op in _HINTS), None)
     if known is not None:
         return _HINTS[known]
     if len(values) == 1:
-        return _SCALAR
+        return _SCALAR.format(dim=dimension)
     if len(values) > 1 and np.array_equal(np.asarray(values), np.arange(len(values))):
         return _ARANGE
     return _GENERAL

@@ -39,6 +39,7 @@ def test_a_constant_read_by_a_node_names_that_node_with_both_values():
                      ("/Reshape", "input 1"): ("[2, -1]", "[4, -1]")}
     div = next(each for each in difference.constants if each.node == "/Div")
     assert div.sizes == (2,) and "ReduceSum" in div.feeds
+    assert div.size_pairs() == {4: 2}  # a size of 4 at the second's shapes was 2
     assert not difference.counts
 
 
