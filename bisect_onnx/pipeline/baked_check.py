@@ -90,15 +90,16 @@ def may_be_baked(settings: Settings, arrays: Sequence[np.ndarray], *,
 
 
 def export_shapes(settings: Settings) -> Shapes | None:
-    """The shapes the export was made at, where the run knows them."""
+    """The shapes the export was made at, where the run knows them: its own export's.
+
+    (A program traced here to name a file's values is traced at the sample's shapes,
+    and says nothing of the file's.)
+    """
     prepared, reference = settings.prepared, settings.reference
     if prepared.capture_inputs is not None:
         return shapes_of(prepared.capture_inputs)
     if prepared.source == "exported here" and reference.example_inputs is not None:
         return tuple(tuple(tensor.shape) for tensor in reference.example_inputs)
-    examples = getattr(prepared.program, "example_inputs", None)
-    if examples and isinstance(examples[0], tuple) and not (examples[1] or {}):
-        return tuple(tuple(tensor.shape) for tensor in examples[0])
     return None
 
 
