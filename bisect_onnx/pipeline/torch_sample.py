@@ -328,7 +328,9 @@ def _attribute(sample: TorchSample, findings: Findings) -> tuple[Findings, Sampl
 
 
 def _may_be_baked(sample: TorchSample) -> bool:
-    kind = ((Reading(sample.findings).attribution or {}).get("classification") or {}).get("kind")
+    attribution = sample.findings.attribution
+    evidence = attribution.evidence if attribution is not None else {}
+    kind = (evidence.get("classification") or {}).get("kind")
     return sample.diverged and may_be_baked(sample.settings, sample.arrays, classified=kind)
 
 
