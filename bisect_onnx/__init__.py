@@ -13,6 +13,7 @@ from bisect_onnx.errors import (
     InputError,
     ModelError,
     ParityError,
+    RuntimeRefused,
     UsageError,
 )
 from bisect_onnx.judge.compare import DEFAULT_ATOL, DEFAULT_RTOL
@@ -59,6 +60,7 @@ __all__ = [
     "UsageError",
     "InputError",
     "ModelError",
+    "RuntimeRefused",
     "BisectOnnxWarning",
     "__version__",
 ]

@@ -38,14 +38,16 @@ _MAX_SHOWN = 200
 
 @contextlib.contextmanager
 def chatter_logged(source: str, *, loggers: Sequence[str] = (),
-                   native: bool = False) -> Iterator[None]:
+                   native: bool = False,
+                   kept: list[warnings.WarningMessage] | None = None) -> Iterator[None]:
     """Log what ``source`` (``"the dynamo exporter"``) prints and warns in the block.
 
     ``loggers`` are the library's own loggers, raised to CRITICAL in the block: they
     log (and print tracebacks of) problems they recover from, into whatever handler a
     program has set. ``native``: also take what compiled code writes to the process's
     stdout and stderr descriptors (C++ ``std::cerr``), which Python's redirection of
-    ``sys.stdout`` cannot see.
+    ``sys.stdout`` cannot see. ``kept``: a list the block's warnings are also added to,
+    for a caller that reads them (the tracer's warnings name the lines it baked in).
     """
     quieted = [logging.getLogger(name) for name in loggers]
     levels = [each.level for each in quieted]
@@ -63,6 +65,8 @@ def chatter_logged(source: str, *, loggers: Sequence[str] = (),
         for each, level in zip(quieted, levels, strict=True):
             each.setLevel(level)
         _log_warnings(source, caught)
+        if kept is not None:
+            kept.extend(caught)
         _log_printed(source, printed.getvalue() + printed_natively.getvalue())
 
 

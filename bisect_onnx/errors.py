@@ -18,6 +18,7 @@ __all__ = [
     "UsageError",
     "InputError",
     "ModelError",
+    "RuntimeRefused",
     "ParityError",
     "one_line",
     "issue_warnings",
@@ -51,6 +52,31 @@ class ModelError(BisectOnnxError):
     """The model could not be exported or run; the exporter's or runtime's reason is kept."""
 
     exit_code = 3
+
+
+class RuntimeRefused(ModelError):
+    """The runtime refused to run the model on these inputs, at the node it names.
+
+    ONNX Runtime names the node it stopped at ("Non-zero status code returned while
+    running Reshape node. Name:'/Reshape'"); :attr:`node` and :attr:`op_type` hold it
+    (``None`` where it names none). The PyTorch pipeline adds the node's module and
+    source line, and, where the export baked a shape in, what its check found
+    (:attr:`baked`, a :class:`~bisect_onnx.search.baked_shapes.BakedShapes`).
+    """
+
+    def __init__(self, message: str, *, node: str | None = None, op_type: str | None = None,
+                 reason: str = "", module: str | None = None, source: object = None,
+                 baked: object = None) -> None:
+        super().__init__(message)
+        self.node = node
+        self.op_type = op_type
+        self.reason = reason
+        """The runtime's own words, one line."""
+        self.module = module
+        """The module path around the node (``""``: the model's own forward)."""
+        self.source = source
+        """The node's line in the model (a ``SourceLocation``), where known."""
+        self.baked = baked
 
 
 class ParityError(AssertionError):

@@ -20,8 +20,8 @@ def test_public_names_are_exactly_these():
         "FixOptions",
         "DEFAULT_RTOL", "DEFAULT_ATOL",
         "Report", "Record", "Coverage", "assert_parity", "ParityError", "events",
-        "BisectOnnxError", "UsageError", "InputError", "ModelError", "BisectOnnxWarning",
-        "__version__",
+        "BisectOnnxError", "UsageError", "InputError", "ModelError", "RuntimeRefused",
+        "BisectOnnxWarning", "__version__",
     ])
     for name in bisect_onnx.__all__:
         assert hasattr(bisect_onnx, name), name

@@ -9,8 +9,9 @@ What a search gets (all read-only: it works on copies, never on these objects):
 
 - ``culprit_class``: the culprit's class, one of :data:`CULPRIT_CLASSES` (the
   ``search/classify.py`` kinds, ``search/nodeless.py``'s "pytorch mode" and "missing in
-  the export", ``search/inserted.py``'s "graph edit", and for ONNX against ONNX the
-  candidate's precision: "float16", "bfloat16", "qdq").
+  the export", ``search/inserted.py``'s "graph edit", ``search/baked_shapes.py``'s
+  "baked shape", and for ONNX against ONNX the candidate's precision: "float16",
+  "bfloat16", "qdq").
 - ``reference`` / ``candidate``: the two sides as ``onnx.ModelProto`` where the side is
   an ONNX model (``reference`` is ``None`` for PyTorch against ONNX); ``reference_path``
   / ``candidate_path``: the user's files where they came from files. Never write these.
@@ -60,7 +61,8 @@ __all__ = ["CULPRIT_CLASSES", "FixContext", "FixUnavailable"]
 
 #: Every culprit class a search may be registered for.
 CULPRIT_CLASSES = ("pytorch mode", "missing in the export", "graph edit", "exporter",
-                   "runtime kernel", "float16", "bfloat16", "qdq", "optimization")
+                   "runtime kernel", "float16", "bfloat16", "qdq", "optimization",
+                   "baked shape")
 
 
 class FixUnavailable(Exception):

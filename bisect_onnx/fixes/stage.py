@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from bisect_onnx.errors import UsageError
 from bisect_onnx.fixes import (  # noqa: F401  (each registers its searches)
+    baked_fix,
     eval_mode,
     exporter_search,
     onnx_searches,
@@ -82,7 +83,7 @@ def search_fixes(reading: Reading, precision: str | None = None, also: tuple[str
                        culprit.onnx_node else ())
     context.setdefault("culprit_module", culprit.torch_module if culprit else None)
     ran_in = (reading.culprit_node.ran_in if reading.culprit_node else None) or {}
-    context.setdefault("extra", {"culprit_kernel": ran_in.get("kernel")})
+    context["extra"] = {"culprit_kernel": ran_in.get("kernel"), **context.get("extra", {})}
     outcomes = []
     # Eval mode first: where it reaches parity the model's mode is the cause, and no
     # other export is tried (nor an exporter's issue script written for a sound op).

@@ -31,6 +31,8 @@ class FixKind:
     LOWER_OPT_LEVEL = "lower optimization level"
     OTHER_EXPORT = "other export"
     EVAL_MODE = "eval mode"
+    SYMBOLIC_EXPORT = "symbolic export"
+    """An export call that keeps the sizes the file baked in symbolic."""
 
 
 @dataclass(frozen=True)

@@ -252,6 +252,9 @@ class Attribution:
     """A PyTorch computation with no ONNX node as the culprit (``value``, ``before``...)."""
     unpaired: Mapping[str, Any] | None = None
     """A node with no counterpart in the reference as the culprit (``reads``, ``fed``...)."""
+    baked_shapes: Mapping[str, Any] | None = None
+    """Where the export baked in the shapes it was made at (checked): the nodes, their
+    modules and source lines, the advice (see docs/how-it-decides.md)."""
     first_culprit: str | None = None
     """The culprit's value (not written: the JSON's ``culprit`` names it)."""
 
@@ -272,6 +275,8 @@ class Attribution:
             data["nodeless"] = self.nodeless
         if self.unpaired is not None:
             data["unpaired"] = self.unpaired
+        if self.baked_shapes is not None:
+            data["baked_shapes"] = self.baked_shapes
         return data
 
     @classmethod

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from bisect_onnx.pipeline.samples import GivenArrays
 
 __all__ = ["PreparedCandidate", "prepare_candidate", "resolve_export", "arrange_for",
-           "names_the_values", "onnx_model_path"]
+           "dynamic_batch_options", "names_the_values", "onnx_model_path"]
 
 logger = logging.getLogger(__name__)
 
@@ -259,7 +259,7 @@ def _export_candidate(reference: Reference, given: GivenArrays | None, export: E
                          "compare; return the tensors to check")
     options = dict(export.torch_kwargs)
     if export.dynamic_batch:
-        options.update(_dynamic_batch(export.exporter, reference, arrays))
+        options.update(dynamic_batch_options(export.exporter, reference, arrays))
     exported = export_model(reference.exportable, arrays, folder, exporter=export.exporter,
                             opset=export.opset, options=options, keywords=keywords)
     if export.save_to is not None:
@@ -309,8 +309,8 @@ def _weight_names(reference: Reference) -> list[str]:
     return list(state() if callable(state) else state or {})
 
 
-def _dynamic_batch(exporter: str, reference: Reference,
-                   arrays: Sequence[np.ndarray]) -> dict[str, Any]:
+def dynamic_batch_options(exporter: str, reference: Reference,
+                          arrays: Sequence[np.ndarray]) -> dict[str, Any]:
     """The export keywords that make dimension 0 of every input dynamic."""
     import torch
 

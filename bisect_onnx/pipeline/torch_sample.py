@@ -20,6 +20,7 @@ import numpy as np
 
 from bisect_onnx.align.modules import Pair
 from bisect_onnx.align.op_level import align_op_values
+from bisect_onnx.errors import RuntimeRefused
 from bisect_onnx.events import CAPTURE_STARTED, emit
 from bisect_onnx.graph.nodes import NodeInfo
 from bisect_onnx.judge.assembly import assemble
@@ -27,6 +28,14 @@ from bisect_onnx.judge.findings import Findings
 from bisect_onnx.judge.reading import Reading
 from bisect_onnx.judge.records import Record, Report
 from bisect_onnx.judge.vocabulary import Granularity
+from bisect_onnx.pipeline.baked_check import (
+    find_baked_shapes,
+    may_be_baked,
+    outputs_of,
+    records_of,
+    refused_error,
+    with_baked,
+)
 from bisect_onnx.pipeline.call_ops import alignment_inputs, op_scope, traces_one_call
 from bisect_onnx.pipeline.description import describe_run
 from bisect_onnx.pipeline.fix_torch import torch_sample_fixes
@@ -59,6 +68,7 @@ from bisect_onnx.runtime.heap import kept_in_heap
 from bisect_onnx.runtime.registry import display_name
 from bisect_onnx.runtime.runner import Runner
 from bisect_onnx.runtime.sides import Capture
+from bisect_onnx.search.baked_shapes import BakedShapes
 from bisect_onnx.search.modes import (
     MEMORY_NO_OPS,
     bisect_production,
@@ -98,6 +108,8 @@ class TorchSample:
     attributed: tuple[Findings, SampleValues] | None = None
     """Module-level findings op level cannot refine: the sample's attribution as it is."""
     values: SampleValues | None = None
+    baked: BakedShapes | None = None
+    """The shapes the export baked in, where the run's are others (checked)."""
     report: Report | None = None
 
     @property
@@ -146,7 +158,11 @@ def _run_runtime(sample: TorchSample) -> TorchSample:
     # The translations (for inside_op), imported while the capture is made.
     with (imported_meanwhile(candidate.model, wanted=_imports_meanwhile(sample)),
           kept_in_heap(settings.parking.parked)):  # its pages kept for the weights read back
-        run = run_candidate(candidate, sample.arrays, memory_reason=sample.memory_reason)
+        try:
+            run = run_candidate(candidate, sample.arrays, memory_reason=sample.memory_reason)
+        except RuntimeRefused as error:  # named by its node, module and line; a baked shape?
+            raise refused_error(settings, sample.arrays,
+                                outputs_of(sample.torch_capture.outputs), error) from error
     return replace(sample, run=run)
 
 
@@ -318,6 +334,23 @@ def _attribute(sample: TorchSample, findings: Findings) -> tuple[Findings, Sampl
     return attribute_sample(sample, findings)
 
 
+def _may_be_baked(sample: TorchSample) -> bool:
+    attribution = sample.findings.attribution
+    evidence = attribution.evidence if attribution is not None else {}
+    kind = (evidence.get("classification") or {}).get("kind")
+    return sample.diverged and may_be_baked(sample.settings, sample.arrays, classified=kind)
+
+
+def _check_baked_shapes(sample: TorchSample) -> TorchSample:
+    """Whether the export baked in the shapes it was made at: an export at these, checked."""
+    baked = find_baked_shapes(sample.settings, sample.arrays,
+                              outputs_of(sample.torch_capture.outputs),
+                              records=records_of(sample.findings))
+    if baked is None:
+        return sample
+    return replace(sample, baked=baked, findings=with_baked(sample.findings, baked))
+
+
 def _describe(sample: TorchSample) -> TorchSample:
     """What was compared, how, and where."""
     description = describe_run(sample, Reading(sample.findings))
@@ -326,8 +359,9 @@ def _describe(sample: TorchSample) -> TorchSample:
 
 def _suggest_fixes(sample: TorchSample) -> TorchSample:
     """The fix searches' checked results for the culprit."""
-    fixes, notes = torch_sample_fixes(Reading(sample.findings), sample.settings, sample.arrays,
-                                sample.torch_capture.outputs, sample.run.production)
+    fixes, notes = torch_sample_fixes(Reading(sample.findings), sample.settings,
+                                      sample.arrays, sample.torch_capture.outputs,
+                                      sample.run.production, baked=sample.baked)
     return replace(sample, findings=replace(sample.findings, fixes=fixes, fix_notes=notes))
 
 
@@ -354,6 +388,7 @@ TORCH_STAGES: Sequence[Stage[TorchSample]] = (
     Stage("op values for a divergence", _later_ops, _wants_later_ops),
     Stage("search production", _search_production),
     Stage("attribute the culprit", _attribute_culprit),
+    Stage("check for baked shapes", _check_baked_shapes, _may_be_baked),
     Stage("describe the run", _describe),
     Stage("suggest fixes", _suggest_fixes, lambda sample: sample.settings.fixes.suggest),
     Stage("lay out the report", _lay_out),

@@ -6,6 +6,7 @@ import contextlib
 import inspect
 import logging
 import re
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,11 +56,13 @@ def export_model(
     opset: int | None = None,
     options: Mapping[str, Any] | None = None,  # torch.onnx.export's keywords, passed on
     keywords: Sequence[str] = (),
+    warned: list[warnings.WarningMessage] | None = None,
 ) -> ExportResult:
     """Export ``model`` on ``inputs`` into ``folder`` with the chosen exporter.
 
     ``options`` are passed to ``torch.onnx.export`` as they are (``dynamic_shapes``,
-    ``custom_translation_table``, ...).
+    ``custom_translation_table``, ...). ``warned``: a list the exporter's warnings are
+    also added to (the tracer's, which name the lines whose values it baked in).
     """
     import torch
 
@@ -77,7 +80,8 @@ def export_model(
     emit(EXPORT_STARTED, exporter)
     program = None
     try:
-        with quiet_exporter(f"the {exporter} exporter", native=exporter == "torchscript"):
+        with quiet_exporter(f"the {exporter} exporter", native=exporter == "torchscript",
+                            warned=warned):
             if exporter == "dynamo":
                 program = torch.onnx.export(model, args, dynamo=True, opset_version=opset,
                                             verbose=False, **options)
@@ -340,14 +344,16 @@ def _through_the_exporter(program: ExportedProgram) -> ExportedProgram | None:
 
 
 def quiet_exporter(source: str = "the exporter", *, native: bool = False,
+                   warned: list[warnings.WarningMessage] | None = None,
                    ) -> contextlib.AbstractContextManager[None]:
     """Keep the exporter's chatter (prints, warnings, its loggers) in our log, off the terminal.
 
     ``native`` for the TorchScript exporter, whose C++ code prints its whole graph to
     stderr when a pass fails (torch 2.13 turns that log on in every export).
+    ``warned``: a list its warnings are also added to (the TracerWarnings among them).
     """
     # (torch.__trace logs every traced op at DEBUG, into any capturing handler.)
-    return chatter_logged(source, native=native, loggers=(
+    return chatter_logged(source, native=native, kept=warned, loggers=(
         "torch.onnx", "torch.__trace", "torch.export", "onnxscript", "onnx_ir"))
 
 

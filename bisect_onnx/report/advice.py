@@ -12,11 +12,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from bisect_onnx.fixes.trial import FixKind, FixResult
+from bisect_onnx.search.baked_shapes import NO_BUG
 
 if TYPE_CHECKING:
     from bisect_onnx.judge.records import Report
 
-__all__ = ["advice", "another_model", "cause_outside_the_graph"]
+__all__ = ["advice", "another_model", "cause_outside_the_graph", "baked_cause"]
 
 #: A fix's kind -> the cause its parity shows, and what to do about it.
 _CHECKED_CAUSES = {
@@ -48,6 +49,9 @@ def advice(report: Report) -> str:
     """
     if another_model(report) is not None:
         return "the file is not this model's export (above): no bug to file"
+    baked = baked_cause(report)
+    if baked is not None:
+        return baked
     checked = _checked_fix(report)
     if checked is not None:
         return _CHECKED_CAUSES[checked.kind].format(change=checked.change)
@@ -65,6 +69,24 @@ def advice(report: Report) -> str:
         return (f"the candidate computes in {narrower}, and this node loses more than that "
                 f"precision's tolerance; {_tried(report, narrower)}")
     return f"not classified: {kind['detail']}; {_tried(report, None)}; {_BY_HAND}"
+
+
+def baked_cause(report: Report) -> str | None:
+    """Where the export baked in the shapes it was made at (checked): what to change.
+
+    With the export call that keeps them symbolic, where one reached parity at the
+    export's shapes and this run's.
+    """
+    baked = (report.attribution.baked_shapes if report.attribution is not None
+             else None) or {}
+    if not baked.get("advice"):
+        return None
+    fix = next((fix for fix in report.fixes
+                if fix.kind == FixKind.SYMBOLIC_EXPORT and fix.reaches_parity), None)
+    if fix is None:
+        return baked["advice"]
+    return (f"{baked['advice'].removesuffix(NO_BUG)}, or {fix.change}, which reaches parity "
+            f"at the export's shapes and this run's (checked){NO_BUG}")
 
 
 def another_model(report: Report) -> str | None:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from bisect_onnx.graph.provenance import short_op
 from bisect_onnx.judge.report_parts import Attribution, CulpritSegment
 from bisect_onnx.judge.vocabulary import Granularity
-from bisect_onnx.report.advice import advice, another_model
+from bisect_onnx.report.advice import advice, another_model, baked_cause
 from bisect_onnx.report.formatting import (
     format_number,
     format_rounded_up,
@@ -81,6 +81,9 @@ def _diverged_line(report: Report, basis: str) -> str:
     else:
         lines = [f"DIVERGED: first divergence at {_where(report, record)} <- "
                  f"{describe_origin(record)}: {_describe_error(record)}"]
+    baked = baked_cause(report) if culprit is None else None
+    if baked:  # no node named, but the shapes the export baked in are the cause (checked)
+        lines[0] += f"; {baked}"
     inside = _inside_op(report, culprit or record)
     if inside:
         lines.append(inside)

@@ -176,6 +176,7 @@ def attribution_findings(rows: Sequence[Record], attribution: Attribution,
                       if result is None and name in checks},
         "narrowed": None,  # set where a segment's node is named by its run alone
         "passed_alone": None,  # set where none is, to the nodes whose runs agreed
+        "baked_shapes": None,  # set where the export baked the shapes it was made at
     }
     return AttributionFindings(checked=checked, culprits=tuple(culprits),
                                listed_all=everything, evidence=evidence, segment=segment)

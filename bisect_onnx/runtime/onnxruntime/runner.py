@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bisect_onnx.errors import ModelError, one_line
 from bisect_onnx.graph.provenance import Provenance
 from bisect_onnx.graph.walk import graph_tensors
 from bisect_onnx.graph.weights import weight_bytes
@@ -37,6 +36,7 @@ from bisect_onnx.runtime.onnxruntime.sessions import (
     SessionSettings,
     check_runtime,
     create_session,
+    refusal,
 )
 from bisect_onnx.runtime.runner import (
     CompiledGraph,
@@ -305,8 +305,7 @@ class OnnxRuntimeRunner(Runner):
         try:
             return session.run(fetched, feeds)
         except Exception as error:
-            raise ModelError(f"ONNX Runtime failed to run {self.path.name}: {one_line(error)}") \
-                from error
+            raise refusal(f"ONNX Runtime failed to run {self.path.name}", error) from error
 
     def promoted_bytes(self, wanted: set[str] | None = None) -> bytes:
         """The model serialized with its top-level node outputs also graph outputs.

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bisect_onnx.errors import ModelError, UsageError, one_line
+from bisect_onnx.errors import ModelError, RuntimeRefused, UsageError, one_line
 from bisect_onnx.events import SESSION_CREATED, SESSION_STARTED, emit
 from bisect_onnx.runtime.heap import made_in_heap
 from bisect_onnx.runtime.onnxruntime.placement import ProfileFolder
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     import onnxruntime as ort
 
 __all__ = ["CPU_PROVIDER", "DEFAULT_OPT_LEVEL", "OPT_LEVELS", "SessionSettings",
-           "DEFAULT_SESSION", "create_session", "check_provider", "check_runtime"]
+           "DEFAULT_SESSION", "create_session", "check_provider", "check_runtime", "refusal"]
 
 CPU_PROVIDER = "CPUExecutionProvider"
 # ONNX Runtime's own default level; the candidate runs as production would.
@@ -123,3 +124,28 @@ def create_session(serialized: bytes | Path, *, model_dir: Path, label: str,
         raise ModelError(f"ONNX Runtime could not load {label}: {one_line(error)}") from error
     emit(SESSION_CREATED, label)
     return session
+
+
+# ONNX Runtime's words for the node a run stopped at, and what its reason starts with:
+# the C++ source line and function that raised it.
+_REFUSED_AT = re.compile(r"running (?P<op>[\w.]+) node\. Name:'(?P<node>[^']*)'"
+                         r"(?: Status Message: (?P<reason>.*))?", re.DOTALL)
+_CPP_PREFIX = re.compile(r"^(?:\S+\.(?:h|cc|cpp):\d+\s+)?(?:[\w:<>*& ]+?\s)?"
+                         r"(?:onnxruntime::)[\w:~<>]+\([^)]*\)\s*(?:const\s*)?")
+
+
+def refusal(what: str, error: BaseException) -> RuntimeRefused:
+    """``error`` from a session's run as the error to raise, naming the node it stopped at.
+
+    ``what``: ``ONNX Runtime failed to run model.onnx``; the runtime's reason follows.
+    """
+    found = _REFUSED_AT.search(str(error))
+    if found is None:
+        return RuntimeRefused(f"{what}: {one_line(error)}", reason=one_line(error))
+    own = " ".join((found["reason"] or "").split())
+    own = _CPP_PREFIX.sub("", re.sub(r"^\S+\.(?:h|cc|cpp):\d+\s+", "", own))
+    return RuntimeRefused(f"{what}: {one_line(error)}", node=found["node"],
+                          op_type=found["op"], reason=own[:_REASON_CHARS] or one_line(error))
+
+
+_REASON_CHARS = 240

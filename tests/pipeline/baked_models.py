@@ -1,0 +1,84 @@
+"""Models whose export bakes a shape in, each with the shape it is exported at and run at.
+
+Every model computes the same at every shape in PyTorch; its TorchScript export (and,
+for some, its dynamo export with ``Dim.AUTO``) holds the export's size as a constant.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+class Divisor(torch.nn.Module):
+    """Centres over the batch, dividing by ``int()`` of its size: a Div by a constant."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fc(x)
+        return y - y.sum(0, keepdim=True) / int(y.shape[0])
+
+
+class Flatten(torch.nn.Module):
+    """Flattens to ``(int(batch), -1)``: a Reshape to ``[1, -1]``, then a Gemm refuses."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x.view(int(x.shape[0]), -1))
+
+
+class Positions(torch.nn.Module):
+    """Adds ``torch.arange(int(n))``: the range folded into a constant of the export's n."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.arange(int(x.shape[1]), dtype=x.dtype)
+
+
+class Broadcast(torch.nn.Module):
+    """Expands a row to ``int(batch)`` rows: an Expand to the export's batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.row = torch.nn.Parameter(torch.linspace(-1.0, 1.0, 4).reshape(1, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.row.expand(int(x.shape[0]), -1) + x.mean()
+
+
+class Loop(torch.nn.Module):
+    """A Python loop over ``x.shape[1]``: unrolled at the export's size."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros_like(x[:, 0])
+        for index in range(x.shape[1]):
+            out = torch.tanh(out + x[:, index])
+        return out
+
+
+class Symbolic(torch.nn.Module):
+    """The same computations written so that no size becomes a constant."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fc(x)
+        return y - y.mean(0, keepdim=True) + torch.arange(x.shape[1], dtype=x.dtype)
+
+
+def built(model_class: type[torch.nn.Module]) -> torch.nn.Module:
+    """The model, its weights seeded, in eval mode."""
+    torch.manual_seed(0)
+    return model_class().eval()
+
+
+def sample(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
+    """A float32 input of ``shape``."""
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
