@@ -90,6 +90,7 @@ def _run(args: argparse.Namespace) -> int:
         SearchOptions,
         Tolerance,
     )
+    from bisect_onnx.pytorch.installed import require_torch
     from bisect_onnx.pytorch.parking import models_released_at_end
     from bisect_onnx.reference.recording import record_with_report
     from bisect_onnx.sources.input_samples import load_input_samples
@@ -110,6 +111,7 @@ def _run(args: argparse.Namespace) -> int:
                "search": SearchOptions.from_args(args), "output": OutputOptions.from_args(args)}
     random_inputs = RandomInputs.from_args(args)
     _check_files(args, against=False)  # before anything runs or is written
+    require_torch()
     _runtime_logs_off()
     options["suggest_fix"] = FixOptions.from_args(args)
     check_write_fixed(args.write_fixed, (args.model, args.onnx, *args.input, args.tolerances))

@@ -43,6 +43,7 @@ from bisect_onnx.pipeline.samples import (
 from bisect_onnx.pipeline.torch_sample import run_torch_sample
 from bisect_onnx.pipeline.torch_settings import Settings, computed_precision
 from bisect_onnx.pytorch.fast_paths import as_the_exporter_runs
+from bisect_onnx.pytorch.installed import require_torch
 from bisect_onnx.pytorch.module_side import model_untouched
 from bisect_onnx.pytorch.parking import parking_for
 from bisect_onnx.pytorch.reference import exit_is_a_model_error, reference_for
@@ -140,6 +141,7 @@ def compare_pytorch(
     Long because it is :func:`bisect`'s one step: options checked, the candidate
     prepared, every sample compared in the run's temporary folder.
     """
+    require_torch()
     tolerance = Tolerance.of(tolerance)
     judge = tolerance.judge()
     runtime = runtime or RuntimeOptions()
