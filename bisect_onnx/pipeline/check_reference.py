@@ -50,7 +50,8 @@ if TYPE_CHECKING:
     from bisect_onnx.judge.tolerances import ToleranceRule
     from bisect_onnx.runtime.sides import SampleArrays
 
-__all__ = ["check", "CheckModels", "CHECK_STAGES"]
+__all__ = ["check", "CheckModels", "CHECK_STAGES", "reference_onnx_path", "check_models",
+           "recorded_inputs"]
 
 OTHER_FILE = ("{onnx} is not the graph the reference was recorded on: {why}; check the file "
               "it was recorded on, or --allow-other-file to compare values by name")
@@ -115,11 +116,11 @@ def check(reference: str | Path | Reference, onnx_model: str | Path | None = Non
     check_write_fixed(fixes.write_fixed, (loaded.path, onnx_model))
     emit(BISECTION_STARTED, output.label or str(loaded.path))
     with tempfile.TemporaryDirectory(prefix="bisect-onnx-check-") as workdir:
-        path = _onnx_path(loaded, onnx_model, Path(workdir))
+        path = reference_onnx_path(loaded, onnx_model, Path(workdir))
         candidate = runtime.runner(path)
-        models = _models(loaded, candidate, Tolerance.of(tolerance), search, fixes,
+        models = check_models(loaded, candidate, Tolerance.of(tolerance), search, fixes,
                          allow_other_file, onnx_model)
-        arrays = _recorded_inputs(loaded, candidate, inputs)
+        arrays = recorded_inputs(loaded, candidate, inputs)
         try:
             with kept_in_heap(candidate.holds_weights_once):
                 report = compare_samples(
@@ -130,7 +131,7 @@ def check(reference: str | Path | Reference, onnx_model: str | Path | None = Non
             give_back()
 
 
-def _onnx_path(loaded: Reference, onnx_model: str | Path | None, folder: Path) -> Path:
+def reference_onnx_path(loaded: Reference, onnx_model: str | Path | None, folder: Path) -> Path:
     """The ONNX file to run: given, kept inside the archive, or where it was recorded."""
     if onnx_model is not None:
         check_onnx_file(Path(onnx_model), "--onnx")
@@ -146,7 +147,7 @@ def _onnx_path(loaded: Reference, onnx_model: str | Path | None, folder: Path) -
     return Path(recorded)
 
 
-def _models(loaded: Reference, candidate: Runner, tolerance: Tolerance,
+def check_models(loaded: Reference, candidate: Runner, tolerance: Tolerance,
             search: SearchOptions, fixes: FixOptions, allow_other_file: bool,
             onnx_model: str | Path | None) -> CheckModels:
     """The recorded reference beside the candidate, its graph checked to be the recorded one."""
@@ -215,7 +216,7 @@ def _recorded_rules(manifest: Manifest, path: Path) -> list[ToleranceRule]:
     return list(rules.values())
 
 
-def _recorded_inputs(loaded: Reference, candidate: Runner, inputs: object,
+def recorded_inputs(loaded: Reference, candidate: Runner, inputs: object,
                      ) -> list[np.ndarray]:
     """The recorded inputs; those given must be the same (the runner checks them)."""
     recorded = loaded.inputs()

@@ -29,7 +29,7 @@ from bisect_onnx.runtime.memory import format_size
 from bisect_onnx.sources.input_sizes import Budget, array_bytes, npy_header
 
 __all__ = ["MANIFEST", "MODEL", "Member", "write_archive", "read_members", "read_manifest",
-           "read_array", "read_bytes", "NOT_AN_ARCHIVE"]
+           "read_array", "read_bytes", "NOT_AN_ARCHIVE", "looks_like_reference"]
 
 #: The manifest's member name.
 MANIFEST = "manifest.json"
@@ -174,3 +174,18 @@ def _escapes(name: str) -> bool:
     """Whether extracting ``name`` would write outside the folder it is extracted into."""
     parts = re.split(r"[/\\]", name)
     return name.startswith(("/", "\\")) or ".." in parts or re.match(r"[A-Za-z]:", name) is not None
+
+
+def looks_like_reference(model: object) -> bool:
+    """Whether ``model`` is a path to a reference archive (a zip holding a manifest).
+
+    Told from a ``.pt2`` or a ``torch.save`` file, which are zips too, by the manifest
+    at the archive's root; what it holds is checked when it is loaded.
+    """
+    if not isinstance(model, (str, Path)) or not Path(model).is_file():
+        return False
+    try:
+        with zipfile.ZipFile(model) as archive:
+            return MANIFEST in archive.namelist()
+    except (zipfile.BadZipFile, OSError):
+        return False

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import zipfile
 import zlib
+from collections.abc import Collection
 from pathlib import Path
 
 import numpy as np
@@ -89,9 +90,14 @@ class Reference:
         """The recorded inputs, in the graph's input order."""
         return self._read(self.manifest.inputs)
 
-    def values(self) -> dict[str, np.ndarray]:
-        """PyTorch's recorded values by ONNX value name (graph outputs included)."""
-        return dict(zip(self.value_names, self._read(self.manifest.values), strict=True))
+    def values(self, names: Collection[str] | None = None) -> dict[str, np.ndarray]:
+        """PyTorch's recorded values by ONNX value name (graph outputs included).
+
+        ``names``: only those (the final outputs, say); ``None``: every one.
+        """
+        entries = tuple(entry for entry in self.manifest.values
+                        if names is None or entry.name in names)
+        return dict(zip((entry.name for entry in entries), self._read(entries), strict=True))
 
     def model_bytes(self) -> bytes | None:
         """The ONNX file recorded inside the archive, if it was."""

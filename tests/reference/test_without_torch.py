@@ -57,3 +57,17 @@ def test_the_pytorch_form_without_torch_names_the_extra():
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1
     assert 'pip install "bisect-onnx[torch]"' in result.stderr
+
+
+def test_assert_parity_against_a_reference_where_torch_is_not(fixture_case, tmp_path):
+    model, inputs, onnx_path = fixture_case("avgpool_divisor")
+    reference = bisect_onnx.record(model, inputs, path=tmp_path / "ref.npz",
+                                   onnx_model=onnx_path)
+    code = ("import sys; sys.modules.update(torch=None, onnxscript=None)\nimport bisect_onnx\n"
+            "try:\n    bisect_onnx.assert_parity(sys.argv[1], None)\n"
+            "except bisect_onnx.ParityError as error:\n"
+            "    print(error.report.culprit.onnx_node, error.report.culprit.torch_module)")
+    env = {**os.environ, "PYTHONPATH": str(WORKTREE)}
+    result = subprocess.run([sys.executable, "-c", code, str(reference)], cwd=WORKTREE,
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert result.stdout.split() == ["node_avg_pool2d", "pool"], result.stderr
