@@ -12,7 +12,6 @@ as the recording showed them (:mod:`bisect_onnx.pipeline.recorded_rows`).
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +20,8 @@ import numpy as np
 
 from bisect_onnx.errors import InputError, UsageError
 from bisect_onnx.events import BISECTION_STARTED, emit
-from bisect_onnx.pipeline.onnx_sample import ONNX_STAGES, OnnxModels, OnnxSample
+from bisect_onnx.pipeline.check_stages import CHECK_STAGES, CheckModels
+from bisect_onnx.pipeline.onnx_sample import OnnxSample
 from bisect_onnx.pipeline.options import (
     FixOptions,
     OutputOptions,
@@ -29,10 +29,9 @@ from bisect_onnx.pipeline.options import (
     SearchOptions,
     Tolerance,
 )
-from bisect_onnx.pipeline.recorded_rows import show_recorded_rows
 from bisect_onnx.pipeline.repro import write_sample_repro
 from bisect_onnx.pipeline.samples import as_arrays, compare_samples
-from bisect_onnx.pipeline.stages import Stage, run_stages
+from bisect_onnx.pipeline.stages import run_stages
 from bisect_onnx.reference.archive import MODEL
 from bisect_onnx.reference.graph_digest import difference, graph_digest
 from bisect_onnx.reference.loaded import Reference
@@ -50,7 +49,7 @@ if TYPE_CHECKING:
     from bisect_onnx.judge.tolerances import ToleranceRule
     from bisect_onnx.runtime.sides import SampleArrays
 
-__all__ = ["check", "CheckModels", "CHECK_STAGES", "reference_onnx_path", "check_models",
+__all__ = ["check", "reference_onnx_path", "check_models",
            "recorded_inputs"]
 
 OTHER_FILE = ("{onnx} is not the graph the reference was recorded on: {why}; check the file "
@@ -60,17 +59,6 @@ OTHER_FILE_WARNING = ("{onnx} is not the graph the reference was recorded on ({w
                       "named in it")
 NO_ONNX = ("the reference names no ONNX file that is here ({where}); pass the file it was "
            "recorded on with --onnx FILE")
-
-
-@dataclass(frozen=True)
-class CheckModels(OnnxModels):
-    """The two sides of a check: the recorded reference, and what its manifest says."""
-
-    manifest: Manifest | None = None
-    other_file: str | None = None
-    """Why the file is not the recorded graph, where ``--allow-other-file`` let it be."""
-    tolerance_basis: str | None = None
-    """Why the tolerance follows a precision narrower than float32, where it does."""
 
 
 def check(reference: str | Path | Reference, onnx_model: str | Path | None = None,
@@ -179,7 +167,9 @@ def check_models(loaded: Reference, candidate: Runner, tolerance: Tolerance,
         rules=[*tolerance.per_value(), *_recorded_rules(manifest, loaded.path)],
         all_culprits=search.all_culprits, fixes=fixes,
         user_paths=(onnx_model, onnx_model), manifest=manifest, other_file=other,
-        tolerance_basis=basis)
+        tolerance_basis=basis, op_segments={} if other is not None else {
+            name: [candidate.nodes[index] for index in nodes]
+            for name, nodes in manifest.op_segments.items()})
 
 
 def _tolerance(manifest: Manifest, tolerance: Tolerance, candidate: Runner,
@@ -250,11 +240,3 @@ def _write_repro(folder: Path, report: Report, candidate: Runner, values: Sample
                               failing_value=record.onnx_value, values=values,
                               tolerance=judge.of(record),
                               reference_label="PyTorch (recorded)")
-
-
-#: A check's stages: ONNX against ONNX's, the rows shown as recorded before the layout.
-CHECK_STAGES: tuple[Stage[OnnxSample], ...] = (
-    *ONNX_STAGES[:-1],
-    Stage("show the recorded rows", show_recorded_rows),
-    ONNX_STAGES[-1],
-)

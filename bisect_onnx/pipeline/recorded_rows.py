@@ -24,7 +24,7 @@ from bisect_onnx.search.classify import Kind
 
 if TYPE_CHECKING:
     from bisect_onnx.judge.findings import ComparisonFindings, Findings
-    from bisect_onnx.pipeline.check_reference import CheckModels
+    from bisect_onnx.pipeline.check_stages import CheckModels
     from bisect_onnx.pipeline.onnx_sample import OnnxSample
     from bisect_onnx.reference.manifest import Manifest, RowProvenance
 

@@ -114,6 +114,9 @@ class Manifest:
     """Where the ONNX file is: ``{"member": "model.onnx"}`` or ``{"path": ...}``."""
     command: str | None = None
     """The command that records it again where PyTorch runs (from the command line)."""
+    op_segments: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    """Op name -> the positions of its ONNX nodes in the graph: a local check of one
+    op's nodes told from one of several where the nodes carry no metadata (TorchScript)."""
 
     def to_json(self) -> dict[str, Any]:
         """The manifest's JSON object, ``format`` and ``version`` first."""
@@ -128,7 +131,8 @@ class Manifest:
                 "final_outputs": [row.to_json() for row in self.final_outputs],
                 "provenance": [row.to_json() for row in self.provenance.values()],
                 "coverage": dict(self.coverage), "environment": dict(self.environment),
-                "recorded": dict(self.recorded)}
+                "recorded": dict(self.recorded),
+                "op_segments": {name: list(nodes) for name, nodes in self.op_segments.items()}}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], path: Path) -> Manifest:
@@ -156,7 +160,9 @@ class Manifest:
                 given_rtol=_optional_float(tolerance.get("given_rtol")),
                 given_atol=_optional_float(tolerance.get("given_atol")), coverage=dict(coverage),
                 environment=dict(data["environment"]), recorded=dict(data["recorded"]),
-                onnx=dict(data["onnx"]), command=data.get("command"))
+                onnx=dict(data["onnx"]), command=data.get("command"),
+                op_segments={str(name): tuple(int(index) for index in nodes)
+                             for name, nodes in data["op_segments"].items()})
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise InputError(f"{path}: its manifest is malformed ({type(error).__name__}: "
                              f"{error}); record the reference again") from None

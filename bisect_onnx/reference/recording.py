@@ -104,6 +104,7 @@ class _Kept:
     inner: dict[str, RowProvenance] = field(default_factory=dict)
     """Values that are no row: what PyTorch says of them."""
     outputs: list[str] = field(default_factory=list)
+    op_segments: dict[str, tuple[int, ...]] = field(default_factory=dict)
     digest: Any = None
     onnx: dict[str, Any] = field(default_factory=dict)
     embedded: Path | None = None
@@ -143,6 +144,8 @@ class _Recorder:
                  for output in node.outputs}
         kept.values = dict(sorted(kept.values.items(),
                                   key=lambda item: order.get(item[0], len(order))))
+        kept.op_segments = {name: tuple(node.index for node in nodes)
+                            for name, nodes in sample.segments.items()}
         kept.digest = graph_digest(candidate.model, candidate.path.resolve().parent)
         source = sample.settings.prepared.source
         given = sample.settings.prepared.source != "exported here" and Path(source).is_file()
@@ -233,7 +236,7 @@ def _manifest(report: Report, kept: _Kept, command: str | None) -> Manifest:
                              "culprit": None if shown is None else {
                                  "onnx_value": shown.onnx_value,
                                  "onnx_node": shown.onnx_node}}),
-        onnx=kept.onnx, command=command)
+        onnx=kept.onnx, command=command, op_segments=kept.op_segments)
 
 
 def _arrays(manifest: Manifest, kept: _Kept) -> Iterator[tuple[str, np.ndarray]]:
