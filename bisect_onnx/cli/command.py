@@ -28,10 +28,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["check"]:
         args = build_check_parser().parse_args(argv[1:])
-        args.command = "check"
+        args.checks_reference = True
     else:
         args = build_parser().parse_args(argv)
-        args.command = recording_command(argv)
+        args.checks_reference = False
+        args.recording_command = recording_command(argv)
     # The libraries' warnings (numpy's overflows, torch's deprecations, the model's
     # own) are for the log (-v): stderr holds the command's own lines only.
     with _logging_to_stderr(args.verbose), warnings_logged():
@@ -96,7 +97,7 @@ def _run(args: argparse.Namespace) -> int:
     from bisect_onnx.sources.input_samples import load_input_samples
     from bisect_onnx.sources.loading import load_model
 
-    if args.command == "check":  # the runtime against a recorded reference
+    if getattr(args, "checks_reference", False):  # the runtime against a recorded reference
         _runtime_logs_off()
         return print_report(args, check_from_args(args))
     against = against_requested(args)
@@ -124,7 +125,7 @@ def _run(args: argparse.Namespace) -> int:
     with progress, models_released_at_end():
         if args.record is not None:  # the comparison, and its reference for a check elsewhere
             report, _ = record_with_report(
-                model, inputs, path=args.record, command=args.command,
+                model, inputs, path=args.record, command=getattr(args, "recording_command", None),
                 onnx_model=args.onnx, **options)
         else:
             report = bisect_onnx.bisect(model, inputs, onnx_model=args.onnx, **options)
