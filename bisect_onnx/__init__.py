@@ -18,6 +18,7 @@ from bisect_onnx.errors import (
 )
 from bisect_onnx.judge.compare import DEFAULT_ATOL, DEFAULT_RTOL
 from bisect_onnx.judge.records import Coverage, Record, Report
+from bisect_onnx.pipeline.check_reference import check
 from bisect_onnx.pipeline.onnx_vs_onnx import bisect_onnx_models
 from bisect_onnx.pipeline.options import (
     ExportOptions,
@@ -30,6 +31,8 @@ from bisect_onnx.pipeline.options import (
 )
 from bisect_onnx.pipeline.parity import assert_parity
 from bisect_onnx.pipeline.pytorch_vs_onnx import bisect
+from bisect_onnx.reference.loaded import Reference
+from bisect_onnx.reference.recording import record
 from bisect_onnx.sources.input_samples import Samples
 from bisect_onnx.version import __version__
 
@@ -47,6 +50,10 @@ __all__ = [
     "OutputOptions",
     "DEFAULT_RTOL",
     "DEFAULT_ATOL",
+    # A reference recorded where PyTorch runs, checked where the runtime runs
+    "record",
+    "check",
+    "Reference",
     # Parity tests
     "assert_parity",
     "ParityError",

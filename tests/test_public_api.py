@@ -18,7 +18,7 @@ def test_public_names_are_exactly_these():
         "bisect", "bisect_onnx_models", "Samples", "RandomInputs", "Tolerance",
         "ExportOptions", "RuntimeOptions", "SearchOptions", "OutputOptions",
         "FixOptions",
-        "DEFAULT_RTOL", "DEFAULT_ATOL",
+        "DEFAULT_RTOL", "DEFAULT_ATOL", "record", "check", "Reference",
         "Report", "Record", "Coverage", "assert_parity", "ParityError", "events",
         "BisectOnnxError", "UsageError", "InputError", "ModelError", "RuntimeRefused",
         "BisectOnnxWarning", "__version__",

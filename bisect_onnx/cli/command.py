@@ -15,7 +15,8 @@ import traceback
 from collections.abc import Iterator, Sequence
 
 from bisect_onnx.chatter import warnings_logged
-from bisect_onnx.cli.parser import EXIT_BUG, build_parser
+from bisect_onnx.cli.check import check_from_args, recording_command, refuse_record_against
+from bisect_onnx.cli.parser import EXIT_BUG, build_check_parser, build_parser
 from bisect_onnx.cli.printing import print_report, show_progress
 from bisect_onnx.errors import BisectOnnxError, ModelError
 
@@ -23,8 +24,15 @@ __all__ = ["main", "build_parser"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI and return its exit status."""
-    args = build_parser().parse_args(argv)
+    """Run the CLI and return its exit status (``check REF``: against a recorded reference)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["check"]:
+        args = build_check_parser().parse_args(argv[1:])
+        args.checks_reference = True
+    else:
+        args = build_parser().parse_args(argv)
+        args.checks_reference = False
+        args.recording_command = recording_command(argv)
     # The libraries' warnings (numpy's overflows, torch's deprecations, the model's
     # own) are for the log (-v): stderr holds the command's own lines only.
     with _logging_to_stderr(args.verbose), warnings_logged():
@@ -83,12 +91,18 @@ def _run(args: argparse.Namespace) -> int:
         SearchOptions,
         Tolerance,
     )
+    from bisect_onnx.pytorch.installed import require_torch
     from bisect_onnx.pytorch.parking import models_released_at_end
+    from bisect_onnx.reference.recording import record_with_report
     from bisect_onnx.sources.input_samples import load_input_samples
     from bisect_onnx.sources.loading import load_model
 
+    if getattr(args, "checks_reference", False):  # the runtime against a recorded reference
+        _runtime_logs_off()
+        return print_report(args, check_from_args(args))
     against = against_requested(args)
     if against:  # two ONNX models, MODEL the reference: their own driver
+        refuse_record_against(args)
         _check_files(args, against=True)  # before anything runs or is written
         _runtime_logs_off()
         return print_report(args, bisect_from_args(args))
@@ -98,6 +112,7 @@ def _run(args: argparse.Namespace) -> int:
                "search": SearchOptions.from_args(args), "output": OutputOptions.from_args(args)}
     random_inputs = RandomInputs.from_args(args)
     _check_files(args, against=False)  # before anything runs or is written
+    require_torch()
     _runtime_logs_off()
     options["suggest_fix"] = FixOptions.from_args(args)
     check_write_fixed(args.write_fixed, (args.model, args.onnx, *args.input, args.tolerances))
@@ -108,7 +123,12 @@ def _run(args: argparse.Namespace) -> int:
                 if sys.stderr.isatty() and not args.quiet else contextlib.nullcontext())
     # The model is this command's own: its parked weights need not be read back.
     with progress, models_released_at_end():
-        report = bisect_onnx.bisect(model, inputs, onnx_model=args.onnx, **options)
+        if args.record is not None:  # the comparison, and its reference for a check elsewhere
+            report, _ = record_with_report(
+                model, inputs, path=args.record, command=getattr(args, "recording_command", None),
+                onnx_model=args.onnx, **options)
+        else:
+            report = bisect_onnx.bisect(model, inputs, onnx_model=args.onnx, **options)
     return print_report(args, report)
 
 
@@ -144,7 +164,7 @@ def _check_files(args: argparse.Namespace, *, against: bool) -> None:
                   expected="a text file of lines 'PATTERN RTOL ATOL' to --tolerances")
     outputs = {"--json": args.json, "--html": args.html,
                "--model-explorer": args.model_explorer, "--save-onnx": args.save_onnx,
-               "--repro-dir": args.repro_dir}
+               "--repro-dir": args.repro_dir, "--record": args.record}
     model = (onnx_files(args.model, "MODEL", outputs=outputs) if against
              else model_files(args.model))
     inputs = [*model, *(("--input", path) for path in args.input),

@@ -8,7 +8,8 @@ from pathlib import Path
 from bisect_onnx.cli.against import add_against_options
 from bisect_onnx.version import __version__
 
-__all__ = ["build_parser", "EXIT_PARITY", "EXIT_DIVERGED", "EXIT_USAGE", "EXIT_BUG"]
+__all__ = ["build_parser", "build_check_parser", "EXIT_PARITY", "EXIT_DIVERGED",
+           "EXIT_USAGE", "EXIT_BUG"]
 
 EXIT_PARITY = 0
 EXIT_DIVERGED = 1
@@ -50,6 +51,47 @@ def build_parser() -> argparse.ArgumentParser:
     Tolerance.add_arguments(parser)
     RuntimeOptions.add_arguments(parser)
     add_against_options(parser)
+    SearchOptions.add_arguments(parser)
+    FixOptions.add_arguments(parser)
+    _add_report_options(parser)
+    OutputOptions.add_arguments(parser)
+    parser.add_argument("--record", type=Path, metavar="REF",
+                        help="also write a reference archive of PyTorch's values at every "
+                        "ONNX value compared, to check the runtime where PyTorch is not "
+                        "(bisect-onnx check REF)")
+    _add_verbosity(parser)
+    return parser
+
+
+def build_check_parser() -> argparse.ArgumentParser:
+    """``bisect-onnx check REF``: the runtime against a recorded reference."""
+    from bisect_onnx.pipeline.options import (
+        FixOptions,
+        OutputOptions,
+        RuntimeOptions,
+        SearchOptions,
+        Tolerance,
+    )
+
+    parser = _Parser(
+        prog="bisect-onnx check",
+        description="Check the runtime against a reference recorded where PyTorch runs "
+        "(bisect-onnx MODEL ... --record REF): only the runtime runs here.",
+        epilog="exit status: 0 parity, 1 diverged, 2 usage or input error, "
+        "3 the model could not be run, 4 a bug in bisect-onnx")
+    parser.add_argument("reference", metavar="REF", type=Path,
+                        help="the reference archive (.npz) --record wrote")
+    parser.add_argument("--onnx", type=Path, metavar="FILE",
+                        help="the ONNX file to run (default: the one recorded); its graph "
+                        "must be the recorded one")
+    parser.add_argument("--allow-other-file", action="store_true",
+                        help="run an ONNX file whose graph is not the recorded one, values "
+                        "compared by name")
+    parser.add_argument("-i", "--input", action="append", default=[], metavar="FILE",
+                        type=Path, help="the recorded inputs, to confirm them (default: "
+                        "the recorded inputs; others are refused)")
+    Tolerance.add_arguments(parser)
+    RuntimeOptions.add_arguments(parser)
     SearchOptions.add_arguments(parser)
     FixOptions.add_arguments(parser)
     _add_report_options(parser)

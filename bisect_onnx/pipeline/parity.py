@@ -16,12 +16,22 @@ from typing import TYPE_CHECKING
 
 from bisect_onnx.errors import ParityError
 from bisect_onnx.events import BISECTION_STARTED, CAPTURE_STARTED, PARITY_CHECKED, emit
+from bisect_onnx.graph.provenance import Provenance
 from bisect_onnx.judge.records import Report
+from bisect_onnx.judge.tolerance_judge import ToleranceJudge
+from bisect_onnx.pipeline.check_reference import (
+    check,
+    check_models,
+    recorded_inputs,
+    reference_onnx_path,
+)
 from bisect_onnx.pipeline.options import (
     ExportOptions,
+    FixOptions,
     OutputOptions,
     RandomInputs,
     RuntimeOptions,
+    SearchOptions,
     Tolerance,
 )
 from bisect_onnx.pipeline.prepare import arrange_for, prepare_candidate, resolve_export
@@ -33,7 +43,11 @@ from bisect_onnx.pytorch.fast_paths import as_the_exporter_runs
 from bisect_onnx.pytorch.module_side import model_untouched
 from bisect_onnx.pytorch.parking import parking_for
 from bisect_onnx.pytorch.reference import exit_is_a_model_error, reference_for
+from bisect_onnx.reference.archive import looks_like_reference
+from bisect_onnx.reference.loaded import Reference
 from bisect_onnx.runtime.heap import kept_in_heap
+from bisect_onnx.runtime.registry import display_name
+from bisect_onnx.runtime.sides import CapturedValue
 from bisect_onnx.sources.graph_inputs import check_against_onnx
 from bisect_onnx.sources.output_paths import check_run_files
 
@@ -56,25 +70,27 @@ def assert_parity(
     tolerance: Tolerance | tuple[float, float] | None = None,
     export: ExportOptions | None = None,
     output: OutputOptions | None = None,
+    runtime: RuntimeOptions | None = None,
 ) -> None:
     """Assert that the ONNX model's final outputs match the PyTorch model's.
 
     Args:
-        model: What :func:`bisect_onnx.bisect` takes (an ``nn.Module``, a program, a path).
-        inputs: The inputs, as :func:`bisect_onnx.bisect` takes them (given, not drawn).
+        model: What :func:`bisect_onnx.bisect` takes, or a recorded reference (its path).
+        inputs: As :func:`bisect_onnx.bisect` takes them (a reference's: ``None``).
         onnx_model: The export under test; without it the model is exported here.
-        tolerance: As :func:`bisect_onnx.bisect` takes it (a ``Tolerance`` or an
-            ``(rtol, atol)`` pair; ``|onnx - torch| > atol + rtol * |torch|`` fails).
+        tolerance: As :func:`bisect_onnx.bisect` takes it (a ``Tolerance``, ``(rtol, atol)``).
         export: How to export when ``onnx_model`` is not given.
-        output: ``repro_dir``: where a failing check writes its report
-            (``<label>.json`` and ``<label>.html``) and the repro of its first
-            divergence (``<label>.repro/``); ``label``: the check's name in messages
-            and those file names (``None``: the model's class).
+        output: ``repro_dir``: where a failing check writes its report (``<label>.json``,
+            ``.html``) and its first divergence's repro (``<label>.repro/``); ``label``:
+            its name in messages and those file names (``None``: the model's class).
+        runtime: What runs the ONNX model (``None``: ONNX Runtime's CPU).
 
     Raises:
         ParityError: A final output is out of tolerance; ``.report`` holds the bisection.
     """
     __tracebackhide__ = True  # pytest shows the caller's line, not ours
+    if isinstance(model, Reference) or looks_like_reference(model):  # no PyTorch needed
+        return _assert_recorded_parity(model, inputs, onnx_model, tolerance, output, runtime)
     tolerance = Tolerance.of(tolerance)
     judge = tolerance.judge()
     output = output or OutputOptions()
@@ -91,7 +107,7 @@ def assert_parity(
           tempfile.TemporaryDirectory(prefix="bisect-onnx-parity-") as workdir,
           parking_for(reference.exportable, Path(workdir)) as parking,
           as_the_exporter_runs()):  # as bisect runs it: the exporters' path
-        prepared = prepare_candidate(reference, given, onnx_model, export, Path(workdir))
+        prepared = prepare_candidate(reference, given, onnx_model, export, Path(workdir), runtime)
         arrays = arrange_for(reference, prepared.candidate, given)
         check_against_onnx(arrays, prepared.candidate.inputs)
         if prepared.capture is None:
@@ -104,12 +120,7 @@ def assert_parity(
             outputs = prepared.candidate.run_outputs(arrays)
         records = compare_final_outputs(capture.outputs, outputs, judge=judge,
                                         warnings=warnings)
-        agree = not any(record.failed for record in records) and all(
-            is_vacuity(warning) for warning in warnings)
-        emit(PARITY_CHECKED, f"{label}: {'parity' if agree else 'diverged'}")
-        if agree:
-            for warning in warnings:  # parity that says nothing, said
-                logger.warning("%s: %s", label, warning)
+        if _agreed(label, records, warnings):
             return
         stem = _file_name(label)
         folder = Path(output.repro_dir) if output.repro_dir is not None else None
@@ -117,13 +128,67 @@ def assert_parity(
         # module each node ran in) and PyTorch's run on these inputs.
         emit(BISECTION_STARTED, output.label or "")
         settings = Settings(reference, prepared, export, Path(workdir), judge=judge,
-                            budget=RuntimeOptions().budget(), parking=parking)
+                            budget=(runtime or RuntimeOptions()).budget(), parking=parking)
         report = run_prepared(settings, [(given, "given")], RandomInputs(),
                               repro_dir=folder / f"{stem}.repro" if folder is not None
                               else None)
     if folder is not None:
         _write_artifacts(report, folder, stem)
     raise ParityError(_failure_message(report, label, records, warnings), report)
+
+
+def _assert_recorded_parity(reference: Reference | str | Path, inputs: object,
+                            onnx_model: str | Path | None,
+                            tolerance: Tolerance | tuple[float, float] | None,
+                            output: OutputOptions | None,
+                            runtime: RuntimeOptions | None) -> None:
+    """:func:`assert_parity` against a reference recorded where PyTorch runs.
+
+    Production's final outputs against the recorded ones, one run; only where they
+    disagree is the whole check made (:func:`~bisect_onnx.pipeline.check_reference.check`).
+    """
+    __tracebackhide__ = True
+    output, runtime = output or OutputOptions(), runtime or RuntimeOptions()
+    loaded = (reference if isinstance(reference, Reference)
+              else Reference.load(reference, max_memory=runtime.max_memory))
+    label = output.label or loaded.path.stem
+    check_run_files({"output.repro_dir": output.repro_dir},
+                    onnx_models={"onnx_model": onnx_model}, folders={"output.repro_dir"})
+    with tempfile.TemporaryDirectory(prefix="bisect-onnx-parity-") as workdir:
+        candidate = runtime.runner(reference_onnx_path(loaded, onnx_model, Path(workdir)))
+        models = check_models(loaded, candidate, Tolerance.of(tolerance), SearchOptions(),
+                              FixOptions(), False, onnx_model)
+        arrays = recorded_inputs(loaded, candidate, inputs)
+        names = [row.onnx_value for row in loaded.manifest.final_outputs]
+        values = loaded.values(names)  # the final outputs alone are read
+        recorded = [CapturedValue(name, values[name], Provenance(position=index))
+                    for index, name in enumerate(names)]
+        emit(CAPTURE_STARTED, display_name(candidate.runtime))
+        warnings: list[str] = []
+        records = compare_final_outputs(
+            recorded, candidate.run_outputs(arrays), warnings=warnings,
+            judge=ToleranceJudge.from_floats(models.rtol, models.atol, models.rules))
+    if _agreed(label, records, warnings):
+        return
+    stem = _file_name(label)
+    folder = Path(output.repro_dir) if output.repro_dir is not None else None
+    report = check(loaded, onnx_model, inputs, runtime=runtime, tolerance=tolerance,
+                   output=OutputOptions(repro_dir=folder / f"{stem}.repro" if folder else None,
+                                        label=label))
+    if folder is not None:
+        _write_artifacts(report, folder, stem)
+    raise ParityError(_failure_message(report, label, records, warnings), report)
+
+
+def _agreed(label: str, records: list, warnings: list[str]) -> bool:
+    """Whether the final outputs agree (said as an event); parity that says nothing, said."""
+    agree = not any(record.failed for record in records) and all(
+        is_vacuity(warning) for warning in warnings)
+    emit(PARITY_CHECKED, f"{label}: {'parity' if agree else 'diverged'}")
+    if agree:
+        for warning in warnings:
+            logger.warning("%s: %s", label, warning)
+    return agree
 
 
 def _write_artifacts(report: Report, folder: Path, stem: str) -> None:

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import logging
 import tempfile
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from bisect_onnx.events import BISECTION_STARTED, emit
 from bisect_onnx.judge.records import Report
@@ -40,6 +43,7 @@ from bisect_onnx.pipeline.samples import (
 from bisect_onnx.pipeline.torch_sample import run_torch_sample
 from bisect_onnx.pipeline.torch_settings import Settings, computed_precision
 from bisect_onnx.pytorch.fast_paths import as_the_exporter_runs
+from bisect_onnx.pytorch.installed import require_torch
 from bisect_onnx.pytorch.module_side import model_untouched
 from bisect_onnx.pytorch.parking import parking_for
 from bisect_onnx.pytorch.reference import exit_is_a_model_error, reference_for
@@ -53,7 +57,12 @@ if TYPE_CHECKING:
 
     from bisect_onnx.pipeline.samples import GivenArrays
 
-__all__ = ["bisect", "run_prepared"]
+__all__ = ["bisect", "compare_pytorch", "run_prepared", "SampleRunner"]
+
+SampleRunner = Callable[[Settings, list[np.ndarray], str],
+                        tuple[Report, Callable[..., dict[str, Any]]]]
+"""One sample through the stages: its report, and how to write its repro
+(:func:`~bisect_onnx.pipeline.torch_sample.run_torch_sample`)."""
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +117,31 @@ def bisect(
         The :class:`~bisect_onnx.judge.records.Report`; ``report.verdict`` is ``parity``
         or ``diverged``, ``report.first_divergence`` the first failing record.
     """
+    return compare_pytorch(model, inputs, onnx_model=onnx_model, tolerance=tolerance,
+                           export=export, runtime=runtime, search=search, output=output,
+                           suggest_fix=suggest_fix)
+
+
+@exit_is_a_model_error
+def compare_pytorch(
+    model: torch.nn.Module | ExportedProgram | torch.onnx.ONNXProgram | str | Path,
+    inputs: object = None,
+    *,
+    onnx_model: str | Path | onnx.ModelProto | torch.onnx.ONNXProgram | None = None,
+    tolerance: Tolerance | tuple[float, float] | None = None,
+    export: ExportOptions | None = None,
+    runtime: RuntimeOptions | None = None,
+    search: SearchOptions | None = None,
+    output: OutputOptions | None = None,
+    suggest_fix: bool | FixOptions | None = None,
+    run_sample: SampleRunner = run_torch_sample,
+) -> Report:
+    """:func:`bisect`, each sample compared by ``run_sample`` (a recording keeps its values).
+
+    Long because it is :func:`bisect`'s one step: options checked, the candidate
+    prepared, every sample compared in the run's temporary folder.
+    """
+    require_torch()
     tolerance = Tolerance.of(tolerance)
     judge = tolerance.judge()
     runtime = runtime or RuntimeOptions()
@@ -146,13 +180,14 @@ def bisect(
                             input_budget=input_budget(runtime.max_memory), parking=parking,
                             fixes=fixes)
         report = run_prepared(settings, given, random_inputs, repro_dir=output.repro_dir,
-                              kind=samples_kind(inputs))
+                              kind=samples_kind(inputs), run_sample=run_sample)
     return write_fixed(report, fixes.write_fixed, (model, onnx_model))
 
 
 def run_prepared(settings: Settings, given: list[tuple[GivenArrays, str]] | None,
                  random_inputs: RandomInputs, *, repro_dir: str | Path | None,
-                 kind: str | None = None) -> Report:
+                 kind: str | None = None,
+                 run_sample: SampleRunner = run_torch_sample) -> Report:
     """Compare every sample against the prepared candidate; the worst sample's report.
 
     ``given``: the user's input sets with how each is described (see
@@ -166,5 +201,5 @@ def run_prepared(settings: Settings, given: list[tuple[GivenArrays, str]] | None
     else:
         samples = random_samples(candidate.inputs, candidate.model, random_inputs,
                                  budget=settings.input_budget)
-    return compare_samples(samples, partial(run_torch_sample, settings), repro_dir=repro_dir,
+    return compare_samples(samples, partial(run_sample, settings), repro_dir=repro_dir,
                            kind=RANDOM_SAMPLES if given is None else kind)

@@ -78,7 +78,7 @@ from bisect_onnx.search.modes import (
 from bisect_onnx.search.probes import ProbeBisection, checkpoints_for
 from bisect_onnx.sources.graph_inputs import check_against_onnx
 
-__all__ = ["TorchSample", "TORCH_STAGES", "run_torch_sample"]
+__all__ = ["TorchSample", "TORCH_STAGES", "run_torch_sample", "repro_writer"]
 
 logger = logging.getLogger(__name__)
 
@@ -127,10 +127,15 @@ def run_torch_sample(settings: Settings, arrays: list[np.ndarray], description: 
                      ) -> tuple[Report, Callable[..., dict[str, Any]]]:
     """One sample through :data:`TORCH_STAGES`: its report, and how to write its repro."""
     sample = run_stages(TORCH_STAGES, TorchSample(settings, arrays, description))
+    return sample.report, repro_writer(sample)
+
+
+def repro_writer(sample: TorchSample) -> Callable[..., dict[str, Any]]:
+    """How to write a compared sample's repro into a folder, later."""
     # The repro is written after the sample (every sample's, or the worst one's): what it
     # does not read (op values, the probe runner and its sessions) is let go now.
     kept = replace(sample, run=None, ops=None, bisection=None, float64=None, attributed=None)
-    return sample.report, partial(write_torch_repro, sample=kept)
+    return partial(write_torch_repro, sample=kept)
 
 
 def _capture_pytorch(sample: TorchSample) -> TorchSample:

@@ -1,0 +1,68 @@
+"""The command line's check form: ``bisect-onnx check REF``, and ``--record REF``."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from bisect_onnx.errors import UsageError
+
+if TYPE_CHECKING:
+    from bisect_onnx.judge.records import Report
+
+__all__ = ["check_from_args", "recording_command", "refuse_record_against"]
+
+
+def check_from_args(args: argparse.Namespace) -> Report:
+    """Check the runtime against the reference ``REF`` from parsed arguments."""
+    from bisect_onnx.pipeline.check_reference import check
+    from bisect_onnx.pipeline.options import (
+        FixOptions,
+        OutputOptions,
+        RuntimeOptions,
+        SearchOptions,
+        Tolerance,
+    )
+    from bisect_onnx.sources.input_samples import Samples, load_input_samples
+    from bisect_onnx.sources.output_paths import check_outputs, onnx_files
+
+    outputs = {"--json": args.json, "--html": args.html,
+               "--model-explorer": args.model_explorer, "--repro-dir": args.repro_dir,
+               "--write-fixed": args.write_fixed}
+    check_outputs(outputs, inputs=[("REF", args.reference),
+                                   *onnx_files(args.onnx, "--onnx", outputs=outputs),
+                                   *(("--input", path) for path in args.input),
+                                   ("--tolerances", args.tolerances)],
+                  folders={"--repro-dir"})
+    runtime = RuntimeOptions.from_args(args)
+    inputs = (load_input_samples(args.input, max_memory=args.max_memory, onnx_model=args.onnx)
+              if args.input else None)
+    if isinstance(inputs, Samples):
+        raise UsageError("a reference holds one input set; give its inputs once, or none")
+    args.model = str(args.reference)  # how the report and its progress name the run
+    return check(args.reference, args.onnx, inputs, runtime=runtime,
+                 tolerance=Tolerance.from_args(args), search=SearchOptions.from_args(args),
+                 output=OutputOptions.from_args(args), suggest_fix=FixOptions.from_args(args),
+                 allow_other_file=args.allow_other_file)
+
+
+def recording_command(argv: Sequence[str]) -> str:
+    """The command that compares again where PyTorch runs: ``argv`` without ``--record``."""
+    kept, skip = [], False
+    for item in argv:
+        if skip:
+            skip = False
+        elif item == "--record":
+            skip = True
+        elif not item.startswith("--record="):
+            kept.append(item)
+    return shlex.join(["bisect-onnx", *kept])
+
+
+def refuse_record_against(args: argparse.Namespace) -> None:
+    """``--record`` records PyTorch's values: not with two ONNX models."""
+    if args.record is not None:
+        raise UsageError("--record records PyTorch's values for a PyTorch MODEL; drop it "
+                         "when comparing two ONNX models")

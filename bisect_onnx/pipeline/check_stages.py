@@ -1,0 +1,77 @@
+"""A check's stages: ONNX against ONNX's, attributed with the recording's op segments.
+
+The list is :data:`~bisect_onnx.pipeline.onnx_sample.ONNX_STAGES` with two changes: the
+culprit is attributed knowing which ONNX nodes each torch op became (recorded, where
+the file's nodes carry no metadata saying so: a TorchScript export), and the rows are
+shown as the recording showed them before the report is laid out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from bisect_onnx.graph.nodes import NodeInfo
+from bisect_onnx.judge.reading import Reading
+from bisect_onnx.pipeline.onnx_comparison import (
+    kernel_references,
+    local_judge,
+    show_kernel_culprit,
+)
+from bisect_onnx.pipeline.onnx_sample import ONNX_STAGES, OnnxModels, OnnxSample
+from bisect_onnx.pipeline.recorded_rows import show_recorded_rows
+from bisect_onnx.pipeline.stages import Stage
+from bisect_onnx.reference.manifest import Manifest
+from bisect_onnx.search.blame import Evidence, attribute_divergence
+
+__all__ = ["CheckModels", "CHECK_STAGES"]
+
+
+@dataclass(frozen=True)
+class CheckModels(OnnxModels):
+    """The two sides of a check: the recorded reference, and what its manifest says."""
+
+    manifest: Manifest | None = None
+    other_file: str | None = None
+    """Why the file is not the recorded graph, where ``--allow-other-file`` let it be."""
+    tolerance_basis: str | None = None
+    """Why the tolerance follows a precision narrower than float32, where it does."""
+    op_segments: Mapping[str, Sequence[NodeInfo]] = field(default_factory=dict)
+    """The recording's ops, each with the candidate nodes it became."""
+
+
+def _attribute(sample: OnnxSample) -> OnnxSample:
+    """Which node introduced the error, each fed PyTorch's recorded values.
+
+    As ONNX against ONNX attributes, with the recording's op segments: a check of the
+    nodes of one torch op isolates that op.
+    """
+    models: CheckModels = sample.models  # type: ignore[assignment] (a check's models)
+    paired, values = sample.paired, sample.values
+    named = {node.name for node in models.reference.model.graph.node if node.name}
+    attribution, local_values = attribute_divergence(
+        Reading(sample.findings), sample.candidate, values, tolerance=paired.judge,
+        everything=models.all_culprits, evidence=Evidence(
+            has_counterpart=lambda node: node.name in named,
+            compare=local_judge(paired.judge, list(sample.pairs), sample.reference_capture),
+            kernel_references=kernel_references(paired, sample.reference_capture),
+            op_segments=models.op_segments or None))
+    if attribution is None:
+        return sample
+    return replace(sample, findings=replace(sample.findings, attribution=show_kernel_culprit(
+        attribution, paired, sample.reference_capture, local_values)))
+
+
+def _stage(name: str) -> Stage[OnnxSample]:
+    return next(stage for stage in ONNX_STAGES if stage.name == name)
+
+
+_ATTRIBUTE = _stage("attribute the culprit")
+
+#: A check's stages, in order.
+CHECK_STAGES: tuple[Stage[OnnxSample], ...] = (
+    *(replace(stage, run=_attribute) if stage is _ATTRIBUTE else stage
+      for stage in ONNX_STAGES[:-1]),
+    Stage("show the recorded rows", show_recorded_rows),
+    ONNX_STAGES[-1],
+)

@@ -1,0 +1,191 @@
+"""The manifest of a reference archive: what each member is, and what a report row shows.
+
+A JSON object (docs/reference-format.md): ``format`` and ``version`` first, read before
+anything else; then the graph's digest, the inputs, the values (each ONNX value name
+with its member), the report's rows with their provenance (ONNX node, torch op,
+module, source line, FX node), the tolerance, the coverage and the environment of the
+recording. A manifest that does not hold what this version says is refused in one line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from bisect_onnx.errors import InputError
+from bisect_onnx.graph.provenance import SourceLocation
+from bisect_onnx.judge.records import Coverage, Record
+from bisect_onnx.reference.graph_digest import GraphDigest
+
+__all__ = ["FORMAT", "VERSION", "ArrayEntry", "RowProvenance", "Manifest", "check_header"]
+
+FORMAT = "bisect-onnx-reference"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class ArrayEntry:
+    """One recorded array: an input by graph input name, or a value by ONNX value name."""
+
+    name: str
+    member: str
+    dtype: str
+    shape: tuple[int, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """As the manifest holds it."""
+        return {"name": self.name, "member": self.member, "dtype": self.dtype,
+                "shape": list(self.shape)}
+
+
+@dataclass(frozen=True)
+class RowProvenance:
+    """What a report row shows of a value, besides its figures: where it came from."""
+
+    onnx_value: str
+    onnx_node: str | None = None
+    onnx_op: str | None = None
+    torch_module: str | None = None
+    torch_op: str | None = None
+    source: SourceLocation | None = None
+    fx_node: str | None = None
+    rtol: float | None = None
+    atol: float | None = None
+    """The tolerance the row was judged by, where it was not the report's."""
+
+    @classmethod
+    def of(cls, record: Record) -> RowProvenance:
+        """A report row's provenance."""
+        return cls(record.onnx_value, record.onnx_node, record.onnx_op, record.torch_module,
+                   record.torch_op, record.source, record.fx_node, record.rtol, record.atol)
+
+    def shown_on(self, record: Record, index: int) -> Record:
+        """``record`` (the check's figures) as the recorded row showed it, at ``index``."""
+        return replace(record, index=index, torch_module=self.torch_module,
+                       torch_op=self.torch_op, source=self.source, fx_node=self.fx_node,
+                       onnx_node=record.onnx_node or self.onnx_node,
+                       onnx_op=record.onnx_op or self.onnx_op,
+                       reference_value=None, reference_node=None)
+
+    def to_json(self) -> dict[str, Any]:
+        """As the manifest holds it."""
+        return {"onnx_value": self.onnx_value, "onnx_node": self.onnx_node,
+                "onnx_op": self.onnx_op, "torch_module": self.torch_module,
+                "torch_op": self.torch_op,
+                "source": self.source.to_dict() if self.source else None,
+                "fx_node": self.fx_node, "rtol": self.rtol, "atol": self.atol}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RowProvenance:
+        """The provenance :meth:`to_json` gave."""
+        source = data.get("source")
+        return cls(**{**{key: data.get(key) for key in (
+            "onnx_value", "onnx_node", "onnx_op", "torch_module", "torch_op", "fx_node",
+            "rtol", "atol")}, "source": SourceLocation.from_dict(source) if source else None})
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Everything a reference archive says about its arrays and the run that recorded them."""
+
+    graph: GraphDigest
+    inputs: tuple[ArrayEntry, ...]
+    """The recorded inputs, in the graph's input order."""
+    values: tuple[ArrayEntry, ...]
+    """PyTorch's values by ONNX value name (final outputs by graph output name)."""
+    rows: tuple[RowProvenance, ...]
+    """The report's comparison rows, in its order (several may show one value)."""
+    final_outputs: tuple[RowProvenance, ...]
+    provenance: Mapping[str, RowProvenance] = field(default_factory=dict)
+    """Values that are no row (inside a kernel the runtime fused): what PyTorch says of them."""
+    rtol: float = 1e-3
+    atol: float = 1e-5
+    tolerance_basis: str | None = None
+    given_rtol: float | None = None
+    given_atol: float | None = None
+    """The tolerance the user gave at the recording; ``None``: the candidate's precision's."""
+    coverage: Mapping[str, Any] = field(default_factory=dict)
+    environment: Mapping[str, Any] = field(default_factory=dict)
+    recorded: Mapping[str, Any] = field(default_factory=dict)
+    """The recording's ``reference`` and ``candidate`` entries, its verdict and culprit."""
+    onnx: Mapping[str, Any] = field(default_factory=dict)
+    """Where the ONNX file is: ``{"member": "model.onnx"}`` or ``{"path": ...}``."""
+    command: str | None = None
+    """The command that records it again where PyTorch runs (from the command line)."""
+    op_segments: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    """Op name -> the positions of its ONNX nodes in the graph: a local check of one
+    op's nodes told from one of several where the nodes carry no metadata (TorchScript)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest's JSON object, ``format`` and ``version`` first."""
+        return {"format": FORMAT, "version": VERSION, "graph": self.graph.to_json(),
+                "onnx": dict(self.onnx), "command": self.command,
+                "tolerance": {"rtol": self.rtol, "atol": self.atol,
+                              "basis": self.tolerance_basis, "given_rtol": self.given_rtol,
+                              "given_atol": self.given_atol},
+                "inputs": [entry.to_json() for entry in self.inputs],
+                "values": [entry.to_json() for entry in self.values],
+                "rows": [row.to_json() for row in self.rows],
+                "final_outputs": [row.to_json() for row in self.final_outputs],
+                "provenance": [row.to_json() for row in self.provenance.values()],
+                "coverage": dict(self.coverage), "environment": dict(self.environment),
+                "recorded": dict(self.recorded),
+                "op_segments": {name: list(nodes) for name, nodes in self.op_segments.items()}}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], path: Path) -> Manifest:
+        """The manifest of the archive at ``path``, its header checked first.
+
+        Raises:
+            InputError: Another format or version, or a field this version does not hold.
+        """
+        check_header(data, path)
+        try:
+            tolerance = data["tolerance"]
+            coverage = data["coverage"]
+            Coverage.from_dict(coverage)  # readable as the report's coverage
+            provenance = [RowProvenance.from_json(row) for row in data["provenance"]]
+            return cls(
+                graph=GraphDigest.from_json(data["graph"]),
+                inputs=tuple(_entry(entry) for entry in data["inputs"]),
+                values=tuple(_entry(entry) for entry in data["values"]),
+                rows=tuple(RowProvenance.from_json(row) for row in data["rows"]),
+                final_outputs=tuple(RowProvenance.from_json(row)
+                                    for row in data["final_outputs"]),
+                provenance={row.onnx_value: row for row in provenance},
+                rtol=float(tolerance["rtol"]), atol=float(tolerance["atol"]),
+                tolerance_basis=tolerance.get("basis"),
+                given_rtol=_optional_float(tolerance.get("given_rtol")),
+                given_atol=_optional_float(tolerance.get("given_atol")), coverage=dict(coverage),
+                environment=dict(data["environment"]), recorded=dict(data["recorded"]),
+                onnx=dict(data["onnx"]), command=data.get("command"),
+                op_segments={str(name): tuple(int(index) for index in nodes)
+                             for name, nodes in data["op_segments"].items()})
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise InputError(f"{path}: its manifest is malformed ({type(error).__name__}: "
+                             f"{error}); record the reference again") from None
+
+
+def check_header(data: Mapping[str, Any], path: Path) -> None:
+    """Refuse another format, or a version this bisect-onnx does not read."""
+    if data.get("format") != FORMAT:
+        raise InputError(f"{path} is not a bisect-onnx reference archive (its manifest's "
+                         f"format is {data.get('format')!r}, not {FORMAT!r})")
+    version = data.get("version")
+    if version != VERSION:
+        newer = isinstance(version, int) and version > VERSION
+        raise InputError(f"{path} is a reference archive of version {version!r}; this "
+                         f"bisect-onnx reads version {VERSION}: "
+                         + ("upgrade bisect-onnx where it is checked" if newer
+                            else "record it again with this bisect-onnx"))
+
+
+def _entry(data: Mapping[str, Any]) -> ArrayEntry:
+    shape = tuple(int(dim) for dim in data["shape"])
+    return ArrayEntry(str(data["name"]), str(data["member"]), str(data["dtype"]), shape)
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)

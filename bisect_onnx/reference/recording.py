@@ -1,0 +1,265 @@
+"""Record a reference where PyTorch runs: ``bisect-onnx MODEL ... --record REF``.
+
+The comparison runs as :func:`bisect_onnx.bisect` runs it; its one sample's stages are
+kept (:class:`_Recorder`), and what a check elsewhere needs is written into the
+archive: PyTorch's value at every ONNX value the comparison aligned (the report's
+rows, and the values its local checks were fed), the final outputs, and PyTorch's
+values inside the kernels the runtime fused (ops, module calls), which a runtime that
+fuses otherwise captures, and which name a culprit inside a kernel; with each row's
+provenance, the tolerance, the coverage, the environment and the graph's digest.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bisect_onnx.errors import UsageError
+from bisect_onnx.reference.archive import MODEL, write_archive
+from bisect_onnx.reference.graph_digest import graph_digest
+from bisect_onnx.reference.manifest import ArrayEntry, Manifest, RowProvenance
+
+if TYPE_CHECKING:
+    from bisect_onnx.graph.nodes import NodeInfo
+    from bisect_onnx.judge.records import Report
+    from bisect_onnx.pipeline.torch_sample import TorchSample
+    from bisect_onnx.pipeline.torch_settings import Settings
+    from bisect_onnx.runtime.sides import CapturedValue
+
+__all__ = ["record", "record_with_report"]
+
+ONE_SAMPLE = ("a reference records one input set; give one (not {what}), and record "
+              "another reference for each other input set")
+#: The largest ONNX file kept inside the archive (protobuf's own limit).
+_EMBEDDED_LIMIT = 2 ** 31 - 1
+
+
+def record(model: object, inputs: object = None, *, path: str | Path,
+           **options: Any) -> Path:
+    """Compare as :func:`bisect_onnx.bisect` does, and write a reference archive.
+
+    The archive at ``path`` holds PyTorch's values for ``bisect-onnx check`` elsewhere.
+
+    Args:
+        model: As :func:`bisect_onnx.bisect` takes it.
+        inputs: One input set (arrays, a mapping, or :class:`~bisect_onnx.RandomInputs`
+            with ``samples=1``): the values hold for these inputs only.
+        path: Where the archive is written (docs/reference-format.md).
+        options: :func:`bisect_onnx.bisect`'s keyword arguments (``onnx_model``,
+            ``tolerance``, ``export``, ``runtime``, ``search``, ``output``, ...).
+
+    Returns:
+        ``path``.
+    """
+    return record_with_report(model, inputs, path=path, **options)[1]
+
+
+def record_with_report(model: object, inputs: object = None, *, path: str | Path,
+                       command: str | None = None, **options: Any) -> tuple[Report, Path]:
+    """:func:`record`, with the comparison's report (the command line prints it).
+
+    ``command``: how to record it again, said by a check that needs PyTorch.
+    """
+    from bisect_onnx.pipeline.options import Tolerance
+    from bisect_onnx.pipeline.pytorch_vs_onnx import compare_pytorch
+    from bisect_onnx.sources.output_paths import check_run_files
+
+    path = Path(path)
+    given = Tolerance.of(options.get("tolerance"))
+    _check_one_sample(inputs)
+    check_run_files({"path": path}, model=model,
+                    onnx_models={"onnx_model": options.get("onnx_model")})
+    with tempfile.TemporaryDirectory(prefix="bisect-onnx-record-") as folder:
+        recorder = _Recorder(Path(folder))
+        report = compare_pytorch(model, inputs, run_sample=recorder, **options)
+        kept = recorder.kept
+        manifest = replace(_manifest(report, kept, command), given_rtol=given.rtol,
+                           given_atol=given.atol)
+        write_archive(path, manifest.to_json(), _arrays(manifest, kept),
+                      model=kept.embedded)
+    return report, path
+
+
+def _check_one_sample(inputs: object) -> None:
+    from bisect_onnx.pipeline.options import RandomInputs
+    from bisect_onnx.sources.input_samples import Samples
+
+    if isinstance(inputs, Samples) and len(inputs.inputs) > 1:
+        raise UsageError(ONE_SAMPLE.format(what=f"{len(inputs.inputs)} input sets"))
+    if isinstance(inputs, RandomInputs) and inputs.samples > 1:
+        raise UsageError(ONE_SAMPLE.format(what=f"{inputs.samples} random samples"))
+
+
+@dataclass
+class _Kept:
+    """What the recording keeps of its sample: arrays by name, and how each came."""
+
+    inputs: list[tuple[str, np.ndarray]] = field(default_factory=list)
+    values: dict[str, np.ndarray] = field(default_factory=dict)
+    inner: dict[str, RowProvenance] = field(default_factory=dict)
+    """Values that are no row: what PyTorch says of them."""
+    outputs: list[str] = field(default_factory=list)
+    op_segments: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    digest: Any = None
+    onnx: dict[str, Any] = field(default_factory=dict)
+    embedded: Path | None = None
+
+
+class _Recorder:
+    """Runs the one sample's stages, keeping what the archive needs (a ``SampleRunner``)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.kept: _Kept | None = None
+
+    def __call__(self, settings: Settings, arrays: list[np.ndarray], description: str):
+        """The sample's report and repro writer, as ``run_torch_sample`` gives them."""
+        from bisect_onnx.pipeline.stages import run_stages
+        from bisect_onnx.pipeline.torch_sample import TORCH_STAGES, TorchSample, repro_writer
+
+        if self.kept is not None:  # refused before: one input set
+            raise UsageError(ONE_SAMPLE.format(what="several"))
+        sample = run_stages(TORCH_STAGES, TorchSample(settings, arrays, description))
+        self.kept = self._keep(sample)
+        return sample.report, repro_writer(sample)
+
+    def _keep(self, sample: TorchSample) -> _Kept:
+        candidate = sample.candidate
+        kept = _Kept(inputs=[(spec.name, array) for spec, array
+                             in zip(candidate.inputs, sample.arrays, strict=True)])
+        for name, (value, node) in _inner_values(sample).items():
+            kept.values[name] = value.array
+            kept.inner[name] = _inner_provenance(name, value, node)
+        kept.values.update(sample.values.reference)
+        for name, value in zip(candidate.output_names, sample.torch_capture.outputs,
+                               strict=False):
+            kept.values[name] = value.array
+            kept.outputs.append(name)
+        order = {output: index for index, node in enumerate(candidate.nodes)
+                 for output in node.outputs}
+        kept.values = dict(sorted(kept.values.items(),
+                                  key=lambda item: order.get(item[0], len(order))))
+        kept.op_segments = {name: tuple(node.index for node in nodes)
+                            for name, nodes in sample.segments.items()}
+        kept.digest = graph_digest(candidate.model, candidate.path.resolve().parent)
+        source = sample.settings.prepared.source
+        given = sample.settings.prepared.source != "exported here" and Path(source).is_file()
+        if given:
+            kept.onnx = {"path": str(Path(source).resolve())}
+        else:
+            kept.onnx, kept.embedded = {"member": MODEL}, self._embedded(candidate.path)
+        return kept
+
+    def _embedded(self, path: Path) -> Path:
+        """The ONNX file, its weights inside, in the recording's folder."""
+        import onnx
+
+        model = onnx.load(str(path))
+        if model.ByteSize() > _EMBEDDED_LIMIT:
+            raise UsageError("the export is over 2 GiB and cannot be kept inside the "
+                             "reference; save it (--save-onnx FILE), record with --onnx FILE "
+                             "and check with --onnx FILE")
+        target = self.folder / MODEL
+        onnx.save(model, str(target))
+        return target
+
+
+def _inner_values(sample: TorchSample) -> dict[str, tuple[CapturedValue, NodeInfo]]:
+    """PyTorch's values inside the runtime's kernels, by ONNX value name, with their node.
+
+    Module outputs the alignment pairs once every ONNX value is captured (one run with
+    every value promoted), and op values whose FX name is an ONNX value's (a dynamo
+    export names its values so). Over the memory budget, none.
+    """
+    from bisect_onnx.pytorch.op_values import OpCapture
+    from bisect_onnx.pytorch.script_ops import ScriptOpCapture
+    from bisect_onnx.search.inner_values import module_references
+
+    if sample.memory_reason:
+        return {}
+    candidate = sample.candidate
+    producers = {output: node for node in candidate.nodes for output in node.outputs}
+    found: dict[str, CapturedValue] = {}
+    if sample.torch_capture.values:
+        every = candidate.with_promotion("all").run(sample.arrays).capture
+        found.update(module_references(
+            (sample.torch_capture, sample.settings.prepared.call_index), {}, candidate,
+            {name: value.array for name, value in every.values.items()}))
+        del every
+    ops = sample.ops
+    if isinstance(ops, OpCapture) and not isinstance(ops, ScriptOpCapture):
+        found.update({name: value for name, value in ops.values.items()})
+    return {name: (value, producers[name]) for name, value in found.items()
+            if name in producers}
+
+
+def _inner_provenance(name: str, value: CapturedValue, node: NodeInfo) -> RowProvenance:
+    """What a row of this value would show (as ``make_record`` lays a row out)."""
+    from bisect_onnx.graph.nodes import node_provenance
+
+    onnx_side, torch_side = node_provenance(node, 0), value.provenance
+    if torch_side.fx_node is not None:  # an op: named by the module call around it
+        return RowProvenance(name, node.name, node.op_type,
+                             torch_side.scopes[-1] if torch_side.scopes else "",
+                             torch_side.torch_op, torch_side.source or onnx_side.source,
+                             torch_side.fx_node)
+    return RowProvenance(name, node.name, node.op_type, value.name, onnx_side.torch_op,
+                         onnx_side.source)
+
+
+def _manifest(report: Report, kept: _Kept, command: str | None) -> Manifest:
+    """The manifest of what ``kept`` holds, with the report's rows and description."""
+    from dataclasses import asdict
+
+    values = [ArrayEntry(name, f"values/{index}.npy", str(array.dtype), array.shape)
+              for index, (name, array) in enumerate(kept.values.items())]
+    inputs = [ArrayEntry(name, f"inputs/{index}.npy", str(array.dtype), array.shape)
+              for index, (name, array) in enumerate(kept.inputs)]
+    shown = (report.culprit or report.first_divergence)
+    coverage = asdict(report.coverage)
+    coverage["granularity"] = str(report.coverage.granularity)
+    return Manifest(
+        graph=kept.digest, inputs=tuple(inputs), values=tuple(values),
+        rows=tuple(RowProvenance.of(row) for row in report.comparisons),
+        final_outputs=tuple(RowProvenance.of(row) for row in report.final_outputs),
+        provenance={name: row for name, row in kept.inner.items()
+                    if name not in {row.onnx_value for row in report.comparisons}},
+        rtol=report.rtol, atol=report.atol, tolerance_basis=report.tolerance_basis,
+        coverage=coverage, environment=_json_safe(report.environment),
+        recorded=_json_safe({"reference": report.reference, "candidate": report.candidate,
+                             "verdict": str(report.verdict),
+                             "culprit": None if shown is None else {
+                                 "onnx_value": shown.onnx_value,
+                                 "onnx_node": shown.onnx_node}}),
+        onnx=kept.onnx, command=command, op_segments=kept.op_segments)
+
+
+def _arrays(manifest: Manifest, kept: _Kept) -> Iterator[tuple[str, np.ndarray]]:
+    """Each member and its array, in the manifest's order (inputs, then values)."""
+    inputs = dict(kept.inputs)
+    for entry in manifest.inputs:
+        yield entry.member, inputs[entry.name]
+    for entry in manifest.values:
+        yield entry.member, kept.values[entry.name]
+
+
+def _json_safe(data: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` with what JSON cannot hold as text (a non-finite float as ``None``)."""
+    import json
+    import math
+
+    def safe(item: Any) -> Any:
+        if isinstance(item, float) and not math.isfinite(item):
+            return None
+        if isinstance(item, Mapping):
+            return {str(key): safe(value) for key, value in item.items()}
+        if isinstance(item, (list, tuple)):
+            return [safe(value) for value in item]
+        return item if isinstance(item, (str, int, float, bool, type(None))) else str(item)
+
+    return json.loads(json.dumps(safe(dict(data))))

@@ -1,0 +1,113 @@
+"""A recorded reference as the reference side of ONNX against ONNX.
+
+``bisect-onnx check`` compares the runtime under test with PyTorch's values recorded
+where PyTorch runs (:mod:`bisect_onnx.reference`). The comparison is ONNX against ONNX's
+(:mod:`bisect_onnx.pipeline.onnx_sample`) with this runner as its reference: its "run"
+hands back the recorded values, by the ONNX value names they were aligned to, once the
+inputs are checked to be the recorded ones. It computes nothing, so it has no sessions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from bisect_onnx.errors import InputError, UsageError
+from bisect_onnx.runtime.input_specs import InputSpec
+from bisect_onnx.runtime.runner import (
+    CompiledGraph,
+    ProductionCheck,
+    Runner,
+    RuntimeRun,
+    Session,
+    captured_by_node,
+)
+from bisect_onnx.runtime.sides import CapturedValue, JsonObject
+
+__all__ = ["RecordedRunner", "RECORDED"]
+
+#: The runner's name: the report's ``reference.kind`` and ``environment.reference_runtime``.
+RECORDED = "recorded"
+
+_REFERENCE_ONLY = ("a recorded reference holds values, it runs nothing; check it against "
+                   "a runtime (bisect-onnx check REF --runtime ...)")
+
+
+class RecordedRunner(Runner):
+    """PyTorch's recorded values of the ONNX file at ``path``, by ONNX value name.
+
+    ``values`` gives the recorded arrays (read from the archive when a run asks);
+    ``outputs`` names the recorded final outputs in order; ``inputs`` are the recorded
+    inputs in the graph's order, which every run must be given again; ``description``
+    is the report's ``reference`` entry.
+    """
+
+    runtime = RECORDED
+    reference_label = "recorded reference"
+
+    def __init__(self, path: Path, *, values: Callable[[], Mapping[str, np.ndarray]],
+                 outputs: Sequence[str], inputs: Sequence[np.ndarray],
+                 description: JsonObject) -> None:
+        super().__init__(path, promote="all")
+        self._values = values
+        self._outputs = list(outputs)
+        self._inputs = [np.asarray(array) for array in inputs]
+        self._description = description
+
+    def describe(self) -> JsonObject:
+        """The recorded reference: the archive, and what was recorded."""
+        return dict(self._description)
+
+    def describe_capture(self, production: ProductionCheck | None) -> JsonObject:
+        """The values were recorded, not captured here."""
+        return {"mode": "recorded values"}
+
+    def with_promotion(self, promote: str) -> RecordedRunner:
+        """Itself: what was recorded is all there is."""
+        return self
+
+    def run(self, inputs: Sequence[np.ndarray]) -> RuntimeRun:
+        """The recorded values, once ``inputs`` are found to be the recorded ones."""
+        self.check_inputs(inputs)
+        return RuntimeRun(captured_by_node(self.nodes, self._outputs, self._values()))
+
+    def run_outputs(self, inputs: Sequence[np.ndarray]) -> list[CapturedValue]:
+        """The recorded final outputs."""
+        return self.run(inputs).capture.outputs
+
+    def check_inputs(self, inputs: Sequence[np.ndarray]) -> None:
+        """Refuse inputs other than the recorded ones: the values hold for those only."""
+        self.check_given(self.inputs, inputs, self._inputs)
+
+    @staticmethod
+    def check_given(specs: Sequence[InputSpec], given: Sequence[np.ndarray],
+                    recorded: Sequence[np.ndarray]) -> None:
+        """Refuse ``given`` inputs that are not the ``recorded`` ones, naming the first."""
+        if len(given) != len(recorded):
+            raise InputError(f"{len(given)} input(s) given, but the reference was recorded "
+                             f"on {len(recorded)}; give the recorded inputs or none")
+        for spec, one, kept in zip(specs, given, recorded, strict=True):
+            one, kept = np.asarray(one), np.asarray(kept)
+            if one.shape != kept.shape or one.dtype != kept.dtype:
+                differs = f"{one.dtype}{list(one.shape)}, recorded {kept.dtype}{list(kept.shape)}"
+            elif not np.array_equal(one, kept, equal_nan=one.dtype.kind in "fc"):
+                differs = "other values"
+            else:
+                continue
+            raise InputError(f"input {spec.name!r} is not the one the reference was recorded "
+                             f"on ({differs}): its values hold for the recorded inputs only; "
+                             "give those, or none")
+
+    def local_session(self, serialized: bytes, label: str) -> Session:
+        """Not available: a recorded reference is never the runtime under test."""
+        raise UsageError(_REFERENCE_ONLY)
+
+    def probe_session(self, names: Sequence[str] | None) -> tuple[Session, CompiledGraph]:
+        """Not available: nothing was compiled here."""
+        raise UsageError(_REFERENCE_ONLY)
+
+    def where_it_ran(self, value: str, node: str | None) -> JsonObject:
+        """Recorded elsewhere."""
+        return {"runtime": self.runtime, "provider": None, "kernel": None}

@@ -1,0 +1,165 @@
+"""Archives and files a check refuses: one line each, exit status 2, no data read first."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+
+import numpy as np
+import pytest
+
+import bisect_onnx
+from bisect_onnx.cli.command import main
+from tests.planting import plant, scale_conv_weight
+
+pytestmark = pytest.mark.filterwarnings("ignore::bisect_onnx.BisectOnnxWarning")
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory, fixture_case):
+    """A reference of the avgpool fixture, recorded once for every test here."""
+    model, inputs, onnx_path = fixture_case("avgpool_divisor")
+    folder = tmp_path_factory.mktemp("recorded")
+    return bisect_onnx.record(model, inputs, path=folder / "ref.npz", onnx_model=onnx_path)
+
+
+@pytest.fixture
+def no_array_read(monkeypatch):
+    """Fail if any array's data is read (the headers are read by other functions)."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("an array was read before the archive was checked")
+
+    monkeypatch.setattr(np.lib.format, "read_array", refuse)
+
+
+def rewritten(source, target, *, manifest=None, members=None, drop=()):
+    """A copy of the archive ``source`` with its manifest edited and members replaced."""
+    members = members or {}
+    with zipfile.ZipFile(source) as old, zipfile.ZipFile(target, "w") as new:
+        for info in old.infolist():
+            if info.filename in drop or info.filename in members:
+                continue
+            data = old.read(info.filename)
+            if info.filename == "manifest.json" and manifest is not None:
+                data = json.dumps(manifest(json.loads(data))).encode()
+            new.writestr(info.filename, data)
+        for name, data in members.items():
+            new.writestr(name, data)
+    return target
+
+
+def npy_bytes(array, *, allow_pickle=False):
+    buffer = io.BytesIO()
+    np.lib.format.write_array(buffer, array, allow_pickle=allow_pickle)
+    return buffer.getvalue()
+
+
+def refused(path, capsys, match):
+    """The archive is refused by Reference.load and by the command, in one line."""
+    with pytest.raises(bisect_onnx.InputError, match=match):
+        bisect_onnx.Reference.load(path)
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("bisect-onnx: error: ")
+    return err
+
+
+def test_truncated_archive(recorded, tmp_path, capsys, no_array_read):
+    truncated = tmp_path / "truncated.npz"
+    truncated.write_bytes(recorded.read_bytes()[: recorded.stat().st_size // 2])
+    refused(truncated, capsys, "not a bisect-onnx reference archive")
+
+
+def test_not_a_zip_and_a_plain_npz(tmp_path, capsys, no_array_read):
+    (tmp_path / "text.npz").write_text("hello")
+    refused(tmp_path / "text.npz", capsys, "not a bisect-onnx reference archive")
+    np.savez(tmp_path / "plain.npz", x=np.zeros(3))
+    refused(tmp_path / "plain.npz", capsys, "no manifest.json member")
+
+
+def test_corrupt_data(recorded, tmp_path, capsys):
+    data = bytearray(recorded.read_bytes())
+    with zipfile.ZipFile(recorded) as archive:
+        info = archive.getinfo("values/2.npy")
+    # Past the member's local header and its .npy header: the array's last bytes.
+    end = info.header_offset + 30 + len(info.filename) + len(info.extra) + info.compress_size
+    data[end - 8:end] = bytes(8)
+    corrupt = tmp_path / "corrupt.npz"
+    corrupt.write_bytes(bytes(data))
+    # Found by the zip's CRC: at loading where the member is read whole with its header
+    # (a small one), else when its array is read.
+    with pytest.raises(bisect_onnx.InputError, match="Bad CRC-32 .* corrupt"):
+        bisect_onnx.check(corrupt)
+    assert main(["check", str(corrupt)]) == 2
+
+
+def test_another_version_or_format(recorded, tmp_path, capsys, no_array_read):
+    newer = rewritten(recorded, tmp_path / "v2.npz",
+                      manifest=lambda manifest: {**manifest, "version": 2})
+    err = refused(newer, capsys, "version 2; this bisect-onnx reads version 1")
+    assert "upgrade bisect-onnx" in err
+    other = rewritten(recorded, tmp_path / "other.npz",
+                      manifest=lambda manifest: {**manifest, "format": "something"})
+    refused(other, capsys, "its manifest's format is 'something'")
+    broken = rewritten(recorded, tmp_path / "broken.npz",
+                       manifest=lambda manifest: {**manifest, "values": 3})
+    refused(broken, capsys, "its manifest is malformed")
+
+
+def test_a_member_claiming_more_than_the_budget(recorded, tmp_path, capsys, no_array_read):
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False,
+                                                  "shape": (10 ** 12,)})
+    huge = rewritten(recorded, tmp_path / "huge.npz",
+                     members={"values/0.npy": header.getvalue() + bytes(16)})
+    refused(huge, capsys, r"'values/0.npy' \(float32 \[1000000000000\]\) would take .* over "
+            "the memory budget")
+    with pytest.raises(bisect_onnx.InputError, match="over the memory budget of 100 B"):
+        bisect_onnx.Reference.load(recorded, max_memory=100)
+
+
+@pytest.mark.parametrize("name", ["../evil.npy", "/etc/evil.npy", "values/../../evil.npy",
+                                  "notes.txt"])
+def test_a_member_name_it_does_not_write(recorded, tmp_path, capsys, no_array_read, name):
+    escaping = rewritten(recorded, tmp_path / "escaping.npz",
+                         members={name: npy_bytes(np.zeros(2))})
+    err = refused(escaping, capsys, "is not one a reference archive holds")
+    assert ("would escape the archive" in err) == (name != "notes.txt")
+
+
+def test_a_pickle_anywhere(recorded, tmp_path, capsys, no_array_read):
+    pickled = npy_bytes(np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    for member in ("values/0.npy", "values/99.npy", "inputs/0.npy"):
+        archive = rewritten(recorded, tmp_path / "pickled.npz", members={member: pickled})
+        refused(archive, capsys, "only a pickle can hold")
+
+
+def test_a_member_the_manifest_names_is_missing(recorded, tmp_path, capsys, no_array_read):
+    missing = rewritten(recorded, tmp_path / "missing.npz", drop={"values/1.npy"})
+    refused(missing, capsys, "names member 'values/1.npy'")
+
+
+def test_an_onnx_file_of_another_graph(recorded, fixture_case, tmp_path, capsys):
+    _, _, onnx_path = fixture_case("avgpool_divisor")
+    other = tmp_path / "other.onnx"
+    plant(onnx_path, other, scale_conv_weight("conv", 1.01))
+    with pytest.raises(bisect_onnx.InputError, match="is not the graph the reference was "
+                       "recorded on: initializer '.*' holds other values"):
+        bisect_onnx.check(recorded, other)
+    assert main(["check", str(recorded), "--onnx", str(other)]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    report = bisect_onnx.check(recorded, other, allow_other_file=True)
+    assert any("values compared by name, 5 of 5 recorded values named in it" in warning
+               for warning in report.warnings)
+
+
+def test_inputs_other_than_the_recorded_ones(recorded, fixture_case, tmp_path, capsys):
+    _, inputs, _ = fixture_case("avgpool_divisor")
+    np.save(tmp_path / "same.npy", inputs["x"])
+    np.save(tmp_path / "other.npy", inputs["x"] * 2)
+    assert main(["check", str(recorded), "--input", str(tmp_path / "same.npy"), "-q"]) == 1
+    capsys.readouterr()
+    assert main(["check", str(recorded), "--input", str(tmp_path / "other.npy")]) == 2
+    err = capsys.readouterr().err
+    assert "input 'x' is not the one the reference was recorded on (other values)" in err
