@@ -89,7 +89,8 @@ def _as_recorded(comparison: ComparisonFindings, manifest: Manifest) -> Comparis
                 manifest.provenance.get(record.onnx_value)]:
             rows.append(provenance.shown_on(record, len(rows)) if provenance is not None
                         else replace(record, index=len(rows), torch_module=None,
-                                     reference_value=None, reference_node=None))
+                                     match=replace(record.match, reference_value=None,
+                                                   reference_node=None)))
     finals = [manifest.final_outputs[index].shown_on(record, index)
               if index < len(manifest.final_outputs) else record
               for index, record in enumerate(comparison.final_outputs)]
@@ -131,7 +132,8 @@ def _kernel_row(record: Record, manifest: Manifest) -> Record:
     provenance = manifest.provenance.get(record.onnx_value) or next(
         (row for row in manifest.rows if row.onnx_value == record.onnx_value), None)
     if provenance is None:
-        return replace(record, reference_value=None, reference_node=None)
+        return replace(record, match=replace(record.match, reference_value=None,
+                                             reference_node=None))
     return provenance.shown_on(record, record.index)
 
 

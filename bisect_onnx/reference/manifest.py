@@ -59,15 +59,16 @@ class RowProvenance:
     def of(cls, record: Record) -> RowProvenance:
         """A report row's provenance."""
         return cls(record.onnx_value, record.onnx_node, record.onnx_op, record.torch_module,
-                   record.torch_op, record.source, record.fx_node, record.rtol, record.atol)
+                   record.torch_op, record.source, record.fx_node, record.figures.rtol,
+                   record.figures.atol)
 
     def shown_on(self, record: Record, index: int) -> Record:
         """``record`` (the check's figures) as the recorded row showed it, at ``index``."""
-        return replace(record, index=index, torch_module=self.torch_module,
-                       torch_op=self.torch_op, source=self.source, fx_node=self.fx_node,
+        return replace(record, index=index, torch_module=self.torch_module, torch_op=self.torch_op,
+                       source=self.source, fx_node=self.fx_node,
                        onnx_node=record.onnx_node or self.onnx_node,
                        onnx_op=record.onnx_op or self.onnx_op,
-                       reference_value=None, reference_node=None)
+                       match=replace(record.match, reference_value=None, reference_node=None))
 
     def to_json(self) -> dict[str, Any]:
         """As the manifest holds it."""

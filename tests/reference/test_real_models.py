@@ -63,6 +63,7 @@ def test_check_names_the_culprit_on_real_models(tmp_path, name, exporter):
         assert (checked.culprit and checked.culprit.onnx_value) == (
             report.culprit and report.culprit.onnx_value)
         if report.culprit is not None and checked.culprit.onnx_node != report.culprit.onnx_node:
-            assert (report.inside_op or {}).get("node") == report.culprit.onnx_node
+            inside = report.inside_op
+            assert inside is not None and inside.node == report.culprit.onnx_node
             assert any(warning.code == "needs-pytorch" for warning in checked.warnings)
     assert report.culprit.onnx_node == node
