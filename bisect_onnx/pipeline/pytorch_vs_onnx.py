@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -57,7 +58,7 @@ if TYPE_CHECKING:
 
     from bisect_onnx.pipeline.samples import GivenArrays
 
-__all__ = ["bisect", "compare_pytorch", "run_prepared", "SampleRunner"]
+__all__ = ["bisect", "PyTorchCall", "compare_pytorch", "run_prepared", "SampleRunner"]
 
 SampleRunner = Callable[[Settings, list[np.ndarray], str],
                         tuple[Report, Callable[..., dict[str, Any]]]]
@@ -117,31 +118,36 @@ def bisect(
         The :class:`~bisect_onnx.judge.records.Report`; ``report.verdict`` is ``parity``
         or ``diverged``, ``report.first_divergence`` the first failing record.
     """
-    return compare_pytorch(model, inputs, onnx_model=onnx_model, tolerance=tolerance,
-                           export=export, runtime=runtime, search=search, output=output,
-                           suggest_fix=suggest_fix)
+    return compare_pytorch(PyTorchCall(model, inputs, onnx_model, tolerance, export, runtime,
+                                       search, output, suggest_fix))
+
+
+@dataclass(frozen=True)
+class PyTorchCall:
+    """The arguments of one :func:`bisect` call, as the user gave them."""
+
+    model: torch.nn.Module | ExportedProgram | torch.onnx.ONNXProgram | str | Path
+    inputs: object = None
+    onnx_model: str | Path | onnx.ModelProto | torch.onnx.ONNXProgram | None = None
+    tolerance: Tolerance | tuple[float, float] | None = None
+    export: ExportOptions | None = None
+    runtime: RuntimeOptions | None = None
+    search: SearchOptions | None = None
+    output: OutputOptions | None = None
+    suggest_fix: bool | FixOptions | None = None
 
 
 @exit_is_a_model_error
-def compare_pytorch(
-    model: torch.nn.Module | ExportedProgram | torch.onnx.ONNXProgram | str | Path,
-    inputs: object = None,
-    *,
-    onnx_model: str | Path | onnx.ModelProto | torch.onnx.ONNXProgram | None = None,
-    tolerance: Tolerance | tuple[float, float] | None = None,
-    export: ExportOptions | None = None,
-    runtime: RuntimeOptions | None = None,
-    search: SearchOptions | None = None,
-    output: OutputOptions | None = None,
-    suggest_fix: bool | FixOptions | None = None,
-    run_sample: SampleRunner = run_torch_sample,
-) -> Report:
+def compare_pytorch(call: PyTorchCall, run_sample: SampleRunner = run_torch_sample) -> Report:
     """:func:`bisect`, each sample compared by ``run_sample`` (a recording keeps its values).
 
     Long because it is :func:`bisect`'s one step: options checked, the candidate
     prepared, every sample compared in the run's temporary folder.
     """
     require_torch()
+    model, inputs, onnx_model, export = call.model, call.inputs, call.onnx_model, call.export
+    tolerance, runtime, search, output = call.tolerance, call.runtime, call.search, call.output
+    suggest_fix = call.suggest_fix
     tolerance = Tolerance.of(tolerance)
     judge = tolerance.judge()
     runtime = runtime or RuntimeOptions()
