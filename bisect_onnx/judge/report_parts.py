@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from bisect_onnx.graph.provenance import SourceLocation
+from bisect_onnx.runtime.sides import JsonObject
 
 __all__ = ["Environment", "SideDescription", "CaptureDescription", "ReproFolder", "InsideOp",
            "CulpritSegment", "Probe", "Search", "Attribution", "NodeValue", "CulpritNode",
@@ -87,7 +88,7 @@ class ReproFolder:
     reproduces: bool
     """Whether the segment alone reproduces the error."""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The JSON object schema 2 writes."""
         return {"folder": self.folder, "nodes": list(self.nodes), "inputs": dict(self.inputs),
                 "reproduces": self.reproduces}
@@ -113,7 +114,7 @@ class InsideOp:
     compared: int | None = None
     """Nodes compared inside the op (not written where the search does not count them)."""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The JSON object schema 2 writes."""
         data = {"fx_node": self.fx_node, "nodes": list(self.nodes), "node": self.node,
                 "value": self.value, "how": self.how}
@@ -140,7 +141,7 @@ class CulpritSegment:
     local_max_abs_error: float | None
     local_nan_mismatch: int | None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The JSON object schema 2 writes."""
         return {"from": list(self.from_values), "to": self.to, "nodes": list(self.nodes),
                 "ops": dict(self.ops), "local_max_abs_error": self.local_max_abs_error,
@@ -165,7 +166,7 @@ class Probe:
     graph: str
     """How the probe's optimized graph compares with production's."""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The JSON object schema 2 writes."""
         return {"values": list(self.values), "results": dict(self.results),
                 "graph": self.graph}
@@ -201,7 +202,7 @@ class Search:
     uncompared_between: tuple[str, ...] = ()
     graphs_match_production: bool | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The JSON object schema 2 writes."""
         data: dict[str, Any] = {"mode": self.mode}
         if self.mode == _BISECTION:
@@ -258,7 +259,7 @@ class Attribution:
     first_culprit: str | None = None
     """The culprit's value (not written: the JSON's ``culprit`` names it)."""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The JSON's ``attribution`` (without ``inside_op``, which the report adds)."""
         data = {"noise": list(self.noise), "drift": self.drift,
                 "largest_jump": self.largest_jump, "checked": self.checked,
@@ -267,7 +268,7 @@ class Attribution:
                 "classification": self.classification, "unchecked": dict(self.unchecked),
                 "narrowed": self.narrowed,
                 "passed_alone": list(self.passed_alone) if self.passed_alone is not None
-                else None}
+                else None, "baked_shapes": self.baked_shapes}
         # A culprit with no ONNX node has no kernel: that search writes it so, as null.
         if self.inside_kernel is not None or self.nodeless is not None:
             data["inside_kernel"] = self.inside_kernel
@@ -275,8 +276,6 @@ class Attribution:
             data["nodeless"] = self.nodeless
         if self.unpaired is not None:
             data["unpaired"] = self.unpaired
-        if self.baked_shapes is not None:
-            data["baked_shapes"] = self.baked_shapes
         return data
 
     @classmethod
@@ -302,7 +301,7 @@ class NodeValue:
     source: str
     """``reference``, ``initializer``, ``graph_input`` or ``candidate``."""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The JSON object schema 2 writes."""
         return {"name": self.name, "shape": list(self.shape) if self.shape is not None else None,
                 "dtype": self.dtype, "source": self.source}
@@ -341,7 +340,7 @@ class CulpritNode:
     #: The keys the record gives (written once, in the record).
     RECORD_KEYS = ("node", "torch_module", "torch_op", "source")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The JSON object schema 2 writes."""
         return {"node": self.node, "op_type": self.op_type, "domain": self.domain,
                 "attributes": dict(self.attributes),
