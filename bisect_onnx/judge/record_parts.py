@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from bisect_onnx.judge.vocabulary import Status
+from bisect_onnx.runtime.sides import JsonObject
 
 __all__ = ["ComparisonFigures", "LocalOutcome", "MatchInfo"]
 
@@ -73,7 +74,7 @@ class LocalOutcome:
                    nan_mismatch=data["local_nan_mismatch"], error_growth=data["error_growth"],
                    classification=data["classification"])
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The JSON record's keys for these figures, in the schema's order."""
         return {"introduced_here": self.introduced_here,
                 "local_max_abs_error": self.max_abs_error, "local_status": self.status,

@@ -33,6 +33,7 @@ from bisect_onnx.judge.report_parts import (
 )
 from bisect_onnx.judge.rows import RowReading
 from bisect_onnx.judge.vocabulary import Granularity, Status, Verdict
+from bisect_onnx.runtime.sides import JsonObject
 
 if TYPE_CHECKING:  # types only: save and load's paths; findings are made of records
     import os
@@ -85,7 +86,7 @@ class Record:
         return (figures.status == Status.PASS and figures.max_abs_error == 0
                 and not figures.nan_mismatch and self.shape == self.candidate_shape)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The record as the JSON schema lays it out: flat, the parts' fields in order."""
         data = {item.name: getattr(self, item.name) for item in fields(self)
                 if item.name not in (*_PARTS, "fx_node")}
@@ -241,7 +242,7 @@ class Report(RowReading):
     findings: Findings | None = field(default=None, repr=False, compare=False)
     """The stages' findings this report was assembled from."""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The report as JSON data (schema :data:`SCHEMA_VERSION`)."""
         return {
             "schema": SCHEMA_VERSION,

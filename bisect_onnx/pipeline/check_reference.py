@@ -46,7 +46,7 @@ from bisect_onnx.sources.output_paths import check_run_files
 
 if TYPE_CHECKING:
     from bisect_onnx.judge.records import Report
-    from bisect_onnx.judge.tolerances import ToleranceRule
+    from bisect_onnx.judge.tolerances import Judge, ToleranceRule
     from bisect_onnx.runtime.sides import SampleArrays
 
 __all__ = ["check", "reference_onnx_path", "check_models",
@@ -231,7 +231,7 @@ def _run_sample(models: CheckModels, candidate: Runner, arrays: list[np.ndarray]
 
 
 def _write_repro(folder: Path, report: Report, candidate: Runner, values: SampleArrays,
-                 judge: Any) -> dict[str, Any]:
+                 judge: Judge) -> dict[str, Any]:
     """The first culprit's repro, PyTorch's recorded values as the expected."""
     record = report.culprit or report.first_divergence
     if record.onnx_value not in values.candidate:

@@ -18,6 +18,7 @@ from bisect_onnx.errors import InputError
 from bisect_onnx.graph.provenance import SourceLocation
 from bisect_onnx.judge.records import Coverage, Record
 from bisect_onnx.reference.graph_digest import GraphDigest
+from bisect_onnx.runtime.sides import JsonObject
 
 __all__ = ["FORMAT", "VERSION", "ArrayEntry", "RowProvenance", "Manifest", "check_header"]
 
@@ -34,7 +35,7 @@ class ArrayEntry:
     dtype: str
     shape: tuple[int, ...]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """As the manifest holds it."""
         return {"name": self.name, "member": self.member, "dtype": self.dtype,
                 "shape": list(self.shape)}
@@ -70,7 +71,7 @@ class RowProvenance:
                        onnx_op=record.onnx_op or self.onnx_op,
                        match=replace(record.match, reference_value=None, reference_node=None))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """As the manifest holds it."""
         return {"onnx_value": self.onnx_value, "onnx_node": self.onnx_node,
                 "onnx_op": self.onnx_op, "torch_module": self.torch_module,
@@ -119,7 +120,7 @@ class Manifest:
     """Op name -> the positions of its ONNX nodes in the graph: a local check of one
     op's nodes told from one of several where the nodes carry no metadata (TorchScript)."""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The manifest's JSON object, ``format`` and ``version`` first."""
         return {"format": FORMAT, "version": VERSION, "graph": self.graph.to_json(),
                 "onnx": dict(self.onnx), "command": self.command,

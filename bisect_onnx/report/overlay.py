@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bisect_onnx.errors import InputError
+from bisect_onnx.runtime.sides import JsonObject
 from bisect_onnx.sources.output_paths import check_report_path
 
 if TYPE_CHECKING:  # types only: records import the report formats to show themselves
@@ -38,7 +39,7 @@ _UNNAMED_NODE = "node"
 _PASS, _NEAR, _FAIL, _CULPRIT = "#c8e6c9", "#fff59d", "#ef9a9a", "#d32f2f"
 
 
-def model_explorer_data(report: Report) -> dict[str, Any]:
+def model_explorer_data(report: Report) -> JsonObject:
     """The node-data structure for the report's candidate graph, keyed as the adapter names."""
     results: dict[str, dict[str, Any]] = {}
     culprit = report.first_divergence
@@ -60,7 +61,7 @@ def model_explorer_data(report: Report) -> dict[str, Any]:
     return {graph: {"results": results, "thresholds": thresholds}}
 
 
-def _entry(record: Record, culprit: Record | None) -> dict[str, Any]:
+def _entry(record: Record, culprit: Record | None) -> JsonObject:
     """One record's value and, for the first divergence, its colour."""
     needed = record.figures.min_passing_atol
     value = _NEVER_PASSES if needed is None or not math.isfinite(needed) else needed

@@ -18,6 +18,7 @@ import numpy as np
 from bisect_onnx.graph.constant_diff import CountDifference
 from bisect_onnx.judge.vocabulary import ReportWarning
 from bisect_onnx.report.formatting import format_number
+from bisect_onnx.runtime.sides import JsonObject
 
 if TYPE_CHECKING:
     from bisect_onnx.graph.provenance import SourceLocation
@@ -71,7 +72,7 @@ class BakedNode:
         return (f"node {self.node!r} ({self.op_type}) {self.part} is {self.in_file} "
                 f"({self.at_run} at this run's shapes){module}{source}{note}")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The JSON form (``attribution.baked_shapes.nodes[]``)."""
         return {"node": self.node, "op_type": self.op_type, "part": self.part,
                 "in_file": self.in_file, "at_run_shapes": self.at_run, "module": self.module,
@@ -178,7 +179,7 @@ class BakedShapes:
                 "file_with": self.advice(),
                 "torch_vs_onnx64": None, "ort_error": None, "torch_error": None}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The JSON form (``attribution.baked_shapes``)."""
         return {"input_names": list(self.input_names),
                 "run_shapes": [list(shape) for shape in self.run_shapes],
