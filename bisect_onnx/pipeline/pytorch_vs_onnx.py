@@ -137,9 +137,11 @@ class PyTorchCall:
     suggest_fix: bool | FixOptions | None = None
 
 
-@exit_is_a_model_error
 def compare_pytorch(call: PyTorchCall, run_sample: SampleRunner = run_torch_sample) -> Report:
     """:func:`bisect`, each sample compared by ``run_sample`` (a recording keeps its values).
+
+    Its callers say a ``sys.exit`` in the model's code as a model error
+    (:func:`~bisect_onnx.pytorch.reference.exit_is_a_model_error`), naming the model.
 
     Long because it is :func:`bisect`'s one step: options checked, the candidate
     prepared, every sample compared in the run's temporary folder.

@@ -67,6 +67,7 @@ def record_with_report(model: object, inputs: object = None, *, path: str | Path
     """
     from bisect_onnx.pipeline.options import Tolerance
     from bisect_onnx.pipeline.pytorch_vs_onnx import PyTorchCall, compare_pytorch
+    from bisect_onnx.pytorch.reference import exit_is_a_model_error
     from bisect_onnx.sources.output_paths import check_run_files
 
     path = Path(path)
@@ -76,7 +77,9 @@ def record_with_report(model: object, inputs: object = None, *, path: str | Path
                     onnx_models={"onnx_model": options.get("onnx_model")})
     with tempfile.TemporaryDirectory(prefix="bisect-onnx-record-") as folder:
         recorder = _Recorder(Path(folder))
-        report = compare_pytorch(PyTorchCall(model, inputs, **options), run_sample=recorder)
+        compare = exit_is_a_model_error(lambda model: compare_pytorch(
+            PyTorchCall(model, inputs, **options), run_sample=recorder))
+        report = compare(model)
         kept = recorder.kept
         manifest = replace(_manifest(report, kept, command), given_rtol=given.rtol,
                            given_atol=given.atol)
