@@ -150,7 +150,8 @@ class Sweep:
     clean: list[CleanRun] = field(default_factory=list)
     cases: list[SweepCase] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
-    discards: Counter = field(default_factory=Counter)
+    discards: list[Failure] = field(default_factory=list)
+    """Plant kinds of which no candidate changed an export's output."""
     built: Counter = field(default_factory=Counter)
 
 
@@ -254,9 +255,11 @@ def plant(entry: Entry, model, x: np.ndarray, exporter: str, clean_path: Path,
     taken: set[str] = set()
     for index in range(plants):
         kind = PLANT_KINDS[index % len(PLANT_KINDS)]
-        drawn = draw_plant(kind, clean_model, x, clean, rng, taken)
+        with _quiet_descriptors():  # ONNX Runtime's log of each candidate it refuses
+            drawn = draw_plant(kind, clean_model, x, clean, rng, taken)
         if drawn is None:
-            sweep.discards[f"{entry.group} {exporter}: no {kind} plant changes the output"] += 1
+            sweep.discards.append(Failure(entry.group, entry.name, f"plant {exporter}",
+                                          f"no {kind} plant changes the output"))
             continue
         taken.add(drawn.node)
         planted_path = clean_path.with_name(f"{clean_path.stem}-{index}.onnx")
@@ -370,23 +373,35 @@ def misses_table(sweep: Sweep) -> str:
     lines += ["", "| group | model | exporter | clean outcome | compared | detail |",
               "|---|---|---|---|---|---|"]
     lines += [f"| {r.group} | {r.model} | {r.exporter} | {r.outcome} | {r.compared} | "
-              f"{r.detail[:200]} |" for r in sweep.clean if r.outcome != "parity"]
+              f"{r.detail[:200]} |" for r in sweep.clean
+              if r.outcome not in ("parity", "parity, nothing aligned")]
+    vacuous = [f"{r.model} ({r.exporter})" for r in sweep.clean
+               if r.outcome == "parity, nothing aligned"]
+    if vacuous:
+        lines += ["", f"Parity of final outputs only, nothing inside compared ({len(vacuous)}): "
+                  + ", ".join(vacuous)]
     return "\n".join(lines)
+
+
+def _grouped(records: list[Failure], shown: int = 12) -> list[str]:
+    """Rows of ``group | stage | reason | count | models``, most frequent first."""
+    grouped: dict[tuple[str, str, str], list[str]] = {}
+    for record in records:
+        grouped.setdefault((record.group, record.stage, record.reason), []).append(record.model)
+    rows = []
+    for (group, stage, reason), models in sorted(grouped.items(), key=lambda i: -len(i[1])):
+        names = ", ".join(models[:shown]) + (", ..." if len(models) > shown else "")
+        rows.append(f"| {group} | {stage} | {reason} | {len(models)} | {names} |")
+    return rows
 
 
 def failures_table(sweep: Sweep) -> str:
     """Build and export failures grouped by reason, with the models; discarded plants."""
-    grouped: dict[tuple[str, str, str], list[str]] = {}
-    for failure in sweep.failures:
-        grouped.setdefault((failure.group, failure.stage, failure.reason), []).append(
-            failure.model)
-    lines = ["| group | stage | reason | count | models |", "|---|---|---|---:|---|"]
-    lines += [f"| {group} | {stage} | {reason} | {len(models)} | {', '.join(models)} |"
-              for (group, stage, reason), models in sorted(grouped.items(),
-                                                           key=lambda item: -len(item[1]))]
+    lines = ["| group | stage | reason | count | models |", "|---|---|---|---:|---|",
+             *_grouped(sweep.failures)]
     if sweep.discards:
-        lines += ["", "| discarded plant | count |", "|---|---:|"]
-        lines += [f"| {reason} | {n} |" for reason, n in sweep.discards.most_common()]
+        lines += ["", "| group | exporter | discarded plant | count | models |",
+                  "|---|---|---|---:|---|", *_grouped(sweep.discards)]
     return "\n".join(lines)
 
 
@@ -408,7 +423,7 @@ def load(path: Path) -> tuple[str, Sweep]:
     saved = json.loads(path.read_text())
     return saved["header"], Sweep(
         [CleanRun(**r) for r in saved["clean"]], [SweepCase(**c) for c in saved["cases"]],
-        [Failure(**f) for f in saved["failures"]], Counter(saved["discards"]),
+        [Failure(**f) for f in saved["failures"]], [Failure(**f) for f in saved["discards"]],
         Counter(saved["built"]))
 
 
@@ -456,7 +471,8 @@ def main() -> None:
             "header": header, "clean": [asdict(r) for r in sweep.clean],
             "cases": [asdict(c) for c in sweep.cases],
             "failures": [asdict(f) for f in sweep.failures],
-            "discards": dict(sweep.discards), "built": dict(sweep.built)}, indent=1))
+            "discards": [asdict(f) for f in sweep.discards], "built": dict(sweep.built)},
+            indent=1))
 
 
 if __name__ == "__main__":
