@@ -21,8 +21,10 @@ Three groups of models:
 
 Each model is exported with each exporter that exports it (opset 18); a model that
 fails to build or export is counted by reason, not as an error. Each export is first
-bisected clean (``bisect(model, [x], onnx_model=path)``): the expected answer is parity
-with no hidden divergence and no culprit (an export whose outputs really differ from
+bisected clean (``bisect(model, [x], onnx_model=path)``, and again with op rows,
+``SearchOptions(granularity="op")``, since for an existing file at parity ``bisect``
+compares module calls and pairs ops only once a value diverges): the expected answer is
+parity with no hidden divergence and no culprit (an export whose outputs really differ from
 PyTorch's is listed apart and gets no plants). Then ``--plants`` plants are drawn on it
 as ``benchmarks/corpus.py`` draws them (a weight scaled, an attribute changed, a ``Mul``
 inserted; its functions, imported), and each planted file is bisected in the PyTorch form
@@ -69,6 +71,8 @@ from corpus import (
 import bisect_onnx  # noqa: E402
 
 GROUPS = ("hf", "model_defs", "single_ops")
+#: The clean export is bisected twice: as ``bisect`` picks its rows, and at op level.
+GRANULARITIES = ("default", "op")
 VERDICT_CHARS = 160
 
 
@@ -131,6 +135,9 @@ class CleanRun:
     detail: str = ""
     compared: str = ""
     seconds: float = 0.0
+    granularity: str = "default"
+    """``default`` (what ``bisect`` picks: module rows for an existing file at parity) or
+    ``op`` (``SearchOptions(granularity="op")``: every op pairing checked at parity)."""
 
 
 @dataclass
@@ -197,12 +204,13 @@ def _compared(report) -> str:
 
 
 def clean_run(entry: Entry, model, x: np.ndarray, exporter: str, path: Path,
-              at_parity: bool) -> CleanRun:
+              at_parity: bool, granularity: str) -> CleanRun:
     """Bisect the clean export against the model and say what it claims."""
-    run = CleanRun(entry.group, entry.name, exporter, "parity")
+    run = CleanRun(entry.group, entry.name, exporter, "parity", granularity=granularity)
+    search = bisect_onnx.SearchOptions(granularity="op") if granularity == "op" else None
     started = time.perf_counter()
     try:
-        report = bisect_onnx.bisect(model, [x], onnx_model=path)
+        report = bisect_onnx.bisect(model, [x], onnx_model=path, search=search)
     except Exception as error:  # noqa: BLE001 - a crash is recorded
         run.outcome, run.detail = "crash", _reason(error)
         run.seconds = time.perf_counter() - started
@@ -302,10 +310,11 @@ def run_entry(entry: Entry, plants: int, folder: Path, sweep: Sweep) -> None:
             log.info("%s %s: export failed: %s", entry.name, exporter, _reason(error))
             continue
         at_parity = not outputs_differ(expected, clean)
-        run = clean_run(entry, model, x, exporter, path, at_parity)
-        sweep.clean.append(run)
-        log.info("%s %s clean: %s %s (%s) %.1fs", entry.name, exporter, run.outcome,
-                 run.detail, run.compared, run.seconds)
+        for granularity in GRANULARITIES:
+            run = clean_run(entry, model, x, exporter, path, at_parity, granularity)
+            sweep.clean.append(run)
+            log.info("%s %s clean (%s rows): %s %s (%s) %.1fs", entry.name, exporter,
+                     granularity, run.outcome, run.detail, run.compared, run.seconds)
         if at_parity:
             plant(entry, model, x, exporter, path, clean, plants, sweep)
 
@@ -333,15 +342,18 @@ CLEAN_OUTCOMES = ("parity", "parity, nothing aligned", "hidden divergences",
 
 def clean_table(sweep: Sweep) -> str:
     """Clean exports by group and exporter."""
-    lines = ["| group | exporter | built | exported | parity, nothing claimed | final outputs "
-             "only | false hidden divergences | culprit at parity | false alarms | crashes | "
-             "exporter not at parity |", "|---|---|---:|" + "---:|" * 8]
-    for group in GROUPS:
-        for exporter in EXPORTERS:
-            runs = [r for r in sweep.clean if (r.group, r.exporter) == (group, exporter)]
-            counts = Counter(r.outcome for r in runs)
-            lines.append(f"| {group} | {exporter} | {sweep.built[group]} | {len(runs)} | "
-                         + " | ".join(str(counts[o]) for o in CLEAN_OUTCOMES) + " |")
+    lines = ["| group | exporter | rows | built | exported | parity, nothing claimed | final "
+             "outputs only | false hidden divergences | culprit at parity | false alarms | "
+             "crashes | exporter not at parity |", "|---|---|---|---:|" + "---:|" * 8]
+    for granularity in GRANULARITIES:
+        for group in GROUPS:
+            for exporter in EXPORTERS:
+                runs = [r for r in sweep.clean if (r.group, r.exporter, r.granularity) ==
+                        (group, exporter, granularity)]
+                counts = Counter(r.outcome for r in runs)
+                lines.append(f"| {group} | {exporter} | {granularity} | {sweep.built[group]} | "
+                             f"{len(runs)} | "
+                             + " | ".join(str(counts[o]) for o in CLEAN_OUTCOMES) + " |")
     return "\n".join(lines)
 
 
@@ -370,12 +382,12 @@ def misses_table(sweep: Sweep) -> str:
     lines += [f"| {c.group} | {c.model} | {c.exporter} | {c.form} | {c.kind} | {c.planted} "
               f"({c.planted_op}) | {c.named} | {plant_outcome(c)} | {c.cause} | "
               f"{c.verdict[:90]} |" for c in sweep.cases if c.score != "exact"]
-    lines += ["", "| group | model | exporter | clean outcome | compared | detail |",
-              "|---|---|---|---|---|---|"]
-    lines += [f"| {r.group} | {r.model} | {r.exporter} | {r.outcome} | {r.compared} | "
-              f"{r.detail[:200]} |" for r in sweep.clean
+    lines += ["", "| group | model | exporter | rows | clean outcome | compared | detail |",
+              "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r.group} | {r.model} | {r.exporter} | {r.granularity} | {r.outcome} | "
+              f"{r.compared} | {r.detail[:200]} |" for r in sweep.clean
               if r.outcome not in ("parity", "parity, nothing aligned")]
-    vacuous = [f"{r.model} ({r.exporter})" for r in sweep.clean
+    vacuous = [f"{r.model} ({r.exporter}, {r.granularity})" for r in sweep.clean
                if r.outcome == "parity, nothing aligned"]
     if vacuous:
         lines += ["", f"Parity of final outputs only, nothing inside compared ({len(vacuous)}): "
@@ -408,7 +420,7 @@ def failures_table(sweep: Sweep) -> str:
 def print_sweep(header: str, sweep: Sweep) -> None:
     """The header, the clean and planted tables, every miss, every failure."""
     print(header + "\n")
-    print("#### Clean exports (PyTorch form)\n")
+    print("#### Clean exports (PyTorch form; rows as bisect picks them, and op rows)\n")
     print(clean_table(sweep))
     print("\n#### Plants\n")
     print(plant_table(sweep))
