@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bisect_onnx.fixes.exporter_settings import ExportSettings, candidate_settings
+from bisect_onnx.fixes.exporter_settings import candidate_settings
 from bisect_onnx.fixes.exporter_trials import ExportAttempt, torch_outputs, try_export
 from bisect_onnx.fixes.trial import FixKind, FixResult, OutputFigures
 from bisect_onnx.judge.tolerances import Tolerance
+from bisect_onnx.pytorch.reexport import ExportCall
 
 if TYPE_CHECKING:
     import torch
@@ -71,10 +72,10 @@ class Baseline:
 
 def find_export_fix(model: torch.nn.Module, args: Sequence[object],
                     kwargs: Mapping[str, object] | None = None,
-                    *, used: ExportSettings, tolerance: Tolerance,
+                    *, used: ExportCall, tolerance: Tolerance,
                     baseline: Baseline | None = None,
                     time_budget_s: float = DEFAULT_TIME_BUDGET_S,
-                    candidates: Sequence[ExportSettings] | None = None) -> ExportFixSearch:
+                    candidates: Sequence[ExportCall] | None = None) -> ExportFixSearch:
     """Try other exports of ``model`` on ``args``/``kwargs``; the checked results.
 
     ``used``: how the failing file was exported. ``baseline``: PyTorch's final outputs

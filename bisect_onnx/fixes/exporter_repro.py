@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bisect_onnx.fixes.exporter_op import CulpritOp
-from bisect_onnx.fixes.exporter_settings import ExportSettings
+from bisect_onnx.pytorch.reexport import ExportCall
 
 __all__ = ["ReproCheck", "exporter_repro_script", "check_repro_script"]
 
@@ -38,11 +38,11 @@ class ReproCheck:
     output: str
 
 
-def exporter_repro_script(op: CulpritOp, used: ExportSettings, *, rtol: float, atol: float,
+def exporter_repro_script(op: CulpritOp, used: ExportCall, *, rtol: float, atol: float,
                           culprit: str = "") -> str:
     """The script's text: the op alone, exported as ``used`` says, checked in ORT."""
     exporter = used.exporter or "dynamo"
-    keywords = ExportSettings(exporter, used.opset, {
+    keywords = ExportCall(exporter, used.opset, {
         name: value for name, value in used.options.items()
         if name in ("optimize", "do_constant_folding")}).describe()
     names = ", ".join(spec.name for spec in op.inputs)

@@ -19,9 +19,10 @@ from bisect_onnx.fixes.context import FixContext, FixUnavailable
 from bisect_onnx.fixes.exporter_fix import DEFAULT_TIME_BUDGET_S, Baseline, find_export_fix
 from bisect_onnx.fixes.exporter_op import CannotIsolate, locate_culprit_op
 from bisect_onnx.fixes.exporter_repro import check_repro_script, exporter_repro_script
-from bisect_onnx.fixes.exporter_settings import ExportSettings, settings_of_model
+from bisect_onnx.fixes.exporter_settings import settings_of_model
 from bisect_onnx.fixes.registry import register
 from bisect_onnx.fixes.trial import FixResult
+from bisect_onnx.pytorch.reexport import ExportCall
 
 __all__ = ["search_exporter", "used_settings", "REPRO_NAME"]
 
@@ -58,18 +59,18 @@ def search_exporter(context: FixContext) -> list[FixResult]:
             for result in search.results]
 
 
-def used_settings(context: FixContext) -> ExportSettings:
+def used_settings(context: FixContext) -> ExportCall:
     """How the failing file was exported: ``extra["export"]`` (an ExportOptions) or the file."""
     given = context.extra.get("export")
     from_file = settings_of_model(context.candidate)
     if given is None:
         return from_file
-    return ExportSettings(getattr(given, "exporter", None) or from_file.exporter,
+    return ExportCall(getattr(given, "exporter", None) or from_file.exporter,
                           getattr(given, "opset", None) or from_file.opset,
                           dict(getattr(given, "torch_kwargs", None) or {}))
 
 
-def _exporter_repro(context: FixContext, used: ExportSettings, *,
+def _exporter_repro(context: FixContext, used: ExportCall, *,
                     attached: bool) -> tuple[dict[str, Any], str]:
     """The checked script as ``details`` entries, and one line on it for the report.
 

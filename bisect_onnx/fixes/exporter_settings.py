@@ -12,14 +12,15 @@ they are kept as the user set them, not searched.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from bisect_onnx.pytorch.reexport import ExportCall
 
 if TYPE_CHECKING:
     import onnx
 
-__all__ = ["ExportSettings", "settings_of_model", "candidate_settings", "SUPPORTED_OPSETS"]
+__all__ = ["settings_of_model", "candidate_settings", "SUPPORTED_OPSETS"]
 
 #: The opsets each exporter writes with torch 2.13: the dynamo exporter translates at 18
 #: and later natively (17 through the ONNX version converter); the TorchScript exporter
@@ -30,38 +31,7 @@ SUPPORTED_OPSETS = {"dynamo": (18, 17, 20, 21, 23), "torchscript": (17, 18, 20, 
 _REWRITING_OPTION = {"dynamo": ("optimize", True), "torchscript": ("do_constant_folding", True)}
 
 
-@dataclass(frozen=True)
-class ExportSettings:
-    """One way to call ``torch.onnx.export``: the exporter, the opset, more options."""
-
-    exporter: str | None
-    """``dynamo``, ``torchscript`` or ``None`` where the file does not say (made elsewhere)."""
-    opset: int | None = None
-    """``None``: the exporter's default."""
-    options: Mapping[str, Any] = field(default_factory=dict)
-    """More ``torch.onnx.export`` keywords, the user's (``dynamic_shapes``) and the lever's."""
-
-    def describe(self) -> str:
-        """``dynamo=False, opset_version=17, do_constant_folding=False``: the call's keywords."""
-        parts = [f"dynamo={self.exporter != 'torchscript'}"]
-        if self.opset is not None:
-            parts.append(f"opset_version={self.opset}")
-        parts += [f"{name}={value!r}" for name, value in self.options.items()
-                  if name in ("optimize", "do_constant_folding")]
-        return ", ".join(parts)
-
-    def call(self) -> str:
-        """The exact call a user makes: ``torch.onnx.export(model, args, "model.onnx", ...)``."""
-        return f'torch.onnx.export(model, args, "model.onnx", {self.describe()})'
-
-    def as_dict(self) -> dict[str, Any]:
-        """The JSON form (``details`` of a fix): exporter, opset, the options searched."""
-        return {"exporter": self.exporter, "opset": self.opset,
-                "options": {name: value for name, value in self.options.items()
-                            if isinstance(value, (bool, int, float, str))}}
-
-
-def settings_of_model(model: onnx.ModelProto | None) -> ExportSettings:
+def settings_of_model(model: onnx.ModelProto | None) -> ExportCall:
     """The settings an ONNX ``ModelProto`` was exported with, as far as the file says.
 
     The opset is the default domain's; the dynamo exporter marks its nodes with
@@ -73,15 +43,15 @@ def settings_of_model(model: onnx.ModelProto | None) -> ExportSettings:
     graph = getattr(model, "graph", None)
     nodes = list(graph.node) if graph is not None else []
     if getattr(model, "producer_name", "") != "pytorch":
-        return ExportSettings(None, opset)
+        return ExportCall(None, opset)
     dynamo = any(entry.key.startswith("pkg.torch.onnx.") for node in nodes
                  for entry in node.metadata_props)
     scripted = any(node.name.startswith("/") for node in nodes)
     exporter = "dynamo" if dynamo else "torchscript" if scripted or nodes else None
-    return ExportSettings(exporter, opset)
+    return ExportCall(exporter, opset)
 
 
-def candidate_settings(used: ExportSettings) -> list[ExportSettings]:
+def candidate_settings(used: ExportCall) -> list[ExportCall]:
     """The exports to try instead of ``used``, the likeliest and cheapest first.
 
     First the other exporter at the same opset (a different translation altogether),
@@ -96,17 +66,17 @@ def candidate_settings(used: ExportSettings) -> list[ExportSettings]:
         exporters.remove(used.exporter)
         exporters.insert(0, used.exporter)  # the same exporter's levers come second
     same, other = exporters[0], exporters[1]
-    order: list[ExportSettings] = []
+    order: list[ExportCall] = []
     if used.exporter is not None:
-        order.append(ExportSettings(other, _supported(other, used.opset), kept))
-        order.append(_without_rewriting(ExportSettings(same, used.opset, kept)))
-        order += [ExportSettings(same, opset, kept) for opset in SUPPORTED_OPSETS[same]]
-        order += [ExportSettings(other, opset, kept) for opset in SUPPORTED_OPSETS[other]]
+        order.append(ExportCall(other, _supported(other, used.opset), kept))
+        order.append(_without_rewriting(ExportCall(same, used.opset, kept)))
+        order += [ExportCall(same, opset, kept) for opset in SUPPORTED_OPSETS[same]]
+        order += [ExportCall(other, opset, kept) for opset in SUPPORTED_OPSETS[other]]
     else:
         for exporter in exporters:
-            order.append(ExportSettings(exporter, _supported(exporter, used.opset), kept))
+            order.append(ExportCall(exporter, _supported(exporter, used.opset), kept))
             order.append(_without_rewriting(order[-1]))
-        order += [ExportSettings(exporter, opset, kept) for exporter in exporters
+        order += [ExportCall(exporter, opset, kept) for exporter in exporters
                   for opset in SUPPORTED_OPSETS[exporter]]
     return _distinct(order, used)
 
@@ -118,15 +88,15 @@ def _supported(exporter: str, opset: int | None) -> int | None:
     return min(SUPPORTED_OPSETS[exporter], key=lambda each: (abs(each - opset), -each))
 
 
-def _without_rewriting(settings: ExportSettings) -> ExportSettings:
+def _without_rewriting(settings: ExportCall) -> ExportCall:
     """``settings`` with its exporter's graph-rewriting pass turned off."""
     name, _ = _REWRITING_OPTION[settings.exporter]
     return replace(settings, options={**settings.options, name: False})
 
 
-def _distinct(order: list[ExportSettings], used: ExportSettings) -> list[ExportSettings]:
+def _distinct(order: list[ExportCall], used: ExportCall) -> list[ExportCall]:
     """``order`` without repeats and without ``used`` (an opset of None is the default)."""
-    def key(settings: ExportSettings) -> tuple:
+    def key(settings: ExportCall) -> tuple:
         name, default = _REWRITING_OPTION.get(settings.exporter or "", (None, None))
         rewriting = settings.options.get(name, default) if name else None
         return settings.exporter, settings.opset, rewriting

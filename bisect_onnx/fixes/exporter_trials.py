@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from bisect_onnx.errors import BisectOnnxError, one_line
-from bisect_onnx.fixes.exporter_settings import ExportSettings
 from bisect_onnx.fixes.trial import OutputFigures, output_figures
+from bisect_onnx.pytorch.reexport import ExportCall
 
 if TYPE_CHECKING:
     import torch
@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 class ExportAttempt:
     """What one export gave: its figures, or why it could not be measured."""
 
-    settings: ExportSettings
+    settings: ExportCall
     figures: OutputFigures | None
     """The rerun's figures against PyTorch's outputs; ``None`` where it failed."""
     failure: str | None
@@ -51,7 +51,7 @@ class ExportAttempt:
 
 
 def try_export(model: torch.nn.Module, args: Sequence[object], kwargs: Mapping[str, object],
-               settings: ExportSettings, *, reference_outputs: Sequence[np.ndarray],
+               settings: ExportCall, *, reference_outputs: Sequence[np.ndarray],
                rtol: float, atol: float) -> ExportAttempt:
     """Export ``model`` with ``settings``, run it in ONNX Runtime (CPU), measure it.
 

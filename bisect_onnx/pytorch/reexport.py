@@ -36,13 +36,19 @@ FreeDims = Mapping[int, Mapping[int, str]]
 
 @dataclass(frozen=True)
 class ExportCall:
-    """One ``torch.onnx.export`` call: the exporter, the opset and its other keywords."""
+    """One ``torch.onnx.export`` call: the exporter, the opset and its other keywords.
 
-    exporter: str
-    """``dynamo`` or ``torchscript``."""
+    How a file was exported (as far as it says), an export made here again at other
+    shapes, another export a fix search tries: one call, said as a user writes it.
+    """
+
+    exporter: str | None
+    """``dynamo``, ``torchscript`` or ``None`` where the file does not say (made elsewhere)."""
     opset: int | None = None
+    """``None``: the exporter's default."""
     options: Mapping[str, Any] = field(default_factory=dict)
-    """``dynamic_axes`` and ``input_names``, or ``dynamic_shapes``; the user's others."""
+    """More ``torch.onnx.export`` keywords: ``dynamic_axes`` and ``input_names``, or
+    ``dynamic_shapes``; a fix search's lever (``optimize``, ``do_constant_folding``)."""
 
     def describe(self) -> str:
         """``dynamo=False, opset_version=17, dynamic_axes={'x': {0: 'batch'}}``."""
@@ -50,8 +56,23 @@ class ExportCall:
         if self.opset is not None:
             parts.append(f"opset_version={self.opset}")
         parts += [f"{name}={_shown(value)}" for name, value in self.options.items()
-                  if name in ("dynamic_axes", "dynamic_shapes")]
+                  if name in _SAID]
         return ", ".join(parts)
+
+    def call(self) -> str:
+        """The exact call a user makes: ``torch.onnx.export(model, args, "model.onnx", ...)``."""
+        return f'torch.onnx.export(model, args, "model.onnx", {self.describe()})'
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON form (``details`` of a fix): exporter, opset, the plain options."""
+        return {"exporter": self.exporter, "opset": self.opset,
+                "options": {name: value for name, value in self.options.items()
+                            if isinstance(value, (bool, int, float, str))}}
+
+
+#: The keywords a call is said with: those that change the graph at the run's shapes
+#: (the shapes it may change at, and the rewrites after translation).
+_SAID = ("dynamic_axes", "dynamic_shapes", "optimize", "do_constant_folding")
 
 
 @dataclass(frozen=True)

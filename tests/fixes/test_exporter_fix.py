@@ -16,10 +16,10 @@ import torch
 from bisect_onnx.fixes.exporter_fix import Baseline, find_export_fix
 from bisect_onnx.fixes.exporter_op import CannotIsolate, locate_culprit_op
 from bisect_onnx.fixes.exporter_repro import check_repro_script, exporter_repro_script
-from bisect_onnx.fixes.exporter_settings import ExportSettings
 from bisect_onnx.fixes.exporter_trials import torch_outputs
 from bisect_onnx.fixes.trial import FixKind
 from bisect_onnx.judge.tolerances import Tolerance
+from bisect_onnx.pytorch.reexport import ExportCall
 
 RTOL, ATOL = 1e-3, 1e-5
 TOLERANCE = Tolerance(RTOL, ATOL)
@@ -51,7 +51,7 @@ def test_the_dynamo_exporter_fixes_the_torchscript_softplus_and_the_model_is_lef
         softplus):
     model, args = softplus
     state = {name: value.clone() for name, value in model.state_dict().items()}
-    search = find_export_fix(model, args, used=ExportSettings("torchscript", 18),
+    search = find_export_fix(model, args, used=ExportCall("torchscript", 18),
                              tolerance=TOLERANCE)
     assert search.before.max_abs > 0.1  # the used export was measured, and fails
     assert search.fixed
@@ -71,7 +71,7 @@ def test_the_dynamo_exporter_fixes_the_torchscript_softplus_and_the_model_is_lef
 def test_the_search_stops_when_its_time_budget_is_spent(softplus):
     model, args = softplus
     reference = torch_outputs(model, args, {})
-    search = find_export_fix(model, args, used=ExportSettings("torchscript", 18),
+    search = find_export_fix(model, args, used=ExportCall("torchscript", 18),
                              tolerance=TOLERANCE, time_budget_s=0.0,
                              baseline=Baseline(reference, _figures(reference)))
     assert search.out_of_time and search.attempts == () and search.results == ()
@@ -84,9 +84,9 @@ def _figures(reference):
 
 def test_no_export_fixes_the_dropped_divisor_override(pool):
     model, args = pool
-    search = find_export_fix(model, args, used=ExportSettings("dynamo", 18),
-                             tolerance=TOLERANCE, candidates=[ExportSettings("torchscript", 18),
-                                                              ExportSettings("dynamo", 17)])
+    search = find_export_fix(model, args, used=ExportCall("dynamo", 18),
+                             tolerance=TOLERANCE, candidates=[ExportCall("torchscript", 18),
+                                                              ExportCall("dynamo", 17)])
     assert not search.fixed and search.results == ()  # neither improves: no result at all
     assert [attempt.figures.passes for attempt in search.attempts] == [False] * 3
     assert "none reaches parity" in search.summary()
@@ -94,8 +94,8 @@ def test_no_export_fixes_the_dropped_divisor_override(pool):
 
 def test_a_failing_export_is_an_attempt_with_its_reason_not_a_result(softplus):
     model, args = softplus
-    search = find_export_fix(model, args, used=ExportSettings("torchscript", 18),
-                             tolerance=TOLERANCE, candidates=[ExportSettings("torchscript", 3)])
+    search = find_export_fix(model, args, used=ExportCall("torchscript", 18),
+                             tolerance=TOLERANCE, candidates=[ExportCall("torchscript", 3)])
     assert search.results == ()
     assert search.attempts[-1].figures is None and "opset 3" in search.attempts[-1].failure
 
@@ -115,7 +115,7 @@ def test_the_culprit_op_is_found_by_value_name_and_by_module(pool):
 def test_the_standalone_script_shows_the_divisor_override_bug_when_run(pool):
     model, args = pool
     op = locate_culprit_op(model, args, value_name="avg_pool2d")
-    text = exporter_repro_script(op, ExportSettings("dynamo", 18), rtol=RTOL, atol=ATOL,
+    text = exporter_repro_script(op, ExportCall("dynamo", 18), rtol=RTOL, atol=ATOL,
                                  culprit="node 'node_avg_pool2d'")
     compile(text, "exporter_repro.py", "exec")
     check = check_repro_script(text)
@@ -128,18 +128,18 @@ def test_the_standalone_script_of_a_right_translation_exits_0(softplus):
     model, args = softplus
     op = locate_culprit_op(model, args, module="act")
     assert op.target == "aten.softplus.default"
-    text = exporter_repro_script(op, ExportSettings("dynamo", 18), rtol=RTOL, atol=ATOL)
+    text = exporter_repro_script(op, ExportCall("dynamo", 18), rtol=RTOL, atol=ATOL)
     check = check_repro_script(text)
     assert not check.reproduces and check.returncode == 0, check.output
     assert "OK: the export agrees" in check.output
-    wrong = exporter_repro_script(op, ExportSettings("torchscript", 18), rtol=RTOL, atol=ATOL)
+    wrong = exporter_repro_script(op, ExportCall("torchscript", 18), rtol=RTOL, atol=ATOL)
     assert check_repro_script(wrong).reproduces, "the TorchScript softplus bug, alone"
 
 
 def test_a_script_that_cannot_export_exits_2_and_does_not_reproduce(pool):
     model, args = pool
     op = locate_culprit_op(model, args, value_name="avg_pool2d")
-    text = exporter_repro_script(op, ExportSettings("torchscript", 3), rtol=RTOL, atol=ATOL)
+    text = exporter_repro_script(op, ExportCall("torchscript", 3), rtol=RTOL, atol=ATOL)
     check = check_repro_script(text)
     assert check.returncode == 2 and not check.reproduces, check.output
     assert "the export or ONNX Runtime failed" in check.output

@@ -7,12 +7,12 @@ import torch
 import bisect_onnx
 from bisect_onnx.fixes.context import FixContext, FixUnavailable
 from bisect_onnx.fixes.exporter_search import REPRO_NAME, search_exporter
-from bisect_onnx.fixes.exporter_settings import ExportSettings
 from bisect_onnx.fixes.exporter_trials import torch_outputs, try_export
 from bisect_onnx.fixes.registry import searches_for
 from bisect_onnx.fixes.stage import culprit_class
 from bisect_onnx.judge.report_parts import Attribution
 from bisect_onnx.pipeline.options import ExportOptions, Tolerance
+from bisect_onnx.pytorch.reexport import ExportCall
 from tests.fixes.test_exporter_fix import SoftplusHead
 
 TOLERANCE = Tolerance(1e-3, 1e-5)
@@ -41,7 +41,7 @@ def test_graph_semantics_is_the_exporter_class_and_its_search_is_registered():
 def test_the_search_names_the_dynamo_export_for_a_torchscript_softplus():
     torch.manual_seed(0)
     model, args = SoftplusHead().eval(), (torch.randn(4, 8),)
-    context = _context(model, args, ExportSettings("torchscript", 18), culprit_module="act",
+    context = _context(model, args, ExportCall("torchscript", 18), culprit_module="act",
                        extra={"export": ExportOptions(exporter="torchscript", opset=18)})
     results = search_exporter(context)
     assert [result.change for result in results] == ["export with dynamo=True, opset_version=18"]
@@ -53,7 +53,7 @@ def test_where_nothing_fixes_it_the_checked_script_goes_to_the_repro_folder(fixt
                                                                              tmp_path):
     model, inputs, onnx_path = fixture_case("avgpool_divisor")
     args = (torch.from_numpy(inputs["x"]),)
-    context = _context(model, args, ExportSettings("dynamo", 18),
+    context = _context(model, args, ExportCall("dynamo", 18),
                        candidate=onnx.load(onnx_path), culprit_nodes=("node_avg_pool2d",),
                        culprit_module="pool",
                        extra={"repro_dir": tmp_path, "time_budget_s": 0.0})
