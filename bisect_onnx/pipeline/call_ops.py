@@ -34,7 +34,7 @@ from bisect_onnx.pytorch.call_program import (
     trace_call,
 )
 from bisect_onnx.pytorch.calls import call_name, split_call_name
-from bisect_onnx.pytorch.reference import MODULE, Reference
+from bisect_onnx.pytorch.reference import MODULE, TorchReference
 from bisect_onnx.runtime.sides import Capture, CapturedValue
 from bisect_onnx.search.classify import Kind
 
@@ -95,7 +95,7 @@ def checked_segment(report: Reading, nodes: Sequence[NodeInfo]) -> list[NodeInfo
     return [by_name.get(name) for name in nodes or ()]
 
 
-def culprit_call_ops(prepared: PreparedCandidate, reference: Reference,
+def culprit_call_ops(prepared: PreparedCandidate, reference: TorchReference,
                      arrays: Sequence[np.ndarray], report: Reading,
                      captures: tuple[Capture, Capture],
                      references: Mapping[str, np.ndarray]) -> CallOpCapture | None:
@@ -144,7 +144,7 @@ class _Outer(Exception):
         self.key = key
 
 
-def _call_ops(prepared: PreparedCandidate, reference: Reference, arrays: Sequence[np.ndarray],
+def _call_ops(prepared: PreparedCandidate, reference: TorchReference, arrays: Sequence[np.ndarray],
               key: tuple[str, int], group: list[NodeInfo], onnx_capture: Capture,
               known_values: set[str], references: Mapping[str, np.ndarray]) -> CallOpCapture:
     """One call traced alone, mapped and captured; raises where that is not exact."""

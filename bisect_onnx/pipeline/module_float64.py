@@ -17,7 +17,7 @@ import numpy as np
 
 from bisect_onnx.errors import BisectOnnxError
 from bisect_onnx.pytorch.calls import call_name, input_of
-from bisect_onnx.pytorch.reference import MODULE, Reference
+from bisect_onnx.pytorch.reference import MODULE, TorchReference
 from bisect_onnx.pytorch.span_float64 import Pin, span_in_float64
 from bisect_onnx.runtime.sides import CapturedValue
 
@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 _SUFFIX = re.compile(r"(\[\d+\])*")
 
 
-def module_float64(reference: Reference, arrays: Sequence[np.ndarray],
+def module_float64(reference: TorchReference, arrays: Sequence[np.ndarray],
                    keywords: Sequence[str], graph_inputs: Mapping[str, np.ndarray],
                    pairs: Sequence[Pair]) -> ModuleFloat64 | None:
     """A rerun for this sample's module-level segments; ``None`` unless an ``nn.Module``.

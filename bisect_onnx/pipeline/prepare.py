@@ -33,7 +33,7 @@ from bisect_onnx.pytorch.reference import (
     EXPORTED_PROGRAM,
     MODULE,
     SCRIPT_MODULE,
-    Reference,
+    TorchReference,
 )
 from bisect_onnx.runtime.runner import Runner
 from bisect_onnx.runtime.sides import Capture
@@ -100,7 +100,7 @@ class PreparedCandidate:
         return (self.program is None and self.script is None and not self._looked
                 and self.exporter in ("dynamo", "unknown", "torchscript"))
 
-    def find_program(self, reference: Reference, arrays: Sequence[np.ndarray],
+    def find_program(self, reference: TorchReference, arrays: Sequence[np.ndarray],
                      folder: Path) -> None:
         """Trace the model as the exporter did; for a file of unknown origin, export it.
 
@@ -119,7 +119,7 @@ class PreparedCandidate:
         elif self.exporter == "torchscript" and not self.keywords:
             self._trace_script(reference, arrays)
 
-    def _trace_script(self, reference: Reference, arrays: Sequence[np.ndarray]) -> None:
+    def _trace_script(self, reference: TorchReference, arrays: Sequence[np.ndarray]) -> None:
         """The graph the TorchScript exporter translated: a trace, or the scripted model."""
         from bisect_onnx.pytorch.script_ops import branches, trace_script
         from bisect_onnx.pytorch.shared_modules import identity_aliases
@@ -134,7 +134,7 @@ class PreparedCandidate:
             except BisectOnnxError as error:  # module level still compares the file
                 logger.info("no op level for the TorchScript file: %s", error)
 
-    def _export_template(self, reference: Reference, arrays: Sequence[np.ndarray],
+    def _export_template(self, reference: TorchReference, arrays: Sequence[np.ndarray],
                          folder: Path) -> None:
         import onnx
 
@@ -151,7 +151,7 @@ class PreparedCandidate:
             self.template = onnx.load(str(exported.path))
 
 
-def prepare_candidate(reference: Reference, given: GivenArrays | None, onnx_model: object,
+def prepare_candidate(reference: TorchReference, given: GivenArrays | None, onnx_model: object,
                       export: ExportOptions, folder: Path,
                       runtime: RuntimeOptions | None = None) -> PreparedCandidate:
     """The user's ONNX model (a path, a proto, an ONNXProgram's own), or an export made here."""
@@ -174,7 +174,7 @@ def prepare_candidate(reference: Reference, given: GivenArrays | None, onnx_mode
                                              if given is not None else None))
 
 
-def resolve_export(reference: Reference, onnx_model: object,
+def resolve_export(reference: TorchReference, onnx_model: object,
                    export: ExportOptions | None) -> ExportOptions:
     """Check the export options against the model form; fill in the exporter."""
     if export is not None and (onnx_model is not None or reference.onnx_program is not None):
@@ -205,7 +205,7 @@ def resolve_export(reference: Reference, onnx_model: object,
     return replace(export, exporter=exporter)
 
 
-def _given_candidate(reference: Reference, onnx_model: object, folder: Path,
+def _given_candidate(reference: TorchReference, onnx_model: object, folder: Path,
                      runtime: RuntimeOptions):
     """The user's ONNX model, and the ExportedProgram it was made from, if known."""
     given = onnx_model if onnx_model is not None else reference.onnx_program
@@ -238,7 +238,7 @@ def names_the_values(program: ExportedProgram | None, nodes: Sequence[NodeInfo])
     return sum(name in names for name in made_from) >= 0.95 * len(made_from)
 
 
-def _export_candidate(reference: Reference, given: GivenArrays | None, export: ExportOptions,
+def _export_candidate(reference: TorchReference, given: GivenArrays | None, export: ExportOptions,
                       folder: Path, runtime: RuntimeOptions):
     """Export the model here; the reference runs first on the export's inputs."""
     if given is not None:
@@ -267,7 +267,7 @@ def _export_candidate(reference: Reference, given: GivenArrays | None, export: E
     return _runtime_side(exported.path, runtime), capture, exported
 
 
-def _keywords(reference: Reference, given: GivenArrays | None) -> list[str]:
+def _keywords(reference: TorchReference, given: GivenArrays | None) -> list[str]:
     """Names of the inputs that go by keyword (none unless they skip a parameter)."""
     if given is None:
         return []
@@ -275,7 +275,7 @@ def _keywords(reference: Reference, given: GivenArrays | None) -> list[str]:
                          required=reference.required_inputs) or []
 
 
-def _graph_keywords(reference: Reference, candidate: Runner) -> list[str]:
+def _graph_keywords(reference: TorchReference, candidate: Runner) -> list[str]:
     """Names for inputs in the graph's order, when they must go to ``forward`` by name."""
     if reference.kind != MODULE:  # a program's inputs are the graph's; TorchScript's positional
         return []
@@ -284,7 +284,7 @@ def _graph_keywords(reference: Reference, candidate: Runner) -> list[str]:
                                required=reference.required_inputs)
 
 
-def arrange_for(reference: Reference, candidate: Runner | None,
+def arrange_for(reference: TorchReference, candidate: Runner | None,
                 given: list[np.ndarray] | dict[str, np.ndarray]) -> list[np.ndarray]:
     """The given inputs in the order the model (and its ONNX graph) takes them."""
     keywords = _keywords(reference, given)
@@ -303,13 +303,13 @@ def arrange_for(reference: Reference, candidate: Runner | None,
     return arrays
 
 
-def _weight_names(reference: Reference) -> list[str]:
+def _weight_names(reference: TorchReference) -> list[str]:
     """The model's state_dict keys: a module's method, an ExportedProgram's attribute."""
     state = getattr(reference.exportable, "state_dict", None)
     return list(state() if callable(state) else state or {})
 
 
-def dynamic_batch_options(exporter: str, reference: Reference,
+def dynamic_batch_options(exporter: str, reference: TorchReference,
                           arrays: Sequence[np.ndarray]) -> dict[str, Any]:
     """The export keywords that make dimension 0 of every input dynamic."""
     import torch

@@ -11,7 +11,7 @@ from bisect_onnx.judge.tolerances import precision_of
 from bisect_onnx.pipeline.options import ExportOptions, FixOptions
 from bisect_onnx.pipeline.prepare import PreparedCandidate
 from bisect_onnx.pytorch.parking import WeightParking
-from bisect_onnx.pytorch.reference import Reference
+from bisect_onnx.pytorch.reference import TorchReference
 from bisect_onnx.runtime.registry import display_name
 from bisect_onnx.runtime.runner import Runner
 from bisect_onnx.sources.input_sizes import Budget
@@ -26,7 +26,7 @@ _RUNTIME_PRECISION = {"bf16": "bfloat16", "f16": "float16"}
 class Settings:
     """What every sample of one PyTorch-form run shares."""
 
-    reference: Reference
+    reference: TorchReference
     prepared: PreparedCandidate
     export: ExportOptions
     workdir: Path

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     import torch
     from torch.export import ExportedProgram
 
-__all__ = ["Reference", "reference_for", "exit_is_a_model_error", "MODULE",
+__all__ = ["TorchReference", "reference_for", "exit_is_a_model_error", "MODULE",
            "EXPORTED_PROGRAM", "SCRIPT_MODULE"]
 
 logger = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ NO_HOOKS_ON_SCRIPT_MODULES = (
 
 
 @dataclass
-class Reference:
+class TorchReference:
     """A model in one of its forms, ready to run as the reference side."""
 
     kind: str
@@ -72,8 +72,8 @@ class Reference:
 
 
 def reference_for(model: object, *, label: str | None = None,
-                  trust_pickle: bool = False) -> Reference:
-    """Wrap ``model`` (any supported form, or a path to one) as a :class:`Reference`."""
+                  trust_pickle: bool = False) -> TorchReference:
+    """Wrap ``model`` (any supported form, or a path to one) as a :class:`TorchReference`."""
     import torch
 
     if isinstance(model, (str, Path)):
@@ -84,7 +84,7 @@ def reference_for(model: object, *, label: str | None = None,
     if isinstance(model, torch.nn.Module):
         names, required, variadic = forward_parameters(model)
         warnings = [text for text in [training_mode_warning(model)] if text]
-        return Reference(MODULE, TorchModuleSide(model, label=label), model, names, required,
+        return TorchReference(MODULE, TorchModuleSide(model, label=label), model, names, required,
                          variadic, warnings=warnings)
     if isinstance(model, torch.export.ExportedProgram):
         return _from_program(model, EXPORTED_PROGRAM, label)
@@ -100,7 +100,7 @@ def reference_for(model: object, *, label: str | None = None,
                      f"{type(model).__name__}")
 
 
-def _from_script_module(model: torch.jit.ScriptModule, label: str | None) -> Reference:
+def _from_script_module(model: torch.jit.ScriptModule, label: str | None) -> TorchReference:
     arguments = model.forward.schema.arguments[1:]  # the first is self
     names = [argument.name for argument in arguments]
     required = sum(not argument.has_default_value() for argument in arguments)
@@ -117,14 +117,14 @@ def _from_script_module(model: torch.jit.ScriptModule, label: str | None) -> Ref
         # torch versions): its final outputs still compare.
         logger.warning("cannot read the TorchScript graph module by module", exc_info=True)
         side, warnings = TorchModuleSide(model, label=label), [NO_HOOKS_ON_SCRIPT_MODULES]
-    return Reference(SCRIPT_MODULE, side, model, names, required, warnings=warnings)
+    return TorchReference(SCRIPT_MODULE, side, model, names, required, warnings=warnings)
 
 
-def _from_program(program: ExportedProgram, kind: str, label: str | None) -> Reference:
+def _from_program(program: ExportedProgram, kind: str, label: str | None) -> TorchReference:
     names = list(program.graph_signature.user_inputs)
     examples = getattr(program, "example_inputs", None)
     args = tuple(examples[0]) if examples and not examples[1] else None
-    return Reference(kind, ExportedProgramSide(program, label=label), program, names,
+    return TorchReference(kind, ExportedProgramSide(program, label=label), program, names,
                      len(names), example_inputs=args)
 
 
