@@ -68,14 +68,17 @@ def refused(path, capsys, match):
 def test_truncated_archive(recorded, tmp_path, capsys, no_array_read):
     truncated = tmp_path / "truncated.npz"
     truncated.write_bytes(recorded.read_bytes()[: recorded.stat().st_size // 2])
-    refused(truncated, capsys, "not a bisect-onnx reference archive")
+    err = refused(truncated, capsys, "not a bisect-onnx reference archive")
+    assert str(truncated) in err
 
 
 def test_not_a_zip_and_a_plain_npz(tmp_path, capsys, no_array_read):
     (tmp_path / "text.npz").write_text("hello")
-    refused(tmp_path / "text.npz", capsys, "not a bisect-onnx reference archive")
+    assert "not a bisect-onnx reference archive" in refused(
+        tmp_path / "text.npz", capsys, "not a bisect-onnx reference archive")
     np.savez(tmp_path / "plain.npz", x=np.zeros(3))
-    refused(tmp_path / "plain.npz", capsys, "no manifest.json member")
+    assert "no manifest.json member" in refused(tmp_path / "plain.npz", capsys,
+                                                "no manifest.json member")
 
 
 def test_corrupt_data(recorded, tmp_path, capsys):
@@ -132,12 +135,13 @@ def test_a_pickle_anywhere(recorded, tmp_path, capsys, no_array_read):
     pickled = npy_bytes(np.array([{"a": 1}], dtype=object), allow_pickle=True)
     for member in ("values/0.npy", "values/99.npy", "inputs/0.npy"):
         archive = rewritten(recorded, tmp_path / "pickled.npz", members={member: pickled})
-        refused(archive, capsys, "only a pickle can hold")
+        assert "only a pickle can hold" in refused(archive, capsys, "only a pickle can hold")
 
 
 def test_a_member_the_manifest_names_is_missing(recorded, tmp_path, capsys, no_array_read):
     missing = rewritten(recorded, tmp_path / "missing.npz", drop={"values/1.npy"})
-    refused(missing, capsys, "names member 'values/1.npy'")
+    assert "names member 'values/1.npy'" in refused(missing, capsys,
+                                                    "names member 'values/1.npy'")
 
 
 def test_an_onnx_file_of_another_graph(recorded, fixture_case, tmp_path, capsys):

@@ -36,7 +36,15 @@ def test_the_pytest_fixture_takes_a_reference(fixture_case, tmp_path, onnx_parit
     model, inputs, onnx_path = fixture_case("tiny_mlp")
     reference = bisect_onnx.record(model, inputs, path=tmp_path / "ref.npz",
                                    onnx_model=onnx_path)
-    onnx_parity(str(reference), None)
+    onnx_parity(str(reference), None)  # at parity: passes
+    model, inputs, onnx_path = fixture_case("avgpool_divisor")
+    diverging = bisect_onnx.record(model, inputs, path=tmp_path / "pool.npz",
+                                   onnx_model=onnx_path)
+    with pytest.raises(bisect_onnx.ParityError) as raised:
+        onnx_parity(str(diverging), None)
+    assert raised.value.report.culprit.torch_module == "pool"
+    # Without PyTorch the advice sends the searches that need it to where it runs.
+    assert "where PyTorch runs (the recorded command)" in raised.value.report.summary()
 
 
 def test_a_deployment_runtime_is_held_to_the_reference(fixture_case, tmp_path):
