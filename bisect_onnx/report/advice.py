@@ -144,5 +144,8 @@ def _tried(report: Report, narrower: str | None) -> str:
     if narrower is not None:
         return ("--suggest-fix finds the nodes to leave unquantized or keep in float32, each "
                 "checked by a rerun")
+    if any(getattr(warning, "code", None) == "needs-pytorch" for warning in report.warnings):
+        return ("--suggest-fix tries the runtime's optimizations here, and where PyTorch runs "
+                "(the recorded command) the other exporter and opsets and eval mode")
     return ("--suggest-fix tries the other exporter and opsets, eval mode and the runtime's "
             "optimizations")
