@@ -35,8 +35,9 @@ from bisect_onnx.runtime.sides import Capture, CapturedValue, JsonObject
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-__all__ = ["Runner", "RunnerSettings", "RuntimeEntry", "RuntimeRun", "ProductionCheck",
-           "CompiledGraph", "Session", "SessionOutput", "captured_by_node", "PROMOTE_CHOICES"]
+__all__ = ["Runner", "ReferenceOnlyRunner", "RunnerSettings", "RuntimeEntry", "RuntimeRun",
+           "ProductionCheck", "CompiledGraph", "Session", "SessionOutput", "captured_by_node",
+           "PROMOTE_CHOICES"]
 
 #: ``fused``: capture only the values production's compiled graph keeps (the default);
 #: ``all``: every node output, which changes what the runtime fuses.
@@ -252,6 +253,28 @@ class Runner(ABC):
     def captured(self, by_name: Mapping[str, np.ndarray]) -> Capture:
         """The values of one run in graph order, each with its node's provenance."""
         return captured_by_node(self.nodes, self.output_names, by_name)
+
+
+class ReferenceOnlyRunner(Runner):
+    """A runner that is only ever the reference: no sessions to run nodes alone or probe.
+
+    ONNX's reference evaluator, a recorded reference. ``reference_only`` says why, in
+    the one-line error a caller that asks gets.
+    """
+
+    reference_only: ClassVar[str]
+
+    def local_session(self, serialized: bytes, label: str) -> Session:
+        """Not available: a reference is never the runtime under test."""
+        from bisect_onnx.errors import UsageError
+
+        raise UsageError(self.reference_only)
+
+    def probe_session(self, names: Sequence[str] | None) -> tuple[Session, CompiledGraph]:
+        """Not available: a reference compiles no production graph to probe."""
+        from bisect_onnx.errors import UsageError
+
+        raise UsageError(self.reference_only)
 
 
 def captured_by_node(nodes: Sequence[NodeInfo], output_names: Sequence[str],

@@ -14,14 +14,12 @@ from pathlib import Path
 
 import numpy as np
 
-from bisect_onnx.errors import InputError, UsageError
+from bisect_onnx.errors import InputError
 from bisect_onnx.runtime.input_specs import InputSpec
 from bisect_onnx.runtime.runner import (
-    CompiledGraph,
     ProductionCheck,
-    Runner,
+    ReferenceOnlyRunner,
     RuntimeRun,
-    Session,
     captured_by_node,
 )
 from bisect_onnx.runtime.sides import CapturedValue, JsonObject
@@ -35,7 +33,7 @@ _REFERENCE_ONLY = ("a recorded reference holds values, it runs nothing; check it
                    "a runtime (bisect-onnx check REF --runtime ...)")
 
 
-class RecordedRunner(Runner):
+class RecordedRunner(ReferenceOnlyRunner):
     """PyTorch's recorded values of the ONNX file at ``path``, by ONNX value name.
 
     ``values`` gives the recorded arrays (read from the archive when a run asks);
@@ -46,6 +44,7 @@ class RecordedRunner(Runner):
 
     runtime = RECORDED
     reference_label = "recorded reference"
+    reference_only = _REFERENCE_ONLY
 
     def __init__(self, path: Path, *, values: Callable[[], Mapping[str, np.ndarray]],
                  outputs: Sequence[str], inputs: Sequence[np.ndarray],
@@ -100,13 +99,7 @@ class RecordedRunner(Runner):
                              f"on ({differs}): its values hold for the recorded inputs only; "
                              "give those, or none")
 
-    def local_session(self, serialized: bytes, label: str) -> Session:
-        """Not available: a recorded reference is never the runtime under test."""
-        raise UsageError(_REFERENCE_ONLY)
 
-    def probe_session(self, names: Sequence[str] | None) -> tuple[Session, CompiledGraph]:
-        """Not available: nothing was compiled here."""
-        raise UsageError(_REFERENCE_ONLY)
 
     def where_it_ran(self, value: str, node: str | None) -> JsonObject:
         """Recorded elsewhere."""

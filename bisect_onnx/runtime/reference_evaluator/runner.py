@@ -21,11 +21,9 @@ import numpy as np
 
 from bisect_onnx.errors import ModelError, UsageError, one_line
 from bisect_onnx.runtime.runner import (
-    CompiledGraph,
     ProductionCheck,
-    Runner,
+    ReferenceOnlyRunner,
     RuntimeRun,
-    Session,
     captured_by_node,
 )
 from bisect_onnx.runtime.sides import CapturedValue, JsonObject
@@ -48,7 +46,7 @@ _REFERENCE_ONLY = ("ONNX's reference evaluator runs only as the reference; compa
 EVALUATOR_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"})
 
 
-class ReferenceEvaluatorRunner(Runner):
+class ReferenceEvaluatorRunner(ReferenceOnlyRunner):
     """Runs an ONNX model with ``onnx.reference.ReferenceEvaluator``, every value kept.
 
     It is a reference only: it compiles nothing, so there is no production to check
@@ -56,6 +54,7 @@ class ReferenceEvaluatorRunner(Runner):
     """
 
     runtime = EVALUATOR
+    reference_only = _REFERENCE_ONLY
     reference_label = "onnx.reference"
 
     def __init__(self, path: Path) -> None:
@@ -97,13 +96,7 @@ class ReferenceEvaluatorRunner(Runner):
         """The final outputs alone."""
         return self.run(inputs).capture.outputs
 
-    def local_session(self, serialized: bytes, label: str) -> Session:
-        """Not available: the evaluator is a reference, never the runtime under test."""
-        raise UsageError(_REFERENCE_ONLY)
 
-    def probe_session(self, names: Sequence[str] | None) -> tuple[Session, CompiledGraph]:
-        """Not available: the evaluator compiles no production graph to probe."""
-        raise UsageError(_REFERENCE_ONLY)
 
     def where_it_ran(self, value: str, node: str | None) -> JsonObject:
         """In numpy, op by op, as the ONNX specification says."""
