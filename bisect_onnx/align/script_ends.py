@@ -106,7 +106,9 @@ def output_ends(translation: ExporterRecord | None, kind: str) -> tuple[OutputEn
         held = _through_transparent(translation, output)
         if held.node is None or constant[held.node]:
             return ()
-        ends.append(OutputEnd(translation.nodes[held.node].kind, held.index))
+        kind = translation.nodes[held.node].kind
+        before = sum(node.kind == kind for node in translation.nodes[:held.node])
+        ends.append(OutputEnd(kind, held.index, before))
     return tuple(ends)
 
 

@@ -31,7 +31,6 @@ from bisect_onnx.align.ops import RUNTIME_FUSED, OpAlignment
 from bisect_onnx.align.script_calls import CallScopes, Cursors, ScopeKey, held_inputs
 from bisect_onnx.align.script_ends import Chain, HandsBack, chain_of, output_ends
 from bisect_onnx.align.script_reads import (
-    alike,
     could_hold,
     descends,
     extends,
@@ -39,6 +38,7 @@ from bisect_onnx.align.script_reads import (
     reads_kinds,
     reads_through_foreign,
     reads_type,
+    tuple_end,
 )
 from bisect_onnx.align.script_table import (
     END_OF,
@@ -179,11 +179,13 @@ class _ScopePairing:
         sources, start = self._sources(first), self.cursor.get(key, 0)
         scope = self.in_scope.get(key, [])
         last = start - 1
-        for op_type in dict.fromkeys(end.type for end in ends):
+        for op_type, occurrence in dict.fromkeys((end.type, end.occurrence) for end in ends):
             held = [(op, end.output) for op, end in zip(ops, ends, strict=True)
-                    if end.type == op_type]
-            position = next((position for position in range(start, len(scope))
-                             if self._holds(scope[position], op_type, held, sources)), None)
+                    if (end.type, end.occurrence) == (op_type, occurrence)]
+            arrays = [(self.capture.values[op.name].array, output) for op, output in held]
+            position = tuple_end(self.producers, self.shapes, scope[start:], (op_type, occurrence),
+                                 arrays, sources)
+            position = None if position is None else start + position
             if position is None:
                 scope_name = first.module or "the model's own forward"
                 others = ", and its other outputs' at theirs," if len(held) > 1 else ""
@@ -197,18 +199,6 @@ class _ScopePairing:
             for op, output in held:
                 self._pair(op, scope[position], output, sources)
         self.cursor[key] = last + 1
-
-    def _holds(self, node: NodeInfo, op_type: str, held: Sequence[tuple[ScriptOp, int]],
-               sources: Sequence[str]) -> bool:
-        """Whether ``node`` is of ``op_type``, made from ``sources``, and holds each value.
-
-        ``held``: (the op entry, the node's output that must hold its value).
-        """
-        return (node.op_type == op_type
-                and all(output < len(node.outputs) and alike(
-                    self.shapes, node.outputs[output], self.capture.values[op.name].array)
-                        for op, output in held)
-                and descends(self.producers, node, sources))
 
     def _sources(self, op: ScriptOp) -> list[str]:
         """The ONNX values holding what ``op`` reads (the ops paired, the model's inputs)."""

@@ -16,7 +16,7 @@ import numpy as np
 from bisect_onnx.graph.nodes import NodeInfo
 
 __all__ = ["alike", "could_hold", "descends", "extends", "reads_type",
-           "reads_through_foreign", "reads_kinds", "follow"]
+           "reads_through_foreign", "reads_kinds", "follow", "tuple_end"]
 
 Producers = Mapping[str, NodeInfo]
 #: ONNX value -> (shape, with ``None`` for a dimension not known; dtype).
@@ -131,3 +131,28 @@ def follow(producers: Producers, scope: Sequence[NodeInfo], position: int,
             return None if foreign is None else (node, foreign)
         position = following
     return position
+
+
+def tuple_end(producers: Producers, shapes: Shapes, scope: Sequence[NodeInfo],
+              end: tuple[str, int], held: Sequence[tuple[np.ndarray, int]],
+              sources: Sequence[str]) -> int | None:
+    """The position in ``scope`` of the node holding a tuple-valued op's outputs ``held``.
+
+    ``end``: the node's type and how many of that type the op's translation makes before
+    it; ``held``: (an output's value, the node's output holding it). The node must be
+    computed from ``sources`` and hold each value. A multi-layer ``lstm`` makes a Squeeze
+    per layer, each of its output's shape: its value is the last layer's, so the first
+    node that could hold it is not the one. ``None``: no node of the scope holds them.
+    """
+    op_type, occurrence = end
+
+    def holds(node: NodeInfo) -> bool:
+        return (node.op_type == op_type and descends(producers, node, sources)
+                and all(output < len(node.outputs) and alike(shapes, node.outputs[output], value)
+                        for value, output in held))
+
+    made = [position for position, node in enumerate(scope)
+            if node.op_type == op_type and descends(producers, node, sources)]
+    if occurrence < len(made) and holds(scope[made[occurrence]]):
+        return made[occurrence]
+    return next((position for position, node in enumerate(scope) if holds(node)), None)

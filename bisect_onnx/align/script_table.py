@@ -111,6 +111,9 @@ class OutputEnd:
 
     type: str
     output: int
+    occurrence: int = 0
+    """How many nodes of :attr:`type` the op's translation makes before this one: a
+    two-layer ``lstm`` makes an LSTM and a Squeeze per layer, its value the last."""
 
 
 #: Tuple-valued ATen op -> for each of its outputs, the node and output holding it.
