@@ -14,10 +14,8 @@ guard accepts, are left unaligned with a reason rather than guessed.
 
 An op with several outputs (``topk``'s values and indices) is one entry per output,
 paired with the node output that holds it, where that node holds each by shape and dtype.
-
-The exporter folds a BatchNorm into the Conv before it (the Conv node computes the
-BatchNorm's value): the BatchNorm is paired with that node and the convolution listed
-as fused into it.
+A BatchNorm the exporter folded into the Conv before it is paired with that node (the
+convolution listed as fused into it); an ``x + 0`` the peephole pass removed, at ``x``.
 """
 
 from __future__ import annotations
@@ -31,6 +29,7 @@ from bisect_onnx.align.ops import RUNTIME_FUSED, OpAlignment
 from bisect_onnx.align.script_calls import CallScopes, Cursors, ScopeKey, held_inputs
 from bisect_onnx.align.script_ends import Chain, HandsBack, chain_of, output_ends
 from bisect_onnx.align.script_reads import (
+    computes_from_constant,
     could_hold,
     descends,
     extends,
@@ -45,6 +44,7 @@ from bisect_onnx.align.script_table import (
     LAYOUT,
     End,
     declined,
+    identity_by_constant,
     passes_through,
     permutation,
     same_permutation,
@@ -130,6 +130,12 @@ class _ScopePairing:
         if end is None:
             self._unaligned(op, "unmatched", f"the alignment knows no ONNX op that {op.kind} "
                                              "ends in, so it was not paired (not guessed)")
+            return
+        if identity_by_constant(op) and len(sources) == 1 and not computes_from_constant(
+                self.producers, self.in_scope.get(self.calls.of_op(op), []), op, sources[0]):
+            self.onnx_of[op.name] = sources[0]
+            self._unaligned(op, "removed", "adds 0 or multiplies by 1, and TorchScript's "
+                            f"peephole pass removed it; compared at {sources[0]}")
             return
         found = (self._find_chain(op, end, sources) if isinstance(end, Chain)
                  else self._find(op, end, sources))
@@ -272,10 +278,14 @@ class _ScopePairing:
         scope = self.in_scope.get(key, [])
         members = {id(node) for node in scope}
         wanted = self.capture.values[op.name].array
+        # A node reading another op's value that this op does not read is that op's
+        # reader: remove_mutation may move ``0 + x`` after the ops of a later ``+=``.
+        others = set(self.onnx_of.values()).difference(sources)
         for position in self.cursor.order(key, scope, self.alignment.segments, sources):
             first = scope[position]
             if (first.op_type != chain.kinds[0] or not descends(self.producers, first, sources)
-                    or not reads_kinds(self.producers, members, first, chain.needs, sources)):
+                    or not reads_kinds(self.producers, members, first, chain.needs, sources)
+                    or others.intersection(first.inputs)):
                 continue
             last = follow(self.producers, scope, position, chain.kinds[1:])
             if isinstance(last, tuple):  # cut short by a node inserted there

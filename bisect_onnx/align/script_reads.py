@@ -10,12 +10,16 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from bisect_onnx.graph.nodes import NodeInfo
 
-__all__ = ["alike", "could_hold", "descends", "extends", "reads_type",
+if TYPE_CHECKING:
+    from bisect_onnx.pytorch.script_ops import ScriptOp
+
+__all__ = ["alike", "computes_from_constant", "could_hold", "descends", "extends", "reads_type",
            "reads_through_foreign", "reads_kinds", "follow", "tuple_end"]
 
 Producers = Mapping[str, NodeInfo]
@@ -156,3 +160,12 @@ def tuple_end(producers: Producers, shapes: Shapes, scope: Sequence[NodeInfo],
     if occurrence < len(made) and holds(scope[made[occurrence]]):
         return made[occurrence]
     return next((position for position, node in enumerate(scope) if holds(node)), None)
+
+
+def computes_from_constant(producers: Producers, scope: Sequence[NodeInfo], op: ScriptOp,
+                           source: str) -> bool:
+    """Whether a node of ``scope`` of ``op``'s type reads ``source`` and otherwise constants."""
+    op_type = op.kind.split("::", 1)[-1].capitalize()
+    return any(node.op_type == op_type and source in node.inputs and all(
+        read == source or getattr(producers.get(read), "op_type", "Constant") == "Constant"
+        for read in node.inputs) for node in scope)

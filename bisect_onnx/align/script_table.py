@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import onnx
 
 __all__ = ["End", "END_OF", "LAYOUT", "OutputEnd", "TUPLE_END_OF", "PASS_THROUGH", "declined",
-           "passes_through", "permutation", "same_permutation"]
+           "identity_by_constant", "passes_through", "permutation", "same_permutation"]
 
 
 @dataclass(frozen=True)
@@ -151,6 +151,24 @@ def passes_through(op: ScriptOp) -> bool:
                 if argument.source == "constant"]
     return (short == "slice" and len(literals) == 4 and literals[1] == 0
             and literals[2] is not None and literals[2] >= _INT64_MAX and literals[3] == 1)
+
+
+def identity_by_constant(op: ScriptOp) -> bool:
+    """Whether ``op`` is ``x + 0``, ``x - 0``, ``x * 1`` or ``x / 1`` of one data value.
+
+    TorchScript's peephole pass removes such an op from the whole model's graph, though
+    the exporter's record of the op alone has its node: FocalNet's ``ctx_all = 0`` then
+    ``ctx_all = ctx_all + ...`` has no node for its first sum, DeBERTa's ``score += ...``
+    after ``score = 0`` keeps it.
+    """
+    short, arguments = op.kind.split("::", 1)[-1], op.arguments or ()
+    values = [argument for argument in arguments if argument.source == "value"]
+    literals = [argument.value for argument in arguments if argument.source == "constant"]
+    if len(values) != 1 or arguments[0].source != "value" or not literals:
+        return False
+    if short in ("add", "sub"):
+        return literals[0] == 0 and literals[1:] in ([], [1])
+    return short in ("mul", "div") and literals == [1]
 
 
 def same_permutation(op: ScriptOp, node: onnx.NodeProto, rank: int) -> bool:
