@@ -27,7 +27,8 @@ __all__ = ["MAX_SEGMENT_NODES", "InputSource", "Segment", "embed_external_data",
            "find_segment", "segment_feeds", "segment_model", "segment_node_names"]
 
 #: Past this many nodes a repro stops being one a maintainer reads; the walk back
-#: stops there and ONNX Runtime's own values feed the cut (Constant nodes not counted).
+#: stops there and ONNX Runtime's own values feed the cut (Constant nodes, and nodes
+#: computed from weights alone, not counted).
 MAX_SEGMENT_NODES = 200
 
 # Where the walk stops at a weight: not an input of the segment, the initializer is copied in.
@@ -77,6 +78,7 @@ def find_segment(
         raise InputError(f"{failing_value!r} is not the output of any top-level node of the "
                          "ONNX graph; a repro starts from a value a node computes")
     weights = _defined_weights(graph)
+    weights_only = _weights_only(graph, weights)
     included: set[int] = set()
     initializers: set[str] = set()
     frontier: dict[str, str] = {}
@@ -100,7 +102,7 @@ def find_segment(
             raise InputError(f"the ONNX value {name!r} needed to recompute {failing_value!r} "
                              "has no producer node, weight or given graph input")
         node = graph.node[index]
-        if node.op_type != "Constant":
+        if node.op_type != "Constant" and index not in weights_only:
             if counted == MAX_SEGMENT_NODES:
                 frontier[name] = _cut_short(name, candidate_values)
                 continue
@@ -135,6 +137,23 @@ def _known_source(
             reference_values[name], candidate_values.get(name)):
         return InputSource.REFERENCE
     return None
+
+
+def _weights_only(graph: onnx.GraphProto, weights: set[str]) -> set[int]:
+    """The nodes computed from weights and constants alone, by index.
+
+    They are not counted towards :data:`MAX_SEGMENT_NODES`: the runtime computes them
+    from the file's weights whatever the input, so taking them in costs a repro nothing
+    a reader follows, and cutting them would need the candidate's value of a tensor
+    production's capture never holds (BEiT's relative position bias: ~250 nodes made
+    from its table, fed to every attention as a mask).
+    """
+    known, found = set(weights), set()
+    for index, node in enumerate(graph.node):
+        if all(not name or name in known for name in _used_names(node)):
+            found.add(index)
+            known.update(node.output)
+    return found
 
 
 def _cut_short(name: str, candidate_values: Mapping[str, np.ndarray]) -> str:

@@ -232,6 +232,33 @@ def test_a_long_walk_is_cut_and_fed_onnx_runtime_values(tmp_path):
     assert _run_script(tmp_path / "repro").returncode == 0
 
 
+def test_nodes_computed_from_weights_alone_do_not_cut_the_walk(tmp_path):
+    """A bias made from a table over many nodes (BEiT's relative positions) is taken whole.
+
+    Production's capture holds none of its values: cut at the limit, the walk would
+    need one, and the local check of the attention reading it could not run.
+    """
+    length = MAX_SEGMENT_NODES + 10
+    one = numpy_helper.from_array(np.ones(2, dtype=np.float32), "one")
+    table = numpy_helper.from_array(np.zeros(2, dtype=np.float32), "w0")
+    nodes = [helper.make_node("Add", [f"w{i}", "one"], [f"w{i + 1}"], name=f"bias{i}")
+             for i in range(length)]
+    nodes.append(helper.make_node("Add", ["x", f"w{length}"], ["y"], name="attention"))
+    graph = helper.make_graph(
+        nodes, "bias", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])], initializer=[one, table])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    x = np.zeros(2, dtype=np.float32)
+    y = x + length + 1  # PyTorch's value: off by one from what the file computes
+    repro = write_repro(
+        tmp_path / "repro", model=model, model_dir=tmp_path, failing_value="y",
+        values=SampleArrays({"y": y}, {"y": x + length}, {"x": x}),
+        tolerance=Tolerance(RTOL, ATOL), environment={})
+    assert repro.nodes == [f"bias{i}" for i in range(length)] + ["attention"]
+    assert repro.inputs == {"x": "graph_input"}
+    assert repro.reproduces
+
+
 def test_a_value_computed_by_a_taken_node_is_not_also_an_input(tmp_path):
     # Add reads b before a; b has a PyTorch value, but the Split is taken in for a.
     graph = helper.make_graph(
