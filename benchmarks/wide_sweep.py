@@ -447,6 +447,8 @@ def main() -> None:
     parser.add_argument("--only", help="comma-separated model names (default: all)")
     parser.add_argument("--groups", default=",".join(GROUPS), help="comma-separated groups")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="keep the clean and planted files in DIR (default: a temporary one)")
     parser.add_argument("--from-json", type=Path, metavar="FILE",
                         help="print the tables of a run saved with --out; run nothing")
     parser.add_argument("-v", "--verbose", action="store_true", help="a line per bisection")
@@ -466,7 +468,9 @@ def main() -> None:
     chosen = [e for e in entries() if e.group in groups and (only is None or e.name in only)]
     started = time.perf_counter()
     sweep, done = Sweep(), 0
-    with tempfile.TemporaryDirectory() as folder:
+    with (contextlib.nullcontext(args.keep) if args.keep
+          else tempfile.TemporaryDirectory()) as folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
         for entry in chosen:
             if time.perf_counter() - started > 60 * args.time_limit:
                 break

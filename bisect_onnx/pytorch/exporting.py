@@ -352,9 +352,11 @@ def quiet_exporter(source: str = "the exporter", *, native: bool = False,
     stderr when a pass fails (torch 2.13 turns that log on in every export).
     ``warned``: a list its warnings are also added to (the TracerWarnings among them).
     """
-    # (torch.__trace logs every traced op at DEBUG, into any capturing handler.)
+    # (torch.__trace logs every traced op at DEBUG, into any capturing handler; the
+    # shape solver logs a data-dependent branch torch.export then raises about.)
     return chatter_logged(source, native=native, kept=warned, loggers=(
-        "torch.onnx", "torch.__trace", "torch.export", "onnxscript", "onnx_ir"))
+        "torch.onnx", "torch.__trace", "torch.export", "torch.fx.experimental.symbolic_shapes",
+        "torch._dynamo", "onnxscript", "onnx_ir"))
 
 
 def _summarize(error: BaseException) -> str:

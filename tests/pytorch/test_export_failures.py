@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 import torch
@@ -142,3 +144,20 @@ def test_a_data_dependent_branch_is_named_with_its_line_not_sent_to_the_tracer(t
     assert "branches on a tensor's value (at " in message
     assert "test_export_failures.py:" in message and "in forward" in message
     assert "torch.cond" in message and "--exporter torchscript" not in message
+
+
+def test_the_shape_solvers_log_of_a_data_dependent_branch_stays_off_stderr(tmp_path):
+    """torch's own log line ("Unable to find user code corresponding to {u0}") is chatter.
+
+    torch's loggers write to stderr through handlers of their own: none may be called.
+    """
+    logged: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = logged.append  # type: ignore[method-assign]
+    solver = logging.getLogger("torch.fx.experimental.symbolic_shapes")
+    solver.addHandler(handler)
+    try:
+        _export_error(Branching(), tmp_path, "dynamo")
+    finally:
+        solver.removeHandler(handler)
+    assert [record.getMessage() for record in logged] == []
