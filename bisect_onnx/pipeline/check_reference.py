@@ -35,7 +35,7 @@ from bisect_onnx.pipeline.stages import run_stages
 from bisect_onnx.reference.archive import MODEL
 from bisect_onnx.reference.graph_digest import difference, graph_digest
 from bisect_onnx.reference.loaded import Reference
-from bisect_onnx.reference.manifest import Manifest
+from bisect_onnx.reference.manifest import PYTORCH, Manifest
 from bisect_onnx.runtime.heap import give_back, kept_in_heap
 from bisect_onnx.runtime.recorded.runner import RecordedRunner
 from bisect_onnx.runtime.runner import Runner
@@ -160,11 +160,16 @@ def check_models(loaded: Reference, candidate: Runner, tolerance: Tolerance,
         inputs=loaded.inputs(), description={
             "kind": "recorded reference", "reference": str(loaded.path),
             "recorded": dict(manifest.recorded.get("reference", {}))})
-    (rtol, atol), basis = _tolerance(manifest, tolerance, candidate)
+    if manifest.reference_kind == PYTORCH:
+        (rtol, atol), basis = _tolerance(manifest, tolerance, candidate)
+        rules = [*tolerance.per_value(), *_recorded_rules(manifest, loaded.path)]
+    else:  # as ONNX against ONNX judges: the file's precision, each QDQ value's scale
+        rtol = tolerance.rtol if tolerance.rtol is not None else manifest.given_rtol
+        atol = tolerance.atol if tolerance.atol is not None else manifest.given_atol
+        basis, rules = None, tolerance.per_value()
     return CheckModels(
         recorded, labels=(str(loaded.path), str(onnx_model or candidate.path.name)),
-        rtol=rtol, atol=atol,
-        rules=[*tolerance.per_value(), *_recorded_rules(manifest, loaded.path)],
+        rtol=rtol, atol=atol, rules=rules,
         all_culprits=search.all_culprits, fixes=fixes,
         user_paths=(onnx_model, onnx_model), manifest=manifest, other_file=other,
         tolerance_basis=basis, op_segments={} if other is not None else {
@@ -225,18 +230,20 @@ def _run_sample(models: CheckModels, candidate: Runner, arrays: list[np.ndarray]
     """The one sample through :data:`CHECK_STAGES`: its report, and its repro writer."""
     sample = run_stages(CHECK_STAGES, OnnxSample(models, candidate, arrays, arrays,
                                                  description))
+    label = ("PyTorch (recorded)" if models.manifest.reference_kind == PYTORCH
+             else "the reference model (recorded)")
     return sample.report, partial(_write_repro, report=sample.report,
                                   candidate=sample.candidate, values=sample.values,
-                                  judge=sample.paired.judge)
+                                  judge=sample.paired.judge, label=label)
 
 
 def _write_repro(folder: Path, report: Report, candidate: Runner, values: SampleArrays,
-                 judge: Judge) -> dict[str, Any]:
-    """The first culprit's repro, PyTorch's recorded values as the expected."""
+                 judge: Judge, label: str) -> dict[str, Any]:
+    """The first culprit's repro, the recorded values as the expected."""
     record = report.culprit or report.first_divergence
     if record.onnx_value not in values.candidate:
         record = report.first_divergence
     return write_sample_repro(folder, report=report, candidate=candidate,
                               failing_value=record.onnx_value, values=values,
                               tolerance=judge.of(record),
-                              reference_label="PyTorch (recorded)")
+                              reference_label=label)

@@ -48,7 +48,9 @@ def _attribute(sample: OnnxSample) -> OnnxSample:
     """
     models: CheckModels = sample.models  # type: ignore[assignment] (a check's models)
     paired, values = sample.paired, sample.values
-    named = {node.name for node in models.reference.model.graph.node if node.name}
+    counterparts = models.manifest.counterparts if models.manifest is not None else None
+    named = (set(counterparts) if counterparts is not None  # a reference ONNX file's nodes
+             else {node.name for node in models.reference.model.graph.node if node.name})
     attribution, local_values = attribute_divergence(
         Reading(sample.findings), sample.candidate, values, tolerance=paired.judge,
         everything=models.all_culprits, evidence=Evidence(
