@@ -12,6 +12,7 @@ as the recording showed them (:mod:`bisect_onnx.pipeline.recorded_rows`).
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -106,8 +107,9 @@ def check(reference: str | Path | Reference, onnx_model: str | Path | None = Non
     with tempfile.TemporaryDirectory(prefix="bisect-onnx-check-") as workdir:
         path = reference_onnx_path(loaded, onnx_model, Path(workdir))
         candidate = runtime.runner(path)
-        models = check_models(loaded, candidate, Tolerance.of(tolerance), search, fixes,
-                         allow_other_file, onnx_model)
+        models = replace(check_models(loaded, candidate, Tolerance.of(tolerance), search,
+                                      fixes, allow_other_file, onnx_model),
+                         recorded=loaded, budget=runtime.budget())
         arrays = recorded_inputs(loaded, candidate, inputs)
         try:
             with kept_in_heap(candidate.holds_weights_once):

@@ -9,7 +9,7 @@ inputs are checked to be the recorded ones. It computes nothing, so it has no se
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +36,8 @@ _REFERENCE_ONLY = ("a recorded reference holds values, it runs nothing; check it
 class RecordedRunner(ReferenceOnlyRunner):
     """PyTorch's recorded values of the ONNX file at ``path``, by ONNX value name.
 
-    ``values`` gives the recorded arrays (read from the archive when a run asks);
+    ``values`` gives the recorded arrays, those named or (``None``) all of them, read
+    from the archive when a run asks;
     ``outputs`` names the recorded final outputs in order; ``inputs`` are the recorded
     inputs in the graph's order, which every run must be given again; ``description``
     is the report's ``reference`` entry.
@@ -46,7 +47,8 @@ class RecordedRunner(ReferenceOnlyRunner):
     reference_label = "recorded reference"
     reference_only = _REFERENCE_ONLY
 
-    def __init__(self, path: Path, *, values: Callable[[], Mapping[str, np.ndarray]],
+    def __init__(self, path: Path, *,
+                 values: Callable[[Collection[str] | None], Mapping[str, np.ndarray]],
                  outputs: Sequence[str], inputs: Sequence[np.ndarray],
                  description: JsonObject) -> None:
         super().__init__(path, promote="all")
@@ -70,11 +72,13 @@ class RecordedRunner(ReferenceOnlyRunner):
     def run(self, inputs: Sequence[np.ndarray]) -> RuntimeRun:
         """The recorded values, once ``inputs`` are found to be the recorded ones."""
         self.check_inputs(inputs)
-        return RuntimeRun(captured_by_node(self.nodes, self._outputs, self._values()))
+        return RuntimeRun(captured_by_node(self.nodes, self._outputs, self._values(None)))
 
     def run_outputs(self, inputs: Sequence[np.ndarray]) -> list[CapturedValue]:
-        """The recorded final outputs."""
-        return self.run(inputs).capture.outputs
+        """The recorded final outputs, and no other value read."""
+        self.check_inputs(inputs)
+        return captured_by_node(self.nodes, self._outputs,
+                                self._values(set(self._outputs))).outputs
 
     def check_inputs(self, inputs: Sequence[np.ndarray]) -> None:
         """Refuse inputs other than the recorded ones: the values hold for those only."""
