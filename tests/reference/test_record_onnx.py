@@ -83,3 +83,15 @@ def test_one_file_run_two_ways_records_every_value(tmp_path):
     assert_same_answer(checked, report)
     names = {output for node in onnx.load(str(RESNET)).graph.node for output in node.output}
     assert set(bisect_onnx.Reference.load(reference).value_names) == names
+
+
+def test_a_parity_test_holds_a_candidate_to_a_recorded_onnx_reference(float16, tmp_path):
+    x = np.load(RESNET_INPUT)
+    clean = bisect_onnx.record(RESNET, x, path=tmp_path / "clean.npz",
+                               candidate=float16["clean"])
+    bisect_onnx.assert_parity(clean, None)
+    planted = bisect_onnx.record(RESNET, x, path=tmp_path / "planted.npz",
+                                 candidate=float16["planted"])
+    with pytest.raises(bisect_onnx.ParityError) as raised:
+        bisect_onnx.assert_parity(planted, None)
+    assert culprit_node(raised.value.report) == PLANTED_NODE
