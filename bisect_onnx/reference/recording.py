@@ -119,6 +119,9 @@ class _Recorder:
             kept.values[name] = value.array
             kept.inner[name] = _inner_provenance(name, value, node)
         kept.values.update(sample.values.reference)
+        for name, (array, provenance) in _inside_op(sample).items():
+            if name not in kept.values:  # what the look inside the culprit's op computed
+                kept.values[name], kept.inner[name] = array, provenance
         for name, value in zip(candidate.output_names, sample.torch_capture.outputs,
                                strict=False):
             kept.values[name] = value.array
@@ -167,6 +170,32 @@ def _inner_values(sample: TorchSample) -> dict[str, tuple[CapturedValue, NodeInf
         found.update({name: value for name, value in ops.values.items()})
     return {name: (value, producers[name]) for name, value in found.items()
             if name in producers}
+
+
+def _inside_op(sample: TorchSample) -> dict[str, tuple[np.ndarray, RowProvenance]]:
+    """PyTorch's values inside the culprit's multi-node op, where the run looked inside.
+
+    The exporter's translation of the op evaluated on PyTorch's values, by the file's
+    value names (:func:`~bisect_onnx.pipeline.inside_op.inside_op_values`): a check
+    compares them as values inside a kernel, and names the node the look inside named.
+    Each shown as the culprit's op.
+    """
+    from bisect_onnx.judge.reading import Reading
+    from bisect_onnx.pipeline.inside_op import inside_op_values
+    from bisect_onnx.pipeline.torch_attribution import graph_inputs
+
+    report, candidate = sample.report, sample.candidate
+    if report is None or report.inside_op is None or sample.values is None:
+        return {}
+    culprit = report.culprit
+    found = inside_op_values(Reading(sample.findings), candidate,
+                             sample.settings.reference.exportable,
+                             {**sample.values.reference, **graph_inputs(candidate, sample.arrays)})
+    producers = {output: node for node in candidate.nodes for output in node.outputs}
+    return {name: (array, RowProvenance(
+        name, producers[name].name, producers[name].op_type, culprit.torch_module,
+        culprit.torch_op, culprit.source, culprit.fx_node))
+        for name, array in found.items() if name in producers}
 
 
 def _inner_provenance(name: str, value: CapturedValue, node: NodeInfo) -> RowProvenance:
