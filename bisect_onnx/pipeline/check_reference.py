@@ -157,7 +157,7 @@ def check_models(loaded: Reference, candidate: Runner, tolerance: Tolerance,
         other = OTHER_FILE_WARNING.format(onnx=shown, why=why, matched=matched,
                                           recorded=len(loaded.value_names))
     recorded = RecordedRunner(
-        candidate.path, values=loaded.values,
+        candidate, values=loaded.values,
         outputs=[row.onnx_value for row in manifest.final_outputs],
         inputs=loaded.inputs(), description={
             "kind": "recorded reference", "reference": str(loaded.path),
