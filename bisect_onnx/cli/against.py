@@ -69,18 +69,19 @@ def bisect_from_args(args: argparse.Namespace) -> Report:
     # Before anything runs: the fixed model is never written over a file the run reads.
     check_write_fixed(args.write_fixed, (model, args.against, *args.input, args.tolerances))
     inputs = load_input_samples(args.input, onnx_model=model) if args.input else None
-    return bisect_onnx.bisect_onnx_models(
-        model,
-        args.against,
-        inputs if inputs is not None else random_inputs,
-        reference_runtime=(REFERENCE_EVALUATOR if args.against_reference_evaluator
-                           else reference_runtime),
-        candidate_runtime=candidate_runtime,
-        tolerance=Tolerance.from_args(args),
-        search=SearchOptions.from_args(args),
-        output=OutputOptions.from_args(args),
-        suggest_fix=FixOptions.from_args(args),
-    )
+    options = {"reference_runtime": (REFERENCE_EVALUATOR if args.against_reference_evaluator
+                                     else reference_runtime),
+               "candidate_runtime": candidate_runtime, "tolerance": Tolerance.from_args(args),
+               "search": SearchOptions.from_args(args), "output": OutputOptions.from_args(args),
+               "suggest_fix": FixOptions.from_args(args)}
+    inputs = inputs if inputs is not None else random_inputs
+    if args.record is not None:  # the comparison, and the reference's values for a check
+        from bisect_onnx.reference.onnx_recording import record_onnx_with_report
+
+        return record_onnx_with_report(model, args.against, inputs, path=args.record,
+                                       command=getattr(args, "recording_command", None),
+                                       **options)[0]
+    return bisect_onnx.bisect_onnx_models(model, args.against, inputs, **options)
 
 
 def _side_runtimes(args: argparse.Namespace) -> tuple[RuntimeOptions, RuntimeOptions]:

@@ -12,7 +12,7 @@ from bisect_onnx.errors import UsageError
 if TYPE_CHECKING:
     from bisect_onnx.judge.records import Report
 
-__all__ = ["check_from_args", "recording_command", "refuse_record_against"]
+__all__ = ["check_from_args", "recording_command"]
 
 
 def check_from_args(args: argparse.Namespace) -> Report:
@@ -60,9 +60,3 @@ def recording_command(argv: Sequence[str]) -> str:
             kept.append(item)
     return shlex.join(["bisect-onnx", *kept])
 
-
-def refuse_record_against(args: argparse.Namespace) -> None:
-    """``--record`` records PyTorch's values: not with two ONNX models."""
-    if args.record is not None:
-        raise UsageError("--record records PyTorch's values for a PyTorch MODEL; drop it "
-                         "when comparing two ONNX models")

@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Iterator, Sequence
 
 from bisect_onnx.chatter import warnings_logged
-from bisect_onnx.cli.check import check_from_args, recording_command, refuse_record_against
+from bisect_onnx.cli.check import check_from_args, recording_command
 from bisect_onnx.cli.parser import EXIT_BUG, build_check_parser, build_parser
 from bisect_onnx.cli.printing import print_report, show_progress
 from bisect_onnx.errors import BisectOnnxError, ModelError
@@ -102,7 +102,6 @@ def _run(args: argparse.Namespace) -> int:
         return print_report(args, check_from_args(args))
     against = against_requested(args)
     if against:  # two ONNX models, MODEL the reference: their own driver
-        refuse_record_against(args)
         _check_files(args, against=True)  # before anything runs or is written
         _runtime_logs_off()
         return print_report(args, bisect_from_args(args))

@@ -56,9 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_report_options(parser)
     OutputOptions.add_arguments(parser)
     parser.add_argument("--record", type=Path, metavar="REF",
-                        help="also write a reference archive of PyTorch's values at every "
-                        "ONNX value compared, to check the runtime where PyTorch is not "
-                        "(bisect-onnx check REF)")
+                        help="also write a reference archive of PyTorch's values (with "
+                        "--against, MODEL.onnx's) at every ONNX value compared, to check "
+                        "the runtime where the reference is not run (bisect-onnx check REF)")
     _add_verbosity(parser)
     return parser
 

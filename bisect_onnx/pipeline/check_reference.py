@@ -12,6 +12,7 @@ as the recording showed them (:mod:`bisect_onnx.pipeline.recorded_rows`).
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,7 +36,7 @@ from bisect_onnx.pipeline.stages import run_stages
 from bisect_onnx.reference.archive import MODEL
 from bisect_onnx.reference.graph_digest import difference, graph_digest
 from bisect_onnx.reference.loaded import Reference
-from bisect_onnx.reference.manifest import Manifest
+from bisect_onnx.reference.manifest import PYTORCH, Manifest
 from bisect_onnx.runtime.heap import give_back, kept_in_heap
 from bisect_onnx.runtime.recorded.runner import RecordedRunner
 from bisect_onnx.runtime.runner import Runner
@@ -106,8 +107,9 @@ def check(reference: str | Path | Reference, onnx_model: str | Path | None = Non
     with tempfile.TemporaryDirectory(prefix="bisect-onnx-check-") as workdir:
         path = reference_onnx_path(loaded, onnx_model, Path(workdir))
         candidate = runtime.runner(path)
-        models = check_models(loaded, candidate, Tolerance.of(tolerance), search, fixes,
-                         allow_other_file, onnx_model)
+        models = replace(check_models(loaded, candidate, Tolerance.of(tolerance), search,
+                                      fixes, allow_other_file, onnx_model),
+                         recorded=loaded, budget=runtime.budget())
         arrays = recorded_inputs(loaded, candidate, inputs)
         try:
             with kept_in_heap(candidate.holds_weights_once):
@@ -155,16 +157,21 @@ def check_models(loaded: Reference, candidate: Runner, tolerance: Tolerance,
         other = OTHER_FILE_WARNING.format(onnx=shown, why=why, matched=matched,
                                           recorded=len(loaded.value_names))
     recorded = RecordedRunner(
-        candidate.path, values=loaded.values,
+        candidate, values=loaded.values,
         outputs=[row.onnx_value for row in manifest.final_outputs],
         inputs=loaded.inputs(), description={
             "kind": "recorded reference", "reference": str(loaded.path),
             "recorded": dict(manifest.recorded.get("reference", {}))})
-    (rtol, atol), basis = _tolerance(manifest, tolerance, candidate)
+    if manifest.reference_kind == PYTORCH:
+        (rtol, atol), basis = _tolerance(manifest, tolerance, candidate)
+        rules = [*tolerance.per_value(), *_recorded_rules(manifest, loaded.path)]
+    else:  # as ONNX against ONNX judges: the file's precision, each QDQ value's scale
+        rtol = tolerance.rtol if tolerance.rtol is not None else manifest.given_rtol
+        atol = tolerance.atol if tolerance.atol is not None else manifest.given_atol
+        basis, rules = None, tolerance.per_value()
     return CheckModels(
         recorded, labels=(str(loaded.path), str(onnx_model or candidate.path.name)),
-        rtol=rtol, atol=atol,
-        rules=[*tolerance.per_value(), *_recorded_rules(manifest, loaded.path)],
+        rtol=rtol, atol=atol, rules=rules,
         all_culprits=search.all_culprits, fixes=fixes,
         user_paths=(onnx_model, onnx_model), manifest=manifest, other_file=other,
         tolerance_basis=basis, op_segments={} if other is not None else {
@@ -225,18 +232,20 @@ def _run_sample(models: CheckModels, candidate: Runner, arrays: list[np.ndarray]
     """The one sample through :data:`CHECK_STAGES`: its report, and its repro writer."""
     sample = run_stages(CHECK_STAGES, OnnxSample(models, candidate, arrays, arrays,
                                                  description))
+    label = ("PyTorch (recorded)" if models.manifest.reference_kind == PYTORCH
+             else "the reference model (recorded)")
     return sample.report, partial(_write_repro, report=sample.report,
                                   candidate=sample.candidate, values=sample.values,
-                                  judge=sample.paired.judge)
+                                  judge=sample.paired.judge, label=label)
 
 
 def _write_repro(folder: Path, report: Report, candidate: Runner, values: SampleArrays,
-                 judge: Judge) -> dict[str, Any]:
-    """The first culprit's repro, PyTorch's recorded values as the expected."""
+                 judge: Judge, label: str) -> dict[str, Any]:
+    """The first culprit's repro, the recorded values as the expected."""
     record = report.culprit or report.first_divergence
     if record.onnx_value not in values.candidate:
         record = report.first_divergence
     return write_sample_repro(folder, report=report, candidate=candidate,
                               failing_value=record.onnx_value, values=values,
                               tolerance=judge.of(record),
-                              reference_label="PyTorch (recorded)")
+                              reference_label=label)

@@ -24,7 +24,7 @@ from bisect_onnx.judge.findings import Refinement
 from bisect_onnx.judge.reading import Reading
 from bisect_onnx.judge.tolerances import Judge
 from bisect_onnx.pipeline.call_ops import checked_segment
-from bisect_onnx.search.decomposition import compare_segment
+from bisect_onnx.search.decomposition import compare_segment, pair_by_structure
 from bisect_onnx.search.translation_eval import (
     CannotEvaluate,
     evaluate_translation,
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     from bisect_onnx.runtime.runner import Runner
 
-__all__ = ["look_inside_module_culprit", "name_the_ops"]
+__all__ = ["look_inside_module_culprit", "inside_op_values", "name_the_ops"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +65,58 @@ def look_inside_module_culprit(report: Reading, candidate: Runner,
     record = report.culprit
     if record is None or report.inside_op is not None:
         return None
+    translated = _translated(report, candidate, model, references)
+    if translated is None:
+        return None
+    compute, protos, op, fresh = translated
+    fx_name = op.name
+    finding = compare_segment(op, protos, fresh.nodes, fresh.values,
+                              references, candidate_values,
+                              rtol=tolerance.of(record).rtol, atol=tolerance.of(record).atol)
+    logger.info("inside %s: %s", fx_name, finding.how)
+    if finding.node is None:
+        return None
+    inside = {"fx_node": fx_name, "nodes": [node.name for node in compute],
+              "node": finding.node, "value": finding.value, "how": finding.how,
+              "compared": finding.compared}
+    found = next((node for node in compute if finding.value in node.outputs), None)
+    return Refinement(inside_op=inside, node=named_node(found))
+
+
+def inside_op_values(report: Reading, candidate: Runner,
+                     model: torch.nn.Module | ExportedProgram,
+                     references: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """What the look inside the culprit's op computes in PyTorch, by the file's value names.
+
+    The exporter's translation of the op evaluated on PyTorch's values, each value
+    paired with the file's node that computes the same (by structure): a recording
+    keeps them, so that a check where PyTorch is not compares inside the op too. Empty
+    where the look inside cannot be made.
+    """
+    if report.culprit is None:
+        return {}
+    translated = _translated(report, candidate, model, references)
+    if translated is None:
+        return {}
+    _, protos, _, fresh = translated
+    pairs = pair_by_structure(protos, fresh.nodes)
+    found: dict[str, np.ndarray] = {}
+    for proto in protos:
+        paired = pairs.get(proto.name or id(proto))
+        for value, fresh_value in zip(proto.output, paired.output if paired else (),
+                                      strict=False):
+            if value and fresh_value in fresh.values:
+                found[value] = np.asarray(fresh.values[fresh_value])
+    return found
+
+
+def _translated(report: Reading, candidate: Runner, model: torch.nn.Module | ExportedProgram,
+                references: Mapping[str, np.ndarray]):
+    """The culprit's op (its nodes, their protos, the op) and its translation evaluated.
+
+    ``None`` where the culprit's segment is not the nodes of one multi-node op, or its
+    translation cannot be evaluated on PyTorch's values.
+    """
     compute = [node for node in checked_segment(report, candidate.nodes)
                if node is None or node.op_type != "Constant"]
     if len(compute) < 2 or None in compute:
@@ -81,17 +133,7 @@ def look_inside_module_culprit(report: Reading, candidate: Runner,
     except CannotEvaluate as error:
         logger.info("cannot look inside %s without a trace: %s", fx_name, error)
         return None
-    finding = compare_segment(_Op(fx_name, call.target), protos, fresh.nodes, fresh.values,
-                              references, candidate_values,
-                              rtol=tolerance.of(record).rtol, atol=tolerance.of(record).atol)
-    logger.info("inside %s: %s", fx_name, finding.how)
-    if finding.node is None:
-        return None
-    inside = {"fx_node": fx_name, "nodes": [node.name for node in compute],
-              "node": finding.node, "value": finding.value, "how": finding.how,
-              "compared": finding.compared}
-    found = next((node for node in compute if finding.value in node.outputs), None)
-    return Refinement(inside_op=inside, node=named_node(found))
+    return compute, protos, _Op(fx_name, call.target), fresh
 
 
 def name_the_ops(report: Reading, candidate: Runner) -> dict[str, str]:

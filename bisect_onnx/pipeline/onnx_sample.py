@@ -86,6 +86,8 @@ class OnnxSample:
     description: str
     fell_back: str | None = None
     """The promote-all fallback's warning, said in every sample once it happened."""
+    memory_reason: str | None = None
+    """Why values are probed instead of captured (a check over its memory budget)."""
     reference_capture: Capture | None = None
     run: CandidateRun | None = None
     paired: Paired | None = None

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -58,7 +58,7 @@ from bisect_onnx.sources.output_paths import check_run_files
 if TYPE_CHECKING:
     import onnx
 
-__all__ = ["bisect_onnx_models", "check_onnx_file"]
+__all__ = ["bisect_onnx_models", "compare_onnx_models", "check_onnx_file"]
 
 logger = logging.getLogger(__name__)
 
@@ -130,6 +130,29 @@ def bisect_onnx_models(
     Returns:
         The :class:`~bisect_onnx.judge.records.Report`, as :func:`bisect_onnx.bisect` gives.
     """
+    return compare_onnx_models(
+        reference, candidate, inputs, reference_runtime=reference_runtime,
+        candidate_runtime=candidate_runtime, tolerance=tolerance, search=search,
+        output=output, suggest_fix=suggest_fix)
+
+
+def compare_onnx_models(
+    reference: str | Path | onnx.ModelProto,
+    candidate: str | Path | onnx.ModelProto | None = None,
+    inputs: object = None,
+    *,
+    reference_runtime: RuntimeOptions | str | None = None,
+    candidate_runtime: RuntimeOptions | None = None,
+    tolerance: Tolerance | tuple[float, float] | None = None,
+    search: SearchOptions | None = None,
+    output: OutputOptions | None = None,
+    suggest_fix: bool | FixOptions | None = None,
+    keep_sample: Callable[[OnnxSample], None] | None = None,
+) -> Report:
+    """:func:`bisect_onnx_models`; ``keep_sample`` is handed each sample once its stages ran.
+
+    (A recording keeps what the archive needs of it: the reference's values, the pairing.)
+    """
     tolerance = Tolerance.of(tolerance)
     fixes = FixOptions.of(suggest_fix)
     from bisect_onnx.fixes.stage import check_write_fixed, write_fixed  # imports onnx: lazily
@@ -164,7 +187,7 @@ def bisect_onnx_models(
             labels=(reference_label, candidate_label), rtol=tolerance.rtol,
             atol=tolerance.atol, rules=rules, all_culprits=search.all_culprits,
             fixes=fixes, user_paths=(reference, candidate)),
-            candidate_runtime.runner(candidate_path))
+            candidate_runtime.runner(candidate_path), keep_sample=keep_sample)
         # A large model's sessions are made in the heap, each making's buffers reusing
         # one another's pages (runtime/heap.py); what it kept is given back at the end.
         large = any(side.holds_weights_once for side in (models.reference, models.candidate))
@@ -187,6 +210,8 @@ class _Models:
     """The runtime under test; a promote-all one once a fallback was needed."""
     fell_back: str | None = None
     """The promote-all fallback's warning, said in every sample once it happened."""
+    keep_sample: Callable[[OnnxSample], None] | None = None
+    """Handed each sample once its stages ran (a recording keeps its values)."""
 
     @property
     def reference(self) -> Runner:
@@ -200,6 +225,8 @@ class _Models:
             _candidate_inputs(arrays, self.reference, self.candidate), description,
             fell_back=self.fell_back))
         self.candidate, self.fell_back = sample.candidate, sample.fell_back
+        if self.keep_sample is not None:
+            self.keep_sample(sample)
         return sample.report, partial(_write_repro, report=sample.report,
                                       candidate=sample.candidate, values=sample.values,
                                       tolerance=sample.paired.judge)

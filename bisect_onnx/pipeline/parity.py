@@ -167,7 +167,10 @@ def _assert_recorded_parity(reference: Reference | str | Path, inputs: object,
         warnings: list[str] = []
         records = compare_final_outputs(
             recorded, candidate.run_outputs(arrays), warnings=warnings,
-            judge=ToleranceJudge.from_floats(models.rtol, models.atol, models.rules))
+            judge=ToleranceJudge.from_floats(
+                # A reference ONNX file's: its comparison's tolerance (the precision's).
+                loaded.manifest.rtol if models.rtol is None else models.rtol,
+                loaded.manifest.atol if models.atol is None else models.atol, models.rules))
     if _agreed(label, records, warnings):
         return
     stem = _file_name(label)

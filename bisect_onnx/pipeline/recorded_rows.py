@@ -20,6 +20,7 @@ from bisect_onnx.judge.reading import Reading
 from bisect_onnx.judge.records import Coverage, Record
 from bisect_onnx.judge.vocabulary import Granularity, ReportWarning
 from bisect_onnx.pytorch.calls import input_of
+from bisect_onnx.reference.manifest import PYTORCH
 from bisect_onnx.search.classify import Kind
 
 if TYPE_CHECKING:
@@ -51,10 +52,13 @@ def show_recorded_rows(sample: OnnxSample) -> OnnxSample:
     if search is not None and search.comparison is not None:
         search = replace(search, comparison=_as_recorded(search.comparison, manifest))
     command = manifest.command or RERUN_WITH_PYTORCH
+    # A reference ONNX file's values: the in-process run needs no PyTorch either.
+    of_pytorch = manifest.reference_kind == PYTORCH
     attribution = findings.attribution
     if attribution is not None:
         attribution = replace(attribution, evidence=_unclassified_here(
-            attribution.evidence, command), kernel_values=tuple(
+            attribution.evidence, command) if of_pytorch else attribution.evidence,
+            kernel_values=tuple(
             _kernel_row(record, manifest) for record in attribution.kernel_values))
     comparison = _as_recorded(findings.comparison, manifest)
     if models.tolerance_basis is not None:
@@ -64,10 +68,10 @@ def show_recorded_rows(sample: OnnxSample) -> OnnxSample:
                     description=_described(findings, manifest))
     reading = Reading(shown)
     notes = [models.other_file] if models.other_file else []
-    if reading.diverged or reading.hidden_divergences:
+    if of_pytorch and (reading.diverged or reading.hidden_divergences):
         notes.append(NEEDS_PYTORCH.format(command=command))
     fix_notes = shown.fix_notes
-    if models.fixes.suggest:
+    if of_pytorch and models.fixes.suggest:
         fix_notes = (*fix_notes, NO_TORCH_FIXES.format(command=command))
     return replace(sample, findings=replace(shown, warnings=(*shown.warnings, *notes),
                                             fix_notes=fix_notes))

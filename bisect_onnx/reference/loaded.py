@@ -46,6 +46,7 @@ class Reference:
         self.manifest = manifest
         self._members = members
         self._budget = budget
+        self._entries = {entry.name: entry for entry in manifest.values}
 
     @classmethod
     def load(cls, path: str | Path, *, max_memory: int | str | None = None) -> Reference:
@@ -98,6 +99,14 @@ class Reference:
         entries = tuple(entry for entry in self.manifest.values
                         if names is None or entry.name in names)
         return dict(zip((entry.name for entry in entries), self._read(entries), strict=True))
+
+    def value(self, name: str) -> np.ndarray:
+        """PyTorch's recorded value at ONNX value ``name``, read now (and not kept)."""
+        return self._read((self._entries[name],))[0]
+
+    def value_entry(self, name: str) -> ArrayEntry | None:
+        """What the value recorded at ``name`` is (dtype, shape), from the header alone."""
+        return self._entries.get(name)
 
     def model_bytes(self) -> bytes | None:
         """The ONNX file recorded inside the archive, if it was."""

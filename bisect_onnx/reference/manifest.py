@@ -20,10 +20,13 @@ from bisect_onnx.judge.records import Coverage, Record
 from bisect_onnx.reference.graph_digest import GraphDigest
 from bisect_onnx.runtime.sides import JsonObject
 
-__all__ = ["FORMAT", "VERSION", "ArrayEntry", "RowProvenance", "Manifest", "check_header"]
+__all__ = ["FORMAT", "VERSION", "PYTORCH", "ONNX", "ArrayEntry", "RowProvenance", "Manifest",
+           "check_header"]
 
 FORMAT = "bisect-onnx-reference"
 VERSION = 1
+#: ``reference_kind``: PyTorch's values, or a reference ONNX file's.
+PYTORCH, ONNX = "pytorch", "onnx"
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,12 @@ class Manifest:
     op_segments: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     """Op name -> the positions of its ONNX nodes in the graph: a local check of one
     op's nodes told from one of several where the nodes carry no metadata (TorchScript)."""
+    reference_kind: str = PYTORCH
+    """What the values are of: ``pytorch`` (a PyTorch model) or ``onnx`` (a reference
+    ONNX file, ONNX against ONNX: nothing a check leaves out needs PyTorch)."""
+    counterparts: tuple[str, ...] | None = None
+    """The reference ONNX graph's node names (``onnx`` only): a candidate node that is
+    none of them (a Cast a converter inserted) is told apart as the in-process run does."""
 
     def to_json(self) -> JsonObject:
         """The manifest's JSON object, ``format`` and ``version`` first."""
@@ -134,7 +143,9 @@ class Manifest:
                 "provenance": [row.to_json() for row in self.provenance.values()],
                 "coverage": dict(self.coverage), "environment": dict(self.environment),
                 "recorded": dict(self.recorded),
-                "op_segments": {name: list(nodes) for name, nodes in self.op_segments.items()}}
+                "op_segments": {name: list(nodes) for name, nodes in self.op_segments.items()},
+                "reference_kind": self.reference_kind,
+                "counterparts": None if self.counterparts is None else list(self.counterparts)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], path: Path) -> Manifest:
@@ -164,7 +175,9 @@ class Manifest:
                 environment=dict(data["environment"]), recorded=dict(data["recorded"]),
                 onnx=dict(data["onnx"]), command=data.get("command"),
                 op_segments={str(name): tuple(int(index) for index in nodes)
-                             for name, nodes in data["op_segments"].items()})
+                             for name, nodes in data["op_segments"].items()},
+                reference_kind=_reference_kind(data.get("reference_kind", PYTORCH)),
+                counterparts=_optional_names(data.get("counterparts")))
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise InputError(f"{path}: its manifest is malformed ({type(error).__name__}: "
                              f"{error}); record the reference again") from None
@@ -191,3 +204,13 @@ def _entry(data: Mapping[str, Any]) -> ArrayEntry:
 
 def _optional_float(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+def _reference_kind(value: Any) -> str:
+    if value not in (PYTORCH, ONNX):
+        raise ValueError(f"reference_kind {value!r} is neither {PYTORCH!r} nor {ONNX!r}")
+    return value
+
+
+def _optional_names(value: Any) -> tuple[str, ...] | None:
+    return None if value is None else tuple(str(name) for name in value)

@@ -12,17 +12,22 @@ provenance, the tolerance, the coverage, the environment and the graph's digest.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from bisect_onnx.errors import UsageError
-from bisect_onnx.reference.archive import MODEL, write_archive
+from bisect_onnx.reference.archive import MODEL
 from bisect_onnx.reference.graph_digest import graph_digest
-from bisect_onnx.reference.manifest import ArrayEntry, Manifest, RowProvenance
+from bisect_onnx.reference.manifest import RowProvenance
+from bisect_onnx.reference.writing import (
+    ONE_SAMPLE,
+    Kept,
+    check_one_sample,
+    embedded_onnx,
+    write_reference,
+)
 
 if TYPE_CHECKING:
     from bisect_onnx.graph.nodes import NodeInfo
@@ -33,12 +38,6 @@ if TYPE_CHECKING:
 
 __all__ = ["record", "record_with_report"]
 
-ONE_SAMPLE = ("a reference records one input set; give one (not {what}), and record "
-              "another reference for each other input set")
-#: The largest ONNX file kept inside the archive (protobuf's own limit).
-_EMBEDDED_LIMIT = 2 ** 31 - 1
-
-
 def record(model: object, inputs: object = None, *, path: str | Path,
            **options: Any) -> Path:
     """Compare as :func:`bisect_onnx.bisect` does, and write a reference archive.
@@ -46,16 +45,26 @@ def record(model: object, inputs: object = None, *, path: str | Path,
     The archive at ``path`` holds PyTorch's values for ``bisect-onnx check`` elsewhere.
 
     Args:
-        model: As :func:`bisect_onnx.bisect` takes it.
+        model: As :func:`bisect_onnx.bisect` takes it; or a reference ONNX model (a path
+            to an ``.onnx`` file or an ``onnx.ModelProto``): then the comparison is
+            :func:`bisect_onnx.bisect_onnx_models`'s, the candidate given as
+            ``candidate=``, and the archive holds the reference file's values.
         inputs: One input set (arrays, a mapping, or :class:`~bisect_onnx.RandomInputs`
             with ``samples=1``): the values hold for these inputs only.
         path: Where the archive is written (docs/reference-format.md).
         options: :func:`bisect_onnx.bisect`'s keyword arguments (``onnx_model``,
-            ``tolerance``, ``export``, ``runtime``, ``search``, ``output``, ...).
+            ``tolerance``, ``export``, ``runtime``, ``search``, ``output``, ...), or
+            for a reference ONNX model :func:`bisect_onnx.bisect_onnx_models`'s
+            (``candidate``, ``reference_runtime``, ``candidate_runtime``, ...).
 
     Returns:
         ``path``.
     """
+    from bisect_onnx.reference.onnx_recording import is_onnx_model, record_onnx_with_report
+
+    if is_onnx_model(model):
+        candidate = options.pop("candidate", None)
+        return record_onnx_with_report(model, candidate, inputs, path=path, **options)[1]
     return record_with_report(model, inputs, path=path, **options)[1]
 
 
@@ -72,7 +81,7 @@ def record_with_report(model: object, inputs: object = None, *, path: str | Path
 
     path = Path(path)
     given = Tolerance.of(options.get("tolerance"))
-    _check_one_sample(inputs)
+    check_one_sample(inputs)
     check_run_files({"path": path}, model=model,
                     onnx_models={"onnx_model": options.get("onnx_model")})
     with tempfile.TemporaryDirectory(prefix="bisect-onnx-record-") as folder:
@@ -80,37 +89,8 @@ def record_with_report(model: object, inputs: object = None, *, path: str | Path
         compare = exit_is_a_model_error(lambda model: compare_pytorch(
             PyTorchCall(model, inputs, **options), run_sample=recorder))
         report = compare(model)
-        kept = recorder.kept
-        manifest = replace(_manifest(report, kept, command), given_rtol=given.rtol,
-                           given_atol=given.atol)
-        write_archive(path, manifest.to_json(), _arrays(manifest, kept),
-                      model=kept.embedded)
+        write_reference(path, report, recorder.kept, command, given)
     return report, path
-
-
-def _check_one_sample(inputs: object) -> None:
-    from bisect_onnx.pipeline.options import RandomInputs
-    from bisect_onnx.sources.input_samples import Samples
-
-    if isinstance(inputs, Samples) and len(inputs.inputs) > 1:
-        raise UsageError(ONE_SAMPLE.format(what=f"{len(inputs.inputs)} input sets"))
-    if isinstance(inputs, RandomInputs) and inputs.samples > 1:
-        raise UsageError(ONE_SAMPLE.format(what=f"{inputs.samples} random samples"))
-
-
-@dataclass
-class _Kept:
-    """What the recording keeps of its sample: arrays by name, and how each came."""
-
-    inputs: list[tuple[str, np.ndarray]] = field(default_factory=list)
-    values: dict[str, np.ndarray] = field(default_factory=dict)
-    inner: dict[str, RowProvenance] = field(default_factory=dict)
-    """Values that are no row: what PyTorch says of them."""
-    outputs: list[str] = field(default_factory=list)
-    op_segments: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    digest: Any = None
-    onnx: dict[str, Any] = field(default_factory=dict)
-    embedded: Path | None = None
 
 
 class _Recorder:
@@ -118,7 +98,7 @@ class _Recorder:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self.kept: _Kept | None = None
+        self.kept: Kept | None = None
 
     def __call__(self, settings: Settings, arrays: list[np.ndarray], description: str):
         """The sample's report and repro writer, as ``run_torch_sample`` gives them."""
@@ -131,14 +111,17 @@ class _Recorder:
         self.kept = self._keep(sample)
         return sample.report, repro_writer(sample)
 
-    def _keep(self, sample: TorchSample) -> _Kept:
+    def _keep(self, sample: TorchSample) -> Kept:
         candidate = sample.candidate
-        kept = _Kept(inputs=[(spec.name, array) for spec, array
+        kept = Kept(inputs=[(spec.name, array) for spec, array
                              in zip(candidate.inputs, sample.arrays, strict=True)])
         for name, (value, node) in _inner_values(sample).items():
             kept.values[name] = value.array
             kept.inner[name] = _inner_provenance(name, value, node)
         kept.values.update(sample.values.reference)
+        for name, (array, provenance) in _inside_op(sample).items():
+            if name not in kept.values:  # what the look inside the culprit's op computed
+                kept.values[name], kept.inner[name] = array, provenance
         for name, value in zip(candidate.output_names, sample.torch_capture.outputs,
                                strict=False):
             kept.values[name] = value.array
@@ -155,21 +138,9 @@ class _Recorder:
         if given:
             kept.onnx = {"path": str(Path(source).resolve())}
         else:
-            kept.onnx, kept.embedded = {"member": MODEL}, self._embedded(candidate.path)
+            kept.onnx, kept.embedded = {"member": MODEL}, embedded_onnx(candidate.path,
+                                                                        self.folder)
         return kept
-
-    def _embedded(self, path: Path) -> Path:
-        """The ONNX file, its weights inside, in the recording's folder."""
-        import onnx
-
-        model = onnx.load(str(path))
-        if model.ByteSize() > _EMBEDDED_LIMIT:
-            raise UsageError("the export is over 2 GiB and cannot be kept inside the "
-                             "reference; save it (--save-onnx FILE), record with --onnx FILE "
-                             "and check with --onnx FILE")
-        target = self.folder / MODEL
-        onnx.save(model, str(target))
-        return target
 
 
 def _inner_values(sample: TorchSample) -> dict[str, tuple[CapturedValue, NodeInfo]]:
@@ -201,6 +172,32 @@ def _inner_values(sample: TorchSample) -> dict[str, tuple[CapturedValue, NodeInf
             if name in producers}
 
 
+def _inside_op(sample: TorchSample) -> dict[str, tuple[np.ndarray, RowProvenance]]:
+    """PyTorch's values inside the culprit's multi-node op, where the run looked inside.
+
+    The exporter's translation of the op evaluated on PyTorch's values, by the file's
+    value names (:func:`~bisect_onnx.pipeline.inside_op.inside_op_values`): a check
+    compares them as values inside a kernel, and names the node the look inside named.
+    Each shown as the culprit's op.
+    """
+    from bisect_onnx.judge.reading import Reading
+    from bisect_onnx.pipeline.inside_op import inside_op_values
+    from bisect_onnx.pipeline.torch_attribution import graph_inputs
+
+    report, candidate = sample.report, sample.candidate
+    if report is None or report.inside_op is None or sample.values is None:
+        return {}
+    culprit = report.culprit
+    found = inside_op_values(Reading(sample.findings), candidate,
+                             sample.settings.reference.exportable,
+                             {**sample.values.reference, **graph_inputs(candidate, sample.arrays)})
+    producers = {output: node for node in candidate.nodes for output in node.outputs}
+    return {name: (array, RowProvenance(
+        name, producers[name].name, producers[name].op_type, culprit.torch_module,
+        culprit.torch_op, culprit.source, culprit.fx_node))
+        for name, array in found.items() if name in producers}
+
+
 def _inner_provenance(name: str, value: CapturedValue, node: NodeInfo) -> RowProvenance:
     """What a row of this value would show (as ``make_record`` lays a row out)."""
     from bisect_onnx.graph.nodes import node_provenance
@@ -215,54 +212,3 @@ def _inner_provenance(name: str, value: CapturedValue, node: NodeInfo) -> RowPro
                          onnx_side.source)
 
 
-def _manifest(report: Report, kept: _Kept, command: str | None) -> Manifest:
-    """The manifest of what ``kept`` holds, with the report's rows and description."""
-    from dataclasses import asdict
-
-    values = [ArrayEntry(name, f"values/{index}.npy", str(array.dtype), array.shape)
-              for index, (name, array) in enumerate(kept.values.items())]
-    inputs = [ArrayEntry(name, f"inputs/{index}.npy", str(array.dtype), array.shape)
-              for index, (name, array) in enumerate(kept.inputs)]
-    shown = (report.culprit or report.first_divergence)
-    coverage = asdict(report.coverage)
-    coverage["granularity"] = str(report.coverage.granularity)
-    return Manifest(
-        graph=kept.digest, inputs=tuple(inputs), values=tuple(values),
-        rows=tuple(RowProvenance.of(row) for row in report.comparisons),
-        final_outputs=tuple(RowProvenance.of(row) for row in report.final_outputs),
-        provenance={name: row for name, row in kept.inner.items()
-                    if name not in {row.onnx_value for row in report.comparisons}},
-        rtol=report.rtol, atol=report.atol, tolerance_basis=report.tolerance_basis,
-        coverage=coverage, environment=_json_safe(report.environment),
-        recorded=_json_safe({"reference": report.reference, "candidate": report.candidate,
-                             "verdict": str(report.verdict),
-                             "culprit": None if shown is None else {
-                                 "onnx_value": shown.onnx_value,
-                                 "onnx_node": shown.onnx_node}}),
-        onnx=kept.onnx, command=command, op_segments=kept.op_segments)
-
-
-def _arrays(manifest: Manifest, kept: _Kept) -> Iterator[tuple[str, np.ndarray]]:
-    """Each member and its array, in the manifest's order (inputs, then values)."""
-    inputs = dict(kept.inputs)
-    for entry in manifest.inputs:
-        yield entry.member, inputs[entry.name]
-    for entry in manifest.values:
-        yield entry.member, kept.values[entry.name]
-
-
-def _json_safe(data: Mapping[str, Any]) -> dict[str, Any]:
-    """``data`` with what JSON cannot hold as text (a non-finite float as ``None``)."""
-    import json
-    import math
-
-    def safe(item: Any) -> Any:
-        if isinstance(item, float) and not math.isfinite(item):
-            return None
-        if isinstance(item, Mapping):
-            return {str(key): safe(value) for key, value in item.items()}
-        if isinstance(item, (list, tuple)):
-            return [safe(value) for value in item]
-        return item if isinstance(item, (str, int, float, bool, type(None))) else str(item)
-
-    return json.loads(json.dumps(safe(dict(data))))

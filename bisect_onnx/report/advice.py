@@ -36,6 +36,8 @@ _CHECKED_CAUSES = {
                               "parity (checked); file it with the runtime"),
 }
 
+_WHERE_PYTORCH_RUNS = ("; where PyTorch runs (the recorded command), --suggest-fix tries the "
+                       "other exporter and opsets and eval mode")
 _BY_HAND = ("compare the op and the ONNX segment by hand in float64 to tell the exporter from "
             "the runtime")
 
@@ -136,15 +138,19 @@ def _narrower_precision(report: Report) -> str | None:
 
 def _tried(report: Report, narrower: str | None) -> str:
     """What the run tried besides float64 to find the cause: the fix searches, if run."""
+    # A check without PyTorch ran the ONNX searches only: the others are for where it runs.
+    elsewhere = any(getattr(warning, "code", None) == "needs-pytorch"
+                    for warning in report.warnings)
     tried = next((note for note in report.fix_notes if note.startswith("no checked fix")), None)
     if tried is not None:
-        return tried.replace("no checked fix found", "no fix search reached parity", 1)
+        return (tried.replace("no checked fix found", "no fix search reached parity", 1)
+                + (_WHERE_PYTORCH_RUNS if elsewhere else ""))
     if report.fixes or report.fix_notes:
-        return "the fix searches found no cause"
+        return "the fix searches found no cause" + (_WHERE_PYTORCH_RUNS if elsewhere else "")
     if narrower is not None:
         return ("--suggest-fix finds the nodes to leave unquantized or keep in float32, each "
                 "checked by a rerun")
-    if any(getattr(warning, "code", None) == "needs-pytorch" for warning in report.warnings):
+    if elsewhere:
         return ("--suggest-fix tries the runtime's optimizations here, and where PyTorch runs "
                 "(the recorded command) the other exporter and opsets and eval mode")
     return ("--suggest-fix tries the other exporter and opsets, eval mode and the runtime's "

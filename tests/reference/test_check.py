@@ -159,3 +159,23 @@ def test_the_given_inputs_must_be_the_recorded_ones(fixture_case, tmp_path):
     other = {name: array + 1 for name, array in inputs.items()}
     with pytest.raises(bisect_onnx.InputError, match="not the one the reference was recorded"):
         bisect_onnx.check(reference, inputs=other)
+
+
+def test_an_unclassified_culprit_sends_the_pytorch_searches_where_pytorch_runs(fixture_case,
+                                                                               tmp_path):
+    from bisect_onnx.report.advice import advice
+
+    model, inputs, onnx_path = fixture_case("avgpool_divisor")
+    reference = bisect_onnx.record(model, inputs, path=tmp_path / "ref.npz",
+                                   onnx_model=onnx_path)
+    plain, searched = (bisect_onnx.check(reference, suggest_fix=fix) for fix in (False, True))
+    for checked in (plain, searched):
+        assert checked.culprit.local.classification == "unclassified"
+    assert ("--suggest-fix tries the runtime's optimizations here, and where PyTorch runs "
+            "(the recorded command) the other exporter and opsets and eval mode") in advice(plain)
+    said = advice(searched)
+    # What ran here is named as run; what needs PyTorch only as where it runs.
+    assert "no fix search reached parity (tried: search_optimizer)" in said
+    assert "search_exporter" not in said
+    assert ("where PyTorch runs (the recorded command), --suggest-fix tries the other "
+            "exporter and opsets and eval mode") in said

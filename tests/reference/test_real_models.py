@@ -58,12 +58,21 @@ def test_check_names_the_culprit_on_real_models(tmp_path, name, exporter):
                                        onnx_model=path)
         checked = bisect_onnx.check(reference)
         assert checked.verdict == report.verdict
+        inside = report.inside_op
+        if inside is not None and checked.culprit.onnx_node == inside.node:
+            # The look inside the op was recorded (its translation evaluated on PyTorch's
+            # values): the check names the node, and the value inside the op it names.
+            assert checked.culprit.onnx_value == inside.value
+            continue
         # The same culprit value; its node inside a multi-node op (a linear's MatMul
-        # under its Add) is named by exporting the op alone, which needs PyTorch.
+        # under its Add) is named by exporting the op alone, which needs PyTorch: the
+        # check names the op's value, and says what needs PyTorch and where it runs.
         assert (checked.culprit and checked.culprit.onnx_value) == (
             report.culprit and report.culprit.onnx_value)
         if report.culprit is not None and checked.culprit.onnx_node != report.culprit.onnx_node:
-            inside = report.inside_op
             assert inside is not None and inside.node == report.culprit.onnx_node
-            assert any(warning.code == "needs-pytorch" for warning in checked.warnings)
+            needs = [warning for warning in checked.warnings
+                     if warning.code == "needs-pytorch"]
+            assert needs and "the look inside its torch op" in needs[0]
+            assert "bisect-onnx MODEL --onnx FILE" in needs[0]
     assert report.culprit.onnx_node == node

@@ -84,12 +84,14 @@ def test_command_line_records_and_prints_the_report(tmp_path, capsys, monkeypatc
     assert manifest.command == "bisect-onnx " + " ".join([*args, "-q"])
 
 
-def test_record_is_refused_with_two_onnx_models(tmp_path, capsys):
+def test_record_with_two_onnx_models_records_the_reference_file(tmp_path, capsys):
     onnx_path = repo_path(FIXTURES["tiny_mlp"].onnx_file)
     status = main([str(onnx_path), "--against-opt-level", "basic", "--record",
                    str(tmp_path / "ref.npz")])
-    assert status == 2
-    assert "--record records PyTorch's values" in capsys.readouterr().err
+    assert status == 0
+    manifest = bisect_onnx.Reference.load(tmp_path / "ref.npz").manifest
+    assert manifest.reference_kind == "onnx"
+    assert manifest.onnx == {"path": str(onnx_path.resolve())}
 
 
 def test_graph_digest_is_the_graph_not_the_bytes(tmp_path):

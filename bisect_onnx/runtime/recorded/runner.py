@@ -9,8 +9,7 @@ inputs are checked to be the recorded ones. It computes nothing, so it has no se
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -19,6 +18,7 @@ from bisect_onnx.runtime.input_specs import InputSpec
 from bisect_onnx.runtime.runner import (
     ProductionCheck,
     ReferenceOnlyRunner,
+    Runner,
     RuntimeRun,
     captured_by_node,
 )
@@ -34,22 +34,27 @@ _REFERENCE_ONLY = ("a recorded reference holds values, it runs nothing; check it
 
 
 class RecordedRunner(ReferenceOnlyRunner):
-    """PyTorch's recorded values of the ONNX file at ``path``, by ONNX value name.
+    """PyTorch's recorded values of the file the runner ``beside`` runs, by ONNX value name.
 
-    ``values`` gives the recorded arrays (read from the archive when a run asks);
-    ``outputs`` names the recorded final outputs in order; ``inputs`` are the recorded
-    inputs in the graph's order, which every run must be given again; ``description``
-    is the report's ``reference`` entry.
+    ``values`` gives the recorded arrays, those named or (``None``) all of them, read
+    from the archive when a run asks; ``outputs`` names the recorded final outputs in
+    order; ``inputs`` are the recorded inputs in the graph's order, which every run
+    must be given again; ``description`` is the report's ``reference`` entry.
     """
 
     runtime = RECORDED
     reference_label = "recorded reference"
     reference_only = _REFERENCE_ONLY
 
-    def __init__(self, path: Path, *, values: Callable[[], Mapping[str, np.ndarray]],
+    def __init__(self, beside: Runner, *,
+                 values: Callable[[Collection[str] | None], Mapping[str, np.ndarray]],
                  outputs: Sequence[str], inputs: Sequence[np.ndarray],
                  description: JsonObject) -> None:
-        super().__init__(path, promote="all")
+        # The graph the runtime under test loaded, shared rather than loaded again (a
+        # large model's file takes seconds to read): a recorded reference only reads it.
+        self.path, self.promote, self.model = beside.path, "all", beside.model
+        self.inputs, self.nodes, self.view = beside.inputs, beside.nodes, beside.view
+        self.output_names = beside.output_names
         self._values = values
         self._outputs = list(outputs)
         self._inputs = [np.asarray(array) for array in inputs]
@@ -70,11 +75,13 @@ class RecordedRunner(ReferenceOnlyRunner):
     def run(self, inputs: Sequence[np.ndarray]) -> RuntimeRun:
         """The recorded values, once ``inputs`` are found to be the recorded ones."""
         self.check_inputs(inputs)
-        return RuntimeRun(captured_by_node(self.nodes, self._outputs, self._values()))
+        return RuntimeRun(captured_by_node(self.nodes, self._outputs, self._values(None)))
 
     def run_outputs(self, inputs: Sequence[np.ndarray]) -> list[CapturedValue]:
-        """The recorded final outputs."""
-        return self.run(inputs).capture.outputs
+        """The recorded final outputs, and no other value read."""
+        self.check_inputs(inputs)
+        return captured_by_node(self.nodes, self._outputs,
+                                self._values(set(self._outputs))).outputs
 
     def check_inputs(self, inputs: Sequence[np.ndarray]) -> None:
         """Refuse inputs other than the recorded ones: the values hold for those only."""
