@@ -137,6 +137,8 @@ def bisect_onnx_models(
     search, output = search or SearchOptions(), output or OutputOptions()
     if search.granularity is not None:
         raise UsageError(NO_GRANULARITY)
+    if search.sweep:
+        raise UsageError("a sweep compares against PyTorch; drop it with two ONNX models")
     evaluator = _runs_in_evaluator(reference_runtime)
     reference_runtime = (RuntimeOptions() if evaluator or reference_runtime is None
                          else reference_runtime)

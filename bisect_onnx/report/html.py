@@ -24,6 +24,8 @@ from bisect_onnx.report.html_markup import (
     mapping,
     module_label,
     page,
+    section,
+    table,
 )
 from bisect_onnx.report.html_tables import (
     comparisons_section,
@@ -46,6 +48,7 @@ def render_html(report: Report) -> str:
         _figures_section(report),
         chart_section(report),
         culprit_section(report),
+        _sweep_section(report),
         comparisons_section(report),
         outputs_section(report),
         not_compared_section(report),
@@ -128,3 +131,19 @@ def _coverage(report: Report) -> str:
 def _of(part: int, whole: int) -> str:
     """``part of whole`` as HTML."""
     return escaped(f"{part} of {whole}")
+
+
+def _sweep_section(report: Report) -> str:
+    """The sweep's combinations, the bisected one marked; nothing without a sweep."""
+    from bisect_onnx.report.sweep_text import SWEEP_HEADINGS, sweep_cells
+
+    sweep = report.sweep
+    if sweep is None:
+        return ""
+    rows = [[escaped(cell) if index or number != sweep.bisected
+             else element("strong", escaped(cell))
+             for index, cell in enumerate(sweep_cells(sweep, row))]
+            for number, row in enumerate(sweep.rows)]
+    note = element("p", escaped(sweep.note), class_="note") if sweep.note else ""
+    return section("sweep: shapes and input scales", table(SWEEP_HEADINGS, rows) + note,
+                   id_="sweep")

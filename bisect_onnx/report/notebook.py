@@ -44,6 +44,7 @@ _API_WORDS = {
     "--opt-level": "RuntimeOptions(opt_level=...)",
     "--promote all": 'RuntimeOptions(promote="all")',
     "--granularity": "SearchOptions(granularity=...)",
+    "--sweep": "SearchOptions(sweep=True)",
 }
 _FLAG = re.compile("|".join(re.escape(flag) for flag in sorted(_API_WORDS, key=len,
                                                                    reverse=True)))

@@ -1,0 +1,107 @@
+"""The sweep: other shapes and input values from one sample, until one combination fails.
+
+Models come from ``baked_models``; each is exported here by the TorchScript exporter
+(fast), at the sample's shapes, so every failure the sweep finds is one the sample
+itself does not show.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import bisect_onnx
+from bisect_onnx.cli.command import main
+from bisect_onnx.errors import UsageError
+from bisect_onnx.judge.sweep_table import FAILED, PASSED
+from bisect_onnx.pipeline.sweep import NOT_ONE_SAMPLE, SAMPLE, SCALES
+from bisect_onnx.search.baked_shapes import BAKED_KIND
+from tests.pipeline import baked_models
+from tests.pipeline.baked_models import Branch, Divisor, Symbolic, built, sample
+from tests.torch_warnings import LEGACY_EXPORTER_DEPRECATED
+
+pytestmark = [LEGACY_EXPORTER_DEPRECATED,
+              pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning"),
+              pytest.mark.filterwarnings("ignore:the export baked:bisect_onnx.BisectOnnxWarning")]
+
+MODELS_FILE = str(Path(baked_models.__file__))
+SWEEP = bisect_onnx.SearchOptions(sweep=True)
+
+
+def _export(dynamic: bool = True) -> bisect_onnx.ExportOptions:
+    return bisect_onnx.ExportOptions(exporter="torchscript", dynamic_batch=dynamic)
+
+
+def test_a_dynamic_model_passes_every_combination_and_shows_the_table():
+    report = bisect_onnx.bisect(built(Symbolic), sample((2, 4)), export=_export(),
+                                search=SWEEP)
+    sweep = report.sweep
+    assert not report.diverged and sweep.bisected is None
+    assert sweep.free_dims == ("batch",)
+    assert [row.verdict for row in sweep.rows] == [PASSED] * len(sweep.rows)
+    batches = list(dict.fromkeys(row.shapes[0][0] for row in sweep.rows))
+    assert batches == [2, 1, 7, 64]  # the sample's, 1, (2 is the sample's), a prime, largest
+    assert {row.scale for row in sweep.rows} == {SAMPLE, *SCALES}
+    text = str(report)
+    assert "sweep (final outputs only, until one fails; free dimensions: batch):" in text
+    assert any(line.split()[:3] == ["x[7,4]", "x100", "negative"] for line in text.splitlines())
+    assert f"all {len(sweep.rows)} combinations of the sweep pass" in report.summary()
+
+
+def test_a_branch_the_tracer_took_is_found_from_a_sample_that_passes():
+    positive = np.abs(sample((2, 4)))
+    report = bisect_onnx.bisect(built(Branch), positive, export=_export(dynamic=False),
+                                search=SWEEP)
+    sweep = report.sweep
+    assert sweep.rows[0].scale == SAMPLE and sweep.rows[0].verdict == PASSED
+    assert sweep.failing.scale == "x100 negative" and sweep.failing.verdict == FAILED
+    assert sweep.free_dims == () and "no free dimension" in sweep.note
+    assert report.diverged
+    # At the sample the layer's sum is negative: the tracer kept ``y * 2``.
+    assert (report.culprit.onnx_node, report.culprit.torch_module) == ("/gate/Mul", "gate")
+    assert "an `if` on a tensor" in report.summary()
+
+
+def test_a_divisor_baked_at_batch_1_is_found_from_a_batch_1_sample():
+    report = bisect_onnx.bisect(built(Divisor), sample((1, 4)), export=_export(), search=SWEEP)
+    sweep = report.sweep
+    assert [row.verdict for row in sweep.rows][-1] == FAILED
+    assert {row.shapes for row in sweep.rows[:-1]} == {((1, 4),)}  # the sample's size passes
+    assert sweep.failing.shapes == ((2, 4),)
+    assert report.culprit.onnx_node == "/Div"
+    assert report.attribution.classification["kind"] == BAKED_KIND
+    assert "(1 when exported, 2 in this run)" in report.summary()
+
+
+def test_the_sweep_reads_back_from_json_and_shows_in_html(tmp_path):
+    report = bisect_onnx.bisect(built(Divisor), sample((1, 4)), export=_export(), search=SWEEP)
+    assert bisect_onnx.Report.load(report.save(tmp_path / "r.json")) == report
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["sweep"]["bisected"] == len(data["sweep"]["rows"]) - 1
+    page = report.save(tmp_path / "r.html").read_text()
+    assert 'id="sweep"' in page and "<strong>x[2,4]</strong>" in page
+
+
+def test_the_command_line_prints_the_table_and_exits_diverged(tmp_path, capsys):
+    inputs = tmp_path / "x.npy"
+    np.save(inputs, sample((1, 4)))
+    status = main([f"{MODELS_FILE}:Divisor", "--exporter", "torchscript", "--dynamic",
+                   "--input", str(inputs), "--sweep"])
+    out = capsys.readouterr().out
+    assert status == 1
+    assert "sweep (final outputs only" in out
+    assert [line.split()[:3] for line in out.splitlines() if line.startswith(">> x[")] == [
+        [">>", "x[2,4]", "N(0,1)"]]
+
+
+def test_a_sweep_of_several_samples_is_refused_in_one_line(capsys):
+    with pytest.raises(UsageError, match="starts from one sample"):
+        bisect_onnx.bisect(built(Symbolic), bisect_onnx.Samples([sample((2, 4)),
+                                                                 sample((3, 4))]),
+                           export=_export(), search=SWEEP)
+    status = main([f"{MODELS_FILE}:Symbolic", "--samples", "2", "--sweep"])
+    error = capsys.readouterr().err
+    assert status == 2 and error == f"bisect-onnx: error: {NOT_ONE_SAMPLE}\n"
