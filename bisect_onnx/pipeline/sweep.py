@@ -38,14 +38,16 @@ from bisect_onnx.runtime.sides import CapturedValue
 from bisect_onnx.sources.input_sizes import Budget, array_bytes
 
 if TYPE_CHECKING:
+    from bisect_onnx.pipeline.onnx_sample import OnnxModels
     from bisect_onnx.pipeline.samples import RunSample, Sample
     from bisect_onnx.pipeline.torch_settings import Settings
     from bisect_onnx.pytorch.reference import TorchReference
+    from bisect_onnx.runtime.runner import Runner
 
 __all__ = ["SCALES", "SAMPLE", "LARGEST_CAP", "Outcome", "CompareOutputs", "sweep_sizes",
            "free_dim_sizes", "sweep_inputs", "run_sweep", "check_one_sample",
            "outcome_of", "NOT_ONE_SAMPLE", "swept", "torch_outputs_compared",
-           "declared_ranges", "bisect_swept"]
+           "declared_ranges", "bisect_swept", "onnx_outputs_compared"]
 
 SAMPLE = "the sample"
 """The first row: the sample itself, as given."""
@@ -220,12 +222,15 @@ def _table(specs: Sequence[InputSpec], free: tuple[str, ...], rows: list[SweepRo
 
 def outcome_of(records: Sequence[Record]) -> Outcome:
     """One combination's outcome from its final outputs' records."""
-    errors = [record.figures.max_abs_error for record in records]
+    return _outcome([record.figures.max_abs_error for record in records],
+                    any(record.failed for record in records))
+
+
+def _outcome(errors: Sequence[float | None], failed: bool) -> Outcome:
     known = [error for error in errors if error is not None]
     worst = max(known) if known and len(known) == len(errors) else None
     if worst is not None and math.isnan(worst):
         worst = math.inf
-    failed = any(record.failed for record in records)
     return worst, FAILED if failed else PASSED, None
 
 
@@ -335,3 +340,39 @@ def declared_ranges(reference: TorchReference) -> dict[str, tuple[int, int | Non
         except (TypeError, ValueError, OverflowError):
             continue
     return ranges
+
+
+def onnx_outputs_compared(models: OnnxModels, candidate: Runner,
+                          to_candidate: Callable[[list[np.ndarray]], list[np.ndarray]],
+                          ) -> CompareOutputs:
+    """The reference model's final outputs against one production session's of the candidate.
+
+    Judged as a sample's final outputs are (the models' precision, a rule, a
+    quantization step); ``to_candidate`` casts the inputs to the candidate's types.
+    """
+    from bisect_onnx.align.onnx_pairs import CandidateGroups, ValuePair
+    from bisect_onnx.errors import RuntimeRefused
+    from bisect_onnx.pipeline.onnx_comparison import pair_judge
+
+    judge, _ = pair_judge(models, candidate)
+    groups = CandidateGroups(candidate.model, str(candidate.path.resolve().parent))
+    session, _ = candidate.probe_session(None)
+
+    def compare(arrays: list[np.ndarray]) -> Outcome:
+        try:
+            expected = models.reference.run_outputs(arrays)
+        except RuntimeRefused as error:  # a size the reference itself does not take
+            return skipped(error)
+        try:
+            produced = session.run(candidate.output_names, dict(zip(
+                (spec.name for spec in candidate.inputs), to_candidate(arrays), strict=True)))
+        except Exception as error:  # noqa: BLE001 - the runtime's refusal, said in the row
+            return refused(error)
+        results = []
+        for value, name, array in zip(expected, candidate.output_names, produced, strict=False):
+            pair = ValuePair(value.name, name, None, "output", groups.quantization(name))
+            results.append(judge.compare(value.array, array, pair, judge.tolerance(pair))[0])
+        return _outcome([result.max_abs_error for result in results],
+                        any(not result.passed for result in results))
+
+    return compare

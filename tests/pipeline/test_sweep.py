@@ -105,3 +105,35 @@ def test_a_sweep_of_several_samples_is_refused_in_one_line(capsys):
     status = main([f"{MODELS_FILE}:Symbolic", "--samples", "2", "--sweep"])
     error = capsys.readouterr().err
     assert status == 2 and error == f"bisect-onnx: error: {NOT_ONE_SAMPLE}\n"
+
+
+def _centring(path: Path, divisor: float | None) -> Path:
+    """``x - mean(x, 0)``, or with the mean as a sum over ``divisor`` (a baked batch)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    nodes = ([helper.make_node("ReduceMean", ["x", "axes"], ["mean"], keepdims=1)]
+             if divisor is None else
+             [helper.make_node("ReduceSum", ["x", "axes"], ["sum"], keepdims=1),
+              helper.make_node("Div", ["sum", "divisor"], ["mean"])])
+    nodes.append(helper.make_node("Sub", ["x", "mean"], ["y"]))
+    constants = [helper.make_tensor("axes", TensorProto.INT64, [1], [0]),
+                 helper.make_tensor("divisor", TensorProto.FLOAT, [], [divisor or 1.0])]
+    graph = helper.make_graph(
+        nodes, "centring", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
+        initializer=constants)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+    return path
+
+
+def test_two_onnx_models_take_the_sweep_too(tmp_path):
+    reference = _centring(tmp_path / "reference.onnx", None)
+    same = bisect_onnx.bisect_onnx_models(reference, inputs=sample((2, 4)),
+                                          reference_runtime="onnx.reference", search=SWEEP)
+    assert not same.diverged and same.sweep.bisected is None and len(same.sweep.rows) > 4
+    baked = bisect_onnx.bisect_onnx_models(reference, _centring(tmp_path / "baked.onnx", 2.0),
+                                           inputs=sample((2, 4)), search=SWEEP)
+    assert baked.diverged and baked.sweep.rows[0].verdict == PASSED
+    assert baked.sweep.failing.shapes == ((1, 4),)
+    assert baked.first_divergence.onnx_node is not None
