@@ -56,6 +56,12 @@ SCALES = ("N(0,1)", "x100 positive", "x100 negative")
 times its magnitude with one sign each (a branch on a sum's sign, an overflow)."""
 LARGEST_CAP = 64
 """The largest size a free dimension is tried at (a sensible bound on a run's time)."""
+_LARGEST_FACTOR = 2
+_LARGEST_FLOOR = 8
+# Within the cap, the largest size is at most twice the sample's (at least 8): a forward
+# at 64 where the sample is 4 costs sixteen of the sample's, and the sweep of an
+# all-passing model is meant to cost a few comparisons (benchmarks/sweep.py: 64 made a
+# small CNN's sweep 7.7x one comparison, 2x the sample's about 3x).
 _PRIMES = (7, 13)
 # The activations of a forward take many times its inputs: the inputs of the largest
 # size may take this share of the memory budget.
@@ -130,11 +136,16 @@ def _within(size: int, declared: Mapping[str, tuple[int, int | None]]) -> bool:
 
 
 def largest_size(specs: Sequence[InputSpec], arrays: Sequence[np.ndarray],
-                 free: Sequence[str], budget: Budget | None) -> int:
-    """The largest size up to :data:`LARGEST_CAP` whose inputs fit the memory budget's share."""
+                 sample: Mapping[str, int], budget: Budget | None) -> int:
+    """The largest size whose inputs fit the memory budget's share, within the caps.
+
+    At most :data:`LARGEST_CAP`, and twice the sample's largest free size (at least 8).
+    """
+    cap = min(LARGEST_CAP, max(_LARGEST_FLOOR, _LARGEST_FACTOR * max(sample.values())))
     if budget is None or budget.size is None:
-        return LARGEST_CAP
-    for size in range(LARGEST_CAP, 0, -1):
+        return cap
+    free = list(sample)
+    for size in range(cap, 0, -1):
         shapes = _shapes(specs, arrays, dict.fromkeys(free, size))
         total = sum(array_bytes(shape, np.asarray(array).dtype)
                     for shape, array in zip(shapes, arrays, strict=True))
@@ -190,8 +201,8 @@ def run_sweep(specs: Sequence[InputSpec], arrays: list[np.ndarray], compare: Com
     declared = {name: span for name, span in (declared or {}).items() if name in free}
     notes = []
     if free:
-        sizes, note = sweep_sizes(sample_sizes, largest_size(specs, arrays, free, budget),
-                                  declared)
+        sizes, note = sweep_sizes(sample_sizes, largest_size(specs, arrays, sample_sizes,
+                                                             budget), declared)
         notes.append(note)
     else:
         sizes = [0]

@@ -17,7 +17,8 @@ import bisect_onnx
 from bisect_onnx.cli.command import main
 from bisect_onnx.errors import UsageError
 from bisect_onnx.judge.sweep_table import FAILED, PASSED
-from bisect_onnx.pipeline.sweep import NOT_ONE_SAMPLE, SAMPLE, SCALES
+from bisect_onnx.pipeline.sweep import NOT_ONE_SAMPLE, SAMPLE, SCALES, sweep_inputs, sweep_sizes
+from bisect_onnx.runtime.input_specs import InputSpec
 from bisect_onnx.search.baked_shapes import BAKED_KIND
 from tests.pipeline import baked_models
 from tests.pipeline.baked_models import Branch, Divisor, Symbolic, built, sample
@@ -43,7 +44,7 @@ def test_a_dynamic_model_passes_every_combination_and_shows_the_table():
     assert sweep.free_dims == ("batch",)
     assert [row.verdict for row in sweep.rows] == [PASSED] * len(sweep.rows)
     batches = list(dict.fromkeys(row.shapes[0][0] for row in sweep.rows))
-    assert batches == [2, 1, 7, 64]  # the sample's, 1, (2 is the sample's), a prime, largest
+    assert batches == [2, 1, 7, 8]  # the sample's, 1, (2 is the sample's), a prime, the largest
     assert {row.scale for row in sweep.rows} == {SAMPLE, *SCALES}
     text = str(report)
     assert "sweep (final outputs only, until one fails; free dimensions: batch):" in text
@@ -137,3 +138,19 @@ def test_two_onnx_models_take_the_sweep_too(tmp_path):
     assert baked.diverged and baked.sweep.rows[0].verdict == PASSED
     assert baked.sweep.failing.shapes == ((1, 4),)
     assert baked.first_divergence.onnx_node is not None
+
+
+def test_the_sizes_tried_follow_the_sample_a_prime_and_a_declared_range():
+    sizes, note = sweep_sizes({"batch": 4}, 8, {})
+    assert (sizes, note) == ([0, 1, 2, 7, 8], None)  # 0: the sample's own sizes
+    sizes, note = sweep_sizes({"batch": 7}, 14, {"batch": (2, 10)})
+    assert sizes == [0, 2, 10] and note.endswith("not tried: 1, 13, 14")
+
+
+def test_integers_are_drawn_within_the_sample_s_range_and_floats_at_each_scale():
+    specs = [InputSpec("ids", np.dtype("int64"), ("batch", 3)),
+             InputSpec("x", np.dtype("float32"), ("batch", 2))]
+    arrays = [np.array([[5, 9, 7]]), np.ones((1, 2), np.float32)]
+    ids, x = sweep_inputs(specs, arrays, {"batch": 6}, "x100 negative", seed=0)
+    assert ids.shape == (6, 3) and ids.dtype == np.int64 and 5 <= ids.min() <= ids.max() <= 9
+    assert x.shape == (6, 2) and x.dtype == np.float32 and (x <= 0).all() and x.min() < -10
