@@ -61,6 +61,17 @@ class Loop(torch.nn.Module):
         return out
 
 
+class LoopSum(torch.nn.Module):
+    """Sums the columns in a Python loop over ``x.shape[1]``: the export's last Add is its
+    output, and an unrolled partial sum of the same ops at another size."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = x[:, 0]
+        for index in range(1, x.shape[1]):
+            out = out + x[:, index]
+        return out
+
+
 class Symbolic(torch.nn.Module):
     """The same computations written so that no size becomes a constant."""
 
