@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bisect_onnx.errors import BisectOnnxError, UsageError, one_line
+from bisect_onnx.errors import BisectOnnxError, RuntimeRefused, UsageError, one_line
 from bisect_onnx.judge.assembly import amended
 from bisect_onnx.judge.records import Record, Report
 from bisect_onnx.judge.sweep_table import (
@@ -246,8 +246,13 @@ def _outcome(errors: Sequence[float | None], failed: bool) -> Outcome:
 
 
 def refused(error: Exception) -> Outcome:
-    """A combination the runtime under test refused to run."""
-    return None, REFUSED, one_line(error)
+    """A combination the runtime under test refused to run: at which node, and why."""
+    from bisect_onnx.runtime.onnxruntime.sessions import refusal
+
+    said = refusal("", error)  # ONNX Runtime's words parsed; others' kept as they are
+    if said.node is None:
+        return None, REFUSED, said.reason
+    return None, REFUSED, f"at node {said.node!r} ({said.op_type}): {said.reason}"
 
 
 def skipped(error: Exception) -> Outcome:
@@ -278,8 +283,13 @@ def bisect_swept(sample: Sample, sweep: Callable[[list[np.ndarray]], tuple[Sweep
     if failing is not None:
         description = (f"the sweep's combination {table.bisected + 1}: {failing.scale} at "
                        f"{shapes_text(table.input_names, failing.shapes)}")
-    report = compare_samples([(chosen, description)], run_sample, repro_dir=repro_dir,
-                             kind=None)
+    try:
+        report = compare_samples([(chosen, description)], run_sample, repro_dir=repro_dir,
+                                 kind=None)
+    except RuntimeRefused as error:  # the refusal is the answer; the table says what led to it
+        raise RuntimeRefused(f"{error}; found by the sweep: {description}", node=error.node,
+                             op_type=error.op_type, reason=error.reason, module=error.module,
+                             source=error.source, baked=error.baked, sweep=table) from error
     return amended(report, sweep=table)
 
 
@@ -362,7 +372,6 @@ def onnx_outputs_compared(models: OnnxModels, candidate: Runner,
     quantization step); ``to_candidate`` casts the inputs to the candidate's types.
     """
     from bisect_onnx.align.onnx_pairs import CandidateGroups, ValuePair
-    from bisect_onnx.errors import RuntimeRefused
     from bisect_onnx.pipeline.onnx_comparison import pair_judge
 
     judge, _ = pair_judge(models, candidate)

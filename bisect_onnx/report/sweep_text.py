@@ -11,16 +11,19 @@ if TYPE_CHECKING:
     from bisect_onnx.judge.records import Report
     from bisect_onnx.judge.sweep_table import SweepRow, SweepTable
 
-__all__ = ["sweep_section", "sweep_cells", "SWEEP_HEADINGS"]
+__all__ = ["sweep_section", "sweep_text", "sweep_cells", "SWEEP_HEADINGS"]
 
 SWEEP_HEADINGS = ("shapes", "inputs", "worst error", "verdict")
+_REASON_SHOWN = 100
 
 
 def sweep_section(report: Report) -> str:
     """The sweep's table, the bisected combination marked; empty without a sweep."""
-    sweep = report.sweep
-    if sweep is None:
-        return ""
+    return sweep_text(report.sweep) if report.sweep is not None else ""
+
+
+def sweep_text(sweep: SweepTable) -> str:
+    """The sweep's table, the bisected (or refused) combination marked ``>>``."""
     dims = ", ".join(sweep.free_dims) or "none"
     lines = [f"sweep (final outputs only, until one fails; free dimensions: {dims}):"]
     cells = [SWEEP_HEADINGS, *(sweep_cells(sweep, row) for row in sweep.rows)]
@@ -38,5 +41,8 @@ def sweep_cells(sweep: SweepTable, row: SweepRow) -> tuple[str, str, str, str]:
     """One row's cells: shapes, how the inputs were drawn, worst error, verdict (and why)."""
     error = row.max_abs_error
     figure = "-" if error is None else ("inf" if math.isinf(error) else f"{error:.2e}")
-    verdict = row.verdict + (f" ({row.reason})" if row.reason else "")
+    reason = row.reason or ""
+    if len(reason) > _REASON_SHOWN:  # the runtime's whole message is in the JSON report
+        reason = reason[:_REASON_SHOWN - 3] + "..."
+    verdict = row.verdict + (f" ({reason})" if reason else "")
     return shapes_text(sweep.input_names, row.shapes), row.scale, figure, verdict

@@ -154,3 +154,25 @@ def test_integers_are_drawn_within_the_sample_s_range_and_floats_at_each_scale()
     ids, x = sweep_inputs(specs, arrays, {"batch": 6}, "x100 negative", seed=0)
     assert ids.shape == (6, 3) and ids.dtype == np.int64 and 5 <= ids.min() <= ids.max() <= 9
     assert x.shape == (6, 2) and x.dtype == np.float32 and (x <= 0).all() and x.min() < -10
+
+
+def test_a_combination_the_runtime_refuses_is_raised_with_the_sweep_s_table(tmp_path, capsys):
+    from bisect_onnx.errors import RuntimeRefused
+    from bisect_onnx.judge.sweep_table import REFUSED
+    from tests.pipeline.baked_models import Flatten
+
+    with pytest.raises(RuntimeRefused) as caught:
+        bisect_onnx.bisect(built(Flatten), sample((1, 2, 4)), export=_export(), search=SWEEP)
+    error = caught.value
+    assert error.node == "/fc/Gemm" and error.sweep.failing.verdict == REFUSED
+    assert error.sweep.failing.shapes == ((2, 2, 4),)
+    assert "found by the sweep: the sweep's combination" in str(error)
+    inputs = tmp_path / "x.npy"
+    np.save(inputs, sample((1, 2, 4)))
+    status = main([f"{MODELS_FILE}:Flatten", "--exporter", "torchscript", "--dynamic",
+                   "--input", str(inputs), "--sweep"])
+    captured = capsys.readouterr()
+    assert status == 3 and captured.err.count("\n") == 1
+    assert "sweep (final outputs only" in captured.out
+    assert any(line.startswith(">> x[2,2,4]") and "refused" in line
+               for line in captured.out.splitlines())
