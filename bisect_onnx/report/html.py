@@ -25,7 +25,6 @@ from bisect_onnx.report.html_markup import (
     module_label,
     page,
     section,
-    table,
 )
 from bisect_onnx.report.html_tables import (
     comparisons_section,
@@ -135,15 +134,8 @@ def _of(part: int, whole: int) -> str:
 
 def _sweep_section(report: Report) -> str:
     """The sweep's combinations, the bisected one marked; nothing without a sweep."""
-    from bisect_onnx.report.sweep_text import SWEEP_HEADINGS, sweep_cells
+    from bisect_onnx.report.sweep_text import sweep_html
 
-    sweep = report.sweep
-    if sweep is None:
+    if report.sweep is None:
         return ""
-    rows = [[escaped(cell) if index or number != sweep.bisected
-             else element("strong", escaped(cell))
-             for index, cell in enumerate(sweep_cells(sweep, row))]
-            for number, row in enumerate(sweep.rows)]
-    note = element("p", escaped(sweep.note), class_="note") if sweep.note else ""
-    return section("sweep: shapes and input scales", table(SWEEP_HEADINGS, rows) + note,
-                   id_="sweep")
+    return section("sweep: shapes and input scales", sweep_html(report.sweep), id_="sweep")

@@ -81,6 +81,10 @@ def notebook_html(report: Report) -> str:
     where = report.culprit or report.first_divergence
     if where is not None:
         parts.append(definitions(_culprit_facts(report, where)))
+    if report.sweep is not None:
+        from bisect_onnx.report.sweep_text import sweep_html
+
+        parts.append(sweep_html(report.sweep))
     if report.comparisons:
         rows = _window(report)
         parts.append(records_table(rows, report, table_id="bisect-onnx-comparisons",

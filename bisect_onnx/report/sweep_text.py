@@ -6,12 +6,13 @@ import math
 from typing import TYPE_CHECKING
 
 from bisect_onnx.judge.sweep_table import shapes_text
+from bisect_onnx.report.html_markup import element, escaped, table
 
 if TYPE_CHECKING:
     from bisect_onnx.judge.records import Report
     from bisect_onnx.judge.sweep_table import SweepRow, SweepTable
 
-__all__ = ["sweep_section", "sweep_text", "sweep_cells", "SWEEP_HEADINGS"]
+__all__ = ["sweep_section", "sweep_text", "sweep_html", "sweep_cells", "SWEEP_HEADINGS"]
 
 SWEEP_HEADINGS = ("shapes", "inputs", "worst error", "verdict")
 _REASON_SHOWN = 100
@@ -46,3 +47,14 @@ def sweep_cells(sweep: SweepTable, row: SweepRow) -> tuple[str, str, str, str]:
         reason = reason[:_REASON_SHOWN - 3] + "..."
     verdict = row.verdict + (f" ({reason})" if reason else "")
     return shapes_text(sweep.input_names, row.shapes), row.scale, figure, verdict
+
+
+def sweep_html(sweep: SweepTable) -> str:
+    """The sweep's table in HTML (the HTML report's section, a notebook's block)."""
+    rows = [[escaped(cell) if index or number != sweep.bisected
+             else element("strong", escaped(cell))
+             for index, cell in enumerate(sweep_cells(sweep, row))]
+            for number, row in enumerate(sweep.rows)]
+    note = element("p", escaped(sweep.note), class_="note") if sweep.note else ""
+    return table(SWEEP_HEADINGS, rows) + note
+

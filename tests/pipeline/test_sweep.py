@@ -84,6 +84,7 @@ def test_the_sweep_reads_back_from_json_and_shows_in_html(tmp_path):
     assert data["sweep"]["bisected"] == len(data["sweep"]["rows"]) - 1
     page = report.save(tmp_path / "r.html").read_text()
     assert 'id="sweep"' in page and "<strong>x[2,4]</strong>" in page
+    assert "<strong>x[2,4]</strong>" in report._repr_html_()  # a notebook's block
 
 
 def test_the_command_line_prints_the_table_and_exits_diverged(tmp_path, capsys):
