@@ -62,7 +62,7 @@ _LARGEST_FLOOR = 8
 # at 64 where the sample is 4 costs sixteen of the sample's, and the sweep of an
 # all-passing model is meant to cost a few comparisons (benchmarks/sweep.py: 64 made a
 # small CNN's sweep 7.7x one comparison, 2x the sample's about 3x).
-_PRIMES = (7, 13)
+_PRIMES = (7, 13, 11, 5, 3)
 # The activations of a forward take many times its inputs: the inputs of the largest
 # size may take this share of the memory budget.
 _INPUT_SHARE = 64
@@ -114,7 +114,7 @@ def sweep_sizes(sample: Mapping[str, int], largest: int,
     2, a prime, the ends of a range the exporter declared, and ``largest``; a size
     outside a declared range is not tried. ``0`` in the list stands for the sample's.
     """
-    prime = next(each for each in _PRIMES if each not in sample.values())
+    prime = next((each for each in _PRIMES if each not in sample.values()), 17)
     ends = [end for low, high in declared.values() for end in (low, high)
             if end is not None and 1 <= end <= LARGEST_CAP]
     wanted = [0, 1, 2, prime, *ends, largest]

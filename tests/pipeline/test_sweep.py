@@ -177,3 +177,16 @@ def test_a_combination_the_runtime_refuses_is_raised_with_the_sweep_s_table(tmp_
     assert "sweep (final outputs only" in captured.out
     assert any(line.startswith(">> x[2,2,4]") and "refused" in line
                for line in captured.out.splitlines())
+
+
+def test_a_program_s_declared_range_bounds_the_sizes_tried():
+    import torch
+
+    batch = torch.export.Dim("batch", min=2, max=12)
+    program = torch.export.export(built(Symbolic), (torch.from_numpy(sample((4, 4))),),
+                                  dynamic_shapes=({0: batch},))
+    report = bisect_onnx.bisect(program, sample((4, 4)), search=SWEEP)
+    batches = list(dict.fromkeys(row.shapes[0][0] for row in report.sweep.rows))
+    assert not report.diverged
+    assert batches == [4, 2, 7, 12, 8]  # the sample's, 2, a prime, the range's end, largest
+    assert report.sweep.note == "sizes outside the exporter's declared ranges not tried: 1"
