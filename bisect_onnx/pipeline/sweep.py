@@ -3,8 +3,8 @@
 A sample at the export's shapes with positive values passes; the export may still hold
 its batch as a constant, or a branch the tracer took for these values only. The sweep
 runs both sides on inputs made from the sample, each free dimension of the ONNX graph
-at several sizes (1, 2, the sample's, a prime, the largest the memory budget allows,
-the ends of a range the exporter declared) and, at each, float inputs drawn at several
+at several sizes (the sample's, 1, 2, a prime, the ends of a range the exporter
+declared, the largest the memory budget allows) and, at each, float inputs drawn at several
 scales and signs (integer inputs within the sample's range), comparing only the final
 outputs (one reference forward and one run of the runtime each) until one combination
 fails. That combination is then bisected as a sample is (the caller's pipeline);
@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -70,9 +70,17 @@ _INPUT_SHARE = 64
 NOT_ONE_SAMPLE = ("--sweep starts from one sample: give one input set (one --input, or "
                   "--samples 1 for random inputs)")
 
-Outcome = tuple[float | None, str, str | None]
-"""One combination's worst final-output error, verdict (``parity``, ``diverged``,
-``refused``, ``skipped``) and reason."""
+
+class Outcome(NamedTuple):
+    """What one combination's final outputs showed."""
+
+    max_abs_error: float | None
+    """The worst final output's (``None`` where no figure applies)."""
+    verdict: str
+    """``parity``, ``diverged``, ``refused`` or ``skipped``."""
+    reason: str | None = None
+    """Why it was refused or skipped, one line."""
+
 
 CompareOutputs = Callable[[list[np.ndarray]], Outcome]
 """Both sides' final outputs on one combination's inputs, compared."""
@@ -215,9 +223,9 @@ def run_sweep(specs: Sequence[InputSpec], arrays: list[np.ndarray], compare: Com
     for seed, combination in enumerate(combinations):
         inputs = (arrays if combination.scale == SAMPLE else
                   sweep_inputs(specs, arrays, combination.sizes, combination.scale, seed))
-        error, verdict, reason = compare(inputs)
+        outcome = compare(inputs)
         rows.append(SweepRow(tuple(np.shape(each) for each in inputs), combination.scale,
-                             error, verdict, reason))
+                             outcome.max_abs_error, outcome.verdict, outcome.reason))
         if rows[-1].failed:
             return _table(specs, free, rows, notes, bisected=len(rows) - 1), inputs
     return _table(specs, free, rows, notes, bisected=None), arrays
@@ -242,7 +250,7 @@ def _outcome(errors: Sequence[float | None], failed: bool) -> Outcome:
     worst = max(known) if known and len(known) == len(errors) else None
     if worst is not None and math.isnan(worst):
         worst = math.inf
-    return worst, FAILED if failed else PASSED, None
+    return Outcome(worst, FAILED if failed else PASSED)
 
 
 def refused(error: Exception) -> Outcome:
@@ -251,21 +259,13 @@ def refused(error: Exception) -> Outcome:
 
     said = refusal("", error)  # ONNX Runtime's words parsed; others' kept as they are
     if said.node is None:
-        return None, REFUSED, said.reason
-    return None, REFUSED, f"at node {said.node!r} ({said.op_type}): {said.reason}"
+        return Outcome(None, REFUSED, said.reason)
+    return Outcome(None, REFUSED, f"at node {said.node!r} ({said.op_type}): {said.reason}")
 
 
 def skipped(error: Exception) -> Outcome:
     """A combination the reference could not run: not the export's fault."""
-    return None, SKIPPED, one_line(error)
-
-
-def reference_error(error: Exception) -> bool:
-    """Whether ``error``, raised by the reference, says the combination is not the model's.
-
-    A usage error of bisect-onnx's own is no such thing: it is raised.
-    """
-    return not isinstance(error, (BisectOnnxError, KeyboardInterrupt, MemoryError))
+    return Outcome(None, SKIPPED, one_line(error))
 
 
 def bisect_swept(sample: Sample, sweep: Callable[[list[np.ndarray]], tuple[SweepTable,
@@ -323,7 +323,7 @@ def torch_outputs_compared(settings: Settings) -> CompareOutputs:
             with torch.no_grad():
                 expected = final_outputs(model(*args, **kwargs), "")
         except Exception as error:  # noqa: BLE001 - the model's own error, said in the row
-            if not reference_error(error):
+            if isinstance(error, (BisectOnnxError, MemoryError)):  # ours, or no combination's
                 raise
             return skipped(error)
         try:
