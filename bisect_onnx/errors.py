@@ -61,12 +61,14 @@ class RuntimeRefused(ModelError):
     running Reshape node. Name:'/Reshape'"); :attr:`node` and :attr:`op_type` hold it
     (``None`` where it names none). The PyTorch pipeline adds the node's module and
     source line, and, where the export baked a shape in, what its check found
-    (:attr:`baked`, a :class:`~bisect_onnx.search.baked_shapes.BakedShapes`).
+    (:attr:`baked`, a :class:`~bisect_onnx.search.baked_shapes.BakedShapes`); where a
+    sweep found the refused combination, its table (:attr:`sweep`, a
+    :class:`~bisect_onnx.judge.sweep_table.SweepTable`, which the command prints).
     """
 
     def __init__(self, message: str, *, node: str | None = None, op_type: str | None = None,
                  reason: str = "", module: str | None = None, source: object = None,
-                 baked: object = None) -> None:
+                 baked: object = None, sweep: object = None) -> None:
         super().__init__(message)
         self.node = node
         self.op_type = op_type
@@ -77,6 +79,7 @@ class RuntimeRefused(ModelError):
         self.source = source
         """The node's line in the model (a ``SourceLocation``), where known."""
         self.baked = baked
+        self.sweep = sweep
 
 
 class ParityError(AssertionError):

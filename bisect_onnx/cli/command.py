@@ -44,6 +44,11 @@ def _outcome(args: argparse.Namespace) -> int:
     try:
         return _run(args)
     except BisectOnnxError as error:
+        sweep = getattr(error, "sweep", None)  # a refusal the sweep found: what led to it
+        if sweep is not None:
+            from bisect_onnx.report.sweep_text import sweep_text
+
+            print(f"{sweep_text(sweep)}\n")
         return _fail(str(error), error.exit_code)
     except KeyboardInterrupt:
         return _fail("interrupted", 130)

@@ -18,12 +18,17 @@ __all__ = ["print_report", "colour_wanted", "show_progress"]
 def print_report(args: argparse.Namespace, report: Report) -> int:
     """Print the report as the options ask, write its files; the exit status it means."""
     from bisect_onnx.report.fixes_text import fixes_section
+    from bisect_onnx.report.sweep_text import sweep_section
 
     for warning in report.warnings:
         print(f"WARNING: {warning}", file=sys.stderr)
     colour = colour_wanted(sys.stdout)
     if not args.quiet:
         print(_paint_table(report.table(show=args.show), colour))
+        print()
+    sweep = sweep_section(report)
+    if sweep:
+        print(_paint_table(sweep, colour))
         print()
     print(_paint(report.summary(), _RED if report.diverged else _GREEN, colour))
     fixes = fixes_section(report)

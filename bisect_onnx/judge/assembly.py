@@ -37,6 +37,9 @@ def assemble(findings: Findings) -> Report:
     note = comparison.note
     if findings.samples_note:
         note = f"{note} {findings.samples_note}" if note else findings.samples_note
+    if findings.sweep is not None:
+        said = findings.sweep.verdict_note()
+        note = f"{note}; {said}" if note else said
     attribution = claims.attribution
     return Report(
         verdict=comparison.verdict,
@@ -72,6 +75,7 @@ def assemble(findings: Findings) -> Report:
         nan_origin_ref=reading.nan_origin_ref,
         fixes=tuple(findings.fixes),
         fix_notes=tuple(findings.fix_notes),
+        sweep=findings.sweep,
         findings=findings,
     )
 

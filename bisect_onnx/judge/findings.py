@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from bisect_onnx.judge.records import Coverage, Record
 from bisect_onnx.judge.refs import COMPARISONS, FINAL_OUTPUTS, KERNEL_VALUES, RowRef
+from bisect_onnx.judge.sweep_table import SweepTable
 from bisect_onnx.judge.vocabulary import Verdict
 
 if TYPE_CHECKING:
@@ -165,6 +166,8 @@ class Findings:
     fix_notes: tuple[str, ...] = ()
     """Why a fix search could not run, and what was tried, one line each."""
     """Which of several samples this is (the worst one's report says so)."""
+    sweep: SweepTable | None = None
+    """With a sweep: every combination of shapes and input scales tried before this one."""
 
     @property
     def judged(self) -> ComparisonFindings:

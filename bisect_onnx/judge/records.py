@@ -32,6 +32,7 @@ from bisect_onnx.judge.report_parts import (
     SideDescription,
 )
 from bisect_onnx.judge.rows import RowReading
+from bisect_onnx.judge.sweep_table import SweepTable
 from bisect_onnx.judge.vocabulary import Granularity, Status, Verdict
 from bisect_onnx.runtime.sides import JsonObject
 
@@ -235,6 +236,9 @@ class Report(RowReading):
     """With ``suggest_fix``: each candidate fix tried on a copy and checked by a rerun."""
     fix_notes: tuple[str, ...] = ()
     """Why a fix search could not run, or what was tried, one line each."""
+    sweep: SweepTable | None = None
+    """With ``sweep``: each combination of shapes and input scales tried, in order, and
+    which one this report bisected (:class:`~bisect_onnx.judge.sweep_table.SweepTable`)."""
     first_divergence_ref: RowRef | None = field(default=None, repr=False)
     culprit_ref: RowRef | None = field(default=None, repr=False)
     culprit_refs: tuple[RowRef, ...] | None = field(default=None, repr=False)
@@ -273,6 +277,7 @@ class Report(RowReading):
             "search": self.search.to_dict(),
             "fixes": [fix.as_dict() for fix in self.fixes],
             "fix_notes": list(self.fix_notes),
+            "sweep": self.sweep.to_dict() if self.sweep is not None else None,
             "culprit_segment": (self.culprit_segment.to_dict() if self.culprit_segment
                                 else None),
         }
@@ -332,6 +337,8 @@ class Report(RowReading):
 
     def __str__(self) -> str:
         from bisect_onnx.report.fixes_text import fixes_section
+        from bisect_onnx.report.sweep_text import sweep_section
 
-        fixes = fixes_section(self)
-        return f"{self.table()}\n\n{self.summary()}" + (f"\n\n{fixes}" if fixes else "")
+        fixes, sweep = fixes_section(self), sweep_section(self)
+        return (f"{self.table()}\n\n" + (f"{sweep}\n\n" if sweep else "") + self.summary()
+                + (f"\n\n{fixes}" if fixes else ""))

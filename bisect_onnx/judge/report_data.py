@@ -38,6 +38,7 @@ from bisect_onnx.judge.report_parts import (
     ReproFolder,
     Search,
 )
+from bisect_onnx.judge.sweep_table import SweepTable
 from bisect_onnx.judge.vocabulary import Verdict
 from bisect_onnx.version import __version__
 
@@ -150,6 +151,8 @@ def _fields(data: Mapping[str, Any], record: Callable[[Mapping[str, Any]], Recor
         "kernel_values": tables[KERNEL_VALUES],
         "culprit_segment": _part(CulpritSegment.from_dict, data["culprit_segment"]),
         "fixes": _fixes(data["fixes"]), "fix_notes": tuple(data["fix_notes"]),
+        # Written since the sweep: a report of the same schema from before has none.
+        "sweep": SweepTable.from_dict(data["sweep"]) if data.get("sweep") else None,
         "first_divergence_ref": _ref_to(named("first_divergence"), tables, kernel=False),
         "culprit_ref": culprit_ref, "culprit_refs": culprit_refs,
         "nan_origin_ref": _ref_to(named("nan_origin"), tables, kernel=False),

@@ -163,8 +163,10 @@ def _found_export_shapes(settings: Settings, arrays: Sequence[np.ndarray],
 
     Tried first with each free dimension at the size the baked constants say it had (a
     divisor ``3.0`` in the file and ``5.0`` at the run's shapes: a size of 5 was 3), then
-    with every free dimension at one size: those the constants hold, a loop's repeats,
-    1 and 2 (the usual example batch); a few tries at most.
+    at the sizes the constants hold, a loop's repeats, 1 and 2 (the usual example
+    batch): one free dimension at a time (the others at the run's sizes, so that a
+    dimension the graph does not hold is not said to have been another size), then
+    every one; a few tries at most.
     """
     model = settings.prepared.candidate.model
     free = free_dims(model)
@@ -177,7 +179,9 @@ def _found_export_shapes(settings: Settings, arrays: Sequence[np.ndarray],
     sizes += [each.first for each in difference.counts]  # a loop unrolled once per element
     sizes = [size for size in dict.fromkeys([*sizes, 1, 2]) if size > 0 and size not in tried]
     tries = [pairs] if pairs else []
-    tries += [dict.fromkeys(tried, size) for size in sizes]
+    for size in sizes:
+        tries += [{each: size} for each in sorted(tried)] + [dict.fromkeys(tried, size)]
+    tries = [dict(each) for each in dict.fromkeys(tuple(sorted(each.items())) for each in tries)]
     for sizes_now in tries[:_SIZE_TRIES]:
         shapes = tuple(tuple(sizes_now.get(dim, dim) if index in free.get(position, {})
                              else dim for index, dim in enumerate(shape))

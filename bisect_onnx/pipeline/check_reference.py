@@ -96,6 +96,9 @@ def check(reference: str | Path | Reference, onnx_model: str | Path | None = Non
     output, fixes = output or OutputOptions(), FixOptions.of(suggest_fix)
     if search.granularity is not None:
         raise UsageError("granularity is the recording's; drop it from search")
+    if search.sweep:
+        raise UsageError("a sweep runs the PyTorch model at other inputs, and a recorded "
+                         "reference holds only its own: drop sweep, or sweep where PyTorch runs")
     loaded = (reference if isinstance(reference, Reference)
               else Reference.load(reference, max_memory=runtime.max_memory))
     check_run_files({"output.repro_dir": output.repro_dir},

@@ -40,9 +40,9 @@ from bisect_onnx.search.probes import Checkpoint
 if TYPE_CHECKING:
     import onnx
 
-    from bisect_onnx.pipeline.onnx_sample import OnnxSample
+    from bisect_onnx.pipeline.onnx_sample import OnnxModels, OnnxSample
 
-__all__ = ["Paired", "ProbePlan", "compare_onnx_sample", "probe_checkpoints",
+__all__ = ["Paired", "ProbePlan", "pair_judge", "compare_onnx_sample", "probe_checkpoints",
            "local_judge", "as_candidate_values", "kernel_references", "show_kernel_culprit"]
 
 
@@ -83,6 +83,21 @@ class Paired:
 
 
 
+def pair_judge(models: OnnxModels, candidate: Runner) -> tuple[PairJudge, str]:
+    """How the two models' values are judged, and the precision its defaults follow.
+
+    ``rtol``/``atol`` left ``None`` follow the narrower precision of the two models.
+    """
+    reference_precision = precision_of(models.reference.model)
+    candidate_precision = precision_of(candidate.model)
+    default, precision = default_tolerance(reference_precision, candidate_precision)
+    base = Tolerance(default.rtol if models.rtol is None else models.rtol,
+                     default.atol if models.atol is None else models.atol)
+    return PairJudge(base, models.rules, scale_tolerance=models.atol is None,
+                     converted=precision != "float32"
+                     or candidate_precision != reference_precision), precision
+
+
 def compare_onnx_sample(sample: OnnxSample) -> tuple[ComparisonFindings, Paired]:
     """Pair, compare and decide: the comparison's findings, and the pairing.
 
@@ -93,13 +108,8 @@ def compare_onnx_sample(sample: OnnxSample) -> tuple[ComparisonFindings, Paired]
     reference_capture, candidate_capture = sample.reference_capture, sample.run.judged_capture()
     rtol, atol, rules = models.rtol, models.atol, models.rules
     warnings = [sample.fell_back] if sample.fell_back else []
-    candidate_precision = precision_of(candidate.model)
-    default, precision = default_tolerance(precision_of(reference.model), candidate_precision)
-    base = Tolerance(default.rtol if rtol is None else rtol,
-                     default.atol if atol is None else atol)
-    judge = PairJudge(base, rules, scale_tolerance=atol is None,
-                      converted=precision != "float32" or candidate_precision != precision_of(
-                          reference.model))
+    judge, precision = pair_judge(models, candidate)
+    base = judge.base
     groups = CandidateGroups(candidate.model, str(candidate.path.resolve().parent))
     graph_inputs = dict(zip((spec.name for spec in reference.inputs), sample.arrays,
                             strict=True))

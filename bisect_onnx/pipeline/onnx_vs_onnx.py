@@ -44,6 +44,12 @@ from bisect_onnx.pipeline.samples import (
     random_samples,
     samples_kind,
 )
+from bisect_onnx.pipeline.sweep import (
+    bisect_swept,
+    check_one_sample,
+    onnx_outputs_compared,
+    run_sweep,
+)
 from bisect_onnx.runtime.heap import give_back, kept_in_heap
 from bisect_onnx.runtime.reference_evaluator.runner import ReferenceEvaluatorRunner
 from bisect_onnx.runtime.runner import Runner
@@ -118,7 +124,10 @@ def bisect_onnx_models(
             float32, a quantized value by its scale).
         search: ``all_culprits``: check every failing value on the reference's values
             and list each one that introduces error (``report.culprits``), not only
-            the first. Its ``granularity`` is for PyTorch models and is refused.
+            the first; ``sweep``: from the one sample, the free dimensions at other sizes
+            and the inputs at other scales, final outputs only, until one combination
+            fails, which is bisected (``report.sweep``). Its ``granularity`` is for
+            PyTorch models and is refused.
         output: Where a divergence's standalone repro of the first culprit is written
             (``repro_dir``; ``<dir>/sample-<k>`` for each diverging random sample),
             the reference's values fed to the candidate's nodes; ``label`` names the
@@ -165,6 +174,8 @@ def compare_onnx_models(
                          else reference_runtime)
     random_inputs = inputs if isinstance(inputs, RandomInputs) else RandomInputs()
     inputs = None if isinstance(inputs, RandomInputs) else inputs
+    if search.sweep:  # before anything runs
+        check_one_sample(_sample_count(inputs, random_inputs))
     check_run_files({"output.repro_dir": output.repro_dir},
                     onnx_models={"reference": reference, "candidate": candidate},
                     tolerances=tolerance.rules, folders={"output.repro_dir"})
@@ -193,9 +204,8 @@ def compare_onnx_models(
         large = any(side.holds_weights_once for side in (models.reference, models.candidate))
         try:
             with kept_in_heap(large):
-                report = compare_samples(
-                    _reference_inputs(models.reference, inputs, random_inputs),
-                    models.run_sample, repro_dir=output.repro_dir, kind=samples_kind(inputs))
+                report = _compare(models, inputs, random_inputs, sweep=search.sweep,
+                                  repro_dir=output.repro_dir)
                 return write_fixed(report, fixes.write_fixed, (reference, candidate))
         finally:
             give_back()
@@ -303,3 +313,33 @@ def _candidate_inputs(arrays: Sequence[np.ndarray], reference: Runner,
                  else array for array, spec in zip(arrays, candidate.inputs, strict=True)]
     check_against_onnx(converted, candidate.inputs)
     return converted
+
+
+def _compare(models: _Models, inputs: object, random_inputs: RandomInputs, *, sweep: bool,
+             repro_dir: str | Path | None) -> Report:
+    """Every sample compared, the worst one's report; or the sweep from the one sample."""
+    samples = _reference_inputs(models.reference, inputs, random_inputs)
+    if sweep:
+        return _swept(models, next(samples), repro_dir=repro_dir)
+    return compare_samples(samples, models.run_sample, repro_dir=repro_dir,
+                           kind=samples_kind(inputs))
+
+
+def _swept(models: _Models, sample: tuple[list[np.ndarray], str], *,
+           repro_dir: str | Path | None) -> Report:
+    """The sweep from ``sample`` (final outputs only), its first failing combination bisected."""
+    reference, candidate = models.reference, models.candidate
+    compare = onnx_outputs_compared(
+        models.shared, candidate,
+        lambda arrays: _candidate_inputs(arrays, reference, candidate))
+    return bisect_swept(sample, lambda arrays: run_sweep(reference.inputs, arrays, compare,
+                                                         budget=input_budget()),
+                        models.run_sample, repro_dir=repro_dir)
+
+
+def _sample_count(inputs: object, random_inputs: RandomInputs) -> int:
+    """How many samples the run compares: random draws, the given sets, or one."""
+    if inputs is None:
+        return random_inputs.samples
+    return len(inputs.described()) if isinstance(inputs, Samples) else 1
+

@@ -67,6 +67,9 @@ def op_values(settings: Settings, arrays: Sequence[np.ndarray], *, diverged: boo
             return None
         weights_back()
         prepared.find_program(settings.reference, arrays, settings.workdir)
+    elif prepared.traced_elsewhere(settings.reference, arrays):
+        weights_back()  # it may hold sizes the model computes anew at these shapes
+        prepared.trace_at(settings.reference, arrays, settings.workdir)
     if prepared.script is not None and (diverged or not memory_reason):
         weights_back()
         emit(CAPTURE_STARTED, "pytorch ops")  # a TorchScript file: the traced graph's ops

@@ -303,6 +303,10 @@ class SearchOptions:
     all_culprits: bool = False
     """Check every failing value on the reference's inputs and list each one that
     introduces error (``report.culprits``), not only the first."""
+    sweep: bool = False
+    """From the one sample, try the graph's free dimensions at other sizes and the inputs
+    at other scales and signs, comparing final outputs only until one combination
+    fails, and bisect that one (``report.sweep`` holds the table)."""
 
     def __post_init__(self) -> None:
         from bisect_onnx.align.op_level import GRANULARITIES
@@ -313,7 +317,7 @@ class SearchOptions:
 
     @staticmethod
     def add_arguments(parser: Arguments) -> None:
-        """``--granularity``, ``--all-culprits``."""
+        """``--granularity``, ``--all-culprits``, ``--sweep``."""
         from bisect_onnx.align.op_level import GRANULARITIES
 
         parser.add_argument("--granularity", choices=GRANULARITIES, default=None,
@@ -322,11 +326,17 @@ class SearchOptions:
         parser.add_argument("--all-culprits", action="store_true",
                             help="check every failing value on PyTorch's inputs and list each "
                             "one that introduces error, not only the first")
+        parser.add_argument("--sweep", action="store_true",
+                            help="from the one sample, try the free dimensions at other sizes "
+                            "(1, 2, the sample's, a prime, the largest that fits) and the "
+                            "inputs at other scales and signs, final outputs only, until one "
+                            "fails; print the table and bisect that one")
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> SearchOptions:
         """The search settings the command line gives."""
-        return cls(granularity=args.granularity, all_culprits=args.all_culprits)
+        return cls(granularity=args.granularity, all_culprits=args.all_culprits,
+                   sweep=args.sweep)
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,8 @@ class PreparedCandidate:
     script_aliases: Mapping[str, str] | None = None
     """For a trace made here: the paths of modules registered twice, by object identity
     in the ``nn.Module`` traced (a trace keeps no identity; see ``shared_modules``)."""
+    traced_at: tuple[tuple[int, ...], ...] | None = None
+    """The input shapes ``program`` or ``script`` was traced at, where it was traced here."""
 
     def ran_on(self, arrays: Sequence[np.ndarray]) -> bool:
         """Whether ``capture`` is PyTorch's run on exactly these inputs."""
@@ -108,6 +110,7 @@ class PreparedCandidate:
         same model; any other file is matched to an export made here by structure.
         """
         self._looked = True
+        self.traced_at = tuple(np.shape(array) for array in arrays)
         if self.exporter == "dynamo" and reference.kind == MODULE:
             logger.info("tracing the model with torch.export for op-level alignment")
             program = trace_program(reference.exportable, arrays, self.keywords)
@@ -118,6 +121,22 @@ class PreparedCandidate:
             self._export_template(reference, arrays, folder / "template")
         elif self.exporter == "torchscript" and not self.keywords:
             self._trace_script(reference, arrays)
+
+    def traced_elsewhere(self, reference: TorchReference, arrays: Sequence[np.ndarray]) -> bool:
+        """Whether the trace at hand was made here at other shapes than ``arrays``'.
+
+        A trace keeps what the model computed at its shapes (``int()`` of a size, a loop
+        over one): replayed at others its op values are the export's, which agree with a
+        file that baked the same sizes, not the model's.
+        """
+        return (self.traced_at not in (None, tuple(np.shape(array) for array in arrays))
+                and reference.kind == MODULE and self.exporter in ("dynamo", "torchscript"))
+
+    def trace_at(self, reference: TorchReference, arrays: Sequence[np.ndarray],
+                 folder: Path) -> None:
+        """Trace the model again at ``arrays``' shapes (see :meth:`traced_elsewhere`)."""
+        self.program, self.script, self._looked = None, None, False
+        self.find_program(reference, arrays, folder)
 
     def _trace_script(self, reference: TorchReference, arrays: Sequence[np.ndarray]) -> None:
         """The graph the TorchScript exporter translated: a trace, or the scripted model."""
@@ -166,12 +185,15 @@ def prepare_candidate(reference: TorchReference, given: GivenArrays | None, onnx
                                  keywords, program=program if exporter == "dynamo" else None)
     candidate, capture, exported = _export_candidate(reference, given, export, folder,
                                                      runtime or RuntimeOptions())
+    arrays = arrange_for(reference, None, given) if given is not None else None
+    exported_at = (arrays if arrays is not None else reference.example_inputs or None)
     return PreparedCandidate(candidate, "exported here", export.exporter or "dynamo",
                              exported.call_index, keywords,
                              capture if given is not None else None,
-                             program=exported.program,
-                             capture_inputs=(arrange_for(reference, None, given)
-                                             if given is not None else None))
+                             program=exported.program, capture_inputs=arrays,
+                             traced_at=(tuple(tuple(each.shape) for each in exported_at)
+                                        if exported.program is not None and exported_at
+                                        else None))
 
 
 def resolve_export(reference: TorchReference, onnx_model: object,

@@ -41,6 +41,7 @@ from bisect_onnx.pipeline.samples import (
     random_samples,
     samples_kind,
 )
+from bisect_onnx.pipeline.sweep import check_one_sample, swept
 from bisect_onnx.pipeline.torch_sample import run_torch_sample
 from bisect_onnx.pipeline.torch_settings import Settings, computed_precision
 from bisect_onnx.pytorch.fast_paths import as_the_exporter_runs
@@ -170,6 +171,8 @@ def compare_pytorch(call: PyTorchCall, run_sample: SampleRunner = run_torch_samp
     reference = reference_for(model, label=output.label)
     export = resolve_export(reference, onnx_model, export)
     given = given_input_sets(inputs)
+    if search.sweep:  # before anything is exported
+        check_one_sample(len(given) if given is not None else random_inputs.samples)
     with (model_untouched(model),  # its buffers and modes as they came, on leaving
           tempfile.TemporaryDirectory(prefix="bisect-onnx-") as workdir,
           parking_for(reference.exportable, Path(workdir)) as parking,
@@ -183,7 +186,7 @@ def compare_pytorch(call: PyTorchCall, run_sample: SampleRunner = run_torch_samp
         settings = Settings(reference, prepared, export, Path(workdir), judge=judge,
                             tolerance_basis=basis if tolerance.follows_precision() else None,
                             granularity=search.granularity,
-                            all_culprits=search.all_culprits,
+                            all_culprits=search.all_culprits, sweep=search.sweep,
                             budget=runtime.budget(),  # what is left once the model is loaded
                             input_budget=input_budget(runtime.max_memory), parking=parking,
                             fixes=fixes)
@@ -209,5 +212,8 @@ def run_prepared(settings: Settings, given: list[tuple[GivenArrays, str]] | None
     else:
         samples = random_samples(candidate.inputs, candidate.model, random_inputs,
                                  budget=settings.input_budget)
+    if settings.sweep:
+        return swept(settings, next(iter(samples)), partial(run_sample, settings),
+                     repro_dir=repro_dir)
     return compare_samples(samples, partial(run_sample, settings), repro_dir=repro_dir,
                            kind=RANDOM_SAMPLES if given is None else kind)

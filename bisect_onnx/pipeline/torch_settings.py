@@ -45,6 +45,8 @@ class Settings:
     fixes: FixOptions = field(default_factory=FixOptions)
     tolerance_basis: str | None = None
     """Why the tolerance is not float32's, where the candidate computes in less."""
+    sweep: bool = False
+    """Sweep shapes and input scales from the sample before bisecting (``--sweep``)."""
 
     @property
     def rtol(self) -> float:

@@ -24,6 +24,7 @@ from bisect_onnx.report.html_markup import (
     mapping,
     module_label,
     page,
+    section,
 )
 from bisect_onnx.report.html_tables import (
     comparisons_section,
@@ -46,6 +47,7 @@ def render_html(report: Report) -> str:
         _figures_section(report),
         chart_section(report),
         culprit_section(report),
+        _sweep_section(report),
         comparisons_section(report),
         outputs_section(report),
         not_compared_section(report),
@@ -128,3 +130,12 @@ def _coverage(report: Report) -> str:
 def _of(part: int, whole: int) -> str:
     """``part of whole`` as HTML."""
     return escaped(f"{part} of {whole}")
+
+
+def _sweep_section(report: Report) -> str:
+    """The sweep's combinations, the bisected one marked; nothing without a sweep."""
+    from bisect_onnx.report.sweep_text import sweep_html
+
+    if report.sweep is None:
+        return ""
+    return section("sweep: shapes and input scales", sweep_html(report.sweep), id_="sweep")

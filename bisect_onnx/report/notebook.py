@@ -44,6 +44,7 @@ _API_WORDS = {
     "--opt-level": "RuntimeOptions(opt_level=...)",
     "--promote all": 'RuntimeOptions(promote="all")',
     "--granularity": "SearchOptions(granularity=...)",
+    "--sweep": "SearchOptions(sweep=True)",
 }
 _FLAG = re.compile("|".join(re.escape(flag) for flag in sorted(_API_WORDS, key=len,
                                                                    reverse=True)))
@@ -80,6 +81,10 @@ def notebook_html(report: Report) -> str:
     where = report.culprit or report.first_divergence
     if where is not None:
         parts.append(definitions(_culprit_facts(report, where)))
+    if report.sweep is not None:
+        from bisect_onnx.report.sweep_text import sweep_html
+
+        parts.append(sweep_html(report.sweep))
     if report.comparisons:
         rows = _window(report)
         parts.append(records_table(rows, report, table_id="bisect-onnx-comparisons",

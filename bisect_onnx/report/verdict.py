@@ -52,6 +52,8 @@ def verdict_line(report: Report) -> str:
             culprit = report.culprit
             extra += (f", introduced at ONNX node {culprit.onnx_node!r} ({culprit.onnx_op}) <- "
                       f"{describe_origin(culprit)}")
+        if report.sweep is not None:
+            extra += f"; all {len(report.sweep.rows)} combinations of the sweep pass"
         return (
             f"PARITY: {len(report.final_outputs)} final output(s) within {tolerance} "
             f"({compared}{extra})"

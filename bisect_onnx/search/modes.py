@@ -215,11 +215,11 @@ def adopt_bisection(report: Reading, bisection: ProbeBisection, reason: str,
     first = bisection.search.first_failing
     nan_origin = comparison.nan_origin
     if first is not None:
-        first_ref, note = RowRef(first), None
+        first_ref, note = _first_ref(first, rows, comparison.final_outputs), None
         first_index = _first_failing_index(rows, first)
         nan_index = (_first_failing_index(rows, nan_origin.value)
                      if nan_origin is not None else None)
-        if nan_index is not None and nan_index < first_index:
+        if nan_index is not None and first_index is not None and nan_index < first_index:
             nan_origin = None  # seen in the capture session only
     else:  # no checkpoint fails under production: the first failing final output
         failing = [record for record in comparison.final_outputs if record.failed]
@@ -234,6 +234,22 @@ def adopt_bisection(report: Reading, bisection: ProbeBisection, reason: str,
     return SearchFindings(bisection.describe(reason), replace(
         comparison, comparisons=tuple(rows), first_divergence=first_ref, note=note,
         nan_origin=nan_origin, warnings=tuple(warnings)))
+
+
+def _first_ref(first: str, rows: Sequence[Record], final_outputs: Sequence[Record]) -> RowRef:
+    """The first failing value's row: in the table, else the final output it is.
+
+    A final output the probes found failing first may have no failing row of its own:
+    none where it was not probed (production's run gave it; a shape baked into the
+    export made it the wrong shape), a passing one where the table paired it with
+    another op than the model's output (a loop the export unrolled fewer times, its
+    partial sum). Its final-output row, failing, is then the first divergence.
+    """
+    row = next((row for row in rows if row.onnx_value == first), None)
+    if (row is None or not row.failed) and any(
+            output.onnx_value == first and output.failed for output in final_outputs):
+        return RowRef(first, FINAL_OUTPUTS)
+    return RowRef(first)
 
 
 def _first_failing_index(rows: Sequence[Record], value: str) -> int | None:

@@ -61,6 +61,17 @@ class Loop(torch.nn.Module):
         return out
 
 
+class LoopSum(torch.nn.Module):
+    """Sums the columns in a Python loop over ``x.shape[1]``: the export's last Add is its
+    output, and an unrolled partial sum of the same ops at another size."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = x[:, 0]
+        for index in range(1, x.shape[1]):
+            out = out + x[:, index]
+        return out
+
+
 class Symbolic(torch.nn.Module):
     """The same computations written so that no size becomes a constant."""
 
@@ -82,3 +93,24 @@ def built(model_class: type[torch.nn.Module]) -> torch.nn.Module:
 def sample(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
     """A float32 input of ``shape``."""
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+class Gate(torch.nn.Module):
+    """Branches on the sign of its input's sum: the tracer keeps the branch it took."""
+
+    def forward(self, y: torch.Tensor) -> torch.Tensor:
+        if y.sum() > 0:
+            return torch.relu(y)
+        return y * 2
+
+
+class Branch(torch.nn.Module):
+    """A data-dependent branch between two layers (in a module call of its own)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.gate = Gate()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.gate(self.fc(x)) + 1.0

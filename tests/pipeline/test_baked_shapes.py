@@ -23,6 +23,7 @@ from tests.pipeline.baked_models import (
     Divisor,
     Flatten,
     Loop,
+    LoopSum,
     Positions,
     Symbolic,
     built,
@@ -200,3 +201,40 @@ def test_the_command_line_names_the_refused_node_in_one_line_exit_3(exported, tm
     assert status == 3 and error.count("\n") == 1
     assert error.startswith("bisect-onnx: error: ONNX Runtime refused to run")
     assert "'/fc/Gemm' (Gemm) in module fc" in error and "'/Reshape'" in error
+
+
+# A run at another shape than the export's must not break the report's invariants (the
+# first divergence a failing row): each case below once named a passing row.
+
+
+def test_a_dynamo_expand_s_wrong_shape_output_is_the_first_divergence(exported):
+    path = exported(Broadcast, (2, 4), {0: "batch"}, exporter="dynamo")
+    report = bisect_onnx.bisect(built(Broadcast), sample((3, 4), 1), onnx_model=path)
+    first = report.first_divergence
+    # No probe of production holds the output: its final-output row is the first.
+    assert first.failed and first.figures.status == "shape_mismatch"
+    assert first.onnx_value == report.final_outputs[0].onnx_value
+    assert "the export baked the size of x's dimension 0" in report.summary()
+
+
+def test_a_loop_sum_unrolled_fewer_times_fails_at_its_output_not_a_partial_sum(exported):
+    path = exported(LoopSum, (2, 3), {0: "batch", 1: "n"})
+    report = bisect_onnx.bisect(built(LoopSum), sample((2, 5), 1), onnx_model=path)
+    first = report.first_divergence
+    assert first.failed and first.onnx_node == "/Add_1"
+    assert first.onnx_value == report.final_outputs[0].onnx_value
+    assert "the export unrolled a Python loop over the size of x's dimension 1" in \
+        report.summary()
+
+
+def test_op_values_traced_at_the_first_sample_are_traced_again_at_the_second():
+    # The trace made for the first sample's op values holds its batch as the export
+    # does; replayed at the second, its values would agree with the file's.
+    report = bisect_onnx.bisect(
+        built(Broadcast), bisect_onnx.Samples([sample((2, 4)), sample((3, 4), 1)]),
+        export=bisect_onnx.ExportOptions(exporter="torchscript", torch_kwargs={
+            "input_names": ["x"], "dynamic_axes": {"x": {0: "batch"}}}))
+    first = report.first_divergence
+    assert first.failed and first.figures.status == "shape_mismatch"
+    assert [row.shape for row in report.comparisons if row.onnx_value == first.onnx_value] \
+        in ([], [[3, 4]])

@@ -2,7 +2,7 @@
 
 The document has one table per JSON object, under a heading ```## `name` ```, whose first
 column is the key in backticks. Three real reports are read back (a divergence with its
-repro, the same found by probes, an ONNX-against-ONNX run) so that each object appears in
+repro, the same found by probes, an ONNX-against-ONNX run, a sweep) so that each object appears in
 the shapes the drivers write it in.
 """
 
@@ -30,14 +30,14 @@ WRITTEN_IN_FULL = frozenset({
     "report", "record", "record.source", "coverage", "unaligned[]", "environment",
     "candidate", "capture", "search", "search.probes[]", "attribution",
     "attribution.classification", "culprit.node", "culprit.node.inputs[]", "repro",
-    "culprit.node.ran_in.kernel",
+    "culprit.node.ran_in.kernel", "sweep", "sweep.rows[]",
 })
 OBJECTS = WRITTEN_IN_FULL | {"reference", "attribution.inside_op"}
 
 _RECORD_LISTS = ("final_outputs", "comparisons", "hidden_divergences", "op_comparisons")
 _SINGLE_RECORDS = ("first_divergence", "nan_origin")
 _PLAIN_OBJECTS = ("coverage", "environment", "reference", "candidate", "capture", "search",
-                  "attribution", "repro")
+                  "attribution", "repro", "sweep")
 
 
 def documented_keys(text: str) -> dict[str, set[str]]:
@@ -78,6 +78,8 @@ def _objects(data: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
         yield "attribution.classification", data["attribution"]["classification"]
     if data["attribution"] and data["attribution"].get("inside_op"):
         yield "attribution.inside_op", data["attribution"]["inside_op"]
+    for row in (data.get("sweep") or {}).get("rows", []):
+        yield "sweep.rows[]", row
     if culprit is not None and culprit["node"] is not None:
         yield "culprit.node", culprit["node"]
         for tensor in culprit["node"]["inputs"] + culprit["node"]["outputs"]:
@@ -118,8 +120,10 @@ def reports(fixture_case, tmp_path_factory) -> list[dict[str, Any]]:
                                 runtime=bisect_onnx.RuntimeOptions(max_memory=1))
     against = bisect_onnx.bisect_onnx_models(onnx_path, inputs=inputs,
                                              reference_runtime="onnx.reference")
+    swept = bisect_onnx.bisect(model, inputs, onnx_model=onnx_path,
+                               search=bisect_onnx.SearchOptions(sweep=True))
     assert probed.search.mode == "bisection"
-    return [diverged.to_dict(), probed.to_dict(), against.to_dict()]
+    return [diverged.to_dict(), probed.to_dict(), against.to_dict(), swept.to_dict()]
 
 
 @pytest.fixture(scope="module")
