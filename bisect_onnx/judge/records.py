@@ -246,6 +246,27 @@ class Report(RowReading):
     findings: Findings | None = field(default=None, repr=False, compare=False)
     """The stages' findings this report was assembled from."""
 
+    @property
+    def hidden_divergences(self) -> list[Record]:
+        """At parity: the intermediate values that fail, where some node introduces it.
+
+        Where every one was rerun on PyTorch's inputs and none is off beyond float
+        rounding (:attr:`rounding_buildup`), nothing is hidden: a deep network's rounding
+        builds up past an element-wise tolerance near zero (a clean ResNet-50).
+        """
+        return [] if self.rounding_buildup else RowReading.hidden_divergences.fget(self)
+
+    @property
+    def rounding_buildup(self) -> list[Record]:
+        """At parity: the failing intermediates, where none is off beyond float rounding.
+
+        Each was rerun on PyTorch's inputs (the culprit search's drift): none
+        introduces an error of its own; ``[]`` where one does, or they were not all rerun.
+        """
+        failing = RowReading.hidden_divergences.fget(self)
+        drift = self.attribution is not None and self.attribution.drift
+        return failing if failing and drift and self.culprit is None else []
+
     def to_dict(self) -> JsonObject:
         """The report as JSON data (schema :data:`SCHEMA_VERSION`)."""
         return {
@@ -261,6 +282,7 @@ class Report(RowReading):
             "final_outputs": [record.to_dict() for record in self.final_outputs],
             "comparisons": [record.to_dict() for record in self.comparisons],
             "hidden_divergences": [record.to_dict() for record in self.hidden_divergences],
+            "rounding_buildup": [record.onnx_value for record in self.rounding_buildup],
             "warnings": list(self.warnings),
             "coverage": asdict(self.coverage),
             "unaligned": [asdict(item) for item in self.unaligned],

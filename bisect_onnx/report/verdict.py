@@ -48,6 +48,10 @@ def verdict_line(report: Report) -> str:
             )
         hidden = len(report.hidden_divergences)
         extra = f"; {hidden} hidden intermediate divergence(s)" if hidden else ""
+        if report.rounding_buildup:
+            extra = (f"; {len(report.rounding_buildup)} intermediate value(s) out of tolerance "
+                     "by float rounding that builds up: rerun on PyTorch's inputs, no node "
+                     "is off beyond rounding")
         if hidden and report.culprit is not None:
             culprit = report.culprit
             extra += (f", introduced at ONNX node {culprit.onnx_node!r} ({culprit.onnx_op}) <- "
