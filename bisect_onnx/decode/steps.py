@@ -47,7 +47,7 @@ class StepState:
         head = [self.tokens.astype(np.int64), np.ones((batch, total), dtype=np.int64)]
         if layout.positions:
             positions = np.arange(self.past_length, total, dtype=np.int64)
-            head.append(np.ascontiguousarray(np.broadcast_to(positions, (batch, length))))
+            head.append(np.tile(positions, (batch, 1)))  # writable: torch shares it
         return head + list(self.past)
 
     def after(self, outputs: Sequence[np.ndarray]) -> StepState:
