@@ -82,8 +82,10 @@ class RuntimeStepper:
                  opt_level: str) -> None:
         from bisect_onnx.runtime.onnxruntime.sessions import SessionSettings, create_session
 
+        # PyTorch computes between the runs: threads left spinning would starve it.
+        settings = SessionSettings(provider, opt_level, spinning=False)
         self.session = create_session(path, model_dir=path.parent, label=path.name,
-                                      settings=SessionSettings(provider, opt_level))
+                                      settings=settings)
         self.layout = layout
         self.label = path.name
         self.types = {value.name: value.type for value in self.session.get_inputs()}
