@@ -96,8 +96,7 @@ class FlatCacheDecoder(torch.nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 position_ids: torch.Tensor, *past: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """One step: the logits, then each layer's key and value with this step's added."""
-        cache = _dynamic_cache(list(zip(past[0::2], past[1::2], strict=True)),
-                               getattr(self.lm, "config", None))
+        cache = _dynamic_cache(list(zip(past[0::2], past[1::2], strict=True)))
         out = self.lm(input_ids=input_ids, attention_mask=attention_mask,
                       position_ids=position_ids, use_cache=True,
                       **{self.cache_keyword: cache})
@@ -128,13 +127,17 @@ def cache_pairs(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(pair[0], pair[1]) for pair in cache]  # the legacy tuple of tuples
 
 
-def _dynamic_cache(pairs: list[tuple[torch.Tensor, torch.Tensor]], config: object) -> Any:
-    """A ``DynamicCache`` holding ``pairs``, with the model's layer kinds where it takes them."""
+def _dynamic_cache(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
+    """A ``DynamicCache`` holding ``pairs``, every layer keeping every position.
+
+    Not the model's own layer kinds: a sliding-window layer keeps only its window,
+    and its flat tensors would then no longer say how many positions came before (the
+    next step's positions); the window is applied by the attention mask instead, over
+    the whole cache, as optimum's exports of Mistral do.
+    """
     from transformers import DynamicCache
 
     parameters = inspect.signature(DynamicCache.__init__).parameters
-    if "config" in parameters and config is not None:
-        return DynamicCache(pairs, config=config)
     if "ddp_cache_data" in parameters:
         return DynamicCache(pairs)
     return DynamicCache.from_legacy_cache(tuple(pairs))
