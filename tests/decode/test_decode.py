@@ -19,7 +19,7 @@ pytest.importorskip("transformers")
 
 import bisect_onnx  # noqa: E402
 from bisect_onnx.cli.command import main  # noqa: E402
-from fixtures.decoders import tiny_gpt2, tiny_llama  # noqa: E402
+from fixtures.decoders import TINY_DECODERS, tiny_gpt2, tiny_llama  # noqa: E402
 
 STEPS = 16
 
@@ -44,6 +44,8 @@ def _parity(report: bisect_onnx.DecodeReport) -> None:
     assert len(report.rows) == STEPS + 1
     assert report.first_token_difference() is None
     assert all(row.teacher.passed and row.free.passed for row in report.rows)
+    # Every step one position on, a sliding window's layers too (the cache keeps all).
+    assert [row.position for row in report.rows] == [0, *range(8, 8 + STEPS)]
 
 
 def test_llama_torchscript_at_parity_over_16_steps(llama_torchscript):
@@ -73,6 +75,14 @@ def test_gpt2_torchscript_at_parity_with_its_dropout_left_off():
     report = bisect_onnx.bisect_decode(
         tiny_gpt2(), steps=STEPS, export=bisect_onnx.ExportOptions(exporter="torchscript"))
     _parity(report)
+
+
+@pytest.mark.parametrize("name", ["qwen2", "mistral", "phi3", "gemma"])
+def test_more_decoders_at_parity_with_torchscript(name):
+    # Mistral's window (16) is shorter than the prompt's 8 positions and 16 steps' 16.
+    _parity(bisect_onnx.bisect_decode(
+        TINY_DECODERS[name](), steps=STEPS,
+        export=bisect_onnx.ExportOptions(exporter="torchscript")))
 
 
 def _edited(source: Path, target: Path, edit) -> Path:
