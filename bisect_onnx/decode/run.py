@@ -81,6 +81,7 @@ def bisect_decode(
         prompt_array = _prompt(prompt, decode, step, path, layout)
         _check_positions(step, prompt_array, steps)
         empty = _empty_cache(step, path, layout, batch=prompt_array.shape[0])
+        _check_memory(empty, prompt_array, steps, runtime)
         runner = RuntimeStepper(path, layout, provider=runtime.provider,
                                 opt_level=runtime.opt_level)
         loop = run_steps(TorchStepper(step), runner, prompt_array, empty, steps,
@@ -157,6 +158,29 @@ def _check_positions(step: DecoderStep, prompt: np.ndarray, steps: int) -> None:
                          "--steps")
 
 
+# Caches alive at once at the last step: PyTorch's state and outputs, the runtime's
+# teacher-forced outputs, its free-running state and outputs, the introduced step's state.
+_CACHE_COPIES = 6
+
+
+def _check_memory(empty: tuple[np.ndarray, ...], prompt: np.ndarray, steps: int,
+                  runtime: RuntimeOptions) -> None:
+    """Refuse steps whose caches would not fit the memory budget, before any runs."""
+    from bisect_onnx.runtime.memory import format_size
+
+    positions = prompt.shape[1] + steps
+    per_position = sum(array.shape[0] * int(np.prod(array.shape[1:2] + array.shape[3:]))
+                       for array in empty) * 4  # float32
+    need = _CACHE_COPIES * positions * per_position
+    budget = runtime.budget()
+    if budget is not None and need > budget:
+        raise UsageError(f"{steps} steps on a prompt of {prompt.shape[1]} tokens hold "
+                         f"{format_size(need)} of caches at once ({_CACHE_COPIES} copies of "
+                         f"{positions} positions), over the memory budget of "
+                         f"{format_size(budget)}; pass fewer --steps, a shorter prompt, or "
+                         "a larger --max-memory")
+
+
 def _empty_cache(step: DecoderStep, path: Path, layout: CacheLayout,
                  batch: int) -> tuple[np.ndarray, ...]:
     """Each layer's key and value with no positions yet, for the prefill."""
@@ -199,7 +223,8 @@ def _bisect_step(step: DecoderStep, loop: StepLoop, finding: DecodeFinding, path
     from bisect_onnx.pipeline.pytorch_vs_onnx import bisect
 
     started = time.perf_counter()
-    inputs = loop.reference_states[finding.step].arrays(step.layout)
+    assert loop.first_introduced is not None  # the finding is that step's
+    inputs = loop.first_introduced.arrays(step.layout)
     try:
         report = bisect(step.module, inputs, onnx_model=path, tolerance=tolerance,
                         runtime=runtime)

@@ -123,9 +123,9 @@ class StepLoop:
     rows: tuple[StepRow, ...]
     torch_seconds: float
     runtime_seconds: float
-    reference_outputs: tuple[list[np.ndarray], ...]
-    """PyTorch's outputs at each step (kept for the introduced step's bisection)."""
-    reference_states: tuple[StepState, ...]
+    first_introduced: StepState | None
+    """PyTorch's state at the first step the teacher-forced run fails (the inputs of
+    its bisection); only that one is kept, so memory holds two caches, not one a step."""
 
 
 def run_steps(torch_side: TorchStepper, runtime: RuntimeStepper, prompt: np.ndarray,
@@ -133,7 +133,8 @@ def run_steps(torch_side: TorchStepper, runtime: RuntimeStepper, prompt: np.ndar
               rtol: float, atol: float) -> StepLoop:
     """Step 0 (the prompt, an empty cache) and ``steps`` greedy steps on both sides."""
     reference = free = StepState(prompt.astype(np.int64), empty_past)
-    rows, outputs, states = [], [], []
+    rows: list[StepRow] = []
+    introduced: StepState | None = None
     for step in range(steps + 1):
         expected = torch_side.run(reference)
         teacher = runtime.run(reference)
@@ -144,11 +145,10 @@ def run_steps(torch_side: TorchStepper, runtime: RuntimeStepper, prompt: np.ndar
             free_token=_chosen(own),
             teacher=_compare(expected, teacher, rtol, atol),
             free=_compare(expected, own, rtol, atol)))
-        outputs.append(expected)
-        states.append(reference)
+        if introduced is None and not rows[-1].teacher.passed:
+            introduced = reference
         reference, free = reference.after(expected), free.after(own)
-    return StepLoop(tuple(rows), torch_side.seconds, runtime.seconds, tuple(outputs),
-                    tuple(states))
+    return StepLoop(tuple(rows), torch_side.seconds, runtime.seconds, introduced)
 
 
 def _chosen(outputs: Sequence[np.ndarray]) -> tuple[int, ...]:

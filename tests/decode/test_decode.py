@@ -185,6 +185,13 @@ def test_prompt_past_the_model_positions_is_refused(llama, llama_torchscript):
                                   onnx_model=llama_torchscript[1])
 
 
+def test_steps_whose_caches_pass_the_memory_budget_are_refused(llama, llama_torchscript):
+    with pytest.raises(bisect_onnx.UsageError, match="over the memory budget of 1.0 KiB; "
+                                                     "pass fewer --steps"):
+        bisect_onnx.bisect_decode(llama, steps=4, onnx_model=llama_torchscript[1],
+                                  runtime=bisect_onnx.RuntimeOptions(max_memory=1024))
+
+
 class PlainDecoder(torch.nn.Module):
     """One attention layer that takes and returns its cache as tensors."""
 
