@@ -45,22 +45,24 @@ def is_hf_decoder(model: object) -> bool:
     return transformers is not None and isinstance(model, transformers.PreTrainedModel)
 
 
-def decoder_step(model: torch.nn.Module,
-                 cache_shape: tuple[int, int, int] | None = None) -> DecoderStep:
+def decoder_step(model: torch.nn.Module, cache_shape: tuple[int, int, int] | None = None, *,
+                 positions: bool = True) -> DecoderStep:
     """The step form of ``model``: wrapped for a Hugging Face decoder, as given otherwise.
 
     ``cache_shape``: ``(layers, heads, head_dim)`` of a plain module's cache, which
-    its ``forward`` cannot say; ``None`` leaves it to the ONNX file.
+    its ``forward`` cannot say; ``None`` leaves it to the ONNX file. ``positions``:
+    whether a Hugging Face decoder's step takes ``position_ids`` (else the model
+    counts them from the cache, as for a file exported without them).
     """
     name = type(model).__name__
     if is_hf_decoder(model):
-        wrapper = FlatCacheDecoder(model)
+        wrapper = FlatCacheDecoder(model, positions=positions)
         tails = wrapper.cache_tails()
         config = model.config
-        positions = getattr(config, "n_positions", None) or getattr(
+        most = getattr(config, "n_positions", None) or getattr(
             config, "max_position_embeddings", None)
-        return DecoderStep(wrapper, standard_layout(len(tails), positions=True), tails,
-                           positions, getattr(config, "vocab_size", None), name)
+        return DecoderStep(wrapper, standard_layout(len(tails), positions=positions), tails,
+                           most, getattr(config, "vocab_size", None), name)
     parameters = list(inspect.signature(model.forward).parameters.values())
     if len(parameters) < 2:
         raise UsageError(f"{name}.forward takes ({', '.join(p.name for p in parameters)}); a "
@@ -80,12 +82,14 @@ class FlatCacheDecoder(torch.nn.Module):
     """A ``transformers`` causal LM whose cache goes in and out as flat tensors.
 
     ``forward(input_ids, attention_mask, position_ids, *past)`` with ``past`` each
-    layer's key then value, returns ``(logits, *present)`` in the same order.
+    layer's key then value, returns ``(logits, *present)`` in the same order; without
+    ``position_ids`` where made with ``positions=False``.
     """
 
-    def __init__(self, lm: torch.nn.Module) -> None:
+    def __init__(self, lm: torch.nn.Module, *, positions: bool = True) -> None:
         super().__init__()
         self.lm = lm
+        self.positions = positions
         # A new module is in training mode: an exporter that puts the model in eval mode
         # and back would otherwise leave the LM training (its dropout on) after export.
         self.train(lm.training)
@@ -94,12 +98,16 @@ class FlatCacheDecoder(torch.nn.Module):
         self.cache_keyword = "cache" if "cache" in parameters else "past_key_values"
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                position_ids: torch.Tensor, *past: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """One step: the logits, then each layer's key and value with this step's added."""
+                *rest: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """One step: the logits, then each layer's key and value with this step's added.
+
+        ``rest``: ``position_ids`` (where the step takes them), then the cache.
+        """
+        past = rest[1:] if self.positions else rest
+        keywords = {"position_ids": rest[0]} if self.positions else {}
         cache = _dynamic_cache(list(zip(past[0::2], past[1::2], strict=True)))
-        out = self.lm(input_ids=input_ids, attention_mask=attention_mask,
-                      position_ids=position_ids, use_cache=True,
-                      **{self.cache_keyword: cache})
+        out = self.lm(input_ids=input_ids, attention_mask=attention_mask, use_cache=True,
+                      **keywords, **{self.cache_keyword: cache})
         returned = getattr(out, "cache", None)
         if returned is None:
             returned = out.past_key_values

@@ -78,6 +78,7 @@ def bisect_decode(
         seconds: dict[str, float] = {}
         path, layout, exporter = _onnx_step(step, onnx_model, export, decode, Path(folder),
                                             seconds)
+        step = _step_for_file(step, layout, model)
         prompt_array = _prompt(prompt, decode, step, path, layout)
         _check_positions(step, prompt_array, steps)
         empty = _empty_cache(step, path, layout, batch=prompt_array.shape[0])
@@ -128,6 +129,19 @@ def _onnx_step(step: DecoderStep, onnx_model: str | Path | None, export: ExportO
                          f"{step.name} that of {len(step.cache_tails)}; pass the export of "
                          "this model (or map its names with --cache-name)")
     return path, layout, None
+
+
+def _step_for_file(step: DecoderStep, layout: CacheLayout,
+                   model: torch.nn.Module) -> DecoderStep:
+    """A ``transformers`` model's step without ``position_ids`` where the file takes none.
+
+    So that the step's inputs are the file's, in its order, for the step's bisection.
+    """
+    from bisect_onnx.decode.flat_cache import decoder_step, is_hf_decoder
+
+    if layout.positions is None and step.layout.positions is not None and is_hf_decoder(model):
+        return decoder_step(model, positions=False)
+    return step
 
 
 def _prompt(prompt: object, decode: DecodeOptions, step: DecoderStep, path: Path,

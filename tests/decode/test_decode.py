@@ -124,6 +124,19 @@ def test_past_key_scale_is_named_at_its_node_and_step(llama, llama_torchscript, 
     assert "DIVERGED at step 1" in text and "step 1's bisection" in text
 
 
+def test_a_file_without_position_ids_is_stepped_and_bisected(llama, tmp_path):
+    from bisect_onnx.decode.export import export_decoder
+    from bisect_onnx.decode.flat_cache import decoder_step
+
+    clean = export_decoder(decoder_step(llama, positions=False), tmp_path,
+                           exporter="torchscript")
+    assert "position_ids" not in [value.name for value in onnx.load(str(clean)).graph.input]
+    assert bisect_onnx.bisect_decode(llama, steps=4, onnx_model=clean).verdict == "parity"
+    planted = _edited(clean, tmp_path / "scaled.onnx", _scale_past_key)
+    finding = bisect_onnx.bisect_decode(llama, steps=2, onnx_model=planted).finding
+    assert finding.step == 1 and "planted_scale" in finding.culprit
+
+
 def test_drift_through_the_cache_is_named_at_its_layer(llama, llama_torchscript, tmp_path):
     planted = _edited(llama_torchscript[1], tmp_path / "drift.onnx", _drift_present_value)
     report = bisect_onnx.bisect_decode(llama, steps=8, onnx_model=planted)
