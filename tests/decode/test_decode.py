@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 pytest.importorskip("transformers")
 
@@ -102,6 +102,27 @@ def _scale_past_key(graph: onnx.GraphProto) -> None:
                                           ["past_scaled"], name="planted_scale"))
 
 
+def _mask_out_past_positions(graph: onnx.GraphProto) -> None:
+    """Zero the attention mask over the cache's positions: at the prefill there are none."""
+    for node in graph.node:
+        node.input[:] = ["mask_edited" if n == "attention_mask" else n for n in node.input]
+    for name, value in (("one", 1), ("zero", 0)):
+        graph.initializer.append(numpy_helper.from_array(np.array(value, np.int64), name))
+    edits = [
+        helper.make_node("Shape", ["input_ids"], ["ids_shape"], name="ids_shape"),
+        helper.make_node("Gather", ["ids_shape", "one"], ["new"], name="new", axis=0),
+        helper.make_node("Shape", ["attention_mask"], ["mask_shape"], name="mask_shape"),
+        helper.make_node("Gather", ["mask_shape", "one"], ["total"], name="total", axis=0),
+        helper.make_node("Sub", ["total", "new"], ["cached"], name="cached"),
+        helper.make_node("Range", ["zero", "total", "one"], ["index"], name="index"),
+        helper.make_node("GreaterOrEqual", ["index", "cached"], ["keep"], name="keep"),
+        helper.make_node("Cast", ["keep"], ["keep_int"], name="keep_int", to=TensorProto.INT64),
+        helper.make_node("Mul", ["attention_mask", "keep_int"], ["mask_edited"],
+                         name="planted_mask")]
+    for index, node in enumerate(edits):
+        graph.node.insert(index, node)
+
+
 def _drift_present_value(graph: onnx.GraphProto) -> None:
     """Add 3e-6 to layer 1's returned value: within tolerance once, not fed back 4 times."""
     for node in graph.node:
@@ -137,6 +158,16 @@ def test_a_file_without_position_ids_is_stepped_and_bisected(llama, tmp_path):
     assert finding.step == 1 and "planted_scale" in finding.culprit
 
 
+def test_a_mask_edit_over_past_positions_is_named_at_its_nodes_and_step(
+        llama, llama_torchscript, tmp_path):
+    planted = _edited(llama_torchscript[1], tmp_path / "mask.onnx", _mask_out_past_positions)
+    report = bisect_onnx.bisect_decode(llama, steps=2, onnx_model=planted)
+    finding = report.finding
+    assert (finding.step, finding.kind) == (1, "introduced"), str(report)
+    assert "cached" in finding.culprit and "keep" in finding.culprit
+    assert report.first_token_difference() == 1  # attending to itself alone, it errs
+
+
 def test_drift_through_the_cache_is_named_at_its_layer(llama, llama_torchscript, tmp_path):
     planted = _edited(llama_torchscript[1], tmp_path / "drift.onnx", _drift_present_value)
     report = bisect_onnx.bisect_decode(llama, steps=8, onnx_model=planted)
@@ -164,6 +195,18 @@ def test_cli_steps_prints_the_table_and_writes_the_json(llama_torchscript, tmp_p
     assert data["kind"] == "decode" and data["prompt"] == [[5, 17, 42, 3]]
     assert [step["step"] for step in data["steps"]] == [0, 1, 2, 3]
     assert data["steps"][0]["free_running"]["layers"][1]["value"]["pass"] is True
+
+
+def test_cli_steps_exits_1_on_a_divergence_and_quiet_prints_the_verdict(
+        llama_torchscript, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(Path(__file__).parents[2])
+    planted = _edited(llama_torchscript[1], tmp_path / "drift.onnx", _drift_present_value)
+    status = main(["fixtures/decoders.py:tiny_llama", "--steps", "6", "--onnx", str(planted),
+                   "-q"])
+    out = capsys.readouterr().out
+    assert status == 1
+    assert out.startswith("DIVERGED at step") and "accumulated through the cache" in out
+    assert "torch token" not in out  # -q: no table
 
 
 def test_cli_refuses_options_a_decode_run_does_not_take(capsys):
