@@ -6,14 +6,18 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bisect_onnx.cli.parser import EXIT_DIVERGED, EXIT_PARITY
 from bisect_onnx.errors import InputError, UsageError
 
+if TYPE_CHECKING:
+    from bisect_onnx.decode.step_report import DecodeReport
+
 __all__ = ["decode_from_args"]
 
 # Options of the one-forward comparison that a decode run does not take.
-_NOT_FOR_DECODE = {"record": "--record", "html": "--html", "model_explorer": "--model-explorer",
+_NOT_FOR_DECODE = {"record": "--record", "model_explorer": "--model-explorer",
                    "suggest_fix": "--suggest-fix", "write_fixed": "--write-fixed",
                    "against": "--against", "against_opt_level": "--against-opt-level",
                    "against_provider": "--against-provider",
@@ -51,14 +55,23 @@ def decode_from_args(args: argparse.Namespace) -> int:
     from bisect_onnx.decode.text import decode_verdict
 
     print(decode_verdict(report) if args.quiet else str(report))
-    if args.json is not None:
-        try:
-            Path(args.json).write_text(json.dumps(report.to_dict(), indent=1) + "\n")
-        except OSError as error:
-            raise InputError(f"--json {args.json}: cannot write it ({error.strerror}); pass "
-                             "a path in a folder you can write") from error
+    for path, suffix in ((args.json, ".json"), (args.html, ".html")):
+        if path is not None:  # in the format its option names, whatever its suffix
+            _write(report, Path(path), suffix)
     sys.stdout.flush()
     return EXIT_DIVERGED if report.diverged else EXIT_PARITY
+
+
+def _write(report: DecodeReport, path: Path, suffix: str) -> None:
+    from bisect_onnx.decode.html import decode_html
+
+    text = (decode_html(report) if suffix == ".html"
+            else json.dumps(report.to_dict(), indent=1) + "\n")
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise InputError(f"--{suffix[1:]} {path}: cannot write it ({error.strerror}); pass "
+                         "a path in a folder you can write") from error
 
 
 def _prompt(inputs: list[Path]) -> object:

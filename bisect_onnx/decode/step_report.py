@@ -11,8 +11,12 @@ A step fails when the logits or any layer's cache entry leaves tolerance
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from bisect_onnx.errors import InputError
 
 if TYPE_CHECKING:
     from bisect_onnx.judge.records import Report
@@ -180,6 +184,32 @@ class DecodeReport:
         from bisect_onnx.decode.text import decode_text
 
         return decode_text(self)
+
+    def _repr_html_(self) -> str:
+        """The report in a notebook: verdict, chart of error by step and layer, table."""
+        from bisect_onnx.decode.html import decode_fragment
+
+        return decode_fragment(self)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the report to ``path`` (returned): HTML for ``.html``/``.htm``, else JSON.
+
+        Raises:
+            InputError: ``path`` cannot be written.
+        """
+        import json
+
+        from bisect_onnx.decode.html import decode_html
+
+        target = Path(path)
+        html = target.suffix.lower() in (".html", ".htm")
+        text = decode_html(self) if html else json.dumps(self.to_dict(), indent=1) + "\n"
+        try:
+            target.write_text(text, encoding="utf-8")
+        except OSError as error:
+            raise InputError(f"{target}: cannot write the report there ({error.strerror}); "
+                             "pass a path in a folder you can write") from error
+        return target
 
 
 def find_failure(rows: tuple[StepRow, ...]) -> DecodeFinding | None:

@@ -11,7 +11,7 @@ if TYPE_CHECKING:  # types only: the report imports this module to print itself
 
     from bisect_onnx.decode.step_report import DecodeReport, StepComparison, StepRow
 
-__all__ = ["decode_text", "decode_table", "decode_verdict", "token_lines"]
+__all__ = ["decode_text", "decode_table", "decode_table_rows", "decode_verdict", "token_lines"]
 
 _HEADERS = ["", "step", "position", "torch token", "teacher-forced", "free-running",
             "logits err (teacher)", "logits err (free)", "worst cache (teacher)",
@@ -25,9 +25,14 @@ def decode_text(report: DecodeReport) -> str:
 
 def decode_table(report: DecodeReport) -> str:
     """A row per step; ``>>`` marks the first failing step."""
+    headers, rows = decode_table_rows(report)
+    return tabulate(rows, headers=headers, disable_numparse=True)
+
+
+def decode_table_rows(report: DecodeReport) -> tuple[list[str], list[list[str]]]:
+    """The table's headers and cells, for the text and the HTML report alike."""
     marked = report.finding.step if report.finding else None
-    rows = [_row(row, marked=row.step == marked) for row in report.rows]
-    return tabulate(rows, headers=_HEADERS, disable_numparse=True)
+    return _HEADERS, [_row(row, marked=row.step == marked) for row in report.rows]
 
 
 def _row(row: StepRow, *, marked: bool) -> list[str]:

@@ -179,6 +179,10 @@ def test_drift_through_the_cache_is_named_at_its_layer(llama, llama_torchscript,
     assert list(growth) == sorted(growth) and growth[-1] > 2 * growth[0]
     assert report.bisection is None
     assert "accumulated through the cache" in str(report)
+    notebook = report._repr_html_()
+    assert "<svg" in notebook and "<tr class='fail first'>" in notebook
+    saved = bisect_onnx.DecodeReport.save(report, tmp_path / "drift.json")
+    assert json.loads(saved.read_text())["first_failure"]["layer"] == 1
 
 
 def test_cli_steps_prints_the_table_and_writes_the_json(llama_torchscript, tmp_path, capsys,
@@ -187,7 +191,7 @@ def test_cli_steps_prints_the_table_and_writes_the_json(llama_torchscript, tmp_p
     np.save(tmp_path / "prompt.npy", np.array([[5, 17, 42, 3]]))
     status = main(["fixtures/decoders.py:tiny_llama", "--steps", "3", "--onnx",
                    str(llama_torchscript[1]), "--input", str(tmp_path / "prompt.npy"),
-                   "--json", str(tmp_path / "decode.json")])
+                   "--json", str(tmp_path / "decode.json"), "--html", str(tmp_path / "d.html")])
     out = capsys.readouterr().out
     assert status == 0, out
     assert "PARITY: prefill and 3 decode steps" in out and "tokens, agree" in out
@@ -195,6 +199,9 @@ def test_cli_steps_prints_the_table_and_writes_the_json(llama_torchscript, tmp_p
     assert data["kind"] == "decode" and data["prompt"] == [[5, 17, 42, 3]]
     assert [step["step"] for step in data["steps"]] == [0, 1, 2, 3]
     assert data["steps"][0]["free_running"]["layers"][1]["value"]["pass"] is True
+    page = (tmp_path / "d.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "<svg" in page
+    assert "layer 1 cache (free)" in page and "PARITY: prefill and 3 decode steps" in page
 
 
 def test_cli_steps_exits_1_on_a_divergence_and_quiet_prints_the_verdict(
@@ -210,9 +217,9 @@ def test_cli_steps_exits_1_on_a_divergence_and_quiet_prints_the_verdict(
 
 
 def test_cli_refuses_options_a_decode_run_does_not_take(capsys):
-    status = main(["fixtures/decoders.py:tiny_llama", "--steps", "2", "--html", "x.html"])
+    status = main(["fixtures/decoders.py:tiny_llama", "--steps", "2", "--record", "x.npz"])
     assert status == 2
-    assert "--html does not apply to a decode run" in capsys.readouterr().err
+    assert "--record does not apply to a decode run" in capsys.readouterr().err
 
 
 def test_cache_inputs_that_match_no_layer_are_refused_in_one_line(llama, llama_torchscript,
