@@ -54,6 +54,8 @@ def decode_from_args(args: argparse.Namespace) -> int:
                            tolerance=tolerance, export=export, runtime=runtime, decode=decode)
     from bisect_onnx.decode.text import decode_verdict
 
+    for warning in report.warnings:
+        print(f"WARNING: {warning}", file=sys.stderr)
     print(decode_verdict(report) if args.quiet else str(report))
     for path, suffix in ((args.json, ".json"), (args.html, ".html")):
         if path is not None:  # in the format its option names, whatever its suffix

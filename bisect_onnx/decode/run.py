@@ -14,7 +14,7 @@ import numpy as np
 from bisect_onnx.decode.layout import CacheLayout, layout_of_names
 from bisect_onnx.decode.options import DecodeOptions
 from bisect_onnx.decode.step_report import INTRODUCED, DecodeFinding, DecodeReport, find_failure
-from bisect_onnx.errors import BisectOnnxError, InputError, UsageError, one_line
+from bisect_onnx.errors import BisectOnnxError, InputError, UsageError, issue_warnings, one_line
 from bisect_onnx.pipeline.options import ExportOptions, RuntimeOptions, Tolerance
 
 if TYPE_CHECKING:
@@ -73,6 +73,8 @@ def bisect_decode(
     if steps < 0:
         raise UsageError(f"steps must be 0 or more, got {steps}")
     judged = Tolerance.of(tolerance).judge()
+    cautions = _cautions(model)
+    issue_warnings(cautions)
     step = decoder_step(model, decode.cache_shape)
     with tempfile.TemporaryDirectory(prefix="bisect-onnx-decode-") as folder:
         seconds: dict[str, float] = {}
@@ -97,7 +99,16 @@ def bisect_decode(
     return DecodeReport(model=step.name, onnx=str(onnx_model) if onnx_model else "(exported)",
                         exporter=exporter, rtol=judged.base.rtol, atol=judged.base.atol,
                         prompt=tuple(tuple(int(t) for t in row) for row in prompt_array),
-                        rows=loop.rows, finding=finding, bisection=bisection, seconds=seconds)
+                        rows=loop.rows, finding=finding, bisection=bisection, seconds=seconds,
+                        warnings=cautions)
+
+
+def _cautions(model: torch.nn.Module) -> tuple[str, ...]:
+    """What may make the comparison mean less than it says (a model left training)."""
+    if getattr(model, "training", False):
+        return ("the model is in training mode: its dropout makes PyTorch's steps random; "
+                "call model.eval() before stepping it",)
+    return ()
 
 
 def _onnx_step(step: DecoderStep, onnx_model: str | Path | None, export: ExportOptions | None,

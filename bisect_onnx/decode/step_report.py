@@ -148,6 +148,8 @@ class DecodeReport:
     """Introduced: the bisection of the failing step, on PyTorch's cache and token."""
     seconds: dict[str, float] = field(default_factory=dict)
     """Where the time went: ``export``, ``torch``, ``runtime``, ``bisection``, ``total``."""
+    warnings: tuple[str, ...] = ()
+    """Cautions about the run (a model left in training mode)."""
 
     @property
     def verdict(self) -> str:
@@ -178,7 +180,7 @@ class DecodeReport:
                 "first_token_difference": self.first_token_difference(),
                 "first_failure": self.finding.to_dict() if self.finding else None,
                 "bisection": self.bisection.to_dict() if self.bisection else None,
-                "seconds": dict(self.seconds)}
+                "seconds": dict(self.seconds), "warnings": list(self.warnings)}
 
     def __str__(self) -> str:
         from bisect_onnx.decode.text import decode_text

@@ -69,6 +69,16 @@ def test_dynamo_export_at_parity_over_16_steps(factory):
     assert report.exporter == "dynamo"
 
 
+def test_a_model_left_training_is_warned_about(llama, llama_torchscript):
+    llama.train()
+    try:
+        with pytest.warns(bisect_onnx.BisectOnnxWarning, match="training mode"):
+            report = bisect_onnx.bisect_decode(llama, steps=1, onnx_model=llama_torchscript[1])
+    finally:
+        llama.eval()
+    assert report.warnings and "model.eval()" in report.warnings[0]
+
+
 def test_gpt2_torchscript_at_parity_with_its_dropout_left_off():
     # The wrapper mirrors the model's eval mode: the exporter's restore of the wrapper's
     # mode once turned GPT-2's dropout on after export.
