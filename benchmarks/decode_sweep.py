@@ -39,9 +39,24 @@ from fixtures.decoders import TINY_DECODERS  # noqa: E402
 EXPORTERS = ("torchscript", "dynamo")
 
 
+def llama_medium() -> object:
+    """A random Llama of 0.2B parameters (8 layers, width 1024, vocabulary 32000)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
+                         num_attention_heads=16, num_key_value_heads=4, vocab_size=32000,
+                         max_position_embeddings=2048)
+    return LlamaForCausalLM(config).eval()
+
+
+DECODERS = {**TINY_DECODERS, "llama-medium": llama_medium}
+
+
 def sweep_row(name: str, exporter: str, steps: int) -> dict[str, object]:
     """One decoder and exporter: the decode run's verdict and times."""
-    model = TINY_DECODERS[name]()
+    model = DECODERS[name]()
     started = time.perf_counter()
     try:
         report = bisect_onnx.bisect_decode(
@@ -67,7 +82,7 @@ def timing_row(name: str, exporter: str, steps: int, repeat: int) -> dict[str, o
     from bisect_onnx.decode.flat_cache import decoder_step
     from bisect_onnx.decode.run import bisect_decode
 
-    model = TINY_DECODERS[name]()
+    model = DECODERS[name]()
     prompt = np.random.default_rng(0).integers(0, 100, size=(1, 8))
     runs: dict[str, list[float]] = {"run": [], "loop_torch": [], "loop_runtime": [],
                                     "floor_torch": [], "floor_runtime": [], "bare_torch": []}
@@ -115,11 +130,11 @@ def _torch_floor(model: object, prompt: np.ndarray, steps: int, *, mask: bool = 
 def _runtime_floor(model: object, prompt: np.ndarray, steps: int, path: Path) -> float:
     """``steps`` + 1 runs of one session, each fed the cache it returned."""
     from bisect_onnx.decode.flat_cache import decoder_step
-    from bisect_onnx.decode.steps import RuntimeStepper, StepState
+    from bisect_onnx.decode.steps import RuntimeStepper, StepState, open_session
 
     step = decoder_step(model)
-    runner = RuntimeStepper(path, step.layout, provider="CPUExecutionProvider",
-                            opt_level="all")
+    session = open_session(path, provider="CPUExecutionProvider", opt_level="all")
+    runner = RuntimeStepper(session, step.layout, path.name)
     empty = tuple(np.zeros((1, tail[0], 0, *tail[1:]), np.float32)
                   for pair in step.cache_tails or () for tail in pair)
     state = StepState(prompt, empty)
@@ -133,7 +148,8 @@ def main() -> None:
     """Run the sweep (or the timing) and print a line per decoder and exporter."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--steps", type=int, default=16)
-    parser.add_argument("--models", default=",".join(TINY_DECODERS))
+    parser.add_argument("--models", default=",".join(TINY_DECODERS),
+                        help="names of fixtures/decoders.py, or llama-medium (0.2B)")
     parser.add_argument("--exporters", default=",".join(EXPORTERS))
     parser.add_argument("--timing", action="store_true")
     parser.add_argument("--repeat", type=int, default=5)

@@ -18,6 +18,7 @@ from bisect_onnx.errors import BisectOnnxError, InputError, UsageError, issue_wa
 from bisect_onnx.pipeline.options import ExportOptions, RuntimeOptions, Tolerance
 
 if TYPE_CHECKING:
+    import onnxruntime as ort
     import torch
 
     from bisect_onnx.decode.flat_cache import DecoderStep
@@ -26,6 +27,10 @@ if TYPE_CHECKING:
 __all__ = ["bisect_decode"]
 
 logger = logging.getLogger(__name__)
+
+#: Each session input's and output's shape, as ONNX Runtime gives it (a name for a
+#: symbolic size).
+Shapes = dict[str, list]
 
 
 def bisect_decode(
@@ -63,7 +68,7 @@ def bisect_decode(
         introduced at a step, that step's ``bisection`` (a :class:`~bisect_onnx.Report`).
     """
     from bisect_onnx.decode.flat_cache import decoder_step
-    from bisect_onnx.decode.steps import RuntimeStepper, TorchStepper, run_steps
+    from bisect_onnx.decode.steps import RuntimeStepper, TorchStepper, open_session, run_steps
 
     started = time.perf_counter()
     decode = decode or DecodeOptions()
@@ -78,15 +83,17 @@ def bisect_decode(
     step = decoder_step(model, decode.cache_shape)
     with tempfile.TemporaryDirectory(prefix="bisect-onnx-decode-") as folder:
         seconds: dict[str, float] = {}
-        path, layout, exporter = _onnx_step(step, onnx_model, export, decode, Path(folder),
-                                            seconds)
+        path, exporter = _onnx_file(step, onnx_model, export, Path(folder), seconds)
+        session = open_session(path, provider=runtime.provider, opt_level=runtime.opt_level)
+        shapes = {value.name: value.shape
+                  for value in [*session.get_inputs(), *session.get_outputs()]}
+        layout = step.layout if onnx_model is None else _file_layout(step, session, decode)
         step = _step_for_file(step, layout, model)
-        prompt_array = _prompt(prompt, decode, step, path, layout)
+        prompt_array = _prompt(prompt, decode, step, shapes, layout)
         _check_positions(step, prompt_array, steps)
-        empty = _empty_cache(step, path, layout, batch=prompt_array.shape[0])
+        empty = _empty_cache(step, shapes, layout, batch=prompt_array.shape[0])
         _check_memory(empty, prompt_array, steps, runtime)
-        runner = RuntimeStepper(path, layout, provider=runtime.provider,
-                                opt_level=runtime.opt_level)
+        runner = RuntimeStepper(session, layout, path.name)
         loop = run_steps(TorchStepper(step), runner, prompt_array, empty, steps,
                          rtol=judged.base.rtol, atol=judged.base.atol)
         seconds.update(torch=loop.torch_seconds, runtime=loop.runtime_seconds)
@@ -111,12 +118,9 @@ def _cautions(model: torch.nn.Module) -> tuple[str, ...]:
     return ()
 
 
-def _onnx_step(step: DecoderStep, onnx_model: str | Path | None, export: ExportOptions | None,
-               decode: DecodeOptions, folder: Path,
-               seconds: dict[str, float]) -> tuple[Path, CacheLayout, str | None]:
-    """The step's ONNX file (given, or exported here), its layout, and the exporter used."""
-    import onnx
-
+def _onnx_file(step: DecoderStep, onnx_model: str | Path | None, export: ExportOptions | None,
+               folder: Path, seconds: dict[str, float]) -> tuple[Path, str | None]:
+    """The step's ONNX file (given, or exported here) and the exporter used here."""
     if onnx_model is None:
         from bisect_onnx.decode.export import export_decoder
 
@@ -127,19 +131,24 @@ def _onnx_step(step: DecoderStep, onnx_model: str | Path | None, export: ExportO
         seconds["export"] = time.perf_counter() - started
         if export.save_to is not None:
             shutil.copyfile(path, export.save_to)
-        return path, step.layout, exporter
+        return path, exporter
     path = Path(onnx_model)
     if not path.is_file():
         raise InputError(f"--onnx {path}: no such file; pass the decoder's ONNX export")
-    graph = onnx.load(str(path), load_external_data=False).graph
-    initializers = {tensor.name for tensor in graph.initializer}
-    layout = layout_of_names([v.name for v in graph.input if v.name not in initializers],
-                             [v.name for v in graph.output], decode.cache_names)
+    return path, None
+
+
+def _file_layout(step: DecoderStep, session: ort.InferenceSession,
+                 decode: DecodeOptions) -> CacheLayout:
+    """The cache's layout in a file exported elsewhere, read off its session's names."""
+    layout = layout_of_names([value.name for value in session.get_inputs()],
+                             [value.name for value in session.get_outputs()],
+                             decode.cache_names)
     if step.cache_tails is not None and len(step.cache_tails) != layout.layers:
-        raise UsageError(f"{path.name} carries the cache of {layout.layers} layers and "
+        raise UsageError(f"the ONNX file carries the cache of {layout.layers} layers and "
                          f"{step.name} that of {len(step.cache_tails)}; pass the export of "
                          "this model (or map its names with --cache-name)")
-    return path, layout, None
+    return layout
 
 
 def _step_for_file(step: DecoderStep, layout: CacheLayout,
@@ -155,7 +164,7 @@ def _step_for_file(step: DecoderStep, layout: CacheLayout,
     return step
 
 
-def _prompt(prompt: object, decode: DecodeOptions, step: DecoderStep, path: Path,
+def _prompt(prompt: object, decode: DecodeOptions, step: DecoderStep, shapes: Shapes,
             layout: CacheLayout) -> np.ndarray:
     """The prompt as ``[batch, sequence]`` int64: given, or drawn from the vocabulary."""
     if prompt is not None:
@@ -167,7 +176,7 @@ def _prompt(prompt: object, decode: DecodeOptions, step: DecoderStep, path: Path
                              f"integers, got {array.dtype} of shape {list(array.shape)}; pass "
                              "a .npy of token ids")
         return array.astype(np.int64)
-    vocab = step.vocab_size or _static_dim(path, layout.logits, -1, output=True)
+    vocab = step.vocab_size or _static_dim(shapes, layout.logits, -1)
     if vocab is None:
         raise UsageError(f"the vocabulary of {step.name} is unknown, so no random prompt can "
                          "be drawn; pass one (--input ids.npy, prompt= in Python)")
@@ -206,37 +215,30 @@ def _check_memory(empty: tuple[np.ndarray, ...], prompt: np.ndarray, steps: int,
                          "a larger --max-memory")
 
 
-def _empty_cache(step: DecoderStep, path: Path, layout: CacheLayout,
+def _empty_cache(step: DecoderStep, shapes: Shapes, layout: CacheLayout,
                  batch: int) -> tuple[np.ndarray, ...]:
     """Each layer's key and value with no positions yet, for the prefill."""
     tails = step.cache_tails
     if tails is None:
-        pairs = []
-        for key, value in layout.past:
-            pairs.append(tuple(_tail_of(path, name) for name in (key, value)))
-        tails = tuple(pairs)  # type: ignore[assignment]
-    assert tails is not None
+        tails = tuple((_tail_of(shapes, key), _tail_of(shapes, value))
+                      for key, value in layout.past)
     return tuple(np.zeros((batch, tail[0], 0, *tail[1:]), dtype=np.float32)
                  for pair in tails for tail in pair)
 
 
-def _tail_of(path: Path, name: str) -> tuple[int, ...]:
-    heads, dim = _static_dim(path, name, 1), _static_dim(path, name, 3)
+def _tail_of(shapes: Shapes, name: str) -> tuple[int, ...]:
+    heads, dim = _static_dim(shapes, name, 1), _static_dim(shapes, name, 3)
     if heads is None or dim is None:
         raise UsageError(f"the ONNX input {name} has no fixed heads and head size; pass "
                          "cache_shape=(layers, heads, head_dim) (--cache-shape L,H,D)")
     return (heads, dim)
 
 
-def _static_dim(path: Path, name: str, axis: int, *, output: bool = False) -> int | None:
-    import onnx
-
-    graph = onnx.load(str(path), load_external_data=False).graph
-    for value in graph.output if output else graph.input:
-        if value.name == name:
-            dims = value.type.tensor_type.shape.dim
-            return dims[axis].dim_value or None if dims else None
-    return None
+def _static_dim(shapes: Shapes, name: str, axis: int) -> int | None:
+    """A fixed size of the session's input or output ``name`` (``None``: symbolic)."""
+    shape = shapes.get(name) or []
+    size = shape[axis] if -len(shape) <= axis < len(shape) else None
+    return size if isinstance(size, int) and size > 0 else None
 
 
 def _bisect_step(step: DecoderStep, loop: StepLoop, finding: DecodeFinding, path: Path,

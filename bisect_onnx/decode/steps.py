@@ -20,10 +20,13 @@ import numpy as np
 from bisect_onnx.decode.step_report import Deviation, StepComparison, StepRow
 
 if TYPE_CHECKING:
+    import onnxruntime as ort
+
     from bisect_onnx.decode.flat_cache import DecoderStep
     from bisect_onnx.decode.layout import CacheLayout
 
-__all__ = ["StepState", "TorchStepper", "RuntimeStepper", "StepLoop", "run_steps"]
+__all__ = ["StepState", "TorchStepper", "RuntimeStepper", "StepLoop", "open_session",
+           "run_steps"]
 
 
 @dataclass(frozen=True)
@@ -75,19 +78,22 @@ class TorchStepper:
         return [output.detach().float().numpy() for output in outputs]
 
 
+def open_session(path: Path, *, provider: str, opt_level: str) -> ort.InferenceSession:
+    """The session that runs every step; its inputs and outputs name the cache's layout."""
+    from bisect_onnx.runtime.onnxruntime.sessions import SessionSettings, create_session
+
+    # PyTorch computes between the runs: threads left spinning would starve it.
+    settings = SessionSettings(provider, opt_level, spinning=False)
+    return create_session(path, model_dir=path.parent, label=path.name, settings=settings)
+
+
 class RuntimeStepper:
     """The runtime side: one ONNX Runtime session run per step."""
 
-    def __init__(self, path: Path, layout: CacheLayout, *, provider: str,
-                 opt_level: str) -> None:
-        from bisect_onnx.runtime.onnxruntime.sessions import SessionSettings, create_session
-
-        # PyTorch computes between the runs: threads left spinning would starve it.
-        settings = SessionSettings(provider, opt_level, spinning=False)
-        self.session = create_session(path, model_dir=path.parent, label=path.name,
-                                      settings=settings)
+    def __init__(self, session: ort.InferenceSession, layout: CacheLayout, label: str) -> None:
+        self.session = session
         self.layout = layout
-        self.label = path.name
+        self.label = label
         self.types = {value.name: value.type for value in self.session.get_inputs()}
         self.seconds = 0.0
 
