@@ -90,9 +90,13 @@ def decode_verdict(report: DecodeReport) -> str:
         where = (f"layer {finding.layer}'s cache entries leave tolerance first"
                  if finding.layer is not None else "only the logits leave tolerance")
         growth = " ".join(f"{e:.1e}" for e in finding.growth[:finding.step + 1])
+        parted = report.first_token_difference()
+        tie = (f"; the runtime chose another token at step {parted} with its logits within "
+               "tolerance (a near tie), so from there on it was fed other tokens"
+               if parted is not None and parted < finding.step else "")
         return (f"DIVERGED at step {finding.step} ({finding.where}): accumulated through the "
                 f"cache: every teacher-forced step up to it passes; {where}; free-running "
-                f"error by step: {growth} ({tolerance})")
+                f"error by step: {growth}{tie} ({tolerance})")
     head = (f"DIVERGED at step {finding.step} ({finding.where}): introduced at this step: "
             f"fed PyTorch's cache and token, the runtime's step {finding.step} fails")
     if finding.culprit:

@@ -66,3 +66,11 @@ def test_parity_has_no_finding_and_the_text_shows_tokens_to_the_first_difference
     assert data["first_token_difference"] == 5 and data["first_failure"] is None
     assert data["steps"][1]["tokens"] == {"reference": [7], "teacher_forced": [7],
                                           "free_running": [7]}
+
+
+def test_a_drift_after_a_near_tie_says_the_tokens_parted_first():
+    rows = _rows(drift=1e-6, steps=12)  # the free-running token differs from step 5
+    report = DecodeReport("M", "(exported)", "dynamo", 1e-3, 1e-5, ((1, 2, 3, 4),), rows,
+                          find_failure(rows))
+    assert report.finding.step == 10  # 1.1e-05 > atol
+    assert "chose another token at step 5 with its logits within tolerance" in str(report)
