@@ -8,8 +8,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from bisect_onnx.errors import UsageError
+
+if TYPE_CHECKING:
+    # What add_arguments takes: the parser itself (its main group) or one of its groups.
+    from argparse import _ActionsContainer as Arguments
 
 __all__ = ["DecodeOptions"]
 
@@ -40,7 +45,7 @@ class DecodeOptions:
                              f"1, got {self.cache_shape!r}")
 
     @staticmethod
-    def add_arguments(parser: argparse._ActionsContainer) -> None:
+    def add_arguments(parser: Arguments) -> None:
         """``--steps``, ``--prompt-length``, ``--cache-name``, ``--cache-shape``."""
         group = parser.add_argument_group("decode loops (a decoder with a key/value cache)")
         group.add_argument("--steps", type=int, metavar="N",
