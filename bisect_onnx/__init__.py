@@ -7,6 +7,9 @@ here is internal and may change.
 from __future__ import annotations
 
 from bisect_onnx import events
+from bisect_onnx.decode.options import DecodeOptions
+from bisect_onnx.decode.run import bisect_decode
+from bisect_onnx.decode.step_report import DecodeReport
 from bisect_onnx.errors import (
     BisectOnnxError,
     BisectOnnxWarning,
@@ -40,6 +43,10 @@ __all__ = [
     # Running a bisection
     "bisect",
     "bisect_onnx_models",
+    # A decoder with its key/value cache, stepped
+    "bisect_decode",
+    "DecodeOptions",
+    "DecodeReport",
     "Samples",
     "RandomInputs",
     "Tolerance",

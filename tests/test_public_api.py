@@ -15,7 +15,8 @@ from fixtures.registry import REPO_ROOT
 
 def test_public_names_are_exactly_these():
     assert sorted(bisect_onnx.__all__) == sorted([
-        "bisect", "bisect_onnx_models", "Samples", "RandomInputs", "Tolerance",
+        "bisect", "bisect_onnx_models", "bisect_decode", "DecodeOptions", "DecodeReport",
+        "Samples", "RandomInputs", "Tolerance",
         "ExportOptions", "RuntimeOptions", "SearchOptions", "OutputOptions",
         "FixOptions",
         "DEFAULT_RTOL", "DEFAULT_ATOL", "record", "check", "Reference",

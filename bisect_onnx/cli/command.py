@@ -105,6 +105,11 @@ def _run(args: argparse.Namespace) -> int:
     if getattr(args, "checks_reference", False):  # the runtime against a recorded reference
         _runtime_logs_off()
         return print_report(args, check_from_args(args))
+    if getattr(args, "steps", None) is not None:  # a decoder stepped with its cache
+        from bisect_onnx.cli.decode import decode_from_args
+
+        _runtime_logs_off()
+        return decode_from_args(args)
     against = against_requested(args)
     if against:  # two ONNX models, MODEL the reference: their own driver
         _check_files(args, against=True)  # before anything runs or is written

@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="also write a reference archive of PyTorch's values (with "
                         "--against, MODEL.onnx's) at every ONNX value compared, to check "
                         "the runtime where the reference is not run (bisect-onnx check REF)")
+    from bisect_onnx.decode.options import DecodeOptions
+
+    DecodeOptions.add_arguments(parser)
     _add_verbosity(parser)
     return parser
 

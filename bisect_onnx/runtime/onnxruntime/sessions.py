@@ -58,6 +58,9 @@ class SessionSettings:
     """One of :data:`OPT_LEVELS`."""
     disabled_optimizers: tuple[str, ...] = ()
     """Graph transformers left out at that level (``NchwcTransformer``, say)."""
+    spinning: bool = True
+    """Whether idle intra-op threads spin for the next run (ONNX Runtime's default);
+    off where PyTorch computes between runs, whose threads the spinning would starve."""
 
 
 #: ONNX Runtime's own defaults: the CPU provider, every optimization.
@@ -94,6 +97,8 @@ def create_session(serialized: bytes | Path, *, model_dir: Path, label: str,
     # ORT logs to stderr on its own (colour codes and all); its errors reach us as
     # exceptions, which become one-line messages, so only fatal logs get through.
     options.log_severity_level = 4
+    if not settings.spinning:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if profile is not None:
         profile.enable(options)
     if graph_only:

@@ -1,0 +1,92 @@
+"""The command line's decode form: ``--steps N`` steps a decoder with its cache."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bisect_onnx.cli.parser import EXIT_DIVERGED, EXIT_PARITY
+from bisect_onnx.errors import InputError, UsageError
+
+if TYPE_CHECKING:
+    from bisect_onnx.decode.step_report import DecodeReport
+
+__all__ = ["decode_from_args"]
+
+# Options of the one-forward comparison that a decode run does not take.
+_NOT_FOR_DECODE = {"record": "--record", "model_explorer": "--model-explorer",
+                   "suggest_fix": "--suggest-fix", "write_fixed": "--write-fixed",
+                   "against": "--against", "against_opt_level": "--against-opt-level",
+                   "against_provider": "--against-provider",
+                   "against_runtime": "--against-runtime",
+                   "against_reference_evaluator": "--against-reference-evaluator",
+                   "dynamic": "--dynamic", "tolerances": "--tolerances",
+                   "repro_dir": "--repro-dir"}
+
+
+def decode_from_args(args: argparse.Namespace) -> int:
+    """Run ``bisect_decode`` from parsed arguments, print its report; the exit status."""
+    from bisect_onnx.decode.options import DecodeOptions
+    from bisect_onnx.decode.run import bisect_decode
+    from bisect_onnx.pipeline.options import ExportOptions, RuntimeOptions, Tolerance
+    from bisect_onnx.pytorch.installed import require_torch
+    from bisect_onnx.sources.loading import load_model
+
+    given = [flag for name, flag in _NOT_FOR_DECODE.items()
+             if getattr(args, name, None) not in (None, False, [])]
+    if given:
+        raise UsageError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply "
+                         "to a decode run (--steps); drop them, or drop --steps to compare "
+                         "one forward")
+    if args.steps < 0:
+        raise UsageError(f"--steps takes 0 or more, got {args.steps}")
+    decode = DecodeOptions.from_args(args)
+    tolerance = Tolerance.from_args(args)
+    export = ExportOptions.from_args(args)
+    runtime = RuntimeOptions.from_args(args)
+    prompt = _prompt(args.input)
+    require_torch()
+    model = load_model(args.model, trust_pickle=args.trust_pickle)
+    report = bisect_decode(model, prompt, steps=args.steps, onnx_model=args.onnx,
+                           tolerance=tolerance, export=export, runtime=runtime, decode=decode)
+    from bisect_onnx.decode.text import decode_verdict
+
+    for warning in report.warnings:
+        print(f"WARNING: {warning}", file=sys.stderr)
+    print(decode_verdict(report) if args.quiet else str(report))
+    for path, suffix in ((args.json, ".json"), (args.html, ".html")):
+        if path is not None:  # in the format its option names, whatever its suffix
+            _write(report, Path(path), suffix)
+    sys.stdout.flush()
+    return EXIT_DIVERGED if report.diverged else EXIT_PARITY
+
+
+def _write(report: DecodeReport, path: Path, suffix: str) -> None:
+    from bisect_onnx.decode.html import decode_html
+
+    text = (decode_html(report) if suffix == ".html"
+            else json.dumps(report.to_dict(), indent=1) + "\n")
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise InputError(f"--{suffix[1:]} {path}: cannot write it ({error.strerror}); pass "
+                         "a path in a folder you can write") from error
+
+
+def _prompt(inputs: list[Path]) -> object:
+    """The prompt's token ids from the one ``.npy`` given, or ``None`` (a random prompt)."""
+    import numpy as np
+
+    if not inputs:
+        return None
+    if len(inputs) > 1 or inputs[0].suffix != ".npy":
+        raise UsageError("with --steps, --input takes one .npy of token ids ([sequence] or "
+                         "[batch, sequence] integers)")
+    try:
+        return np.load(inputs[0], allow_pickle=False)
+    except (OSError, ValueError) as error:
+        raise InputError(f"--input {inputs[0]}: not a readable .npy ({error}); pass token "
+                         "ids saved with numpy.save") from error

@@ -1,0 +1,16 @@
+"""Decode loops: a decoder with a key/value cache, compared step by step.
+
+A causal LM generates one token per forward, feeding back its cache. Here a prompt
+(step 0, the prefill, with an empty cache) and N greedy decode steps run in PyTorch and
+in ONNX Runtime twice over: free-running (each side its own cache and tokens) and
+teacher-forced (the runtime fed PyTorch's cache and token at each step). The first
+failing step is named with its kind: introduced at that step (bisected like any
+forward) or accumulated through the cache (named at the layer whose cache first leaves
+tolerance).
+
+Modules: :mod:`.layout` (the flat names of the cache), :mod:`.flat_cache` (a
+Hugging Face decoder as a module of tensors), :mod:`.export` (its export),
+:mod:`.steps` (the step loop), :mod:`.step_report` and :mod:`.text` (the report),
+:mod:`.run` (:func:`bisect_decode`). Nothing here is imported by ``bisect_onnx``
+itself until a decode runs: torch and ONNX Runtime stay lazy.
+"""

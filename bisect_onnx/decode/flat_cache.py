@@ -1,0 +1,151 @@
+"""A decoder as one step of tensors in and out: the form both exporters and the loop take.
+
+A Hugging Face causal LM takes and returns its cache as a ``Cache`` object, which
+neither exporter takes; :class:`FlatCacheDecoder` builds a ``DynamicCache`` from flat
+tensors inside ``forward`` and returns the updated cache flat again, the way optimum's
+ONNX export patches the model. A plain ``nn.Module`` whose ``forward`` already takes
+``(input_ids, attention_mask, [position_ids], *past)`` and returns ``(logits, *present)``
+is used as it is.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from bisect_onnx.decode.layout import POSITIONS, CacheLayout, standard_layout
+from bisect_onnx.errors import UsageError
+
+__all__ = ["DecoderStep", "FlatCacheDecoder", "decoder_step", "is_hf_decoder"]
+
+
+@dataclass(frozen=True)
+class DecoderStep:
+    """What the loop knows of the PyTorch side: the step module and its cache's shapes."""
+
+    module: torch.nn.Module
+    """Takes ``layout.input_names()`` positionally, returns ``layout.output_names()``."""
+    layout: CacheLayout
+    cache_tails: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] | None
+    """Each layer's key and value shape past batch and sequence (``(heads, head_dim)``);
+    ``None`` where only the ONNX file can say (a plain module)."""
+    max_positions: int | None
+    """How many positions the model has (``n_positions``), where it says."""
+    vocab_size: int | None
+    name: str
+
+
+def is_hf_decoder(model: object) -> bool:
+    """Whether ``model`` is a ``transformers`` model (it was imported if it is one)."""
+    transformers = sys.modules.get("transformers")
+    return transformers is not None and isinstance(model, transformers.PreTrainedModel)
+
+
+def decoder_step(model: torch.nn.Module, cache_shape: tuple[int, int, int] | None = None, *,
+                 positions: bool = True) -> DecoderStep:
+    """The step form of ``model``: wrapped for a Hugging Face decoder, as given otherwise.
+
+    ``cache_shape``: ``(layers, heads, head_dim)`` of a plain module's cache, which
+    its ``forward`` cannot say; ``None`` leaves it to the ONNX file. ``positions``:
+    whether a Hugging Face decoder's step takes ``position_ids`` (else the model
+    counts them from the cache, as for a file exported without them).
+    """
+    name = type(model).__name__
+    if is_hf_decoder(model):
+        wrapper = FlatCacheDecoder(model, positions=positions)
+        tails = wrapper.cache_tails()
+        config = model.config
+        most = getattr(config, "n_positions", None) or getattr(
+            config, "max_position_embeddings", None)
+        return DecoderStep(wrapper, standard_layout(len(tails), positions=positions), tails,
+                           most, getattr(config, "vocab_size", None), name)
+    parameters = list(inspect.signature(model.forward).parameters.values())
+    if len(parameters) < 2:
+        raise UsageError(f"{name}.forward takes ({', '.join(p.name for p in parameters)}); a "
+                         "decoder to step takes (input_ids, attention_mask, [position_ids], "
+                         "*past) and returns (logits, *present), or is a transformers causal LM")
+    takes_positions = any(p.name == POSITIONS for p in parameters)
+    tails = None
+    layers = 0
+    if cache_shape is not None:
+        layers, heads, dim = cache_shape
+        tails = tuple(((heads, dim), (heads, dim)) for _ in range(layers))
+    return DecoderStep(model, standard_layout(layers, positions=takes_positions), tails,
+                       None, None, name)
+
+
+class FlatCacheDecoder(torch.nn.Module):
+    """A ``transformers`` causal LM whose cache goes in and out as flat tensors.
+
+    ``forward(input_ids, attention_mask, position_ids, *past)`` with ``past`` each
+    layer's key then value, returns ``(logits, *present)`` in the same order; without
+    ``position_ids`` where made with ``positions=False``.
+    """
+
+    def __init__(self, lm: torch.nn.Module, *, positions: bool = True) -> None:
+        super().__init__()
+        self.lm = lm
+        self.positions = positions
+        # A new module is in training mode: an exporter that puts the model in eval mode
+        # and back would otherwise leave the LM training (its dropout on) after export.
+        self.train(lm.training)
+        parameters = inspect.signature(lm.forward).parameters
+        # transformers 5 calls it ``cache``; 4.x ``past_key_values``.
+        self.cache_keyword = "cache" if "cache" in parameters else "past_key_values"
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                *rest: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """One step: the logits, then each layer's key and value with this step's added.
+
+        ``rest``: ``position_ids`` (where the step takes them), then the cache.
+        """
+        past = rest[1:] if self.positions else rest
+        keywords = {"position_ids": rest[0]} if self.positions else {}
+        cache = _dynamic_cache(list(zip(past[0::2], past[1::2], strict=True)))
+        out = self.lm(input_ids=input_ids, attention_mask=attention_mask, use_cache=True,
+                      **keywords, **{self.cache_keyword: cache})
+        returned = getattr(out, "cache", None)
+        if returned is None:
+            returned = out.past_key_values
+        return (out.logits, *[tensor for pair in cache_pairs(returned) for tensor in pair])
+
+    def cache_tails(self) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
+        """Each layer's key and value shape past batch and sequence, from a one-token run."""
+        with torch.no_grad():
+            out = self.lm(input_ids=torch.zeros((1, 1), dtype=torch.long), use_cache=True)
+        returned = getattr(out, "cache", None) or out.past_key_values
+        pairs = cache_pairs(returned)
+        if not pairs:
+            raise UsageError(f"{type(self.lm).__name__} returned no cache with use_cache=True; "
+                             "a decoder to step must return its key/value cache")
+        return tuple((tuple(k.shape[1:2] + k.shape[3:]), tuple(v.shape[1:2] + v.shape[3:]))
+                     for k, v in pairs)
+
+
+def cache_pairs(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each layer's (key, value) of a ``transformers`` cache, whichever version made it."""
+    if hasattr(cache, "layers"):  # transformers 4.56 and later
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    if hasattr(cache, "key_cache"):
+        return list(zip(cache.key_cache, cache.value_cache, strict=True))
+    return [(pair[0], pair[1]) for pair in cache]  # the legacy tuple of tuples
+
+
+def _dynamic_cache(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
+    """A ``DynamicCache`` holding ``pairs``, every layer keeping every position.
+
+    Not the model's own layer kinds: a sliding-window layer keeps only its window,
+    and its flat tensors would then no longer say how many positions came before (the
+    next step's positions); the window is applied by the attention mask instead, over
+    the whole cache, as optimum's exports of Mistral do.
+    """
+    from transformers import DynamicCache
+
+    parameters = inspect.signature(DynamicCache.__init__).parameters
+    if "ddp_cache_data" in parameters:
+        return DynamicCache(pairs)
+    return DynamicCache.from_legacy_cache(tuple(pairs))

@@ -1,0 +1,264 @@
+"""``bisect_decode``: a decoder's prompt and N steps, compared, and the first failing step named."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from bisect_onnx.decode.layout import CacheLayout, layout_of_names
+from bisect_onnx.decode.options import DecodeOptions
+from bisect_onnx.decode.step_report import INTRODUCED, DecodeFinding, DecodeReport, find_failure
+from bisect_onnx.errors import BisectOnnxError, InputError, UsageError, issue_warnings, one_line
+from bisect_onnx.pipeline.options import ExportOptions, RuntimeOptions, Tolerance
+
+if TYPE_CHECKING:
+    import onnxruntime as ort
+    import torch
+
+    from bisect_onnx.decode.flat_cache import DecoderStep
+    from bisect_onnx.decode.steps import StepLoop
+
+__all__ = ["bisect_decode"]
+
+logger = logging.getLogger(__name__)
+
+#: Each session input's and output's shape, as ONNX Runtime gives it (a name for a
+#: symbolic size).
+Shapes = dict[str, list]
+
+
+def bisect_decode(
+    model: torch.nn.Module,
+    prompt: object = None,
+    *,
+    steps: int = 16,
+    onnx_model: str | Path | None = None,
+    tolerance: Tolerance | tuple[float, float] | None = None,
+    export: ExportOptions | None = None,
+    runtime: RuntimeOptions | None = None,
+    decode: DecodeOptions | None = None,
+) -> DecodeReport:
+    """Compare a decoder with a key/value cache over a prompt and ``steps`` greedy steps.
+
+    Args:
+        model: A ``transformers`` causal LM (its cache is flattened here), or an
+            ``nn.Module`` whose ``forward(input_ids, attention_mask, [position_ids],
+            *past)`` returns ``(logits, *present)``, each layer's key then value.
+        prompt: Token ids, ``[sequence]`` or ``[batch, sequence]``; ``None`` draws
+            ``decode.prompt_length`` random ones.
+        steps: Decode steps after the prompt (step 0, the prefill).
+        onnx_model: An export of the step, its inputs ``input_ids``,
+            ``attention_mask``, (``position_ids``), ``past_key_values.{i}.key/.value``
+            and outputs ``logits``, ``present.{i}.key/.value`` (or as
+            ``decode.cache_names`` maps them). Without it the step is exported here.
+        tolerance: As :func:`bisect_onnx.bisect`'s.
+        export: Exporter and opset of the export made here; ``save_to`` keeps it.
+        runtime: ONNX Runtime's provider and optimization level.
+        decode: Prompt, cache names and shape, whether to bisect an introduced step.
+
+    Returns:
+        A :class:`~bisect_onnx.decode.step_report.DecodeReport`: ``verdict``, the rows
+        per step, ``finding`` (the first failing step and its kind) and, for an error
+        introduced at a step, that step's ``bisection`` (a :class:`~bisect_onnx.Report`).
+    """
+    from bisect_onnx.decode.flat_cache import decoder_step
+    from bisect_onnx.decode.steps import RuntimeStepper, TorchStepper, open_session, run_steps
+
+    started = time.perf_counter()
+    decode = decode or DecodeOptions()
+    runtime = runtime or RuntimeOptions()
+    if runtime.runtime != "onnxruntime":
+        raise UsageError("decode steps run in ONNX Runtime only; drop --runtime")
+    if steps < 0:
+        raise UsageError(f"steps must be 0 or more, got {steps}")
+    judged = Tolerance.of(tolerance).judge()
+    cautions = _cautions(model)
+    issue_warnings(cautions)
+    step = decoder_step(model, decode.cache_shape)
+    with tempfile.TemporaryDirectory(prefix="bisect-onnx-decode-") as folder:
+        seconds: dict[str, float] = {}
+        path, exporter = _onnx_file(step, onnx_model, export, Path(folder), seconds)
+        session = open_session(path, provider=runtime.provider, opt_level=runtime.opt_level)
+        shapes = {value.name: value.shape
+                  for value in [*session.get_inputs(), *session.get_outputs()]}
+        layout = step.layout if onnx_model is None else _file_layout(step, session, decode)
+        step = _step_for_file(step, layout, model)
+        prompt_array = _prompt(prompt, decode, step, shapes, layout)
+        _check_positions(step, prompt_array, steps)
+        empty = _empty_cache(step, shapes, layout, batch=prompt_array.shape[0])
+        _check_memory(empty, prompt_array, steps, runtime)
+        runner = RuntimeStepper(session, layout, path.name)
+        loop = run_steps(TorchStepper(step), runner, prompt_array, empty, steps,
+                         rtol=judged.base.rtol, atol=judged.base.atol)
+        seconds.update(torch=loop.torch_seconds, runtime=loop.runtime_seconds)
+        finding = find_failure(loop.rows)
+        bisection = None
+        if finding is not None and finding.kind == INTRODUCED and decode.bisect_step:
+            bisection, finding = _bisect_step(step, loop, finding, path, tolerance, runtime,
+                                              seconds)
+    seconds["total"] = time.perf_counter() - started
+    return DecodeReport(model=step.name, onnx=str(onnx_model) if onnx_model else "(exported)",
+                        exporter=exporter, rtol=judged.base.rtol, atol=judged.base.atol,
+                        prompt=tuple(tuple(int(t) for t in row) for row in prompt_array),
+                        rows=loop.rows, finding=finding, bisection=bisection, seconds=seconds,
+                        warnings=cautions)
+
+
+def _cautions(model: torch.nn.Module) -> tuple[str, ...]:
+    """What may make the comparison mean less than it says (a model left training)."""
+    if getattr(model, "training", False):
+        return ("the model is in training mode: its dropout makes PyTorch's steps random; "
+                "call model.eval() before stepping it",)
+    return ()
+
+
+def _onnx_file(step: DecoderStep, onnx_model: str | Path | None, export: ExportOptions | None,
+               folder: Path, seconds: dict[str, float]) -> tuple[Path, str | None]:
+    """The step's ONNX file (given, or exported here) and the exporter used here."""
+    if onnx_model is None:
+        from bisect_onnx.decode.export import export_decoder
+
+        export = export or ExportOptions()
+        exporter = export.exporter or "dynamo"
+        started = time.perf_counter()
+        path = export_decoder(step, folder, exporter=exporter, opset=export.opset)
+        seconds["export"] = time.perf_counter() - started
+        if export.save_to is not None:
+            shutil.copyfile(path, export.save_to)
+        return path, exporter
+    path = Path(onnx_model)
+    if not path.is_file():
+        raise InputError(f"--onnx {path}: no such file; pass the decoder's ONNX export")
+    return path, None
+
+
+def _file_layout(step: DecoderStep, session: ort.InferenceSession,
+                 decode: DecodeOptions) -> CacheLayout:
+    """The cache's layout in a file exported elsewhere, read off its session's names."""
+    layout = layout_of_names([value.name for value in session.get_inputs()],
+                             [value.name for value in session.get_outputs()],
+                             decode.cache_names)
+    if step.cache_tails is not None and len(step.cache_tails) != layout.layers:
+        raise UsageError(f"the ONNX file carries the cache of {layout.layers} layers and "
+                         f"{step.name} that of {len(step.cache_tails)}; pass the export of "
+                         "this model (or map its names with --cache-name)")
+    return layout
+
+
+def _step_for_file(step: DecoderStep, layout: CacheLayout,
+                   model: torch.nn.Module) -> DecoderStep:
+    """A ``transformers`` model's step without ``position_ids`` where the file takes none.
+
+    So that the step's inputs are the file's, in its order, for the step's bisection.
+    """
+    from bisect_onnx.decode.flat_cache import decoder_step, is_hf_decoder
+
+    if layout.positions is None and step.layout.positions is not None and is_hf_decoder(model):
+        return decoder_step(model, positions=False)
+    return step
+
+
+def _prompt(prompt: object, decode: DecodeOptions, step: DecoderStep, shapes: Shapes,
+            layout: CacheLayout) -> np.ndarray:
+    """The prompt as ``[batch, sequence]`` int64: given, or drawn from the vocabulary."""
+    if prompt is not None:
+        array = np.asarray(prompt.numpy() if hasattr(prompt, "numpy") else prompt)
+        if array.ndim == 1:
+            array = array[None, :]
+        if array.ndim != 2 or array.shape[1] == 0 or not np.issubdtype(array.dtype, np.integer):
+            raise InputError(f"the prompt must be token ids, [sequence] or [batch, sequence] "
+                             f"integers, got {array.dtype} of shape {list(array.shape)}; pass "
+                             "a .npy of token ids")
+        return array.astype(np.int64)
+    vocab = step.vocab_size or _static_dim(shapes, layout.logits, -1)
+    if vocab is None:
+        raise UsageError(f"the vocabulary of {step.name} is unknown, so no random prompt can "
+                         "be drawn; pass one (--input ids.npy, prompt= in Python)")
+    generator = np.random.default_rng(decode.seed)
+    return generator.integers(0, vocab, size=(1, decode.prompt_length), dtype=np.int64)
+
+
+def _check_positions(step: DecoderStep, prompt: np.ndarray, steps: int) -> None:
+    if step.max_positions is not None and prompt.shape[1] + steps > step.max_positions:
+        raise InputError(f"a prompt of {prompt.shape[1]} tokens and {steps} steps need "
+                         f"{prompt.shape[1] + steps} positions and {step.name} has "
+                         f"{step.max_positions}; pass a shorter prompt (--input) or fewer "
+                         "--steps")
+
+
+# Caches alive at once at the last step: PyTorch's state and outputs, the runtime's
+# teacher-forced outputs, its free-running state and outputs, the introduced step's state.
+_CACHE_COPIES = 6
+
+
+def _check_memory(empty: tuple[np.ndarray, ...], prompt: np.ndarray, steps: int,
+                  runtime: RuntimeOptions) -> None:
+    """Refuse steps whose caches would not fit the memory budget, before any runs."""
+    from bisect_onnx.runtime.memory import format_size
+
+    positions = prompt.shape[1] + steps
+    per_position = sum(array.shape[0] * int(np.prod(array.shape[1:2] + array.shape[3:]))
+                       for array in empty) * 4  # float32
+    need = _CACHE_COPIES * positions * per_position
+    budget = runtime.budget()
+    if budget is not None and need > budget:
+        raise UsageError(f"{steps} steps on a prompt of {prompt.shape[1]} tokens hold "
+                         f"{format_size(need)} of caches at once ({_CACHE_COPIES} copies of "
+                         f"{positions} positions), over the memory budget of "
+                         f"{format_size(budget)}; pass fewer --steps, a shorter prompt, or "
+                         "a larger --max-memory")
+
+
+def _empty_cache(step: DecoderStep, shapes: Shapes, layout: CacheLayout,
+                 batch: int) -> tuple[np.ndarray, ...]:
+    """Each layer's key and value with no positions yet, for the prefill."""
+    tails = step.cache_tails
+    if tails is None:
+        tails = tuple((_tail_of(shapes, key), _tail_of(shapes, value))
+                      for key, value in layout.past)
+    return tuple(np.zeros((batch, tail[0], 0, *tail[1:]), dtype=np.float32)
+                 for pair in tails for tail in pair)
+
+
+def _tail_of(shapes: Shapes, name: str) -> tuple[int, ...]:
+    heads, dim = _static_dim(shapes, name, 1), _static_dim(shapes, name, 3)
+    if heads is None or dim is None:
+        raise UsageError(f"the ONNX input {name} has no fixed heads and head size; pass "
+                         "cache_shape=(layers, heads, head_dim) (--cache-shape L,H,D)")
+    return (heads, dim)
+
+
+def _static_dim(shapes: Shapes, name: str, axis: int) -> int | None:
+    """A fixed size of the session's input or output ``name`` (``None``: symbolic)."""
+    shape = shapes.get(name) or []
+    size = shape[axis] if -len(shape) <= axis < len(shape) else None
+    return size if isinstance(size, int) and size > 0 else None
+
+
+def _bisect_step(step: DecoderStep, loop: StepLoop, finding: DecodeFinding, path: Path,
+                 tolerance: Tolerance | tuple[float, float] | None, runtime: RuntimeOptions,
+                 seconds: dict[str, float]) -> tuple[object, DecodeFinding]:
+    """Bisect the step the error is introduced at, on PyTorch's cache and token there."""
+    from dataclasses import replace
+
+    from bisect_onnx.pipeline.pytorch_vs_onnx import bisect
+
+    started = time.perf_counter()
+    assert loop.first_introduced is not None  # the finding is that step's
+    inputs = loop.first_introduced.arrays(step.layout)
+    try:
+        report = bisect(step.module, inputs, onnx_model=path, tolerance=tolerance,
+                        runtime=runtime)
+    except BisectOnnxError as error:
+        logger.info("could not bisect step %d: %s", finding.step, one_line(error))
+        return None, replace(finding, culprit=f"not bisected: {one_line(error)}")
+    finally:
+        seconds["bisection"] = time.perf_counter() - started
+    culprit = report.summary().splitlines()[0]
+    return report, replace(finding, culprit=culprit)

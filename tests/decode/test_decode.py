@@ -1,0 +1,295 @@
+"""Decode loops end to end: tiny decoders at parity over 16 steps, planted errors named.
+
+Tiny configs from ``transformers`` (nothing downloaded). Each decoder is exported once per
+exporter for the module; the planted files are edits of the Llama TorchScript export.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+pytest.importorskip("transformers")
+
+import bisect_onnx  # noqa: E402
+from bisect_onnx.cli.command import main  # noqa: E402
+from fixtures.decoders import TINY_DECODERS, tiny_gpt2, tiny_llama  # noqa: E402
+
+STEPS = 16
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return tiny_llama()
+
+
+@pytest.fixture(scope="module")
+def llama_torchscript(llama, tmp_path_factory):
+    """The parity run of Llama exported with TorchScript, and the file it exported."""
+    path = tmp_path_factory.mktemp("llama") / "decoder.onnx"
+    report = bisect_onnx.bisect_decode(
+        llama, steps=STEPS, export=bisect_onnx.ExportOptions(exporter="torchscript",
+                                                             save_to=path))
+    return report, path
+
+
+def _parity(report: bisect_onnx.DecodeReport) -> None:
+    assert report.verdict == "parity", str(report)
+    assert len(report.rows) == STEPS + 1
+    assert report.first_token_difference() is None
+    assert all(row.teacher.passed and row.free.passed for row in report.rows)
+    # Every step one position on, a sliding window's layers too (the cache keeps all).
+    assert [row.position for row in report.rows] == [0, *range(8, 8 + STEPS)]
+
+
+def test_llama_torchscript_at_parity_over_16_steps(llama_torchscript):
+    report, path = llama_torchscript
+    _parity(report)
+    graph = onnx.load(str(path)).graph
+    assert [value.name for value in graph.input] == [
+        "input_ids", "attention_mask", "position_ids", "past_key_values.0.key",
+        "past_key_values.0.value", "past_key_values.1.key", "past_key_values.1.value"]
+    assert [value.name for value in graph.output] == [
+        "logits", "present.0.key", "present.0.value", "present.1.key", "present.1.value"]
+    past = graph.input[3].type.tensor_type.shape.dim
+    assert [dim.dim_param or dim.dim_value for dim in past] == ["batch", 1, "past_sequence", 16]
+    assert report.rows[0].length == 8 and report.rows[1].position == 8  # the prefill, then one
+
+
+@pytest.mark.parametrize("factory", [tiny_llama, tiny_gpt2], ids=["llama", "gpt2"])
+def test_dynamo_export_at_parity_over_16_steps(factory):
+    report = bisect_onnx.bisect_decode(factory(), steps=STEPS)
+    _parity(report)
+    assert report.exporter == "dynamo"
+
+
+def test_a_model_left_training_is_warned_about(llama, llama_torchscript):
+    llama.train()
+    try:
+        with pytest.warns(bisect_onnx.BisectOnnxWarning, match="training mode"):
+            report = bisect_onnx.bisect_decode(llama, steps=1, onnx_model=llama_torchscript[1])
+    finally:
+        llama.eval()
+    assert report.warnings and "model.eval()" in report.warnings[0]
+
+
+def test_gpt2_torchscript_at_parity_with_its_dropout_left_off():
+    # The wrapper mirrors the model's eval mode: the exporter's restore of the wrapper's
+    # mode once turned GPT-2's dropout on after export.
+    report = bisect_onnx.bisect_decode(
+        tiny_gpt2(), steps=STEPS, export=bisect_onnx.ExportOptions(exporter="torchscript"))
+    _parity(report)
+
+
+@pytest.mark.parametrize("name", ["qwen2", "mistral", "phi3", "gemma"])
+def test_more_decoders_at_parity_with_torchscript(name):
+    # Mistral's window (16) is shorter than the prompt's 8 positions and 16 steps' 16.
+    _parity(bisect_onnx.bisect_decode(
+        TINY_DECODERS[name](), steps=STEPS,
+        export=bisect_onnx.ExportOptions(exporter="torchscript")))
+
+
+def _edited(source: Path, target: Path, edit) -> Path:
+    model = onnx.load(str(source))
+    edit(model.graph)
+    onnx.save(model, str(target))
+    return target
+
+
+def _scale_past_key(graph: onnx.GraphProto) -> None:
+    """Scale layer 0's past key by 1.01 on its way in: nothing to scale at the prefill."""
+    for node in graph.node:
+        node.input[:] = ["past_scaled" if n == "past_key_values.0.key" else n
+                         for n in node.input]
+    graph.initializer.append(numpy_helper.from_array(np.array(1.01, np.float32), "factor"))
+    graph.node.insert(0, helper.make_node("Mul", ["past_key_values.0.key", "factor"],
+                                          ["past_scaled"], name="planted_scale"))
+
+
+def _mask_out_past_positions(graph: onnx.GraphProto) -> None:
+    """Zero the attention mask over the cache's positions: at the prefill there are none."""
+    for node in graph.node:
+        node.input[:] = ["mask_edited" if n == "attention_mask" else n for n in node.input]
+    for name, value in (("one", 1), ("zero", 0)):
+        graph.initializer.append(numpy_helper.from_array(np.array(value, np.int64), name))
+    edits = [
+        helper.make_node("Shape", ["input_ids"], ["ids_shape"], name="ids_shape"),
+        helper.make_node("Gather", ["ids_shape", "one"], ["new"], name="new", axis=0),
+        helper.make_node("Shape", ["attention_mask"], ["mask_shape"], name="mask_shape"),
+        helper.make_node("Gather", ["mask_shape", "one"], ["total"], name="total", axis=0),
+        helper.make_node("Sub", ["total", "new"], ["cached"], name="cached"),
+        helper.make_node("Range", ["zero", "total", "one"], ["index"], name="index"),
+        helper.make_node("GreaterOrEqual", ["index", "cached"], ["keep"], name="keep"),
+        helper.make_node("Cast", ["keep"], ["keep_int"], name="keep_int", to=TensorProto.INT64),
+        helper.make_node("Mul", ["attention_mask", "keep_int"], ["mask_edited"],
+                         name="planted_mask")]
+    for index, node in enumerate(edits):
+        graph.node.insert(index, node)
+
+
+def _drift_present_value(graph: onnx.GraphProto) -> None:
+    """Add 3e-6 to layer 1's returned value: within tolerance once, not fed back 4 times."""
+    for node in graph.node:
+        node.output[:] = ["exact" if n == "present.1.value" else n for n in node.output]
+    graph.initializer.append(numpy_helper.from_array(np.array(3e-6, np.float32), "drift"))
+    graph.node.append(helper.make_node("Add", ["exact", "drift"], ["present.1.value"],
+                                       name="planted_drift"))
+
+
+def test_past_key_scale_is_named_at_its_node_and_step(llama, llama_torchscript, tmp_path):
+    planted = _edited(llama_torchscript[1], tmp_path / "scaled.onnx", _scale_past_key)
+    report = bisect_onnx.bisect_decode(llama, steps=3, onnx_model=planted)
+    assert report.rows[0].teacher.passed  # the prefill's cache is empty
+    finding = report.finding
+    assert (finding.step, finding.kind) == (1, "introduced")
+    assert finding.where == "decode, from position 8 on"
+    assert "planted_scale" in finding.culprit
+    assert report.bisection is not None and report.bisection.diverged
+    text = str(report)
+    assert "DIVERGED at step 1" in text and "step 1's bisection" in text
+
+
+def test_a_file_without_position_ids_is_stepped_and_bisected(llama, tmp_path):
+    from bisect_onnx.decode.export import export_decoder
+    from bisect_onnx.decode.flat_cache import decoder_step
+
+    clean = export_decoder(decoder_step(llama, positions=False), tmp_path,
+                           exporter="torchscript")
+    assert "position_ids" not in [value.name for value in onnx.load(str(clean)).graph.input]
+    assert bisect_onnx.bisect_decode(llama, steps=4, onnx_model=clean).verdict == "parity"
+    planted = _edited(clean, tmp_path / "scaled.onnx", _scale_past_key)
+    finding = bisect_onnx.bisect_decode(llama, steps=2, onnx_model=planted).finding
+    assert finding.step == 1 and "planted_scale" in finding.culprit
+
+
+def test_a_mask_edit_over_past_positions_is_named_at_its_nodes_and_step(
+        llama, llama_torchscript, tmp_path):
+    planted = _edited(llama_torchscript[1], tmp_path / "mask.onnx", _mask_out_past_positions)
+    report = bisect_onnx.bisect_decode(llama, steps=2, onnx_model=planted)
+    finding = report.finding
+    assert (finding.step, finding.kind) == (1, "introduced"), str(report)
+    assert "cached" in finding.culprit and "keep" in finding.culprit
+    assert report.first_token_difference() == 1  # attending to itself alone, it errs
+
+
+def test_drift_through_the_cache_is_named_at_its_layer(llama, llama_torchscript, tmp_path):
+    planted = _edited(llama_torchscript[1], tmp_path / "drift.onnx", _drift_present_value)
+    report = bisect_onnx.bisect_decode(llama, steps=8, onnx_model=planted)
+    finding = report.finding
+    assert finding.kind == "accumulated" and finding.layer == 1, str(report)
+    assert finding.step >= 2
+    assert all(row.teacher.passed for row in report.rows)
+    growth = finding.growth[:finding.step + 1]
+    assert list(growth) == sorted(growth) and growth[-1] > 2 * growth[0]
+    assert report.bisection is None
+    assert "accumulated through the cache" in str(report)
+    notebook = report._repr_html_()
+    assert "<svg" in notebook and "<tr class='fail first'>" in notebook
+    saved = bisect_onnx.DecodeReport.save(report, tmp_path / "drift.json")
+    assert json.loads(saved.read_text())["first_failure"]["layer"] == 1
+
+
+def test_cli_steps_prints_the_table_and_writes_the_json(llama_torchscript, tmp_path, capsys,
+                                                        monkeypatch):
+    monkeypatch.chdir(Path(__file__).parents[2])
+    np.save(tmp_path / "prompt.npy", np.array([[5, 17, 42, 3]]))
+    status = main(["fixtures/decoders.py:tiny_llama", "--steps", "3", "--onnx",
+                   str(llama_torchscript[1]), "--input", str(tmp_path / "prompt.npy"),
+                   "--json", str(tmp_path / "decode.json"), "--html", str(tmp_path / "d.html")])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "PARITY: prefill and 3 decode steps" in out and "tokens, agree" in out
+    data = json.loads((tmp_path / "decode.json").read_text())
+    assert data["kind"] == "decode" and data["prompt"] == [[5, 17, 42, 3]]
+    assert [step["step"] for step in data["steps"]] == [0, 1, 2, 3]
+    assert data["steps"][0]["free_running"]["layers"][1]["value"]["pass"] is True
+    page = (tmp_path / "d.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "<svg" in page
+    assert "layer 1 cache (free)" in page and "PARITY: prefill and 3 decode steps" in page
+
+
+def test_cli_steps_exits_1_on_a_divergence_and_quiet_prints_the_verdict(
+        llama_torchscript, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(Path(__file__).parents[2])
+    planted = _edited(llama_torchscript[1], tmp_path / "drift.onnx", _drift_present_value)
+    status = main(["fixtures/decoders.py:tiny_llama", "--steps", "6", "--onnx", str(planted),
+                   "-q"])
+    out = capsys.readouterr().out
+    assert status == 1
+    assert out.startswith("DIVERGED at step") and "accumulated through the cache" in out
+    assert "torch token" not in out  # -q: no table
+
+
+def test_cli_refuses_options_a_decode_run_does_not_take(capsys):
+    status = main(["fixtures/decoders.py:tiny_llama", "--steps", "2", "--record", "x.npz"])
+    assert status == 2
+    assert "--record does not apply to a decode run" in capsys.readouterr().err
+
+
+def test_cache_inputs_that_match_no_layer_are_refused_in_one_line(llama, llama_torchscript,
+                                                                  tmp_path):
+    def rename(graph: onnx.GraphProto) -> None:
+        for value in graph.input:
+            if value.name == "past_key_values.1.value":
+                value.name = "v1"
+        for node in graph.node:
+            node.input[:] = ["v1" if n == "past_key_values.1.value" else n for n in node.input]
+
+    odd = _edited(llama_torchscript[1], tmp_path / "odd.onnx", rename)
+    with pytest.raises(bisect_onnx.UsageError, match="cannot be matched to its layers") as error:
+        bisect_onnx.bisect_decode(llama, steps=1, onnx_model=odd)
+    assert "\n" not in str(error.value) and "--cache-name" in str(error.value)
+    report = bisect_onnx.bisect_decode(
+        llama, steps=1, onnx_model=odd,
+        decode=bisect_onnx.DecodeOptions(cache_names={"past_key_values.1.value": "v1"}))
+    assert report.verdict == "parity"
+
+
+def test_prompt_past_the_model_positions_is_refused(llama, llama_torchscript):
+    with pytest.raises(bisect_onnx.InputError, match="need 72 positions .* has 64; pass a "
+                                                     "shorter prompt"):
+        bisect_onnx.bisect_decode(llama, np.zeros(70, dtype=np.int64), steps=2,
+                                  onnx_model=llama_torchscript[1])
+
+
+def test_steps_whose_caches_pass_the_memory_budget_are_refused(llama, llama_torchscript):
+    with pytest.raises(bisect_onnx.UsageError, match="over the memory budget of 1.0 KiB; "
+                                                     "pass fewer --steps"):
+        bisect_onnx.bisect_decode(llama, steps=4, onnx_model=llama_torchscript[1],
+                                  runtime=bisect_onnx.RuntimeOptions(max_memory=1024))
+
+
+class PlainDecoder(torch.nn.Module):
+    """One attention layer that takes and returns its cache as tensors."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = torch.nn.Embedding(20, 8)
+        self.key = torch.nn.Linear(8, 8)
+        self.value = torch.nn.Linear(8, 8)
+        self.head = torch.nn.Linear(8, 20)
+
+    def forward(self, input_ids, attention_mask, *past):
+        hidden = self.embed(input_ids)
+        keys = torch.cat([past[0], self.key(hidden)[:, None]], dim=2)
+        values = torch.cat([past[1], self.value(hidden)[:, None]], dim=2)
+        weights = torch.softmax(hidden[:, None] @ keys.transpose(-1, -2), dim=-1)
+        mixed = (weights @ values)[:, 0] * attention_mask[:, -1:, None]
+        return self.head(mixed), keys, values
+
+
+def test_a_plain_module_taking_its_cache_as_tensors_is_stepped():
+    report = bisect_onnx.bisect_decode(
+        PlainDecoder().eval(), np.array([1, 2, 3]), steps=4,
+        export=bisect_onnx.ExportOptions(exporter="torchscript"),
+        decode=bisect_onnx.DecodeOptions(cache_shape=(1, 1, 8)))
+    assert report.verdict == "parity", str(report)
+    with pytest.raises(bisect_onnx.UsageError, match="cache_shape"):
+        bisect_onnx.bisect_decode(PlainDecoder(), np.array([1, 2]), steps=1)
