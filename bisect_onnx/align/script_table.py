@@ -164,7 +164,9 @@ def identity_by_constant(op: ScriptOp) -> bool:
     short, arguments = op.kind.split("::", 1)[-1], op.arguments or ()
     values = [argument for argument in arguments if argument.source == "value"]
     literals = [argument.value for argument in arguments if argument.source == "constant"]
-    if len(values) != 1 or arguments[0].source != "value" or not literals:
+    if len(values) != 1 or arguments[0].source != "value" or not literals or not all(
+            isinstance(literal, int | float) and not isinstance(literal, bool)
+            for literal in literals):  # a constant may be a tensor (LeViT's attention bias)
         return False
     if short in ("add", "sub"):
         return literals[0] == 0 and literals[1:] in ([], [1])

@@ -93,3 +93,18 @@ def test_a_removed_sum_with_zero_is_compared_at_its_input(tmp_path):
     assert removed[first_sum].kind == "removed", removed.get(first_sum)
     assert "peephole" in removed[first_sum].reason
 
+
+
+def test_only_a_number_makes_a_sum_an_identity():
+    """A constant tensor argument (LeViT's attention bias) is no 0: asked, not compared."""
+    from bisect_onnx.align.script_table import identity_by_constant
+    from bisect_onnx.pytorch.script_ops import Argument, ScriptOp
+
+    def add(*constants):
+        return ScriptOp("add", "aten::add", "", (Argument("value", "x"), *(
+            Argument("constant", constant) for constant in constants)))
+
+    assert identity_by_constant(add(0, 1))
+    assert not identity_by_constant(add(2, 1))
+    assert not identity_by_constant(add(torch.zeros(3), 1))
+    assert not identity_by_constant(add(True, 1))
