@@ -39,6 +39,7 @@ from bisect_onnx.align.script_reads import (
     reads_type,
     tuple_end,
 )
+from bisect_onnx.align.script_removed import ShapeOnly, undone_transpose
 from bisect_onnx.align.script_table import (
     END_OF,
     LAYOUT,
@@ -46,7 +47,6 @@ from bisect_onnx.align.script_table import (
     declined,
     identity_by_constant,
     passes_through,
-    permutation,
     same_permutation,
 )
 from bisect_onnx.graph.nodes import NodeInfo
@@ -100,9 +100,12 @@ class _ScopePairing:
         self.ends: dict[str, NodeInfo] = {}
         self.table_node: dict[str, NodeInfo] = {}  # op -> its chain's (table's) first node
         self.alignment = OpAlignment()
+        self.shape_only = ShapeOnly(capture)
 
     def place(self, op: ScriptOp) -> None:
         """Find the node holding ``op``'s value, or say why there is none."""
+        if (why := self.shape_only.reason(op.name)) is not None:
+            return self._unaligned(op, "folded", why)
         sources = self._sources(op)
         translation = self.capture.records.of(op.name, self.opset)
         rule = chain_of(translation, op.output) if translation is not None else None
@@ -112,7 +115,8 @@ class _ScopePairing:
         if isinstance(rule, HandsBack):
             self._hands_back(op, rule)
             return
-        undone = self._undoes_transpose(op)
+        undone = undone_transpose(op, self.capture, self.by_name, self.ends,
+                                  self.onnx_of)
         if undone is not None:
             self.onnx_of[op.name] = undone
             self._unaligned(op, "removed", f"undoes the transpose before it, so the exporter "
@@ -326,26 +330,6 @@ class _ScopePairing:
             stack.extend(self.producers[read] for read in node.inputs
                          if read in self.producers and read not in sources)
         return [found[index] for index in sorted(found)]
-
-    def _undoes_transpose(self, op: ScriptOp) -> str | None:
-        """The ONNX value of what ``op`` returns, where it undoes the transpose it reads.
-
-        The exporter removes a transpose whose result only the inverse transpose reads
-        (one call's closing ``transpose(1, 2)`` and the next call's opening one): the
-        two are the value the first one read.
-        """
-        reads = self.capture.inputs_of.get(op.name, ())
-        inner = self.by_name.get(reads[0]) if len(reads) == 1 else None
-        if inner is None or inner.name in self.ends or self.capture.users_of.get(
-                inner.name) != (op.name,):
-            return None
-        before = self.capture.inputs_of.get(inner.name, ())
-        rank = self.capture.values[op.name].array.ndim
-        first, second = permutation(inner, rank), permutation(op, rank)
-        if (first is None or second is None or len(before) != 1 or before[0] not in self.onnx_of
-                or any(first[axis] != index for index, axis in enumerate(second))):
-            return None
-        return self.onnx_of[before[0]]
 
     def _unaligned(self, op: ScriptOp, kind: str, reason: str) -> None:
         self.alignment.torch_only.append(Unaligned(op.name, reason, kind))

@@ -1,0 +1,63 @@
+"""TorchScript files of models that make a tensor from another's size (issue 49).
+
+RWKV starts its state as ``torch.zeros_like(key[:, 0]) - 1e38``: the trace fixes
+sizes, so the exporter folds that into a constant and drops ``key[:, 0]``, read only
+for its size. Looked for like any op, each took the node of the loop's later
+``key[:, i]``, and every op of the call after it was paired one node off.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch import nn
+
+import bisect_onnx
+from bisect_onnx.align.script_ops import align_script_ops
+from bisect_onnx.pytorch.script_ops import capture_script_ops, trace_script
+from bisect_onnx.runtime.onnxruntime.runner import OnnxRuntimeRunner
+from tests.torch_warnings import LEGACY_EXPORTER_DEPRECATED
+
+pytestmark = LEGACY_EXPORTER_DEPRECATED
+
+
+class _Recurrence(nn.Module):
+    """A state started from ``zeros_like(key[:, 0])``, stepped over the sequence."""
+
+    def __init__(self):
+        super().__init__()
+        self.key = nn.Linear(8, 8)
+
+    def forward(self, x):
+        key = self.key(x)
+        state = torch.zeros_like(key[:, 0])
+        low = torch.zeros_like(key[:, 0]) - 1e4
+        for index in range(key.shape[1]):
+            current = key[:, index]
+            low = torch.maximum(low, current)
+            state = state * 0.5 + current.exp() * (current - low).sigmoid()
+        return state
+
+
+def test_ops_made_from_sizes_are_folded_and_the_rest_paired_in_order(tmp_path):
+    torch.manual_seed(0)
+    model, x = _Recurrence().eval(), torch.randn(2, 4, 8)
+    path = tmp_path / "clean.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), str(path), dynamo=False, opset_version=17)
+
+    side = OnnxRuntimeRunner(path, promote="all")
+    capture = capture_script_ops(trace_script(model, [x.numpy()]), [x.numpy()])
+    alignment = align_script_ops(capture, side.nodes, side.run([x.numpy()]).capture.values,
+                                 side.model)
+    folded = {item.name: item.reason for item in alignment.torch_only if item.kind == "folded"}
+    made_from_sizes = [op.name for op in capture.ops if op.kind == "aten::zeros_like"]
+    assert made_from_sizes and all(name in folded for name in made_from_sizes)
+    assert any("read its size" in reason for reason in folded.values())
+
+    report = bisect_onnx.bisect(model, x.numpy(), onnx_model=path,
+                                search=bisect_onnx.SearchOptions(granularity="op"))
+    assert report.verdict == "parity", report.summary()
+    assert report.hidden_divergences == [], report.summary()
