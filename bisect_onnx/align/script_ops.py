@@ -105,7 +105,7 @@ class _ScopePairing:
     def place(self, op: ScriptOp) -> None:
         """Find the node holding ``op``'s value, or say why there is none."""
         if (why := self.shape_only.reason(op.name)) is not None:
-            return self._unaligned(op, "folded", why)
+            return self._unaligned(op, "sizes", why)
         sources = self._sources(op)
         translation = self.capture.records.of(op.name, self.opset)
         rule = chain_of(translation, op.output) if translation is not None else None

@@ -1,11 +1,12 @@
-"""Traced ops the TorchScript export holds no node of, told before any node is looked for.
+"""Traced ops the TorchScript pairing gives no node, told before any node is looked for.
 
 An op whose value the input's values do not change: a trace fixes every size, so
-``torch.zeros_like(key[:, 0]) - 1e38`` (RWKV's starting state) is a constant to the
-exporter, which folds it, and the ``key[:, 0]`` read only for its size is then dead
-code, removed. Looked for like any op, each took the node of a later op of its kind
-(the loop's ``key[:, i]``), and every op after it in its call was paired one node off:
-a clean file claimed 94 hidden divergences.
+``torch.zeros_like(key[:, 0]) - 1e38`` (RWKV's starting state) is the same whatever the
+input, and the exporter folds it or computes it from shapes (a ``ConstantOfShape``);
+``key[:, 0]``, read only for its size, is dropped or only its shape read. Looked for
+like any op, each took the node of a later op of its kind (the loop's ``key[:, i]``),
+and every op after it in its call was paired one node off: a clean file claimed 94
+hidden divergences. Such ops are not compared.
 
 A transpose the next one undoes: the exporter removes both (one call's closing
 ``transpose(1, 2)`` and the next call's opening one), and the two are the value the
@@ -56,11 +57,12 @@ class ShapeOnly:
     def reason(self, name: str) -> str | None:
         """Why op ``name`` has no node in the export; ``None`` where it may have one."""
         if name in self.constant:
-            return ("its value does not depend on the input's values (it is made from "
-                    "sizes, which the trace fixes), so the exporter folded it into a constant")
+            return ("its value is made from sizes alone, which the trace fixes: the same "
+                    "whatever the input (the exporter folds it, or computes it from shapes), "
+                    "so it is not compared")
         if name in self.sized:
-            return ("only ops that read its size use it, and the trace fixes sizes: the "
-                    "exporter removed it")
+            return ("only ops made from sizes read it, for its size alone: the exporter "
+                    "drops it or reads its shape, so it is not compared")
         return None
 
 

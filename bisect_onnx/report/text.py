@@ -46,6 +46,8 @@ _KIND_TITLES = {
                   "locate the divergence)",
     "removed": "ops that returned their input unchanged (removed; compared at the input)",
     "folded": "ops with no ONNX node (folded into constants or removed)",
+    "sizes": "ops made from sizes alone or read only for their size (the same whatever "
+             "the input; not compared)",
     "layout": "ops whose ONNX values changed layout or type",
     "intermediate": "ONNX values inside multi-node ops (no torch value; compared at the "
                     "op's output)",

@@ -52,10 +52,10 @@ def test_ops_made_from_sizes_are_folded_and_the_rest_paired_in_order(tmp_path):
     capture = capture_script_ops(trace_script(model, [x.numpy()]), [x.numpy()])
     alignment = align_script_ops(capture, side.nodes, side.run([x.numpy()]).capture.values,
                                  side.model)
-    folded = {item.name: item.reason for item in alignment.torch_only if item.kind == "folded"}
+    folded = {item.name: item.reason for item in alignment.torch_only if item.kind == "sizes"}
     made_from_sizes = [op.name for op in capture.ops if op.kind == "aten::zeros_like"]
     assert made_from_sizes and all(name in folded for name in made_from_sizes)
-    assert any("read its size" in reason for reason in folded.values())
+    assert any("for its size alone" in reason for reason in folded.values())
 
     report = bisect_onnx.bisect(model, x.numpy(), onnx_model=path,
                                 search=bisect_onnx.SearchOptions(granularity="op"))
