@@ -30,8 +30,11 @@ __all__ = ["ShapeOnly", "undone_transpose"]
 #: Ops whose value is made from their input's size (and constants) alone.
 _FROM_SIZE = frozenset({"zeros_like", "ones_like", "empty_like", "full_like", "new_zeros",
                         "new_ones", "new_empty", "new_full"})
-#: Ops that write into an argument: what reads their target is data.
-_WRITING = frozenset({"copy_", "index_put_", "fill_", "masked_fill_", "add_", "mul_"})
+#: Ops whose value is a view of their first input: a write into it writes the input.
+_VIEWS = frozenset({"slice", "select", "view", "narrow", "expand", "expand_as", "reshape",
+                    "view_as", "unsqueeze", "squeeze", "transpose", "permute", "t",
+                    "as_strided", "unflatten", "flatten", "diagonal", "alias", "detach",
+                    "unfold", "split", "chunk", "unbind", "__getitem__"})
 
 
 class ShapeOnly:
@@ -39,8 +42,7 @@ class ShapeOnly:
 
     def __init__(self, capture: ScriptOpCapture) -> None:
         inputs_of, users_of = capture.inputs_of, capture.users_of
-        written = {name for op in capture.ops if op.kind.split("::", 1)[-1] in _WRITING
-                   for name in inputs_of.get(op.name, ())[:1]}
+        written = _written(capture)
         self.constant: set[str] = set()
         for op in capture.ops:
             short, reads = op.kind.split("::", 1)[-1], inputs_of.get(op.name, ())
@@ -64,6 +66,26 @@ class ShapeOnly:
             return ("only ops made from sizes read it, for its size alone: the exporter "
                     "drops it or reads its shape, so it is not compared")
         return None
+
+
+def _written(capture: ScriptOpCapture) -> set[str]:
+    """The ops whose value an in-place op writes into, directly or through its views.
+
+    ``h = zeros_like(x); h[:, 0] = x[:, 0]`` writes ``h`` through a ``select``: from
+    then on ``h`` holds data, whatever it was made from.
+    """
+    kinds = {op.name: op.kind.split("::", 1)[-1] for op in capture.ops}
+    written: set[str] = set()
+    for op in capture.ops:
+        kind = kinds[op.name]
+        if not kind.endswith("_") or kind.startswith("_"):
+            continue  # ``add_`` writes its first argument; ``_convolution`` is no write
+        target = next(iter(capture.inputs_of.get(op.name, ())), None)
+        while target is not None and target not in written:
+            written.add(target)
+            target = (next(iter(capture.inputs_of.get(target, ())), None)
+                      if kinds.get(target) in _VIEWS else None)
+    return written
 
 
 def undone_transpose(op: ScriptOp, capture: ScriptOpCapture, by_name: Mapping[str, ScriptOp],

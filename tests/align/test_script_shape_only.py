@@ -61,3 +61,37 @@ def test_ops_made_from_sizes_are_folded_and_the_rest_paired_in_order(tmp_path):
                                 search=bisect_onnx.SearchOptions(granularity="op"))
     assert report.verdict == "parity", report.summary()
     assert report.hidden_divergences == [], report.summary()
+
+
+class _WrittenThroughAView(nn.Module):
+    """``h = zeros_like(x)``, then ``h[:, 0] = ...``: from then on ``h`` holds data."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Linear(4, 3)
+
+    def forward(self, x):
+        h = torch.zeros_like(x)
+        h[:, 0] = x[:, 0] * 3
+        y = h * 2
+        return self.head(torch.relu(y))
+
+
+def test_a_tensor_written_through_a_view_is_data_and_compared(tmp_path):
+    torch.manual_seed(0)
+    model, x = _WrittenThroughAView().eval(), torch.randn(2, 4)
+    path = tmp_path / "clean.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), str(path), dynamo=False, opset_version=17)
+
+    side = OnnxRuntimeRunner(path, promote="all")
+    capture = capture_script_ops(trace_script(model, [x.numpy()]), [x.numpy()])
+    alignment = align_script_ops(capture, side.nodes, side.run([x.numpy()]).capture.values,
+                                 side.model)
+    sizes = {item.name for item in alignment.torch_only if item.kind == "sizes"}
+    later = [op.name for op in capture.ops if op.kind in ("aten::mul", "aten::relu",
+                                                          "aten::linear")]
+    assert later and not sizes & set(later), sizes
+    paired = {pair.reference.name for pair in alignment.pairs}
+    assert {name for name in later if name.startswith(("relu", "linear"))} <= paired
