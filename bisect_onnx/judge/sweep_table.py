@@ -81,12 +81,23 @@ class SweepTable:
         """The combination the report bisected, if one failed."""
         return self.rows[self.bisected] if self.bisected is not None else None
 
+    def passing_text(self) -> str:
+        """``all 13 combinations of the sweep pass``, or how many passed and were skipped.
+
+        A combination PyTorch could not run is skipped: it is no pass.
+        """
+        passed = sum(row.verdict == PASSED for row in self.rows)
+        skipped = sum(row.verdict == SKIPPED for row in self.rows)
+        if passed == len(self.rows):
+            return f"all {passed} combinations of the sweep pass"
+        text = f"{passed} of {len(self.rows)} combinations of the sweep pass"
+        return text + (f" ({skipped} skipped: PyTorch could not run them)" if skipped else "")
+
     def verdict_note(self) -> str:
         """What the verdict rests on: the combination bisected, or every one passing."""
         failing = self.failing
         if failing is None:
-            return (f"the sweep's {len(self.rows)} combinations of shapes and input scales "
-                    "all pass; the report is the sample's")
+            return f"{self.passing_text()}; the report is the sample's"
         said = (f"the sweep's first failing combination ({failing.scale} at "
                 f"{shapes_text(self.input_names, failing.shapes)}, {self.bisected + 1} of "
                 f"{len(self.rows)} tried) was bisected")
