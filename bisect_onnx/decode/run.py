@@ -69,6 +69,7 @@ def bisect_decode(
     """
     from bisect_onnx.decode.flat_cache import decoder_step
     from bisect_onnx.decode.steps import RuntimeStepper, TorchStepper, open_session, run_steps
+    from bisect_onnx.pytorch.module_side import model_untouched
 
     started = time.perf_counter()
     decode = decode or DecodeOptions()
@@ -80,8 +81,9 @@ def bisect_decode(
     judged = Tolerance.of(tolerance).judge()
     cautions = _cautions(model)
     issue_warnings(cautions)
-    step = decoder_step(model, decode.cache_shape)
-    with tempfile.TemporaryDirectory(prefix="bisect-onnx-decode-") as folder:
+    with (model_untouched(model),  # its buffers and modes as they came, on leaving
+          tempfile.TemporaryDirectory(prefix="bisect-onnx-decode-") as folder):
+        step = decoder_step(model, decode.cache_shape)
         seconds: dict[str, float] = {}
         path, exporter = _onnx_file(step, onnx_model, export, Path(folder), seconds)
         session = open_session(path, provider=runtime.provider, opt_level=runtime.opt_level)

@@ -293,3 +293,34 @@ def test_a_plain_module_taking_its_cache_as_tensors_is_stepped():
     assert report.verdict == "parity", str(report)
     with pytest.raises(bisect_onnx.UsageError, match="cache_shape"):
         bisect_onnx.bisect_decode(PlainDecoder(), np.array([1, 2]), steps=1)
+
+
+class NormedDecoder(PlainDecoder):
+    """The plain decoder with a BatchNorm over its embedding: training mode updates it."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.BatchNorm1d(20)
+
+    def forward(self, input_ids, attention_mask, key, value):
+        logits, keys, values = super().forward(input_ids, attention_mask, key, value)
+        return self.norm(logits.transpose(1, 2)).transpose(1, 2), keys, values
+
+
+def test_a_decode_run_leaves_the_model_as_it_came():
+    """Buffers and modes: a training-mode BatchNorm's statistics are put back."""
+    torch.manual_seed(0)
+    model = NormedDecoder().train()
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    modes = [module.training for module in model.modules()]
+
+    with pytest.warns(bisect_onnx.BisectOnnxWarning, match="training mode"):
+        bisect_onnx.bisect_decode(
+            model, np.array([[1, 2, 3], [4, 5, 6]]), steps=2,
+            export=bisect_onnx.ExportOptions(exporter="torchscript"),
+            decode=bisect_onnx.DecodeOptions(cache_shape=(1, 1, 8)))
+
+    assert [module.training for module in model.modules()] == modes
+    after = model.state_dict()
+    assert all(torch.equal(before[name], after[name]) for name in before), [
+        name for name in before if not torch.equal(before[name], after[name])]
