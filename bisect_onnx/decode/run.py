@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
     from bisect_onnx.decode.flat_cache import DecoderStep
     from bisect_onnx.decode.steps import StepLoop
+    from bisect_onnx.judge.tolerance_judge import ToleranceJudge
 
 __all__ = ["bisect_decode"]
 
@@ -78,7 +79,9 @@ def bisect_decode(
         raise UsageError("decode steps run in ONNX Runtime only; drop --runtime")
     if steps < 0:
         raise UsageError(f"steps must be 0 or more, got {steps}")
-    judged = Tolerance.of(tolerance).judge()
+    if Tolerance.of(tolerance).rules is not None:
+        raise UsageError("a decode run compares each step's logits and cache whole: drop the "
+                         "per-value tolerance rules (--tolerances), or pass rtol and atol")
     cautions = _cautions(model)
     issue_warnings(cautions)
     with (model_untouched(model),  # its buffers and modes as they came, on leaving
@@ -87,6 +90,7 @@ def bisect_decode(
         seconds: dict[str, float] = {}
         path, exporter = _onnx_file(step, onnx_model, export, Path(folder), seconds)
         session = open_session(path, provider=runtime.provider, opt_level=runtime.opt_level)
+        judged = _judge(tolerance, path)
         shapes = {value.name: value.shape
                   for value in [*session.get_inputs(), *session.get_outputs()]}
         layout = step.layout if onnx_model is None else _file_layout(step, session, decode)
@@ -110,6 +114,19 @@ def bisect_decode(
                         prompt=tuple(tuple(int(t) for t in row) for row in prompt_array),
                         rows=loop.rows, finding=finding, bisection=bisection, seconds=seconds,
                         warnings=cautions)
+
+
+def _judge(tolerance: Tolerance | tuple[float, float] | None, path: Path) -> ToleranceJudge:
+    """The run's tolerance: an rtol or atol left out follows what the file computes in.
+
+    As :func:`bisect_onnx.bisect`'s: a float16 decoder gets float16's defaults.
+    """
+    import onnx
+
+    from bisect_onnx.judge.tolerances import precision_of
+
+    return Tolerance.of(tolerance).judge(precision_of(onnx.load(str(path),
+                                                               load_external_data=False)))
 
 
 def _cautions(model: torch.nn.Module) -> tuple[str, ...]:
@@ -263,4 +280,7 @@ def _bisect_step(step: DecoderStep, loop: StepLoop, finding: DecodeFinding, path
     finally:
         seconds["bisection"] = time.perf_counter() - started
     culprit = report.summary().splitlines()[0]
+    if not report.diverged:  # the step's outputs agree at bisect's own tolerance
+        culprit = (f"the step's bisection finds its outputs within rtol={report.rtol:g}, "
+                   f"atol={report.atol:g}: no failing value to name at that tolerance")
     return report, replace(finding, culprit=culprit)

@@ -324,3 +324,25 @@ def test_a_decode_run_leaves_the_model_as_it_came():
     after = model.state_dict()
     assert all(torch.equal(before[name], after[name]) for name in before), [
         name for name in before if not torch.equal(before[name], after[name])]
+
+
+def test_per_value_tolerance_rules_are_refused_in_one_line():
+    with pytest.raises(bisect_onnx.UsageError, match="per-value tolerance rules"):
+        bisect_onnx.bisect_decode(PlainDecoder().eval(), np.array([1, 2]), steps=1,
+                                  tolerance=bisect_onnx.Tolerance(rules={"logits": (1, 1)}))
+
+
+def test_the_tolerance_follows_a_float16_files_precision(tmp_path):
+    """As bisect's does: an rtol or atol left out takes float16's defaults."""
+    from bisect_onnx.decode.run import _judge
+    from bisect_onnx.judge.tolerances import PRECISION_DEFAULTS
+
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT16)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [2])])
+    path = tmp_path / "half.onnx"
+    onnx.save(helper.make_model(graph), str(path))
+
+    assert _judge(None, path).base == PRECISION_DEFAULTS["float16"]
+    assert _judge((1e-3, 1e-5), path).base.atol == 1e-5  # given: kept
