@@ -84,7 +84,8 @@ def decode_verdict(report: DecodeReport) -> str:
     tolerance = f"rtol={report.rtol:g}, atol={report.atol:g}"
     finding = report.finding
     if finding is None:
-        return (f"PARITY: prefill and {steps} decode steps within tolerance, teacher-forced "
+        counted = f"{steps} decode step" + ("" if steps == 1 else "s")
+        return (f"PARITY: prefill and {counted} within tolerance, teacher-forced "
                 f"and free-running ({tolerance})")
     if finding.accumulated:
         where = (f"layer {finding.layer}'s cache entries leave tolerance first"

@@ -46,7 +46,7 @@ from bisect_onnx.pipeline.samples import (
 )
 from bisect_onnx.pipeline.sweep import (
     bisect_swept,
-    check_one_sample,
+    check_one_sweep_sample,
     onnx_outputs_compared,
     run_sweep,
 )
@@ -175,7 +175,7 @@ def compare_onnx_models(
     random_inputs = inputs if isinstance(inputs, RandomInputs) else RandomInputs()
     inputs = None if isinstance(inputs, RandomInputs) else inputs
     if search.sweep:  # before anything runs
-        check_one_sample(_sample_count(inputs, random_inputs))
+        check_one_sweep_sample(_sample_count(inputs, random_inputs))
     check_run_files({"output.repro_dir": output.repro_dir},
                     onnx_models={"reference": reference, "candidate": candidate},
                     tolerances=tolerance.rules, folders={"output.repro_dir"})

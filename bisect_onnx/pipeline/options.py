@@ -169,7 +169,8 @@ class ExportOptions:
                        save_to=args.save_onnx)
         used = [option for option, value in given.items() if value is not None]
         if used:
-            raise UsageError(f"{', '.join(used)} apply to an export made here; drop them "
+            them, apply = ("them", "apply") if len(used) > 1 else ("it", "applies")
+            raise UsageError(f"{', '.join(used)} {apply} to an export made here; drop {them} "
                              "with --onnx")
         return None
 

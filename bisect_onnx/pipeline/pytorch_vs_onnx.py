@@ -41,7 +41,7 @@ from bisect_onnx.pipeline.samples import (
     random_samples,
     samples_kind,
 )
-from bisect_onnx.pipeline.sweep import check_one_sample, swept
+from bisect_onnx.pipeline.sweep import check_one_sweep_sample, swept
 from bisect_onnx.pipeline.torch_sample import run_torch_sample
 from bisect_onnx.pipeline.torch_settings import Settings, computed_precision
 from bisect_onnx.pytorch.fast_paths import as_the_exporter_runs
@@ -172,7 +172,7 @@ def compare_pytorch(call: PyTorchCall, run_sample: SampleRunner = run_torch_samp
     export = resolve_export(reference, onnx_model, export)
     given = given_input_sets(inputs)
     if search.sweep:  # before anything is exported
-        check_one_sample(len(given) if given is not None else random_inputs.samples)
+        check_one_sweep_sample(len(given) if given is not None else random_inputs.samples)
     with (model_untouched(model),  # its buffers and modes as they came, on leaving
           tempfile.TemporaryDirectory(prefix="bisect-onnx-") as workdir,
           parking_for(reference.exportable, Path(workdir)) as parking,

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from bisect_onnx.runtime.runner import Runner
 
 __all__ = ["SCALES", "SAMPLE", "LARGEST_CAP", "Outcome", "CompareOutputs", "sweep_sizes",
-           "free_dim_sizes", "sweep_inputs", "run_sweep", "check_one_sample",
+           "free_dim_sizes", "sweep_inputs", "run_sweep", "check_one_sweep_sample",
            "outcome_of", "NOT_ONE_SAMPLE", "swept", "torch_outputs_compared",
            "declared_ranges", "bisect_swept", "onnx_outputs_compared"]
 
@@ -94,7 +94,7 @@ class _Combination:
     scale: str
 
 
-def check_one_sample(count: int) -> None:
+def check_one_sweep_sample(count: int) -> None:
     """Refuse a sweep of several samples: it starts from one."""
     if count != 1:
         raise UsageError(NOT_ONE_SAMPLE)

@@ -24,7 +24,7 @@ from bisect_onnx.reference.manifest import ONNX
 from bisect_onnx.reference.writing import (
     ONE_SAMPLE,
     Kept,
-    check_one_sample,
+    check_one_recorded_sample,
     embedded_onnx,
     write_reference,
 )
@@ -40,8 +40,8 @@ __all__ = ["record_onnx_with_report", "is_onnx_model"]
 #: converts nothing, so their reference values are not recorded.
 _CONVERTED_HERE = frozenset({"dequantized", "requantized"})
 
-TOO_LARGE = ("the candidate is over 2 GiB and cannot be kept inside the reference; save it "
-             "to a file and record and check with it")
+CANDIDATE_TOO_LARGE = ("the candidate is over 2 GiB and cannot be kept inside the reference; "
+                       "save it to a file and record and check with it")
 
 
 def is_onnx_model(model: object) -> bool:
@@ -74,7 +74,7 @@ def record_onnx_with_report(reference: object, candidate: object = None,
 
     path = Path(path)
     given = Tolerance.of(options.get("tolerance"))
-    check_one_sample(inputs)
+    check_one_recorded_sample(inputs)
     check_run_files({"path": path}, onnx_models={"reference": reference,
                                                  "candidate": candidate})
     with tempfile.TemporaryDirectory(prefix="bisect-onnx-record-") as folder:
@@ -117,7 +117,7 @@ class _Keeper:
             kept.onnx = {"path": str(Path(self.given).resolve())}
         else:  # a ModelProto: its file lives only as long as the run
             kept.onnx = {"member": "model.onnx"}
-            kept.embedded = embedded_onnx(candidate.path, self.folder, TOO_LARGE)
+            kept.embedded = embedded_onnx(candidate.path, self.folder, CANDIDATE_TOO_LARGE)
         return kept
 
 

@@ -24,7 +24,7 @@ from bisect_onnx.reference.manifest import RowProvenance
 from bisect_onnx.reference.writing import (
     ONE_SAMPLE,
     Kept,
-    check_one_sample,
+    check_one_recorded_sample,
     embedded_onnx,
     write_reference,
 )
@@ -81,7 +81,7 @@ def record_with_report(model: object, inputs: object = None, *, path: str | Path
 
     path = Path(path)
     given = Tolerance.of(options.get("tolerance"))
-    check_one_sample(inputs)
+    check_one_recorded_sample(inputs)
     check_run_files({"path": path}, model=model,
                     onnx_models={"onnx_model": options.get("onnx_model")})
     with tempfile.TemporaryDirectory(prefix="bisect-onnx-record-") as folder:

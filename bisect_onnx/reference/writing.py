@@ -21,15 +21,15 @@ if TYPE_CHECKING:
     from bisect_onnx.judge.records import Report
     from bisect_onnx.pipeline.options import Tolerance
 
-__all__ = ["Kept", "write_reference", "embedded_onnx", "check_one_sample", "ONE_SAMPLE",
-           "TOO_LARGE"]
+__all__ = ["Kept", "write_reference", "embedded_onnx", "check_one_recorded_sample", "ONE_SAMPLE",
+           "EXPORT_TOO_LARGE"]
 
 ONE_SAMPLE = ("a reference records one input set; give one (not {what}), and record "
               "another reference for each other input set")
 #: The largest ONNX file kept inside the archive (protobuf's own limit).
 _EMBEDDED_LIMIT = 2 ** 31 - 1
-TOO_LARGE = ("the export is over 2 GiB and cannot be kept inside the reference; save it "
-             "(--save-onnx FILE), record with --onnx FILE and check with --onnx FILE")
+EXPORT_TOO_LARGE = ("the export is over 2 GiB and cannot be kept inside the reference; save it "
+                    "(--save-onnx FILE), record with --onnx FILE and check with --onnx FILE")
 
 
 @dataclass
@@ -58,7 +58,7 @@ def write_reference(path: Path, report: Report, kept: Kept, command: str | None,
     write_archive(path, manifest.to_json(), _arrays(manifest, kept), model=kept.embedded)
 
 
-def check_one_sample(inputs: object) -> None:
+def check_one_recorded_sample(inputs: object) -> None:
     """Refuse several input sets: a reference holds the values of one."""
     from bisect_onnx.pipeline.options import RandomInputs
     from bisect_onnx.sources.input_samples import Samples
@@ -69,7 +69,7 @@ def check_one_sample(inputs: object) -> None:
         raise UsageError(ONE_SAMPLE.format(what=f"{inputs.samples} random samples"))
 
 
-def embedded_onnx(path: Path, folder: Path, too_large: str = TOO_LARGE) -> Path:
+def embedded_onnx(path: Path, folder: Path, too_large: str = EXPORT_TOO_LARGE) -> Path:
     """The ONNX file at ``path``, its weights inside, in ``folder``, to keep in the archive."""
     import onnx
 
