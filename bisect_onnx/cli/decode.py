@@ -24,7 +24,8 @@ _NOT_FOR_DECODE = {"record": "--record", "model_explorer": "--model-explorer",
                    "against_runtime": "--against-runtime",
                    "against_reference_evaluator": "--against-reference-evaluator",
                    "dynamic": "--dynamic", "tolerances": "--tolerances",
-                   "repro_dir": "--repro-dir"}
+                   "repro_dir": "--repro-dir", "sweep": "--sweep", "dim": "--dim",
+                   "all_culprits": "--all-culprits", "granularity": "--granularity"}
 
 
 def decode_from_args(args: argparse.Namespace) -> int:
@@ -64,6 +65,8 @@ def refuse_one_forward_options(args: argparse.Namespace) -> None:
     """Refuse the one-forward options a decode run would ignore, and a negative ``--steps``."""
     given = [flag for name, flag in _NOT_FOR_DECODE.items()
              if getattr(args, name, None) not in (None, False, [])]
+    if getattr(args, "samples", 1) != 1:  # random inputs of one forward; the prompt is drawn
+        given.append("--samples")         # with --prompt-length and --seed
     if given:
         raise UsageError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply "
                          "to a decode run (--steps); drop them, or drop --steps to compare "

@@ -33,3 +33,16 @@ def test_an_output_onto_an_input_is_refused_before_the_run(user_files, capsys, o
     assert status == 2, err
     assert f"{option} {target}" in err and len(err.strip().splitlines()) == 1
     assert (user_files / target).read_bytes() == before
+
+
+@pytest.mark.parametrize("options, flag", [(["--sweep"], "--sweep"),
+                                           (["--samples", "3"], "--samples"),
+                                           (["--dim", "batch=3"], "--dim"),
+                                           (["--all-culprits"], "--all-culprits"),
+                                           (["--granularity", "module"], "--granularity")])
+def test_one_forward_options_a_decode_run_would_ignore_are_refused(user_files, capsys, options,
+                                                                    flag):
+    status = main(["decoders.py:tiny_llama", "--steps", "1", *options])
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert f"{flag} does not apply to a decode run" in err
