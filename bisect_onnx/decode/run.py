@@ -175,6 +175,8 @@ def _prompt(prompt: object, decode: DecodeOptions, step: DecoderStep, shapes: Sh
             raise InputError(f"the prompt must be token ids, [sequence] or [batch, sequence] "
                              f"integers, got {array.dtype} of shape {list(array.shape)}; pass "
                              "a .npy of token ids")
+        _check_vocabulary(array, step.vocab_size or _static_dim(shapes, layout.logits, -1),
+                          step.name)
         return array.astype(np.int64)
     vocab = step.vocab_size or _static_dim(shapes, layout.logits, -1)
     if vocab is None:
@@ -182,6 +184,16 @@ def _prompt(prompt: object, decode: DecodeOptions, step: DecoderStep, shapes: Sh
                          "be drawn; pass one (--input ids.npy, prompt= in Python)")
     generator = np.random.default_rng(decode.seed)
     return generator.integers(0, vocab, size=(1, decode.prompt_length), dtype=np.int64)
+
+
+def _check_vocabulary(prompt: np.ndarray, vocab: int | None, name: str) -> None:
+    """Refuse token ids the embedding has no row for (an index error in PyTorch's forward)."""
+    low, high = int(prompt.min()), int(prompt.max())
+    if low < 0 or (vocab is not None and high >= vocab):
+        bad = low if low < 0 else high
+        known = f"0..{vocab - 1}" if vocab is not None else "0 or more"
+        raise InputError(f"the prompt holds token id {bad}, and {name}'s vocabulary is "
+                         f"{known}; pass token ids of this model's tokenizer")
 
 
 def _check_positions(step: DecoderStep, prompt: np.ndarray, steps: int) -> None:

@@ -1,0 +1,18 @@
+"""A prompt's token ids are checked against the decoder's vocabulary before any step runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+
+import bisect_onnx  # noqa: E402
+from fixtures.decoders import tiny_gpt2  # noqa: E402
+
+
+@pytest.mark.parametrize("token, shown", [(100, "token id 100"), (-1, "token id -1")])
+def test_a_token_outside_the_vocabulary_is_an_input_error(token, shown):
+    prompt = np.array([[5, token]], dtype=np.int64)
+    with pytest.raises(bisect_onnx.InputError, match=f"{shown}.*vocabulary is 0..99"):
+        bisect_onnx.bisect_decode(tiny_gpt2(), prompt, steps=1)
