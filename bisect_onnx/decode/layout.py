@@ -71,6 +71,7 @@ def layout_of_names(inputs: Sequence[str], outputs: Sequence[str],
     ``mapping`` goes from the standard names (``past_key_values.0.key``, ``logits``)
     to the file's own; names it does not give are looked for as they are.
     """
+    _check_mapping(mapping or {}, [*inputs, *outputs])
     renamed = {theirs: ours for ours, theirs in (mapping or {}).items()}
     ours_in = [renamed.get(name, name) for name in inputs]
     ours_out = [renamed.get(name, name) for name in outputs]
@@ -103,6 +104,20 @@ def layout_of_names(inputs: Sequence[str], outputs: Sequence[str],
     return CacheLayout(back(TOKENS), back(MASK), back(POSITIONS) if POSITIONS in ours_in else None,
                        tuple((back(k), back(v)) for k, v in past), back(LOGITS),
                        tuple((back(k), back(v)) for k, v in present))
+
+
+def _check_mapping(mapping: Mapping[str, str], names: Sequence[str]) -> None:
+    """Refuse a mapping from a name that is not a standard one, or to one the file lacks."""
+    for ours, theirs in mapping.items():
+        if ours not in (TOKENS, MASK, POSITIONS, LOGITS) and not (
+                _PAST.match(ours) or _PRESENT.match(ours)):
+            raise UsageError(f"cache name {ours}={theirs}: {ours!r} is not a standard name; "
+                             f"map one of {TOKENS}, {MASK}, {POSITIONS}, {LOGITS}, "
+                             "past_key_values.{i}.key/.value or present.{i}.key/.value")
+        if theirs not in names:
+            raise UsageError(f"cache name {ours}={theirs}: the decoder has no input or output "
+                             f"named {theirs!r} (it has {', '.join(names)}); map the "
+                             "file's own name")
 
 
 def _pairs(names: Sequence[str], pattern: re.Pattern[str], side: str,

@@ -77,6 +77,9 @@ def bisect_decode(
         raise UsageError("decode steps run in ONNX Runtime only; drop --runtime")
     if steps < 0:
         raise UsageError(f"steps must be 0 or more, got {steps}")
+    if decode.cache_names and onnx_model is None:  # the export made here has the standard ones
+        raise UsageError("cache names (--cache-name) map an ONNX file's own names; give the "
+                         "file (--onnx), or drop them")
     judged = Tolerance.of(tolerance).judge()
     cautions = _cautions(model)
     issue_warnings(cautions)

@@ -16,3 +16,9 @@ def test_a_token_outside_the_vocabulary_is_an_input_error(token, shown):
     prompt = np.array([[5, token]], dtype=np.int64)
     with pytest.raises(bisect_onnx.InputError, match=f"{shown}.*vocabulary is 0..99"):
         bisect_onnx.bisect_decode(tiny_gpt2(), prompt, steps=1)
+
+
+def test_cache_names_without_an_onnx_file_are_refused():
+    with pytest.raises(bisect_onnx.UsageError, match=r"give the file \(--onnx\)"):
+        bisect_onnx.bisect_decode(tiny_gpt2(), steps=1, decode=bisect_onnx.DecodeOptions(
+            cache_names={"past_key_values.0.key": "pk0"}))
