@@ -81,10 +81,23 @@ class SweepTable:
         """The combination the report bisected, if one failed."""
         return self.rows[self.bisected] if self.bisected is not None else None
 
+    def passing_text(self) -> str:
+        """``all 13 combinations of the sweep pass``, or how many PyTorch could not run.
+
+        A skipped combination says nothing of the export, so it is not counted as passing.
+        """
+        skipped = sum(row.verdict == SKIPPED for row in self.rows)
+        if not skipped:
+            return f"all {len(self.rows)} combinations of the sweep pass"
+        return (f"{len(self.rows) - skipped} of {len(self.rows)} combinations of the sweep "
+                f"pass, {skipped} skipped (PyTorch could not run them)")
+
     def verdict_note(self) -> str:
         """What the verdict rests on: the combination bisected, or every one passing."""
         failing = self.failing
         if failing is None:
+            if any(row.verdict == SKIPPED for row in self.rows):
+                return f"{self.passing_text()}; the report is the sample's"
             return (f"the sweep's {len(self.rows)} combinations of shapes and input scales "
                     "all pass; the report is the sample's")
         said = (f"the sweep's first failing combination ({failing.scale} at "

@@ -57,7 +57,7 @@ def verdict_line(report: Report) -> str:
             extra += (f", introduced at ONNX node {culprit.onnx_node!r} ({culprit.onnx_op}) <- "
                       f"{describe_origin(culprit)}")
         if report.sweep is not None:
-            extra += f"; all {len(report.sweep.rows)} combinations of the sweep pass"
+            extra += f"; {report.sweep.passing_text()}"
         return (
             f"PARITY: {len(report.final_outputs)} final output(s) within {tolerance} "
             f"({compared}{extra})"
