@@ -151,7 +151,29 @@ def _file_layout(step: DecoderStep, session: ort.InferenceSession,
         raise UsageError(f"the ONNX file carries the cache of {layout.layers} layers and "
                          f"{step.name} that of {len(step.cache_tails)}; pass the export of "
                          "this model (or map its names with --cache-name)")
+    if step.cache_tails is not None:
+        _check_cache_shapes(step, layout, {value.name: value.shape
+                                           for value in session.get_inputs()})
     return layout
+
+
+def _check_cache_shapes(step: DecoderStep, layout: CacheLayout, shapes: Shapes) -> None:
+    """Refuse a file whose cache has other heads or head size than the model's.
+
+    Another model's export, which ONNX Runtime would refuse at the first step, naming
+    only the indices of the input's shape.
+    """
+    for layer, (names, tails) in enumerate(zip(layout.past, step.cache_tails or (),
+                                               strict=True)):
+        for name, tail in zip(names, tails, strict=True):
+            found = (_static_dim(shapes, name, 1), *(_static_dim(shapes, name, axis)
+                                                      for axis in range(3, 2 + len(tail))))
+            if None not in found and found != tuple(tail):
+                raise UsageError(
+                    f"the ONNX file's {name} is [batch, {found[0]}, past, "
+                    f"{', '.join(map(str, found[1:]))}] and {step.name}'s layer {layer} "
+                    f"cache is [batch, {tail[0]}, past, {', '.join(map(str, tail[1:]))}]; "
+                    "pass the export of this model")
 
 
 def _step_for_file(step: DecoderStep, layout: CacheLayout,

@@ -1,4 +1,4 @@
-"""A prompt's token ids are checked against the decoder's vocabulary before any step runs."""
+"""What bisect_decode refuses before any step runs: the prompt, names, another file."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("transformers")
 
 import bisect_onnx  # noqa: E402
-from fixtures.decoders import tiny_gpt2  # noqa: E402
+from fixtures.decoders import tiny_gpt2, tiny_llama  # noqa: E402
 
 
 @pytest.mark.parametrize("token, shown", [(100, "token id 100"), (-1, "token id -1")])
@@ -22,3 +22,12 @@ def test_cache_names_without_an_onnx_file_are_refused():
     with pytest.raises(bisect_onnx.UsageError, match=r"give the file \(--onnx\)"):
         bisect_onnx.bisect_decode(tiny_gpt2(), steps=1, decode=bisect_onnx.DecodeOptions(
             cache_names={"past_key_values.0.key": "pk0"}))
+
+
+def test_another_models_export_is_refused_naming_the_cache_shapes(tmp_path):
+    path = tmp_path / "gpt2.onnx"
+    bisect_onnx.bisect_decode(tiny_gpt2(), steps=0, export=bisect_onnx.ExportOptions(
+        exporter="torchscript", save_to=path))
+    with pytest.raises(bisect_onnx.UsageError, match=r"past_key_values.0.key is \[batch, 2, "
+                       r"past, 16\] and LlamaForCausalLM's layer 0 cache is \[batch, 1"):
+        bisect_onnx.bisect_decode(tiny_llama(), steps=1, onnx_model=path)
