@@ -169,8 +169,9 @@ class ExportOptions:
                        save_to=args.save_onnx)
         used = [option for option, value in given.items() if value is not None]
         if used:
-            raise UsageError(f"{', '.join(used)} apply to an export made here; drop them "
-                             "with --onnx")
+            one = len(used) == 1
+            raise UsageError(f"{', '.join(used)} {'applies' if one else 'apply'} to an export "
+                             f"made here; drop {'it' if one else 'them'} with --onnx")
         return None
 
 
