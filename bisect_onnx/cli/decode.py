@@ -68,9 +68,10 @@ def refuse_one_forward_options(args: argparse.Namespace) -> None:
     if getattr(args, "samples", 1) != 1:  # random inputs of one forward; the prompt is drawn
         given.append("--samples")         # with --prompt-length and --seed
     if given:
-        raise UsageError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply "
-                         "to a decode run (--steps); drop them, or drop --steps to compare "
-                         "one forward")
+        one = len(given) == 1
+        raise UsageError(f"{', '.join(given)} {'does' if one else 'do'} not apply to a decode "
+                         f"run (--steps); drop {'it' if one else 'them'}, or drop --steps to "
+                         "compare one forward")
     if args.steps < 0:
         raise UsageError(f"--steps takes 0 or more, got {args.steps}")
 

@@ -45,4 +45,4 @@ def test_one_forward_options_a_decode_run_would_ignore_are_refused(user_files, c
     status = main(["decoders.py:tiny_llama", "--steps", "1", *options])
     err = capsys.readouterr().err
     assert status == 2, err
-    assert f"{flag} does not apply to a decode run" in err
+    assert f"{flag} does not apply to a decode run (--steps); drop it," in err
