@@ -136,8 +136,14 @@ def _pairs(names: Sequence[str], pattern: re.Pattern[str], side: str,
     missing = [f"{i}.{part}" for i in range(max(layers) + 1) for part in ("key", "value")
                if part not in found.get(i, {})]
     if missing:
+        # The names that matched no role: most often the missing entries' own, renamed.
+        unmatched = [name for name in names if not pattern.match(name)
+                     and name not in (TOKENS, MASK, POSITIONS, LOGITS)]
+        unknown = f" ({', '.join(unmatched)}: not a name read here)" if unmatched else ""
+        more = ", …" if len(missing) > 4 else ""
         raise UsageError(f"the decoder's cache {side}s cannot be matched to its layers: "
-                         f"{', '.join(missing[:4])} missing; every layer 0..{max(layers)} "
+                         f"{', '.join(missing[:4])}{more} missing{unknown}; every layer "
+                         f"0..{max(layers)} "
                          f"needs a key and a value ({example}/.value), or map its names "
                          "with cache_names= (--cache-name STANDARD=NAME)")
     return [(found[i]["key"], found[i]["value"]) for i in layers]

@@ -24,3 +24,8 @@ def test_a_mapping_from_a_name_that_is_not_standard_is_refused_naming_it():
 def test_a_mapping_to_a_name_the_file_lacks_is_refused_naming_it():
     with pytest.raises(UsageError, match="no input or output named 'pkey0'.*pk0"):
         layout_of_names(INPUTS, OUTPUTS, {"past_key_values.0.key": "pkey0"})
+
+
+def test_a_layer_entry_missing_names_the_input_that_matched_nothing():
+    with pytest.raises(UsageError, match=r"0.key missing \(pk0: not a name read here\)"):
+        layout_of_names(INPUTS, OUTPUTS)
