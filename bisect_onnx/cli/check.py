@@ -25,9 +25,19 @@ def check_from_args(args: argparse.Namespace) -> Report:
         SearchOptions,
         Tolerance,
     )
+    from bisect_onnx.sources.file_kinds import check_onnx_file
     from bisect_onnx.sources.input_samples import Samples, load_input_samples
     from bisect_onnx.sources.output_paths import check_outputs, onnx_files
 
+    # Refused here too, in the command line's own words (the API's name its parameters).
+    if args.sweep:
+        raise UsageError("--sweep runs the PyTorch model at other inputs, and a recorded "
+                         "reference holds only its own: drop --sweep, or sweep where "
+                         "PyTorch runs")
+    if args.granularity is not None:
+        raise UsageError("--granularity is the recording's; drop it")
+    if args.onnx is not None:
+        check_onnx_file(args.onnx, "--onnx")
     outputs = {"--json": args.json, "--html": args.html,
                "--model-explorer": args.model_explorer, "--repro-dir": args.repro_dir,
                "--write-fixed": args.write_fixed}

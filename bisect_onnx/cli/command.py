@@ -106,8 +106,10 @@ def _run(args: argparse.Namespace) -> int:
         _runtime_logs_off()
         return print_report(args, check_from_args(args))
     if getattr(args, "steps", None) is not None:  # a decoder stepped with its cache
-        from bisect_onnx.cli.decode import decode_from_args
+        from bisect_onnx.cli.decode import decode_from_args, refuse_one_forward_options
 
+        refuse_one_forward_options(args)
+        _check_files(args, against=False)  # --json, --html, --save-onnx onto an input
         _runtime_logs_off()
         return decode_from_args(args)
     against = against_requested(args)

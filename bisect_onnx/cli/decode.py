@@ -14,7 +14,7 @@ from bisect_onnx.errors import InputError, UsageError
 if TYPE_CHECKING:
     from bisect_onnx.decode.step_report import DecodeReport
 
-__all__ = ["decode_from_args"]
+__all__ = ["decode_from_args", "refuse_one_forward_options"]
 
 # Options of the one-forward comparison that a decode run does not take.
 _NOT_FOR_DECODE = {"record": "--record", "model_explorer": "--model-explorer",
@@ -24,25 +24,22 @@ _NOT_FOR_DECODE = {"record": "--record", "model_explorer": "--model-explorer",
                    "against_runtime": "--against-runtime",
                    "against_reference_evaluator": "--against-reference-evaluator",
                    "dynamic": "--dynamic", "tolerances": "--tolerances",
-                   "repro_dir": "--repro-dir"}
+                   "repro_dir": "--repro-dir", "sweep": "--sweep", "dim": "--dim",
+                   "all_culprits": "--all-culprits", "granularity": "--granularity"}
 
 
 def decode_from_args(args: argparse.Namespace) -> int:
-    """Run ``bisect_decode`` from parsed arguments, print its report; the exit status."""
+    """Run ``bisect_decode`` from parsed arguments, print its report; the exit status.
+
+    The caller has refused the options a decode run ignores
+    (:func:`refuse_one_forward_options`) and output paths onto the run's inputs.
+    """
     from bisect_onnx.decode.options import DecodeOptions
     from bisect_onnx.decode.run import bisect_decode
     from bisect_onnx.pipeline.options import ExportOptions, RuntimeOptions, Tolerance
     from bisect_onnx.pytorch.installed import require_torch
     from bisect_onnx.sources.loading import load_model
 
-    given = [flag for name, flag in _NOT_FOR_DECODE.items()
-             if getattr(args, name, None) not in (None, False, [])]
-    if given:
-        raise UsageError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply "
-                         "to a decode run (--steps); drop them, or drop --steps to compare "
-                         "one forward")
-    if args.steps < 0:
-        raise UsageError(f"--steps takes 0 or more, got {args.steps}")
     decode = DecodeOptions.from_args(args)
     tolerance = Tolerance.from_args(args)
     export = ExportOptions.from_args(args)
@@ -62,6 +59,21 @@ def decode_from_args(args: argparse.Namespace) -> int:
             _write(report, Path(path), suffix)
     sys.stdout.flush()
     return EXIT_DIVERGED if report.diverged else EXIT_PARITY
+
+
+def refuse_one_forward_options(args: argparse.Namespace) -> None:
+    """Refuse the one-forward options a decode run would ignore, and a negative ``--steps``."""
+    given = [flag for name, flag in _NOT_FOR_DECODE.items()
+             if getattr(args, name, None) not in (None, False, [])]
+    if getattr(args, "samples", 1) != 1:  # random inputs of one forward; the prompt is drawn
+        given.append("--samples")         # with --prompt-length and --seed
+    if given:
+        one = len(given) == 1
+        raise UsageError(f"{', '.join(given)} {'does' if one else 'do'} not apply to a decode "
+                         f"run (--steps); drop {'it' if one else 'them'}, or drop --steps to "
+                         "compare one forward")
+    if args.steps < 0:
+        raise UsageError(f"--steps takes 0 or more, got {args.steps}")
 
 
 def _write(report: DecodeReport, path: Path, suffix: str) -> None:

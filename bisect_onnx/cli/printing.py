@@ -23,13 +23,13 @@ def print_report(args: argparse.Namespace, report: Report) -> int:
     for warning in report.warnings:
         print(f"WARNING: {warning}", file=sys.stderr)
     colour = colour_wanted(sys.stdout)
-    if not args.quiet:
+    if not args.quiet:  # -q: the verdict only (it names the sweep's bisected combination)
         print(_paint_table(report.table(show=args.show), colour))
         print()
-    sweep = sweep_section(report)
-    if sweep:
-        print(_paint_table(sweep, colour))
-        print()
+        sweep = sweep_section(report)
+        if sweep:
+            print(_paint_table(sweep, colour))
+            print()
     print(_paint(report.summary(), _RED if report.diverged else _GREEN, colour))
     fixes = fixes_section(report)
     if fixes:

@@ -71,6 +71,7 @@ def layout_of_names(inputs: Sequence[str], outputs: Sequence[str],
     ``mapping`` goes from the standard names (``past_key_values.0.key``, ``logits``)
     to the file's own; names it does not give are looked for as they are.
     """
+    _check_mapping(mapping or {}, [*inputs, *outputs])
     renamed = {theirs: ours for ours, theirs in (mapping or {}).items()}
     ours_in = [renamed.get(name, name) for name in inputs]
     ours_out = [renamed.get(name, name) for name in outputs]
@@ -105,6 +106,20 @@ def layout_of_names(inputs: Sequence[str], outputs: Sequence[str],
                        tuple((back(k), back(v)) for k, v in present))
 
 
+def _check_mapping(mapping: Mapping[str, str], names: Sequence[str]) -> None:
+    """Refuse a mapping from a name that is not a standard one, or to one the file lacks."""
+    for ours, theirs in mapping.items():
+        if ours not in (TOKENS, MASK, POSITIONS, LOGITS) and not (
+                _PAST.match(ours) or _PRESENT.match(ours)):
+            raise UsageError(f"cache name {ours}={theirs}: {ours!r} is not a standard name; "
+                             f"map one of {TOKENS}, {MASK}, {POSITIONS}, {LOGITS}, "
+                             "past_key_values.{i}.key/.value or present.{i}.key/.value")
+        if theirs not in names:
+            raise UsageError(f"cache name {ours}={theirs}: the decoder has no input or output "
+                             f"named {theirs!r} (it has {', '.join(names)}); map the "
+                             "file's own name")
+
+
 def _pairs(names: Sequence[str], pattern: re.Pattern[str], side: str,
            example: str) -> list[tuple[str, str]]:
     """Each layer's (key, value) names, layer 0 first; refused where a layer is missing."""
@@ -121,8 +136,14 @@ def _pairs(names: Sequence[str], pattern: re.Pattern[str], side: str,
     missing = [f"{i}.{part}" for i in range(max(layers) + 1) for part in ("key", "value")
                if part not in found.get(i, {})]
     if missing:
+        # The names that matched no role: most often the missing entries' own, renamed.
+        unmatched = [name for name in names if not pattern.match(name)
+                     and name not in (TOKENS, MASK, POSITIONS, LOGITS)]
+        unknown = f" ({', '.join(unmatched)}: not a name read here)" if unmatched else ""
+        more = ", …" if len(missing) > 4 else ""
         raise UsageError(f"the decoder's cache {side}s cannot be matched to its layers: "
-                         f"{', '.join(missing[:4])} missing; every layer 0..{max(layers)} "
+                         f"{', '.join(missing[:4])}{more} missing{unknown}; every layer "
+                         f"0..{max(layers)} "
                          f"needs a key and a value ({example}/.value), or map its names "
                          "with cache_names= (--cache-name STANDARD=NAME)")
     return [(found[i]["key"], found[i]["value"]) for i in layers]

@@ -64,6 +64,8 @@ class DecodeOptions:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> DecodeOptions:
         """The decode settings the command line asks for (``--seed`` seeds the prompt)."""
+        if args.prompt_length < 1:  # as the command line names it (the API names its field)
+            raise UsageError(f"--prompt-length takes 1 or more, got {args.prompt_length}")
         names = {}
         for pair in args.cache_name:
             standard, sep, theirs = pair.partition("=")
@@ -78,5 +80,8 @@ class DecodeOptions:
                 raise UsageError(f"--cache-shape takes L,H,D (three integers), got "
                                  f"{args.cache_shape!r}") from None
             shape = (layers, heads, dim)
+            if min(shape) < 1:
+                raise UsageError(f"--cache-shape takes L,H,D, each at least 1, got "
+                                 f"{args.cache_shape!r}")
         return cls(prompt_length=args.prompt_length, seed=args.seed, cache_names=names or None,
                    cache_shape=shape)

@@ -82,6 +82,9 @@ def bisect_decode(
     if Tolerance.of(tolerance).rules is not None:
         raise UsageError("a decode run compares each step's logits and cache whole: drop the "
                          "per-value tolerance rules (--tolerances), or pass rtol and atol")
+    if decode.cache_names and onnx_model is None:  # the export made here has the standard ones
+        raise UsageError("cache names (--cache-name) map an ONNX file's own names; give the "
+                         "file (--onnx), or drop them")
     cautions = _cautions(model)
     issue_warnings(cautions)
     with (model_untouched(model),  # its buffers and modes as they came, on leaving
@@ -167,7 +170,29 @@ def _file_layout(step: DecoderStep, session: ort.InferenceSession,
         raise UsageError(f"the ONNX file carries the cache of {layout.layers} layers and "
                          f"{step.name} that of {len(step.cache_tails)}; pass the export of "
                          "this model (or map its names with --cache-name)")
+    if step.cache_tails is not None:
+        _check_cache_shapes(step, layout, {value.name: value.shape
+                                           for value in session.get_inputs()})
     return layout
+
+
+def _check_cache_shapes(step: DecoderStep, layout: CacheLayout, shapes: Shapes) -> None:
+    """Refuse a file whose cache has other heads or head size than the model's.
+
+    Another model's export, which ONNX Runtime would refuse at the first step, naming
+    only the indices of the input's shape.
+    """
+    for layer, (names, tails) in enumerate(zip(layout.past, step.cache_tails or (),
+                                               strict=True)):
+        for name, tail in zip(names, tails, strict=True):
+            found = (_static_dim(shapes, name, 1), *(_static_dim(shapes, name, axis)
+                                                      for axis in range(3, 2 + len(tail))))
+            if None not in found and found != tuple(tail):
+                raise UsageError(
+                    f"the ONNX file's {name} is [batch, {found[0]}, past, "
+                    f"{', '.join(map(str, found[1:]))}] and {step.name}'s layer {layer} "
+                    f"cache is [batch, {tail[0]}, past, {', '.join(map(str, tail[1:]))}]; "
+                    "pass the export of this model")
 
 
 def _step_for_file(step: DecoderStep, layout: CacheLayout,
@@ -194,6 +219,8 @@ def _prompt(prompt: object, decode: DecodeOptions, step: DecoderStep, shapes: Sh
             raise InputError(f"the prompt must be token ids, [sequence] or [batch, sequence] "
                              f"integers, got {array.dtype} of shape {list(array.shape)}; pass "
                              "a .npy of token ids")
+        _check_vocabulary(array, step.vocab_size or _static_dim(shapes, layout.logits, -1),
+                          step.name)
         return array.astype(np.int64)
     vocab = step.vocab_size or _static_dim(shapes, layout.logits, -1)
     if vocab is None:
@@ -201,6 +228,16 @@ def _prompt(prompt: object, decode: DecodeOptions, step: DecoderStep, shapes: Sh
                          "be drawn; pass one (--input ids.npy, prompt= in Python)")
     generator = np.random.default_rng(decode.seed)
     return generator.integers(0, vocab, size=(1, decode.prompt_length), dtype=np.int64)
+
+
+def _check_vocabulary(prompt: np.ndarray, vocab: int | None, name: str) -> None:
+    """Refuse token ids the embedding has no row for (an index error in PyTorch's forward)."""
+    low, high = int(prompt.min()), int(prompt.max())
+    if low < 0 or (vocab is not None and high >= vocab):
+        bad = low if low < 0 else high
+        known = f"0..{vocab - 1}" if vocab is not None else "0 or more"
+        raise InputError(f"the prompt holds token id {bad}, and {name}'s vocabulary is "
+                         f"{known}; pass token ids of this model's tokenizer")
 
 
 def _check_positions(step: DecoderStep, prompt: np.ndarray, steps: int) -> None:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from bisect_onnx.chatter import chatter_logged
 from bisect_onnx.errors import ModelError, one_line
 from bisect_onnx.graph.provenance import Provenance, user_source
 from bisect_onnx.pytorch.calls import call_name
@@ -102,8 +103,11 @@ def trace_script(module: torch.nn.Module,
     """``torch.jit.trace`` the module on ``arrays``, as the TorchScript exporter does."""
     import torch
 
+    # Tracing reads every attribute of every module (transformers' models log from
+    # properties such as `loss_function`): what they print and log is for the log.
     try:  # tracing runs the module: a training-mode BatchNorm's statistics are put back
-        with warnings.catch_warnings(), buffers_restored(module), torch.no_grad():
+        with chatter_logged("torch.jit.trace", native=True), warnings.catch_warnings(), \
+                buffers_restored(module), torch.no_grad():
             warnings.simplefilter("ignore")  # TracerWarnings: the exporter traced the same
             return torch.jit.trace(module, tuple(to_tensor(array) for array in arrays),
                                    check_trace=False)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from bisect_onnx.chatter import chatter_logged
 from bisect_onnx.errors import InputError, ModelError, UsageError, one_line
 from bisect_onnx.sources.file_kinds import EMPTY_ZIP_MAGIC, NPY_MAGIC, ZIP_MAGIC, read_head
 from bisect_onnx.sources.graph_inputs import (
@@ -85,7 +86,10 @@ def _call_factory(spec: str, location: str, factory_name: str) -> torch.nn.Modul
                          "not a factory; name a function or class that returns an nn.Module")
     _check_no_arguments(spec, factory_name, factory)
     try:
-        model = factory()
+        # What building the model prints and logs (transformers' config checks, a
+        # loading bar) is for the log, as the exporters' chatter is: stderr is the tool's.
+        with chatter_logged(f"{spec}()", native=True):
+            model = factory()
     except SystemExit as error:  # it would end the run with its status, and no verdict
         raise ModelError(f"{spec}() called sys.exit({error.code!r}); a factory must return "
                          "the model, not exit") from error

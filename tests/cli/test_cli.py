@@ -238,3 +238,21 @@ def test_a_report_path_in_a_missing_folder_is_refused_before_the_run(tmp_path, c
     captured = capsys.readouterr()
     assert status == 2 and captured.out == ""  # refused before anything ran
     assert "does not exist" in captured.err and len(captured.err.strip().splitlines()) == 1
+
+
+def test_quiet_prints_the_verdict_alone_with_a_sweep(tmp_path, capsys):
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])])
+    path = tmp_path / "relu.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+    np.save(tmp_path / "x.npy", np.ones((2, 3), dtype=np.float32))
+    status = main([str(path), "--against", str(path), "--input", str(tmp_path / "x.npy"),
+                   "--sweep", "-q"])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert out.startswith("PARITY") and "sweep (final outputs only" not in out

@@ -49,6 +49,9 @@ def test_export_options_are_none_beside_onnx_and_refused_with_it():
     with pytest.raises(bisect_onnx.UsageError, match="--opset, --dynamic apply to an export"):
         bisect_onnx.ExportOptions.from_args(parsed("--onnx", "m.onnx", "--opset", "17",
                                                    "--dynamic"))
+    with pytest.raises(bisect_onnx.UsageError,
+                       match="--save-onnx applies to an export made here; drop it with --onnx"):
+        bisect_onnx.ExportOptions.from_args(parsed("--onnx", "m.onnx", "--save-onnx", "c.onnx"))
 
 
 def test_random_input_settings_beside_given_inputs_are_refused():

@@ -522,6 +522,26 @@ def test_load_model_calls_the_factory(model_file):
     assert type(model).__name__ == "Net"
 
 
+def test_what_a_factory_logs_and_prints_goes_to_the_log(model_file, capfd, caplog):
+    # As transformers' config checks do: a logger with its own handler on stderr.
+    path = model_file(textwrap.dedent("""
+        import logging, sys
+        import torch
+
+        def chatty():
+            logger = logging.getLogger("a_model_library")
+            logger.propagate = False
+            logger.addHandler(logging.StreamHandler())
+            logger.warning("[a_model_library] bos_token_id is outside the vocabulary")
+            print("building the model")
+            return torch.nn.Identity()
+        """))
+    with caplog.at_level("INFO", logger="bisect_onnx"):
+        load_model(f"{path}:chatty")
+    assert capfd.readouterr() == ("", "")
+    assert "bos_token_id is outside the vocabulary" in caplog.text
+
+
 def test_load_model_accepts_a_class_as_factory(model_file):
     path = model_file(MODEL_SOURCE)
     assert type(load_model(f"{path}:Net")).__name__ == "Net"
