@@ -72,6 +72,20 @@ class LoopSum(torch.nn.Module):
         return out
 
 
+class ClampedByBatch(torch.nn.Module):
+    """Clamps at ``int(batch)``: a baked bound that no value of this model reaches.
+
+    Its weight is too large to be compared between exports as a constant (a shape is).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.clamp(self.fc(x) * 0.01, max=float(int(x.shape[0])))
+
+
 class Symbolic(torch.nn.Module):
     """The same computations written so that no size becomes a constant."""
 
@@ -88,6 +102,11 @@ def built(model_class: type[torch.nn.Module]) -> torch.nn.Module:
     """The model, its weights seeded, in eval mode."""
     torch.manual_seed(0)
     return model_class().eval()
+
+
+def flatten() -> torch.nn.Module:
+    """:class:`Flatten` as :func:`built` makes it: the factory the command line is given."""
+    return built(Flatten)
 
 
 def sample(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:

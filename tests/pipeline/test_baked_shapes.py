@@ -196,7 +196,7 @@ def test_the_command_line_names_the_refused_node_in_one_line_exit_3(exported, tm
     path = exported(Flatten, (1, 2, 4), {0: "batch"})
     inputs = tmp_path / "x.npy"
     np.save(inputs, sample((3, 2, 4), 1))
-    status = main([f"{MODELS_FILE}:Flatten", "--onnx", str(path), "--input", str(inputs)])
+    status = main([f"{MODELS_FILE}:flatten", "--onnx", str(path), "--input", str(inputs)])
     error = capsys.readouterr().err
     assert status == 3 and error.count("\n") == 1
     assert error.startswith("bisect-onnx: error: ONNX Runtime refused to run")
@@ -238,3 +238,28 @@ def test_op_values_traced_at_the_first_sample_are_traced_again_at_the_second():
     assert first.failed and first.figures.status == "shape_mismatch"
     assert [row.shape for row in report.comparisons if row.onnx_value == first.onnx_value] \
         in ([], [[3, 4]])
+
+
+def test_an_edited_file_is_not_put_down_to_its_baked_shapes(exported, tmp_path):
+    """A weight edited in a file that also bakes a harmless bound: the weight is the cause.
+
+    An export at the run's shapes reaches parity (it lacks the edit) and differs from the
+    file in the baked bound; the model exported at the file's own shapes reaches parity
+    at the run's as well, so the bound is not why the file diverges.
+    """
+    import onnx
+    from onnx import numpy_helper
+
+    from tests.pipeline.baked_models import ClampedByBatch
+
+    model = onnx.load(str(exported(ClampedByBatch, (2, 4), {0: "batch"})))
+    weight = next(tensor for tensor in model.graph.initializer if tensor.name == "fc.weight")
+    weight.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(weight) * 1.5, weight.name))
+    edited = tmp_path / "edited.onnx"
+    onnx.save(model, str(edited))
+
+    report = bisect_onnx.bisect(built(ClampedByBatch), sample((4, 4)), onnx_model=edited)
+
+    assert report.diverged
+    assert report.attribution is None or report.attribution.baked_shapes is None
+    assert "the export baked" not in report.summary()
