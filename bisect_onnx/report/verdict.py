@@ -292,8 +292,11 @@ def describe_origin(record: Record) -> str:
     if record.fx_node is not None:
         return (f"{_short_op(record.torch_op)} ({record.fx_node}) in "
                 f"{_module_name(record.torch_module)}{source}")
-    origin = f"torch module {record.torch_module}" if record.torch_module is not None else (
-        "a final output")
+    # An empty module is the model's own forward (a root row, a recorded reference value
+    # whose node no module scope names): never "torch module " with nothing after it.
+    origin = ("a final output" if record.torch_module is None
+              else f"torch module {record.torch_module}" if record.torch_module
+              else "the model's own forward")
     return origin + (f" [{record.torch_op}]" if record.torch_op else "") + source
 
 

@@ -102,3 +102,15 @@ def test_the_verdict_says_how_bisection_found_it_or_that_no_checkpoint_failed():
         first_failing=None, last_passing=None).summary()
     assert "bisection" not in amended(plain, search=SearchFindings(
         {"mode": "full capture"})).summary()
+
+
+def test_a_row_of_the_models_own_forward_is_named_so_not_an_empty_module():
+    """A recorded ONNX reference's value without a module scope: no "torch module :"."""
+    from dataclasses import replace
+
+    from bisect_onnx.report.verdict import describe_origin
+
+    row = replace(record(0), torch_op=None, source=None)
+    assert describe_origin(replace(row, torch_module="")) == "the model's own forward"
+    assert describe_origin(replace(row, torch_module="fc")) == "torch module fc"
+    assert describe_origin(replace(row, torch_module=None)) == "a final output"
