@@ -98,10 +98,14 @@ class RuntimeStepper:
         self.seconds = 0.0
 
     def run(self, state: StepState) -> list[np.ndarray]:
-        """The step's outputs in the layout's order, as float32 arrays."""
-        feed = {name: _as_type(array, self.types.get(name, ""))
+        """The step's outputs in the layout's order, as float32 arrays.
+
+        An input the file does not take is not fed: the TorchScript exporter drops an
+        ``attention_mask`` the model never reads.
+        """
+        feed = {name: _as_type(array, self.types[name])
                 for name, array in zip(self.layout.input_names(), state.arrays(self.layout),
-                                       strict=True)}
+                                       strict=True) if name in self.types}
         started = time.perf_counter()
         try:
             outputs = self.session.run(self.layout.output_names(), feed)

@@ -346,3 +346,22 @@ def test_the_tolerance_follows_a_float16_files_precision(tmp_path):
 
     assert _judge(None, path).base == PRECISION_DEFAULTS["float16"]
     assert _judge((1e-3, 1e-5), path).base.atol == 1e-5  # given: kept
+
+
+class MaskFreeDecoder(PlainDecoder):
+    """The plain decoder that never reads its attention mask: the export drops the input."""
+
+    def forward(self, input_ids, attention_mask, *past):
+        hidden = self.embed(input_ids)
+        keys = torch.cat([past[0], self.key(hidden)[:, None]], dim=2)
+        values = torch.cat([past[1], self.value(hidden)[:, None]], dim=2)
+        weights = torch.softmax(hidden[:, None] @ keys.transpose(-1, -2), dim=-1)
+        return self.head((weights @ values)[:, 0]), keys, values
+
+
+def test_a_mask_the_export_dropped_is_not_fed():
+    report = bisect_onnx.bisect_decode(
+        MaskFreeDecoder().eval(), np.array([1, 2, 3]), steps=3,
+        export=bisect_onnx.ExportOptions(exporter="torchscript"),
+        decode=bisect_onnx.DecodeOptions(cache_shape=(1, 1, 8)))
+    assert report.verdict == "parity", str(report)
