@@ -40,18 +40,22 @@ class _Recurrence(nn.Module):
         return state
 
 
-def test_ops_made_from_sizes_are_folded_and_the_rest_paired_in_order(tmp_path):
-    torch.manual_seed(0)
-    model, x = _Recurrence().eval(), torch.randn(2, 4, 8)
-    path = tmp_path / "clean.onnx"
+def _aligned(model: nn.Module, x: torch.Tensor, folder):
+    """The model's TorchScript export, its traced ops, and their pairing with the file."""
+    path = folder / "clean.onnx"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(model, (x,), str(path), dynamo=False, opset_version=17)
-
     side = OnnxRuntimeRunner(path, promote="all")
     capture = capture_script_ops(trace_script(model, [x.numpy()]), [x.numpy()])
-    alignment = align_script_ops(capture, side.nodes, side.run([x.numpy()]).capture.values,
-                                 side.model)
+    return path, capture, align_script_ops(capture, side.nodes,
+                                           side.run([x.numpy()]).capture.values, side.model)
+
+
+def test_ops_made_from_sizes_are_folded_and_the_rest_paired_in_order(tmp_path):
+    torch.manual_seed(0)
+    model, x = _Recurrence().eval(), torch.randn(2, 4, 8)
+    path, capture, alignment = _aligned(model, x, tmp_path)
     folded = {item.name: item.reason for item in alignment.torch_only if item.kind == "sizes"}
     made_from_sizes = [op.name for op in capture.ops if op.kind == "aten::zeros_like"]
     assert made_from_sizes and all(name in folded for name in made_from_sizes)
@@ -80,15 +84,7 @@ class _WrittenThroughAView(nn.Module):
 def test_a_tensor_written_through_a_view_is_data_and_compared(tmp_path):
     torch.manual_seed(0)
     model, x = _WrittenThroughAView().eval(), torch.randn(2, 4)
-    path = tmp_path / "clean.onnx"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(model, (x,), str(path), dynamo=False, opset_version=17)
-
-    side = OnnxRuntimeRunner(path, promote="all")
-    capture = capture_script_ops(trace_script(model, [x.numpy()]), [x.numpy()])
-    alignment = align_script_ops(capture, side.nodes, side.run([x.numpy()]).capture.values,
-                                 side.model)
+    _, capture, alignment = _aligned(model, x, tmp_path)
     sizes = {item.name for item in alignment.torch_only if item.kind == "sizes"}
     later = [op.name for op in capture.ops if op.kind in ("aten::mul", "aten::relu",
                                                           "aten::linear")]
