@@ -133,6 +133,22 @@ def _mask_out_past_positions(graph: onnx.GraphProto) -> None:
         graph.node.insert(index, node)
 
 
+def _offset_positions_past_the_prompt(graph: onnx.GraphProto) -> None:
+    """Shift position_ids by one once the cache holds anything: the prefill's are right."""
+    for node in graph.node:
+        node.input[:] = ["positions_edited" if n == "position_ids" else n for n in node.input]
+    for name, value in (("two", 2), ("one", 1)):
+        graph.initializer.append(numpy_helper.from_array(np.array(value, np.int64), name))
+    edits = [
+        helper.make_node("Shape", ["past_key_values.0.key"], ["past_shape"], name="past_shape"),
+        helper.make_node("Gather", ["past_shape", "two"], ["cached"], name="cached", axis=0),
+        helper.make_node("Min", ["cached", "one"], ["offset"], name="offset"),
+        helper.make_node("Add", ["position_ids", "offset"], ["positions_edited"],
+                         name="planted_offset")]
+    for index, node in enumerate(edits):
+        graph.node.insert(index, node)
+
+
 def _drift_present_value(graph: onnx.GraphProto) -> None:
     """Add 3e-6 to layer 1's returned value: within tolerance once, not fed back 4 times."""
     for node in graph.node:
@@ -176,6 +192,19 @@ def test_a_mask_edit_over_past_positions_is_named_at_its_nodes_and_step(
     assert (finding.step, finding.kind) == (1, "introduced"), str(report)
     assert "cached" in finding.culprit and "keep" in finding.culprit
     assert report.first_token_difference() == 1  # attending to itself alone, it errs
+
+
+def test_a_position_offset_past_the_prompt_is_named_at_its_step(llama, llama_torchscript,
+                                                                tmp_path):
+    planted = _edited(llama_torchscript[1], tmp_path / "offset.onnx",
+                      _offset_positions_past_the_prompt)
+    report = bisect_onnx.bisect_decode(llama, steps=2, onnx_model=planted)
+    assert report.rows[0].teacher.passed  # the prefill has no cache: no offset
+    finding = report.finding
+    assert (finding.step, finding.kind) == (1, "introduced"), str(report)
+    assert finding.where == "decode, from position 8 on"
+    assert "planted_offset" in finding.culprit  # the segment of the inserted nodes
+    assert report.bisection is not None and report.bisection.diverged
 
 
 def test_drift_through_the_cache_is_named_at_its_layer(llama, llama_torchscript, tmp_path):
