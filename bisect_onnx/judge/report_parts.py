@@ -256,6 +256,10 @@ class Attribution:
     baked_shapes: Mapping[str, Any] | None = None
     """Where the export baked in the shapes it was made at (checked): the nodes, their
     modules and source lines, the advice (see docs/how-it-decides.md)."""
+    within_tolerance: Mapping[str, Any] | None = None
+    """With drift: the value upstream whose own node, fed the reference's inputs,
+    reproduces its error, beyond rounding but within tolerance (``value``, ``node``,
+    ``max_abs_error``, ``local_max_abs_error``, ``scale``)."""
     first_culprit: str | None = None
     """The culprit's value (not written: the JSON's ``culprit`` names it)."""
 
@@ -276,6 +280,8 @@ class Attribution:
             data["nodeless"] = self.nodeless
         if self.unpaired is not None:
             data["unpaired"] = self.unpaired
+        if self.within_tolerance is not None:
+            data["within_tolerance"] = self.within_tolerance
         return data
 
     @classmethod

@@ -14,6 +14,7 @@ from bisect_onnx.report.formatting import (
     format_shape,
     format_source,
 )
+from bisect_onnx.search.within_tolerance import said_entry
 
 if TYPE_CHECKING:  # types only: records import this module to format themselves
     from bisect_onnx.judge.records import Coverage, Record, Report
@@ -333,6 +334,8 @@ def _optimized(report: Report) -> bool:
 def _no_culprit(report: Report) -> str:
     """Why no node is named as the culprit."""
     attribution = report.attribution or Attribution()
+    if (entry := _entry(report, attribution)) is not None:
+        return entry
     if attribution.drift:
         jump = attribution.largest_jump
         rounding = " (all of it float rounding)" if attribution.noise else ""
@@ -353,6 +356,15 @@ def _no_culprit(report: Report) -> str:
                 f"--atol/--rtol shows where it starts); the largest local jump is at value "
                 f"{jump!r}")
     return "No single node could be shown to introduce the error"
+
+
+def _entry(report: Report, attribution: Attribution) -> str | None:
+    """With drift: the node the error comes in at, within tolerance, where one shows it."""
+    entry = attribution.within_tolerance
+    if not attribution.drift or not entry:
+        return None
+    record = next((row for row in report.comparisons if row.onnx_value == entry["value"]), None)
+    return said_entry(entry, describe_origin(record) if record else None, fed_description(report))
 
 
 def _first_failing_op(report: Report, record: Record) -> Record | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
@@ -39,6 +39,7 @@ from bisect_onnx.search.inserted import exporters_node, narrow_to_unpaired
 from bisect_onnx.search.inside_kernel import InsideKernels, name_inside_kernels
 from bisect_onnx.search.local import LocalCheck, LocalRerun, boundary_references, run_locally
 from bisect_onnx.search.nodeless import fx_span, nodeless_classification, nodeless_culprit
+from bisect_onnx.search.within_tolerance import entering_within_tolerance
 
 if TYPE_CHECKING:
     from torch.export import ExportedProgram
@@ -97,12 +98,28 @@ def attribute_divergence(report: Reading, candidate: Runner, values: SampleArray
                              atol=tolerance.of(failing[0]).atol), {}
     first = attribution.culprit
     if first is None:
-        return findings, {}
+        return _with_entry(findings, report, failing[0], candidate, checker), {}
     inner = inner_references(ops, evidence.kernel_references, evidence.modules,
                              checker.checks, candidate, candidate_values)
     findings = _narrowed(findings, report, checker, first, inner, evidence,
                          (reference_values, failing[0].index))
     return findings, checker.checks[first].values
+
+
+def _with_entry(findings: AttributionFindings, report: Reading, first: Record,
+                candidate: Runner, checker: _LocalChecker) -> AttributionFindings:
+    """With drift: where the error comes in within tolerance, if a node alone shows it."""
+    if not findings.evidence.get("drift"):
+        return findings
+    upstream = feeding(candidate.view, [first.onnx_value], candidate.model)
+    entry = _safely(None, "where the error comes in within tolerance", partial(
+        entering_within_tolerance, report.comparisons, first,
+        upstream if upstream is not None else frozenset(), candidate,
+        reference=checker.reference_values, candidate_values=checker.candidate_values,
+        graph_inputs=checker.graph_inputs, tolerance=checker.tolerance.of(first)))
+    if entry is None:
+        return findings
+    return replace(findings, evidence={**findings.evidence, "within_tolerance": entry})
 
 
 def _narrowed(findings: AttributionFindings, report: Reading, checker: _LocalChecker,
