@@ -90,6 +90,9 @@ def bisect_decode(
     with (model_untouched(model),  # its buffers and modes as they came, on leaving
           tempfile.TemporaryDirectory(prefix="bisect-onnx-decode-") as folder):
         step = decoder_step(model, decode.cache_shape)
+        if prompt is None or isinstance(prompt, np.ndarray):  # before a long export
+            _check_positions(step, np.zeros((1, decode.prompt_length)) if prompt is None
+                             else np.atleast_2d(prompt), steps)
         seconds: dict[str, float] = {}
         path, exporter = _onnx_file(step, onnx_model, export, Path(folder), seconds)
         session = open_session(path, provider=runtime.provider, opt_level=runtime.opt_level)

@@ -394,3 +394,18 @@ def test_a_mask_the_export_dropped_is_not_fed():
         export=bisect_onnx.ExportOptions(exporter="torchscript"),
         decode=bisect_onnx.DecodeOptions(cache_shape=(1, 1, 8)))
     assert report.verdict == "parity", str(report)
+
+
+def test_a_prompt_past_the_positions_is_refused_before_the_export(llama, monkeypatch):
+    """A large model would be exported for minutes only to be refused: refused first."""
+    import bisect_onnx.decode.export as export
+
+    def never(*args, **kwargs):
+        raise AssertionError("exported before the prompt's length was checked")
+
+    monkeypatch.setattr(export, "export_decoder", never)
+    with pytest.raises(bisect_onnx.InputError, match="need 72 positions .* has 64"):
+        bisect_onnx.bisect_decode(llama, np.zeros(70, dtype=np.int64), steps=2)
+    with pytest.raises(bisect_onnx.InputError, match="need 66 positions .* has 64"):
+        bisect_onnx.bisect_decode(llama, steps=2,
+                                  decode=bisect_onnx.DecodeOptions(prompt_length=64))
