@@ -75,16 +75,7 @@ def bisect_decode(
     started = time.perf_counter()
     decode = decode or DecodeOptions()
     runtime = runtime or RuntimeOptions()
-    if runtime.runtime != "onnxruntime":
-        raise UsageError("decode steps run in ONNX Runtime only; drop --runtime")
-    if steps < 0:
-        raise UsageError(f"steps must be 0 or more, got {steps}")
-    if Tolerance.of(tolerance).rules is not None:
-        raise UsageError("a decode run compares each step's logits and cache whole: drop the "
-                         "per-value tolerance rules (--tolerances), or pass rtol and atol")
-    if decode.cache_names and onnx_model is None:  # the export made here has the standard ones
-        raise UsageError("cache names (--cache-name) map an ONNX file's own names; give the "
-                         "file (--onnx), or drop them")
+    _refuse_options(steps, tolerance, runtime, decode, given_file=onnx_model is not None)
     cautions = _cautions(model)
     issue_warnings(cautions)
     with (model_untouched(model),  # its buffers and modes as they came, on leaving
@@ -120,6 +111,21 @@ def bisect_decode(
                         prompt=tuple(tuple(int(t) for t in row) for row in prompt_array),
                         rows=loop.rows, finding=finding, bisection=bisection, seconds=seconds,
                         warnings=cautions)
+
+
+def _refuse_options(steps: int, tolerance: Tolerance | tuple[float, float] | None,
+                    runtime: RuntimeOptions, decode: DecodeOptions, *, given_file: bool) -> None:
+    """One line for an option a decode run cannot take, before anything runs."""
+    if runtime.runtime != "onnxruntime":
+        raise UsageError("decode steps run in ONNX Runtime only; drop --runtime")
+    if steps < 0:
+        raise UsageError(f"steps must be 0 or more, got {steps}")
+    if Tolerance.of(tolerance).rules is not None:
+        raise UsageError("a decode run compares each step's logits and cache whole: drop the "
+                         "per-value tolerance rules (--tolerances), or pass rtol and atol")
+    if decode.cache_names and not given_file:  # the export made here has the standard ones
+        raise UsageError("cache names (--cache-name) map an ONNX file's own names; give the "
+                         "file (--onnx), or drop them")
 
 
 def _judge(tolerance: Tolerance | tuple[float, float] | None, path: Path) -> ToleranceJudge:
