@@ -82,17 +82,23 @@ def test_a_model_left_training_is_warned_about(llama, llama_torchscript):
 def test_gpt2_torchscript_at_parity_with_its_dropout_left_off():
     # The wrapper mirrors the model's eval mode: the exporter's restore of the wrapper's
     # mode once turned GPT-2's dropout on after export.
+    model = tiny_gpt2()
     report = bisect_onnx.bisect_decode(
-        tiny_gpt2(), steps=STEPS, export=bisect_onnx.ExportOptions(exporter="torchscript"))
+        model, steps=STEPS, export=bisect_onnx.ExportOptions(exporter="torchscript"))
     _parity(report)
+    assert report.verdict == "parity" and report.finding is None, str(report)
+    assert not model.training  # the user's eval mode, kept
 
 
 @pytest.mark.parametrize("name", ["qwen2", "mistral", "phi3", "gemma"])
 def test_more_decoders_at_parity_with_torchscript(name):
     # Mistral's window (16) is shorter than the prompt's 8 positions and 16 steps' 16.
-    _parity(bisect_onnx.bisect_decode(
+    report = bisect_onnx.bisect_decode(
         TINY_DECODERS[name](), steps=STEPS,
-        export=bisect_onnx.ExportOptions(exporter="torchscript")))
+        export=bisect_onnx.ExportOptions(exporter="torchscript"))
+    _parity(report)
+    assert report.verdict == "parity" and report.finding is None, str(report)
+    assert [row.position for row in report.rows][-1] == 8 + STEPS - 1
 
 
 def _edited(source: Path, target: Path, edit) -> Path:
