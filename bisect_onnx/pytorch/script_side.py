@@ -40,6 +40,7 @@ from bisect_onnx.pytorch.module_side import (
 from bisect_onnx.pytorch.private_apis import graph_function, remove_mutation
 from bisect_onnx.pytorch.script_writes import as_computed
 from bisect_onnx.pytorch.shared_modules import canonical_path, module_aliases
+from bisect_onnx.pytorch.trace_scopes import resolve_hierarchy, scope_paths
 from bisect_onnx.runtime.sides import Capture, CapturedValue, JsonObject
 
 if TYPE_CHECKING:
@@ -360,36 +361,5 @@ def module_paths_of(node: torch.Node, found: TopLevel) -> list[tuple[str, str]]:
     A module registered twice is named by its first path, as the exporter names it.
     """
     return [(canonical_path(path, found.aliases), module_class)
-            for path, module_class in _resolve(node.getModuleHierarchy(), found.paths,
-                                               found.classes)]
-
-
-#: What a trace's hierarchy says for a module it lost the name of (the middle call of a
-#: module registered under several paths); the class still says which child it is.
-_UNKNOWN = "INSTANCE_NAME_UNKNOWN"
-
-
-def _resolve(hierarchy: str, paths: Sequence[str],
-             classes: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
-    """``blocks.0`` for ``0(TransformerBlock)``: the hierarchy's instances as module paths.
-
-    An instance name may be any module's below the parent (a ModuleList's ``0``, or
-    ``reused``: a module registered twice is named after its last attribute on every
-    call); the module's class, where ``classes`` has it, tells such paths apart.
-    """
-    resolved, parent = [], ""
-    for part in hierarchy.split(").") if hierarchy else []:
-        instance, _, module_class = part.rstrip(")").partition("(")
-        prefix = f"{parent}." if parent else ""
-        matches = [path for path in paths
-                   if path.startswith(prefix)
-                   and (path.rsplit(".", 1)[-1] == instance or (
-                       instance == _UNKNOWN and classes and path.count(".") == prefix.count(".")))
-                   and (not classes or classes.get(path, module_class) == module_class)]
-        if instance == _UNKNOWN and len(matches) != 1:
-            break  # the tracer lost the name, and the class does not tell the child
-        if not matches:
-            break  # UNKNOWN_INSTANCE: a function call, not a module
-        parent = min(matches, key=lambda path: path.count("."))
-        resolved.append((parent, module_class))
-    return resolved
+            for path, module_class in resolve_hierarchy(
+                node.getModuleHierarchy(), found.paths, found.classes, scope_paths(node))]
