@@ -302,9 +302,16 @@ def _sources(names: dict[str, str], model: torch.jit.ScriptModule,
 
 def _argument(value: torch.Value, names: dict[str, str],
               model: torch.jit.ScriptModule) -> Argument | None:
-    """What one input of a traced op is, or ``None`` if it is none of the kinds."""
+    """What one input of a traced op is, or ``None`` if it is none of the kinds.
+
+    A tensor a module returned in a tuple is read through its packing and unpacking
+    (DeBERTa's attention output, the next Linear's input): it is the tensor packed.
+    """
     if value.debugName() in names:
         return Argument("value", names[value.debugName()])
+    held = _held(value)
+    if len(held) == 1 and held[0].debugName() in names:
+        return Argument("value", names[held[0].debugName()])
     producer = value.node()
     if producer.kind() == "prim::Constant":
         return Argument("constant", value.toIValue())

@@ -209,3 +209,57 @@ def test_a_two_layer_recurrent_op_is_paired_with_its_last_layers_output(tmp_path
                                 search=bisect_onnx.SearchOptions(granularity="op"))
     assert report.verdict == "parity" and report.hidden_divergences == []
     assert op in {record.fx_node for record in report.comparisons}
+
+
+class _SelfAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.proj(x)
+        return (h.tanh(), h * 0.5)
+
+
+class _Attention(nn.Module):
+    """Returns a tuple holding a tensor of its submodule's tuple, as DeBERTa's does: the
+    trace keeps the packing and unpacking of both."""
+
+    def __init__(self):
+        super().__init__()
+        self.self_attention = _SelfAttention()
+
+    def forward(self, x):
+        attended, scores = self.self_attention(x)
+        return (attended + x, scores)
+
+
+class _TupleThenLinear(nn.Module):
+    """A Linear reading the first tensor of a submodule's tuple (DeBERTa's layer)."""
+
+    def __init__(self):
+        super().__init__()
+        self.attention = _Attention()
+        self.dense = nn.Linear(8, 8)
+
+    def forward(self, x):
+        attended, scores = self.attention(x)
+        return self.dense(attended).relu() + scores
+
+
+def test_a_linear_reading_a_returned_tuple_is_looked_inside(tmp_path):
+    """Its input was "computed in the graph": the MatMul's weight named at the Add."""
+    from tests.planting import export_torchscript_at_parity, scale_initializer_input
+
+    torch.manual_seed(0)
+    model, x = _TupleThenLinear().eval(), torch.randn(2, 3, 8)  # 3-D: MatMul, Add
+    clean, planted = export_torchscript_at_parity(model, x, tmp_path)
+    weight_index = 1
+    plant(clean, planted, scale_initializer_input("/dense/MatMul", weight_index, 1.05))
+
+    report = bisect_onnx.bisect(model, x.numpy(), onnx_model=planted,
+                                search=bisect_onnx.SearchOptions(granularity="op"))
+
+    assert report.culprit is not None, report.summary()
+    assert report.culprit.onnx_node == "/dense/MatMul", report.summary()
+    assert report.culprit.torch_module == "dense", report.summary()
