@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
+
+import numpy as np
 
 from bisect_onnx.align.modules import Pair, Unaligned
 from bisect_onnx.align.ops import RUNTIME_FUSED, OpAlignment
@@ -38,6 +41,7 @@ from bisect_onnx.align.script_reads import (
     reads_through_foreign,
     reads_type,
     tuple_end,
+    widened_integer,
 )
 from bisect_onnx.align.script_removed import ShapeOnly, undone_transpose
 from bisect_onnx.align.script_table import (
@@ -228,10 +232,21 @@ class _ScopePairing:
         """
         self.ends[op.name] = node
         self.onnx_of[op.name] = node.outputs[output]
+        self._at_node_width(op.name, node.outputs[output])
         bounded = all(map(self._bounds, self.capture.inputs_of.get(op.name, ())))
         self.alignment.segments[op.name] = self._segment(
             node, self.calls.of_op(op), sources,
             since=None if bounded else self.table_node.get(op.name, node))
+
+    def _at_node_width(self, name: str, value: str) -> None:
+        """PyTorch's widened ``int64`` value at its node's narrower width, where the cast
+        loses nothing (else its row says the dtypes differ)."""
+        known, captured = self.shapes.get(value), self.capture.values[name]
+        if known is None or not widened_integer(captured.array.dtype, known[1]):
+            return
+        narrowed = captured.array.astype(known[1])
+        if np.array_equal(narrowed, captured.array):
+            self.capture.values[name] = replace(captured, array=narrowed)
 
     def _bounds(self, name: str) -> bool:
         """Whether a value an op reads marks where the op's nodes begin (see ``_pair``)."""

@@ -28,14 +28,30 @@ Shapes = Mapping[str, tuple[tuple[int | None, ...], np.dtype]]
 
 
 def alike(shapes: Shapes, value: str, wanted: np.ndarray) -> bool:
-    """Whether ``value`` is known to have ``wanted``'s dtype and shape."""
+    """Whether ``value`` is known to have ``wanted``'s dtype and shape.
+
+    An ``int64`` op value is alike a narrower integer node's (:func:`widened_integer`).
+    """
     known = shapes.get(value)
     if known is None:
         return False
     shape, dtype = known
-    return (dtype == wanted.dtype and len(shape) == wanted.ndim
+    return ((dtype == wanted.dtype or widened_integer(wanted.dtype, dtype))
+            and len(shape) == wanted.ndim
             and all(dim is None or dim == size for dim, size in zip(shape, wanted.shape,
                                                                    strict=True)))
+
+
+def widened_integer(torch_dtype: np.dtype, onnx_dtype: np.dtype) -> bool:
+    """Whether PyTorch's ``int64`` stands for the narrower integer an ONNX node computes.
+
+    PyTorch widens integer sums to ``int64`` (``cumsum`` of an ``int32`` mask); the
+    exporter's CumSum keeps the ``int32`` a later ``type_as`` casts back to
+    (XLM-RoBERTa's position ids). Not the other way: a narrowing ``type_as`` is a Cast.
+    """
+    onnx_dtype = np.dtype(onnx_dtype)
+    return (np.dtype(torch_dtype) == np.int64 and onnx_dtype.kind in "iu"
+            and onnx_dtype.itemsize < 8)
 
 
 def could_hold(shapes: Shapes, value: str, wanted: np.ndarray, sources: Sequence[str]) -> bool:

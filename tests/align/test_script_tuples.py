@@ -263,3 +263,36 @@ def test_a_linear_reading_a_returned_tuple_is_looked_inside(tmp_path):
     assert report.culprit is not None, report.summary()
     assert report.culprit.onnx_node == "/dense/MatMul", report.summary()
     assert report.culprit.torch_module == "dense", report.summary()
+
+
+class _PositionIds(nn.Module):
+    """Position ids counted over a mask, as XLM-RoBERTa makes them: ``cumsum`` of an
+    ``int32`` mask is ``int64`` in PyTorch, the exporter's CumSum stays ``int32``."""
+
+    def __init__(self):
+        super().__init__()
+        self.words = nn.Embedding(16, 8)
+        self.positions = nn.Embedding(16, 8)
+
+    def forward(self, ids):
+        mask = ids.ne(1).int()
+        positions = (torch.cumsum(mask, dim=1).type_as(mask) * mask).long() + 1
+        return self.words(ids) + self.positions(positions)
+
+
+def test_an_integer_cumsum_of_another_width_is_paired_and_named(tmp_path):
+    torch.manual_seed(0)
+    model, ids = _PositionIds().eval(), torch.tensor([[3, 5, 7, 2, 9, 1, 1]])
+    clean = _export(model, ids, tmp_path / "clean.onnx")
+    planted = tmp_path / "planted.onnx"
+    plant(clean, planted, set_attribute("/CumSum", "CumSum", "reverse", 1))
+    op_rows = bisect_onnx.SearchOptions(granularity="op")
+
+    at_parity = bisect_onnx.bisect(model, ids.numpy(), onnx_model=clean, search=op_rows)
+    report = bisect_onnx.bisect(model, ids.numpy(), onnx_model=planted, search=op_rows)
+
+    assert at_parity.verdict == "parity" and at_parity.hidden_divergences == []
+    assert "cumsum" in {row.fx_node for row in at_parity.comparisons}, at_parity.summary()
+    assert report.culprit is not None, report.summary()
+    assert report.culprit.onnx_node == "/CumSum", report.summary()
+    assert report.culprit.torch_op == "aten.cumsum", report.summary()
