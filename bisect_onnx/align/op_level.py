@@ -29,6 +29,7 @@ from bisect_onnx.runtime.sides import CapturedValue
 
 if TYPE_CHECKING:
     import onnx
+    import torch
     from torch.export import ExportedProgram
 
 __all__ = ["GRANULARITIES", "op_records", "align_op_values", "aggregate_ops",
@@ -139,12 +140,13 @@ def look_inside_first_divergence(
     record = report.culprit or report.first_divergence
     if record is None or record.fx_node is None:
         return None
-    segment = [node for node in segments.get(record.fx_node, ())
+    fx_node = _taken_from(next((node for node in program.graph.nodes
+                                if node.name == record.fx_node), None))
+    if fx_node is None:
+        return None
+    segment = [node for node in segments.get(fx_node.name, ())
                if node.op_type != "Constant"]
     if len(segment) < 2:
-        return None
-    fx_node = next((node for node in program.graph.nodes if node.name == record.fx_node), None)
-    if fx_node is None:
         return None
     reference = {name: value.array for name, value in ops.values.items()}
     reference.update(ops.graph_inputs)
@@ -161,6 +163,20 @@ def look_inside_first_divergence(
                   if finding.value is not None and finding.value in node.outputs), None)
     return Refinement(inside_op=inside,
                       node=named_node(found) if finding.node is not None else None)
+
+
+def _taken_from(fx_node: torch.fx.Node | None) -> torch.fx.Node | None:
+    """The op a ``getitem`` takes one output of (an LSTM's), else ``fx_node`` itself.
+
+    The rows of a tuple-valued op are its ``getitem`` nodes; its ONNX nodes (each
+    layer's LSTM, Transpose and Reshape) are the op's, so the look inside is the op's.
+    """
+    import operator
+
+    if (fx_node is not None and fx_node.target is operator.getitem and fx_node.args
+            and isinstance(fx_node.args[0], type(fx_node))):
+        return fx_node.args[0]
+    return fx_node
 
 
 def named_node(node: NodeInfo | None) -> tuple[str, str] | None:

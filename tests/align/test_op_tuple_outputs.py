@@ -1,0 +1,52 @@
+"""Dynamo files of ops with several outputs: the look inside is the op's, not its getitem's.
+
+A two-layer ``nn.LSTM`` is one ``aten.lstm`` whose ONNX nodes are each layer's LSTM,
+Transpose and Reshape; its row is the ``getitem`` taking its output. A weight planted
+in the second layer's LSTM was named at the op's last node, the Reshape: the look
+inside the culprit's op found no nodes for the ``getitem`` and gave up.
+"""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+import torch
+from torch import nn
+
+import bisect_onnx
+from tests.planting import export_dynamo, plant, scale_initializer_input
+
+
+class _WordModel(nn.Module):
+    """A two-layer LSTM and its decoder, as PyTorch's word language model."""
+
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.LSTM(8, 8, num_layers=2)
+        self.decoder = nn.Linear(8, 5)
+
+    def forward(self, x):
+        output, _ = self.rnn(x)
+        return self.decoder(output)
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory):
+    torch.manual_seed(0)
+    model, x = _WordModel().eval(), torch.randn(6, 2, 8)
+    return model, x.numpy(), export_dynamo(model, x, tmp_path_factory.mktemp("lstm"))
+
+
+def test_a_weight_of_the_second_lstm_layer_is_named_at_its_node(export, tmp_path):
+    model, x, clean = export
+    second = [node.name for node in onnx.load(str(clean)).graph.node
+              if node.op_type == "LSTM"][1]
+    planted = tmp_path / "planted.onnx"
+    recurrent_weight = 2
+    plant(clean, planted, scale_initializer_input(second, recurrent_weight, 1.05))
+
+    report = bisect_onnx.bisect(model, x, onnx_model=planted)
+
+    assert report.culprit is not None, report.summary()
+    assert report.culprit.onnx_node == second, report.summary()
+    assert report.culprit.torch_op == "aten.lstm.input", report.summary()
