@@ -68,6 +68,8 @@ def export_alone(module: torch.nn.Module, inputs: list[np.ndarray], *, exporter:
 
     Nothing is left behind: the export lives in a temporary folder for the run.
     """
+    from onnx import numpy_helper
+
     from bisect_onnx.pytorch.exporting import export_model
     from bisect_onnx.runtime.onnxruntime.runner import OnnxRuntimeRunner
 
@@ -76,8 +78,15 @@ def export_alone(module: torch.nn.Module, inputs: list[np.ndarray], *, exporter:
                                 opset=opset)
         runner = OnnxRuntimeRunner(exported.path, promote="all")  # every intermediate
         capture = runner.run(inputs).capture
+        # Its weights and inputs too: a node of the file may read, as computed values,
+        # what the op alone holds as weights (a GRU's zero state). Read while the
+        # folder, which may hold their data, is there.
+        values = {initializer.name: numpy_helper.to_array(initializer, folder)
+                  for initializer in runner.model.graph.initializer}
+    values.update({spec.name: array for spec, array in zip(runner.inputs, inputs, strict=False)})
+    values.update({name: value.array for name, value in capture.values.items()})
     return Translation([node for node in runner.model.graph.node if node.op_type != "Constant"],
-                       {name: value.array for name, value in capture.values.items()})
+                       values)
 
 
 @functools.cache

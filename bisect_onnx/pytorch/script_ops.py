@@ -56,7 +56,8 @@ class Argument:
 
     source: str
     """``value`` (``value`` names an op or a graph input), ``weight`` (a tensor of the
-    model) or ``constant`` (a literal: a number, a list of them, ``None``)."""
+    model, or a list of them: a recurrent op's) or ``constant`` (a literal: a number, a
+    list of them, ``None``)."""
     value: Any
     """By ``source``: the value's name (a ``str``), the tensor, or the literal, whose type
     only the op's schema says (its readers take each by position)."""
@@ -286,6 +287,8 @@ def _sources(names: dict[str, str], model: torch.jit.ScriptModule,
     packed; a data value the capture has no name for (a ``chunk``'s part) is named by
     its traced name, ``%x.1``: data, though no op value stands for it.
     """
+    import torch
+
     def source(value: torch.Value) -> tuple[str | None, torch.Tensor | None]:
         debug_name = value.debugName()
         held = [item.debugName() for item in _held(value)]
@@ -294,8 +297,8 @@ def _sources(names: dict[str, str], model: torch.jit.ScriptModule,
         if debug_name in data or any(item in data for item in held):
             return f"%{debug_name}", None
         argument = _argument(value, names, model)
-        return None, (argument.value if argument is not None and argument.source == "weight"
-                      else computed.get(debug_name))
+        weight = argument.value if argument is not None and argument.source == "weight" else None
+        return None, (weight if isinstance(weight, torch.Tensor) else computed.get(debug_name))
 
     return source
 
@@ -317,8 +320,9 @@ def _argument(value: torch.Value, names: dict[str, str],
         return Argument("constant", value.toIValue())
     if producer.kind() == "prim::ListConstruct":
         items = [_argument(item, names, model) for item in producer.inputs()]
-        if all(item is not None and item.source == "constant" for item in items):
-            return Argument("constant", [item.value for item in items])
+        for source in ("constant", "weight"):  # a GRU's weights come as one list
+            if items and all(item is not None and item.source == source for item in items):
+                return Argument(source, [item.value for item in items])
         return None
     if producer.kind() == "prim::GetAttr":
         chain = []

@@ -1,9 +1,13 @@
-"""Dynamo files of ops with several outputs: the look inside is the op's, not its getitem's.
+"""Recurrent ops with several outputs and layers: the look inside names the layer's node.
 
-A two-layer ``nn.LSTM`` is one ``aten.lstm`` whose ONNX nodes are each layer's LSTM,
-Transpose and Reshape; its row is the ``getitem`` taking its output. A weight planted
-in the second layer's LSTM was named at the op's last node, the Reshape: the look
-inside the culprit's op found no nodes for the ``getitem`` and gave up.
+Dynamo: a two-layer ``nn.LSTM`` is one ``aten.lstm`` whose ONNX nodes are each layer's
+LSTM, Transpose and Reshape; its row is the ``getitem`` taking its output. A weight
+planted in the second layer's LSTM was named at the op's last node, the Reshape: the
+look inside the culprit's op found no nodes for the ``getitem`` and gave up.
+
+TorchScript: ``aten::gru`` takes its weights as one list, which could not be called
+alone ("computed in the graph"); and its zero state is an Expand of a shape in the
+file but a weight of the op alone, so the GRU's node was "not compared before it".
 """
 
 from __future__ import annotations
@@ -14,15 +18,21 @@ import torch
 from torch import nn
 
 import bisect_onnx
-from tests.planting import export_dynamo, plant, scale_initializer_input
+from tests.planting import (
+    export_dynamo,
+    export_torchscript_at_parity,
+    plant,
+    scale_initializer_input,
+)
+from tests.torch_warnings import LEGACY_EXPORTER_DEPRECATED
 
 
 class _WordModel(nn.Module):
     """A two-layer LSTM and its decoder, as PyTorch's word language model."""
 
-    def __init__(self):
+    def __init__(self, cell: str = "LSTM"):
         super().__init__()
-        self.rnn = nn.LSTM(8, 8, num_layers=2)
+        self.rnn = getattr(nn, cell)(8, 8, num_layers=2)
         self.decoder = nn.Linear(8, 5)
 
     def forward(self, x):
@@ -50,3 +60,19 @@ def test_a_weight_of_the_second_lstm_layer_is_named_at_its_node(export, tmp_path
     assert report.culprit is not None, report.summary()
     assert report.culprit.onnx_node == second, report.summary()
     assert report.culprit.torch_op == "aten.lstm.input", report.summary()
+
+
+@LEGACY_EXPORTER_DEPRECATED
+def test_a_weight_of_a_torchscript_gru_layer_is_named_at_its_node(tmp_path):
+    torch.manual_seed(0)
+    model, x = _WordModel("GRU").eval(), torch.randn(6, 2, 8)
+    clean, planted = export_torchscript_at_parity(model, x, tmp_path)
+    recurrent_weight = 2
+    plant(clean, planted, scale_initializer_input("/rnn/GRU", recurrent_weight, 1.05))
+
+    report = bisect_onnx.bisect(model, x.numpy(), onnx_model=planted,
+                                search=bisect_onnx.SearchOptions(granularity="op"))
+
+    assert report.culprit is not None, report.summary()
+    assert report.culprit.onnx_node == "/rnn/GRU", report.summary()
+    assert report.inside_op is not None and report.inside_op.node == "/rnn/GRU"
