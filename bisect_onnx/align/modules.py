@@ -231,21 +231,24 @@ def _align_several_outputs(
             readers = consumers.get(name, set())
             if name in candidate_values and (not readers or not readers <= inside):
                 leaving.append(candidate_values[name])
+    def kind(value: CapturedValue) -> tuple[tuple[int, ...], np.dtype]:
+        return value.array.shape, value.array.dtype
+
+    # An LSTM returns its last hidden and cell states alike; the file may keep only
+    # one of them: a shape that two outputs share tells neither.
+    alike = Counter(kind(value) for value in values)
     for value in values:
-        matches = [
-            candidate for candidate in leaving
-            if candidate.array.shape == value.array.shape
-            and candidate.array.dtype == value.array.dtype
-        ]
-        if len(matches) == 1:
+        matches = [candidate for candidate in leaving if kind(candidate) == kind(value)]
+        if len(matches) == 1 and alike[kind(value)] == 1:
             alignment.pairs.append(Pair(value, matches[0]))
-        else:
-            what = "no value" if not matches else f"{len(matches)} values"
-            alignment.unaligned.append(Unaligned(
-                value.name,
-                f"the module returns {len(values)} tensors and {what} of this one's shape "
-                "and dtype leave the call: cannot tell which is which",
-            ))
+            continue
+        what = ("no value" if not matches else f"{len(matches)} values" if len(matches) > 1
+                else f"one value for its {alike[kind(value)]} outputs")
+        alignment.unaligned.append(Unaligned(
+            value.name,
+            f"the module returns {len(values)} tensors and {what} of this one's shape "
+            "and dtype leave the call: cannot tell which is which",
+        ))
 
 
 def _consumers(nodes: Sequence[NodeInfo]) -> dict[str, set[int]]:
