@@ -26,7 +26,7 @@ from bisect_onnx.graph.provenance import Provenance, fx_node_text, in_installed_
 from bisect_onnx.graph.view import GraphView
 from bisect_onnx.judge.reading import Reading
 from bisect_onnx.pipeline.torch_comparison import OpScope
-from bisect_onnx.pytorch.call_names import MadeFrom, made_from
+from bisect_onnx.pytorch.call_names import MadeFrom, made_from, split_name
 from bisect_onnx.pytorch.call_program import (
     CallOpCapture,
     InputsUnnamed,
@@ -230,6 +230,13 @@ def _made_from(model: onnx.ModelProto, group: Sequence[NodeInfo]) -> dict[str, M
         origin = made_from(fx_node_text(model.graph.node[node.index]), meta.torch_op)
         if origin is not None:
             known[meta.fx_node] = origin
+    # A tuple-valued op's outputs (an LSTM's) are named after the getitems taking them,
+    # FX nodes no ONNX node is made from: where nothing in the call reads them, only
+    # these names say which of the call's getitems is which.
+    for node in group:
+        for output in node.outputs:
+            if split_name(output)[0] == "getitem" and output not in known:
+                known[output] = MadeFrom(op=None, reads=None)
     return known
 
 

@@ -76,3 +76,50 @@ def test_a_weight_of_a_torchscript_gru_layer_is_named_at_its_node(tmp_path):
     assert report.culprit is not None, report.summary()
     assert report.culprit.onnx_node == "/rnn/GRU", report.summary()
     assert report.inside_op is not None and report.inside_op.node == "/rnn/GRU"
+
+
+class _FinalStates(nn.Module):
+    """An LSTM's output and its last hidden state, the cell state unused (PyTorch's
+    bidirectional LSTM test model): the file keeps the LSTM's Y and Y_h, not Y_c."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(8, 4, 1, batch_first=True, bidirectional=True)
+
+    def forward(self, x):
+        output, (hidden, _) = self.lstm(x)
+        return output.flatten(1) + hidden.sum()
+
+
+@pytest.fixture(scope="module")
+def final_states(tmp_path_factory):
+    torch.manual_seed(0)
+    model, x = _FinalStates().eval(), torch.randn(2, 5, 8)
+    return model, x.numpy(), export_dynamo(model, x, tmp_path_factory.mktemp("states"))
+
+
+def test_the_hidden_and_cell_states_are_not_both_paired_with_y_h(final_states):
+    """Both are [2, 2, 4]; one leaves the call: the cell state was compared with Y_h."""
+    model, x, clean = final_states
+
+    report = bisect_onnx.bisect(model, x, onnx_model=clean,
+                                search=bisect_onnx.SearchOptions(granularity="module"))
+
+    assert report.verdict == "parity", report.summary()
+    assert not any(row.failed for row in report.comparisons), report.table(show="all")
+    assert "lstm[1][1]" not in {row.torch_module for row in report.comparisons}
+
+
+def test_a_weight_of_the_call_traced_alone_is_named_at_its_lstm(final_states, tmp_path):
+    """The call's outputs are getitems no node of the call reads: named by the file."""
+    model, x, clean = final_states
+    lstm = next(node.name for node in onnx.load(str(clean)).graph.node
+                if node.op_type == "LSTM")
+    planted = tmp_path / "planted.onnx"
+    recurrent_weight = 2
+    plant(clean, planted, scale_initializer_input(lstm, recurrent_weight, 1.05))
+
+    report = bisect_onnx.bisect(model, x, onnx_model=planted)
+
+    assert report.culprit is not None, report.summary()
+    assert report.culprit.onnx_node == lstm, report.summary()
