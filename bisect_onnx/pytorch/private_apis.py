@@ -43,8 +43,8 @@ if TYPE_CHECKING:
 __all__ = ["CHECKED_ON", "PrivateApiMissing", "prepare_for_export", "torch_translations",
            "torchlib_translations", "recording_evaluator", "preload_translations",
            "is_op_overload", "tree_flatten", "tree_unflatten", "tree_map",
-           "remove_mutation", "graph_function", "version_counter", "script_graph",
-           "torchscript_translator"]
+           "prepare_script_graph", "graph_function",
+           "version_counter", "script_graph", "torchscript_translator"]
 
 logger = logging.getLogger(__name__)
 
@@ -286,18 +286,23 @@ def tree_map(function: Callable[[object], object], tree: object) -> object:
 # ---------------------------------------------------------------- TorchScript and tensors
 
 
-def remove_mutation(graph: torch.Graph) -> None:
-    """Make a TorchScript graph's in-place ops functional where that is safe.
+def prepare_script_graph(graph: torch.Graph) -> None:
+    """Make a TorchScript graph's in-place ops functional, and merge its repeated ones.
 
-    ``torch._C._jit_pass_remove_mutation``, checked on torch 2.13. Without it a value
-    an in-place op (``ReLU(inplace=True)``) later overwrites would be read after the
-    write, so a TorchScript model is not compared value by value at all.
+    ``torch._C._jit_pass_remove_mutation`` and ``torch._C._jit_pass_cse``, checked on
+    torch 2.13. Without the first, a value an in-place op (``ReLU(inplace=True)``) later
+    overwrites would be read after the write, so a TorchScript model is not compared
+    value by value at all. The second is the exporter's own: two ``zeros_like`` of one
+    tensor, and the products of each with one factor, are one node in its file (RWKV's
+    two state sums), so the traced graph must hold them as one op too, or every op
+    after them is paired with the next op's node.
     """
     import torch
 
-    run = _reach("torch", "torch._C._jit_pass_remove_mutation", _SCRIPT_LOST,
-                 lambda: torch._C._jit_pass_remove_mutation)
-    run(graph)
+    for name in ("_jit_pass_remove_mutation", "_jit_pass_cse"):
+        run = _reach("torch", f"torch._C.{name}", _SCRIPT_LOST,
+                     lambda name=name: getattr(torch._C, name))
+        run(graph)
 
 
 def graph_function(graph: torch.Graph, model: torch.jit.ScriptModule) -> Callable[..., object]:
@@ -305,7 +310,7 @@ def graph_function(graph: torch.Graph, model: torch.jit.ScriptModule) -> Callabl
 
     ``torch._C._create_function_from_graph`` called with the ScriptModule's C++ object
     (``model._c``) first, checked on torch 2.13. Without it as for
-    :func:`remove_mutation`.
+    :func:`prepare_script_graph`.
     """
     import torch
 

@@ -37,7 +37,7 @@ from bisect_onnx.pytorch.module_side import (
     to_numpy,
     to_tensor,
 )
-from bisect_onnx.pytorch.private_apis import graph_function, remove_mutation
+from bisect_onnx.pytorch.private_apis import graph_function, prepare_script_graph
 from bisect_onnx.pytorch.script_writes import as_computed
 from bisect_onnx.pytorch.shared_modules import canonical_path, module_aliases
 from bisect_onnx.pytorch.trace_scopes import resolve_hierarchy, scope_paths
@@ -148,8 +148,9 @@ def instrument_values(model: torch.jit.ScriptModule, aliases: Mapping[str, str] 
     """
     graph = model.inlined_graph
     # In-place ops (a ReLU(inplace=True) after a conv) would change captured values
-    # before the run returns them: make them functional where that is safe.
-    remove_mutation(graph)
+    # before the run returns them: make them functional where that is safe; and merge
+    # repeated ones as the exporter does.
+    prepare_script_graph(graph)
     classes = {path: getattr(module, "original_name", type(module).__name__)
                for path, module in model.named_modules() if path}
     top_level = list(graph.nodes())  # nodes inside If/Loop blocks are not promotable

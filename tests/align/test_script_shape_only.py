@@ -23,7 +23,11 @@ pytestmark = LEGACY_EXPORTER_DEPRECATED
 
 
 class _Recurrence(nn.Module):
-    """A state started from ``zeros_like(key[:, 0])``, stepped over the sequence."""
+    """A state started from ``zeros_like(key[:, -1])``, stepped over the sequence.
+
+    (With ``key[:, 0]`` the common-subexpression pass merges the select read for its
+    size with the first step's, which is data.)
+    """
 
     def __init__(self):
         super().__init__()
@@ -31,8 +35,8 @@ class _Recurrence(nn.Module):
 
     def forward(self, x):
         key = self.key(x)
-        state = torch.zeros_like(key[:, 0])
-        low = torch.zeros_like(key[:, 0]) - 1e4
+        state = torch.zeros_like(key[:, -1])
+        low = torch.zeros_like(key[:, -1]) - 1e4
         for index in range(key.shape[1]):
             current = key[:, index]
             low = torch.maximum(low, current)
@@ -91,3 +95,37 @@ def test_a_tensor_written_through_a_view_is_data_and_compared(tmp_path):
     assert later and not sizes & set(later), sizes
     paired = {pair.reference.name for pair in alignment.pairs}
     assert {name for name in later if name.startswith(("relu", "linear"))} <= paired
+
+
+class _TwoStates(nn.Module):
+    """Two sums started from ``zeros_like`` of one tensor, stepped together (RWKV's
+    numerator and denominator): the exporter's common-subexpression pass makes the two
+    zeros, and each one's first product, one node."""
+
+    def __init__(self):
+        super().__init__()
+        self.key = nn.Linear(8, 8)
+
+    def forward(self, x):
+        key = self.key(x)
+        numerator = torch.zeros_like(key[:, 0])
+        denominator = torch.zeros_like(key[:, 0])
+        for index in range(key.shape[1]):
+            current = key[:, index]
+            decay = (-current.abs()).exp()
+            numerator = decay * numerator + current
+            denominator = decay * denominator + 1.0
+        return numerator / denominator
+
+
+def test_repeated_ops_merged_by_the_exporter_claim_no_hidden_divergence(tmp_path):
+    torch.manual_seed(0)
+    model, x = _TwoStates().eval(), torch.randn(2, 4, 8)
+    path, _, _ = _aligned(model, x, tmp_path)
+
+    report = bisect_onnx.bisect(model, x.numpy(), onnx_model=path,
+                                search=bisect_onnx.SearchOptions(granularity="op"))
+
+    assert report.verdict == "parity", report.summary()
+    assert report.hidden_divergences == [], report.summary()
+    assert not any(row.failed for row in report.comparisons), report.table(show="all")
