@@ -300,6 +300,25 @@ def test_steps_whose_caches_pass_the_memory_budget_are_refused(llama, llama_torc
                                   runtime=bisect_onnx.RuntimeOptions(max_memory=1024))
 
 
+def test_steps_over_the_memory_budget_are_refused_before_the_export(llama, monkeypatch):
+    """A transformers model's cache shape is known before the export: no export is made."""
+    import bisect_onnx.decode.export
+
+    def no_export(*args: object, **kwargs: object) -> None:
+        raise AssertionError("exported before the memory budget was checked")
+
+    monkeypatch.setattr(bisect_onnx.decode.export, "export_decoder", no_export)
+    with pytest.raises(bisect_onnx.UsageError, match=r"^4 steps on a prompt of 8 tokens hold "
+                                                     r".* over the memory budget of 1.0 KiB; "
+                                                     "pass fewer --steps") as error:
+        bisect_onnx.bisect_decode(llama, steps=4,
+                                  runtime=bisect_onnx.RuntimeOptions(max_memory=1024))
+    assert "\n" not in str(error.value)
+    with pytest.raises(bisect_onnx.UsageError, match="prompt of 3 tokens"):  # [batch, sequence]
+        bisect_onnx.bisect_decode(llama, torch.zeros((2, 3), dtype=torch.long), steps=4,
+                                  runtime=bisect_onnx.RuntimeOptions(max_memory=1024))
+
+
 class PlainDecoder(torch.nn.Module):
     """One attention layer that takes and returns its cache as tensors."""
 
