@@ -61,8 +61,11 @@ def _tensor_without_data(data: mmap.mmap, start: int, end: int) -> bytes:
 
 def _rewrite(data: mmap.mmap, start: int, end: int, nested: dict[int, _Rewrite], *,
              dropped: frozenset[int] = frozenset()) -> bytes:
-    """The message in ``data[start:end]``, fields in ``dropped`` left out, ``nested``'s
-    length-delimited fields rewritten by their function."""
+    """The message in ``data[start:end]``, rewritten.
+
+    Fields in ``dropped`` are left out; ``nested``'s length-delimited fields are
+    rewritten by their function.
+    """
     parts: list[bytes] = []
     position = start
     while position < end:
