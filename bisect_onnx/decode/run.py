@@ -95,7 +95,8 @@ def bisect_decode(
         empty = _empty_cache(step, shapes, layout, batch=prompt_array.shape[0])
         if step.cache_tails is None:  # the cache's shape came from the file
             _check_memory(empty, prompt_array.shape, steps, runtime)
-        runner = RuntimeStepper(session, layout, path.name)
+        runner = RuntimeStepper(session, layout, path.name,
+                                stack=_stacking_fits(empty, prompt_array.shape, steps, runtime))
         loop = run_steps(TorchStepper(step), runner, prompt_array, empty, steps,
                          rtol=judged.base.rtol, atol=judged.base.atol)
         seconds.update(torch=loop.torch_seconds, runtime=loop.runtime_seconds)
@@ -277,6 +278,9 @@ def _check_positions(step: DecoderStep, prompt: tuple[int, ...], steps: int) -> 
 # Caches alive at once at the last step: PyTorch's state and outputs, the runtime's
 # teacher-forced outputs, its free-running state and outputs, the introduced step's state.
 _CACHE_COPIES = 6
+# With the step's two runtime runs stacked into one: both states' caches fed at once,
+# and both returned, while PyTorch's and the free-running state are alive.
+_STACKED_COPIES = 8
 
 
 def _check_memory(empty: tuple[np.ndarray, ...], prompt: tuple[int, ...], steps: int,
@@ -288,9 +292,7 @@ def _check_memory(empty: tuple[np.ndarray, ...], prompt: tuple[int, ...], steps:
     from bisect_onnx.runtime.memory import format_size
 
     positions = prompt[1] + steps
-    per_position = sum(array.shape[0] * int(np.prod(array.shape[1:2] + array.shape[3:]))
-                       for array in empty) * 4  # float32
-    need = _CACHE_COPIES * positions * per_position
+    need = _CACHE_COPIES * _cache_bytes(empty, prompt, steps)
     budget = runtime.budget()
     if budget is not None and need > budget:
         raise UsageError(f"{steps} steps on a prompt of {prompt[1]} tokens hold "
@@ -298,6 +300,20 @@ def _check_memory(empty: tuple[np.ndarray, ...], prompt: tuple[int, ...], steps:
                          f"{positions} positions), over the memory budget of "
                          f"{format_size(budget)}; pass fewer --steps, a shorter prompt, or "
                          "a larger --max-memory")
+
+
+def _stacking_fits(empty: tuple[np.ndarray, ...], prompt: tuple[int, ...], steps: int,
+                   runtime: RuntimeOptions) -> bool:
+    """Whether the caches of a step's two runtime runs stacked into one fit the budget."""
+    budget = runtime.budget()
+    return budget is None or _STACKED_COPIES * _cache_bytes(empty, prompt, steps) <= budget
+
+
+def _cache_bytes(empty: tuple[np.ndarray, ...], prompt: tuple[int, ...], steps: int) -> int:
+    """One copy of the cache at the last step, float32."""
+    per_position = sum(array.shape[0] * int(np.prod(array.shape[1:2] + array.shape[3:]))
+                       for array in empty) * 4
+    return (prompt[1] + steps) * per_position
 
 
 def _empty_cache(step: DecoderStep, shapes: Shapes, layout: CacheLayout,
