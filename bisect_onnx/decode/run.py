@@ -81,9 +81,7 @@ def bisect_decode(
     with (model_untouched(model),  # its buffers and modes as they came, on leaving
           tempfile.TemporaryDirectory(prefix="bisect-onnx-decode-") as folder):
         step = decoder_step(model, decode.cache_shape)
-        if prompt is None or isinstance(prompt, np.ndarray):  # before a long export
-            _check_positions(step, np.zeros((1, decode.prompt_length)) if prompt is None
-                             else np.atleast_2d(prompt), steps)
+        _check_before_export(step, prompt, decode, steps, runtime)
         seconds: dict[str, float] = {}
         path, exporter = _onnx_file(step, onnx_model, export, Path(folder), seconds)
         session = open_session(path, provider=runtime.provider, opt_level=runtime.opt_level)
@@ -93,10 +91,12 @@ def bisect_decode(
         layout = step.layout if onnx_model is None else _file_layout(step, session, decode)
         step = _step_for_file(step, layout, model)
         prompt_array = _prompt(prompt, decode, step, shapes, layout)
-        _check_positions(step, prompt_array, steps)
+        _check_positions(step, prompt_array.shape, steps)
         empty = _empty_cache(step, shapes, layout, batch=prompt_array.shape[0])
-        _check_memory(empty, prompt_array, steps, runtime)
-        runner = RuntimeStepper(session, layout, path.name)
+        if step.cache_tails is None:  # the cache's shape came from the file
+            _check_memory(empty, prompt_array.shape, steps, runtime)
+        runner = RuntimeStepper(session, layout, path.name,
+                                stack=_stacking_fits(empty, prompt_array.shape, steps, runtime))
         loop = run_steps(TorchStepper(step), runner, prompt_array, empty, steps,
                          rtol=judged.base.rtol, atol=judged.base.atol)
         seconds.update(torch=loop.torch_seconds, runtime=loop.runtime_seconds)
@@ -131,14 +131,13 @@ def _refuse_options(steps: int, tolerance: Tolerance | tuple[float, float] | Non
 def _judge(tolerance: Tolerance | tuple[float, float] | None, path: Path) -> ToleranceJudge:
     """The run's tolerance: an rtol or atol left out follows what the file computes in.
 
-    As :func:`bisect_onnx.bisect`'s: a float16 decoder gets float16's defaults.
+    As :func:`bisect_onnx.bisect`'s: a float16 decoder gets float16's defaults. Read
+    off the file's graph without its weights (0.8 s of a 0.2B decoder's run otherwise).
     """
-    import onnx
-
+    from bisect_onnx.graph.skeleton import load_skeleton
     from bisect_onnx.judge.tolerances import precision_of
 
-    return Tolerance.of(tolerance).judge(precision_of(onnx.load(str(path),
-                                                               load_external_data=False)))
+    return Tolerance.of(tolerance).judge(precision_of(load_skeleton(path)))
 
 
 def _cautions(model: torch.nn.Module) -> tuple[str, ...]:
@@ -249,10 +248,29 @@ def _check_vocabulary(prompt: np.ndarray, vocab: int | None, name: str) -> None:
                          f"{known}; pass token ids of this model's tokenizer")
 
 
-def _check_positions(step: DecoderStep, prompt: np.ndarray, steps: int) -> None:
-    if step.max_positions is not None and prompt.shape[1] + steps > step.max_positions:
-        raise InputError(f"a prompt of {prompt.shape[1]} tokens and {steps} steps need "
-                         f"{prompt.shape[1] + steps} positions and {step.name} has "
+def _check_before_export(step: DecoderStep, prompt: object, decode: DecodeOptions, steps: int,
+                         runtime: RuntimeOptions) -> None:
+    """Refuse a prompt and steps past the model's positions or the memory budget.
+
+    Before a long export, where the prompt's shape is known (drawn, or an array) and,
+    for the memory, the cache's (a ``transformers`` model's, or ``cache_shape``).
+    """
+    shape = getattr(prompt, "shape", None) if prompt is not None else (1, decode.prompt_length)
+    if shape is None or len(shape) not in (1, 2):
+        return  # left to the prompt's own checks
+    shape = tuple(shape) if len(shape) == 2 else (1, *shape)
+    _check_positions(step, shape, steps)
+    if step.cache_tails is not None:
+        empty = tuple(np.zeros((shape[0], tail[0], 0, *tail[1:]), dtype=np.float32)
+                      for pair in step.cache_tails for tail in pair)
+        _check_memory(empty, shape, steps, runtime)
+
+
+def _check_positions(step: DecoderStep, prompt: tuple[int, ...], steps: int) -> None:
+    """``prompt``: the prompt's shape, ``[batch, sequence]``."""
+    if step.max_positions is not None and prompt[1] + steps > step.max_positions:
+        raise InputError(f"a prompt of {prompt[1]} tokens and {steps} steps need "
+                         f"{prompt[1] + steps} positions and {step.name} has "
                          f"{step.max_positions}; pass a shorter prompt (--input) or fewer "
                          "--steps")
 
@@ -260,24 +278,42 @@ def _check_positions(step: DecoderStep, prompt: np.ndarray, steps: int) -> None:
 # Caches alive at once at the last step: PyTorch's state and outputs, the runtime's
 # teacher-forced outputs, its free-running state and outputs, the introduced step's state.
 _CACHE_COPIES = 6
+# With the step's two runtime runs stacked into one: both states' caches fed at once,
+# and both returned, while PyTorch's and the free-running state are alive.
+_STACKED_COPIES = 8
 
 
-def _check_memory(empty: tuple[np.ndarray, ...], prompt: np.ndarray, steps: int,
+def _check_memory(empty: tuple[np.ndarray, ...], prompt: tuple[int, ...], steps: int,
                   runtime: RuntimeOptions) -> None:
-    """Refuse steps whose caches would not fit the memory budget, before any runs."""
+    """Refuse steps whose caches would not fit the memory budget, before any runs.
+
+    ``empty``: the prefill's cache (its shapes); ``prompt``: ``[batch, sequence]``.
+    """
     from bisect_onnx.runtime.memory import format_size
 
-    positions = prompt.shape[1] + steps
-    per_position = sum(array.shape[0] * int(np.prod(array.shape[1:2] + array.shape[3:]))
-                       for array in empty) * 4  # float32
-    need = _CACHE_COPIES * positions * per_position
+    positions = prompt[1] + steps
+    need = _CACHE_COPIES * _cache_bytes(empty, prompt, steps)
     budget = runtime.budget()
     if budget is not None and need > budget:
-        raise UsageError(f"{steps} steps on a prompt of {prompt.shape[1]} tokens hold "
+        raise UsageError(f"{steps} steps on a prompt of {prompt[1]} tokens hold "
                          f"{format_size(need)} of caches at once ({_CACHE_COPIES} copies of "
                          f"{positions} positions), over the memory budget of "
                          f"{format_size(budget)}; pass fewer --steps, a shorter prompt, or "
                          "a larger --max-memory")
+
+
+def _stacking_fits(empty: tuple[np.ndarray, ...], prompt: tuple[int, ...], steps: int,
+                   runtime: RuntimeOptions) -> bool:
+    """Whether the caches of a step's two runtime runs stacked into one fit the budget."""
+    budget = runtime.budget()
+    return budget is None or _STACKED_COPIES * _cache_bytes(empty, prompt, steps) <= budget
+
+
+def _cache_bytes(empty: tuple[np.ndarray, ...], prompt: tuple[int, ...], steps: int) -> int:
+    """One copy of the cache at the last step, float32."""
+    per_position = sum(array.shape[0] * int(np.prod(array.shape[1:2] + array.shape[3:]))
+                       for array in empty) * 4
+    return (prompt[1] + steps) * per_position
 
 
 def _empty_cache(step: DecoderStep, shapes: Shapes, layout: CacheLayout,

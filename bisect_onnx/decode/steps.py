@@ -9,6 +9,7 @@ teacher-forced run lacks came through the cache).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from bisect_onnx.decode.step_report import Deviation, StepComparison, StepRow
+from bisect_onnx.errors import BisectOnnxError
 
 if TYPE_CHECKING:
     import onnxruntime as ort
@@ -27,6 +29,8 @@ if TYPE_CHECKING:
 
 __all__ = ["StepState", "TorchStepper", "RuntimeStepper", "StepLoop", "open_session",
            "run_steps"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -88,14 +92,27 @@ def open_session(path: Path, *, provider: str, opt_level: str) -> ort.InferenceS
 
 
 class RuntimeStepper:
-    """The runtime side: one ONNX Runtime session run per step."""
+    """The runtime side: one ONNX Runtime session run per step and state.
 
-    def __init__(self, session: ort.InferenceSession, layout: CacheLayout, label: str) -> None:
+    A step's teacher-forced and free-running runs may go as one run of both states
+    stacked along the batch axis (:meth:`run_both`): reading the weights dominates a
+    decode step, and two rows cost little more than one. ONNX Runtime's CPU kernels
+    compute each row on its own, so the rows come out as the separate runs' bit for
+    bit; that is checked on the first step that runs both, and where it does not hold
+    (or the file's batch axis is fixed) every step runs the two states apart.
+    """
+
+    def __init__(self, session: ort.InferenceSession, layout: CacheLayout, label: str, *,
+                 stack: bool = True) -> None:
+        """``stack``: whether the two runs of a step may go as one (memory allows it)."""
         self.session = session
         self.layout = layout
         self.label = label
         self.types = {value.name: value.type for value in self.session.get_inputs()}
         self.seconds = 0.0
+        self.stacking: bool | None = None if stack and _batch_is_free(session) else False
+        """Whether the two runs of a step go as one: ``None`` until the first step
+        that runs both has compared the stacked run with the separate ones."""
 
     def run(self, state: StepState) -> list[np.ndarray]:
         """The step's outputs in the layout's order, as float32 arrays.
@@ -103,9 +120,48 @@ class RuntimeStepper:
         An input the file does not take is not fed: the TorchScript exporter drops an
         ``attention_mask`` the model never reads.
         """
-        feed = {name: _as_type(array, self.types[name])
-                for name, array in zip(self.layout.input_names(), state.arrays(self.layout),
-                                       strict=True) if name in self.types}
+        return self._run(self._feed(state.arrays(self.layout)))
+
+    def run_both(self, teacher: StepState,
+                 free: StepState) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """The outputs of the teacher-forced and the free-running run of one step."""
+        if self.stacking is False:
+            return self.run(teacher), self.run(free)
+        stacked = self._run_stacked(teacher, free)
+        if self.stacking is None:
+            separate = self.run(teacher), self.run(free)
+            self.stacking = stacked is not None and all(
+                np.array_equal(one, other, equal_nan=True)
+                for ours, theirs in zip(stacked, separate, strict=True)
+                for one, other in zip(ours, theirs, strict=True))
+            logger.info("the teacher-forced and free-running runs of a step go %s",
+                        "as one, stacked (its rows are the separate runs' bit for bit)"
+                        if self.stacking else "apart (a stacked run differs or fails)")
+            return separate
+        return stacked if stacked is not None else (self.run(teacher), self.run(free))
+
+    def _run_stacked(self, teacher: StepState, free: StepState,
+                     ) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
+        """Both states as one batch, the outputs split again; ``None`` if it fails."""
+        batch = int(teacher.tokens.shape[0])
+        feed = self._feed([np.concatenate(pair) for pair in zip(
+            teacher.arrays(self.layout), free.arrays(self.layout), strict=True)])
+        try:
+            outputs = self._run(feed)
+        except BisectOnnxError as error:  # the two runs apart say what fails, if anything
+            logger.debug("a stacked run failed: %s", error)
+            return None
+        # The free-running half is kept as the next step's cache: its own copy, so
+        # that it does not hold the teacher-forced half alive with it.
+        return ([output[:batch] for output in outputs],
+                [output[batch:].copy() for output in outputs])
+
+    def _feed(self, arrays: list[np.ndarray]) -> dict[str, np.ndarray]:
+        return {name: _as_type(array, self.types[name])
+                for name, array in zip(self.layout.input_names(), arrays, strict=True)
+                if name in self.types}
+
+    def _run(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
         started = time.perf_counter()
         try:
             outputs = self.session.run(self.layout.output_names(), feed)
@@ -114,8 +170,15 @@ class RuntimeStepper:
 
             raise refusal(f"ONNX Runtime failed to run a decode step of {self.label}",
                           error) from error
-        self.seconds += time.perf_counter() - started
+        finally:
+            self.seconds += time.perf_counter() - started
         return [np.asarray(output, dtype=np.float32) for output in outputs]
+
+
+def _batch_is_free(session: ort.InferenceSession) -> bool:
+    """Whether every input and output of ``session`` has a batch axis of any size."""
+    values = [*session.get_inputs(), *session.get_outputs()]
+    return all(value.shape and not isinstance(value.shape[0], int) for value in values)
 
 
 def _as_type(array: np.ndarray, onnx_type: str) -> np.ndarray:
@@ -147,8 +210,10 @@ def run_steps(torch_side: TorchStepper, runtime: RuntimeStepper, prompt: np.ndar
     introduced: StepState | None = None
     for step in range(steps + 1):
         expected = torch_side.run(reference)
-        teacher = runtime.run(reference)
-        own = runtime.run(free) if step else teacher  # at step 0 both sides' states agree
+        if step:
+            teacher, own = runtime.run_both(reference, free)
+        else:  # at step 0 both sides' states agree
+            teacher = own = runtime.run(reference)
         rows.append(StepRow(
             step=step, position=reference.past_length, length=int(reference.tokens.shape[1]),
             reference_token=_chosen(expected), teacher_token=_chosen(teacher),
