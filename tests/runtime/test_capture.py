@@ -191,3 +191,19 @@ def test_the_layout_transformer_is_disabled_only_where_it_rewrote_the_graph(monk
     assert plans["tiny_mlp"].mode == "fusion-preserving"
     if platform.machine().lower() in ("x86_64", "amd64"):  # where NCHWc kernels exist
         assert plans["resnet_like"].disabled_optimizers == [capture_plan.NCHWC_TRANSFORMER]
+
+
+def test_the_promoted_model_is_the_files_bytes_with_its_outputs_appended(tmp_path):
+    path = tmp_path / "resnet_like.onnx"
+    path.write_bytes(repo_path(FIXTURES["resnet_like"].onnx_file).read_bytes())
+    runner = OnnxRuntimeRunner(path)
+    promoted = runner.promoted_bytes({"relu", "relu_1"})
+    # Nothing serialized again: the file as it is, and a message adding the outputs.
+    assert promoted.startswith(path.read_bytes())
+    model = onnx.load_from_string(promoted)
+    assert [value.name for value in model.graph.output] == ["linear", "relu", "relu_1"]
+    assert len(model.graph.node) == len(runner.model.graph.node)
+    # A file written since is not the model read: the model read is what is promoted.
+    path.write_bytes(b"written since")
+    assert onnx.load_from_string(runner.promoted_bytes({"relu", "relu_1"})) == model
+    assert [value.name for value in runner.model.graph.output] == ["linear"]
