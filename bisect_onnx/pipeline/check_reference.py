@@ -208,6 +208,7 @@ def check_models(loaded: Reference, candidate: Runner, tolerance: Tolerance,
         rtol=rtol, atol=atol, rules=rules,
         all_culprits=search.all_culprits, fixes=fixes,
         user_paths=(onnx_model, onnx_model), manifest=manifest, other_file=other,
+        converted=manifest.converted if other is None else {},
         tolerance_basis=basis, op_segments={} if other is not None else {
             name: [candidate.nodes[index] for index in nodes]
             for name, nodes in manifest.op_segments.items()})
