@@ -176,8 +176,9 @@ def check_models(loaded: Reference, candidate: Runner, tolerance: Tolerance,
     ``digest``: the candidate graph's, where it was hashed already.
     """
     manifest = loaded.manifest
-    why = difference(manifest.graph, digest or graph_digest(candidate.model,
-                                                            candidate.path.resolve().parent))
+    if digest is None:
+        digest = graph_digest(candidate.model, candidate.path.resolve().parent)
+    why = difference(manifest.graph, digest)
     shown = onnx_model or "the ONNX file"
     other = None
     if why is not None:
