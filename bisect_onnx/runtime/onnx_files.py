@@ -16,7 +16,7 @@ from bisect_onnx.graph.walk import graph_tensors
 if TYPE_CHECKING:
     import onnx
 
-__all__ = ["load_onnx_model", "hand_over", "file_key", "file_bytes_with"]
+__all__ = ["load_onnx_model", "hand_over", "file_key"]
 
 #: A model read for its graph's inputs alone, kept for the next reader of the same
 #: file (unchanged since): a file with its weights inside takes seconds to parse.
@@ -39,24 +39,6 @@ def file_key(path: Path) -> tuple[str, int, int] | None:
     try:
         return _file_key(path)
     except OSError:
-        return None
-
-
-def file_bytes_with(path: Path, key: tuple[str, int, int] | None, suffix: bytes) -> bytes | None:
-    """The file's bytes with ``suffix`` after them, where it is unchanged since ``key``.
-
-    ``None`` where it changed (or cannot be read): its model is then not the file's.
-    The file is mapped, not read: the bytes are copied once, into the result.
-    """
-    import mmap
-
-    if key is None or file_key(path) != key:
-        return None
-    try:
-        with path.open("rb") as stream, mmap.mmap(stream.fileno(), 0,
-                                                  access=mmap.ACCESS_READ) as mapped:
-            return b"".join((mapped, suffix))
-    except (OSError, ValueError):  # (an empty file cannot be mapped)
         return None
 
 

@@ -21,7 +21,7 @@ from bisect_onnx.graph.provenance import Provenance
 from bisect_onnx.graph.walk import graph_tensors
 from bisect_onnx.graph.weights import weight_bytes
 from bisect_onnx.judge.compare import compare_arrays
-from bisect_onnx.runtime.onnx_files import file_bytes_with, file_key
+from bisect_onnx.runtime.onnx_files import file_key
 from bisect_onnx.runtime.onnxruntime.capture_plan import (
     CapturePlan,
     check_capture_graph,
@@ -47,6 +47,7 @@ from bisect_onnx.runtime.runner import (
     Session,
 )
 from bisect_onnx.runtime.sides import CapturedValue, JsonObject
+from bisect_onnx.runtime.weights_in_place import weights_in_place
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -314,15 +315,16 @@ class OnnxRuntimeRunner(Runner):
 
         ``wanted`` limits them to those names (fusion-preserving capture).
 
-        Where the file is as its model was read, its own bytes with a message that adds
-        the outputs after them: protobuf merges a message read twice, and appends to a
-        repeated field, so ONNX Runtime parses the model with the outputs appended,
-        and nothing is serialized (BERT-base's 440 MB took twice as long serialized
-        as copied). Otherwise the outputs are appended to the loaded model only for
-        its serialization, not to a copy: a copy would hold every inline weight a
-        second time. Plain protos rather than onnx-graphsurgeon: its exporter wants
-        typed outputs and would pull every external weight into memory, while ORT is
-        content with untyped ``ValueInfoProto`` outputs.
+        Where the file is as its model was read, its own bytes, its large inline
+        weights referenced where they lie in it (:mod:`bisect_onnx.runtime.weights_in_place`:
+        nothing serialized, no weight copied or parsed again), and after them a
+        message adding the outputs: protobuf merges a message read twice, and appends
+        to a repeated field, so ONNX Runtime reads the model with the outputs appended.
+        Otherwise the outputs are appended to the loaded model only for its
+        serialization, not to a copy: a copy would hold every inline weight a second
+        time. Plain protos rather than onnx-graphsurgeon: its exporter wants typed
+        outputs and would pull every external weight into memory, while ORT is content
+        with untyped ``ValueInfoProto`` outputs.
         """
         import onnx
 
@@ -337,10 +339,10 @@ class OnnxRuntimeRunner(Runner):
                 if output and output not in present and (wanted is None or output in wanted):
                     added.append(onnx.ValueInfoProto(name=output))
                     present.add(output)
-        appended = file_bytes_with(self.path, self._read_as, onnx.ModelProto(
-            graph=onnx.GraphProto(output=added)).SerializeToString())
-        if appended is not None:
-            return appended
+        in_place = weights_in_place(self.path, self._read_as)
+        if in_place is not None:
+            return in_place + onnx.ModelProto(graph=onnx.GraphProto(
+                output=added)).SerializeToString()
         original = len(graph.output)
         try:
             graph.output.extend(added)
