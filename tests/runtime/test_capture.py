@@ -224,7 +224,14 @@ def test_the_promoted_model_leaves_the_files_weights_where_they_lie(tmp_path):
     theirs = create_session(expected.SerializeToString(), model_dir=tmp_path,
                             label="serialized").run(None, {"x": x})
     assert all(np.array_equal(a, b) for a, b in zip(ours, theirs, strict=True))
+    # Production too is made on the file's weights where they lie.
+    production = runner.file_source()
+    assert isinstance(production, bytes) and len(production) < path.stat().st_size / 2
+    ours = create_session(production, model_dir=tmp_path, label="in place").run(None, {"x": x})
+    theirs = create_session(path, model_dir=tmp_path, label="file").run(None, {"x": x})
+    assert all(np.array_equal(a, b) for a, b in zip(ours, theirs, strict=True))
     # A file written since is not the model read: the model read is what is promoted.
     path.write_bytes(b"written since")
+    assert runner.file_source() == path
     assert onnx.load_from_string(runner.promoted_bytes(wanted)) == expected
     assert [value.name for value in runner.model.graph.output] == ["linear"]
