@@ -83,11 +83,14 @@ def _referenced(data: mmap.mmap, start: int, end: int, location: str) -> bytes |
     raw = next(((payload, field_end) for number, _, payload, field_end in fields
                 if number == _RAW_DATA), None)
     if raw is None or raw[1] - raw[0] < IN_PLACE_FROM or any(
-            number in (_EXTERNAL_DATA, _DATA_LOCATION) for number, *_ in fields):
+            number == _EXTERNAL_DATA or (number == _DATA_LOCATION
+                                         and _read_varint(data, payload)[0] != 0)
+            for number, _, payload, _ in fields):
         return None
     tensor = bytearray()
     for number, field_start, _, field_end in fields:
-        if number != _RAW_DATA:
+        # (a data_location said DEFAULT, as onnx writes a weight it read back, goes too)
+        if number not in (_RAW_DATA, _DATA_LOCATION):
             tensor += data[field_start:field_end]
     for entry_key, value in (("location", location), ("offset", str(raw[0])),
                              ("length", str(raw[1] - raw[0]))):

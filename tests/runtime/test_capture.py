@@ -235,3 +235,17 @@ def test_the_promoted_model_leaves_the_files_weights_where_they_lie(tmp_path):
     assert runner.file_source() == path
     assert onnx.load_from_string(runner.promoted_bytes(wanted)) == expected
     assert [value.name for value in runner.model.graph.output] == ["linear"]
+
+
+def test_weights_said_to_be_inline_are_read_where_they_lie_too(tmp_path):
+    # onnx writes ``data_location: DEFAULT`` on a weight it read back from external data.
+    model = onnx.load(str(repo_path(FIXTURES["resnet_like"].onnx_file)))
+    for tensor in model.graph.initializer:
+        tensor.data_location = onnx.TensorProto.DEFAULT
+    path = tmp_path / "said_inline.onnx"
+    onnx.save(model, str(path))
+    source = OnnxRuntimeRunner(path).file_source()
+    assert isinstance(source, bytes) and len(source) < path.stat().st_size / 2
+    referenced = [tensor for tensor in onnx.load_from_string(source).graph.initializer
+                  if tensor.data_location == onnx.TensorProto.EXTERNAL]
+    assert referenced and all(not tensor.raw_data for tensor in referenced)
