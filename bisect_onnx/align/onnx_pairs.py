@@ -35,7 +35,7 @@ import numpy as np
 
 from bisect_onnx.align.kept_names import NAME_KEPT_FOR_OTHER_SHAPE, TAKEN_OVER, reshaped, taken_over
 from bisect_onnx.align.modules import Unaligned
-from bisect_onnx.align.quantization import Quantization
+from bisect_onnx.align.quantization import Conversion, Quantization
 from bisect_onnx.align.structural_match import Agree
 
 if TYPE_CHECKING:
@@ -99,9 +99,12 @@ class Pairing:
 class CandidateGroups:
     """The candidate graph's values grouped by the value they were converted from."""
 
-    def __init__(self, model: onnx.ModelProto, base_dir: str) -> None:
+    def __init__(self, model: onnx.ModelProto, base_dir: str,
+                 converted: Mapping[str, Conversion] | None = None) -> None:
         self.model = model
         self.base_dir = base_dir
+        self.converted = dict(converted or {})
+        """A recorded reference's values compared only once converted, by candidate name."""
         self.producers = {output: node for node in model.graph.node for output in node.output
                           if output}
         self.names = set(self.producers) | {info.name for info in model.graph.input}
@@ -289,6 +292,11 @@ def _pair_by_name(name: str, dtype: np.dtype, groups: CandidateGroups,
     source = groups.source(name)
     members = groups.members.get(source, [])
     node = groups.computing_node(source)
+    conversion = groups.converted.get(name)
+    if conversion is not None:  # recorded as the comparison that converted it paired it
+        return (ValuePair(name, name, node, conversion.how,
+                          groups.quantization(conversion.quantized_as))
+                if name in captured else None)
     quantized = groups.quantized(source)
     # A float reference whose namesake a converter put through Q/DQ pairs the reference
     # lacks (float against QDQ) stands for what the pairs' consumers read. Where the

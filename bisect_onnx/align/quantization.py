@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Quantization"]
+__all__ = ["Quantization", "Conversion"]
 
 
 @dataclass(frozen=True)
@@ -55,3 +55,18 @@ class Quantization:
         quantized = np.clip(np.rint(value.astype(np.float32) / scale) + zero, limits.min,
                             limits.max)
         return self.dequantize(quantized.astype(integer))
+
+
+@dataclass(frozen=True)
+class Conversion:
+    """How a reference value recorded under a candidate value's name is compared with it.
+
+    A QDQ candidate's value the in-process comparison judged only once converted: its
+    QuantizeLinear's integers dequantized, or a float put through its QDQ pair. A
+    check pairs by name, so the recording says how, and whose pair converts it.
+    """
+
+    how: str
+    """``dequantized`` or ``requantized`` (:class:`~bisect_onnx.align.onnx_pairs.ValuePair`)."""
+    quantized_as: str
+    """The value whose Q/DQ pair's parameters convert it (the pair's ``quantization``)."""

@@ -33,7 +33,9 @@ if TYPE_CHECKING:
     import onnx
     import torch
 
-__all__ = ["look_inside_script_op", "references_by_onnx_value"]
+    from bisect_onnx.judge.records import Record
+
+__all__ = ["look_inside_script_op", "references_by_onnx_value", "script_inside_values"]
 
 logger = logging.getLogger(__name__)
 
@@ -78,12 +80,10 @@ def look_inside_script_op(report: Reading, segments: Mapping[str, Sequence[NodeI
     be named.
     """
     record = report.culprit or report.first_divergence
-    if record is None or record.fx_node is None:
+    culprit = _culprit_op(record, segments, ops)
+    if culprit is None:
         return None, None
-    segment = [node for node in segments.get(record.fx_node, ()) if node.op_type != "Constant"]
-    op = next((op for op in ops.ops if op.name == record.fx_node), None)
-    if len(segment) < 2 or op is None:
-        return None, None
+    op, segment = culprit
     node, value, how = _localize(op, ops, [model.graph.node[item.index] for item in segment],
                                  candidate_values, rtol=tolerance.of(record).rtol,
                                  atol=tolerance.of(record).atol,
@@ -94,6 +94,51 @@ def look_inside_script_op(report: Reading, segments: Mapping[str, Sequence[NodeI
     found = next((item for item in segment if value is not None and value in item.outputs),
                  None)
     return inside, found if node is not None else None
+
+
+def script_inside_values(record: Record, segments: Mapping[str, Sequence[NodeInfo]],
+                         ops: ScriptOpCapture, model: onnx.ModelProto, *,
+                         opset: int | None) -> dict[str, np.ndarray]:
+    """What the look inside ``record``'s op computes in PyTorch, by the file's value names.
+
+    The op exported alone again (the look inside keeps nothing) and run on PyTorch's
+    values, each value under the name of the file's node output it pairs with by
+    structure: a recording keeps them, so that a check where PyTorch is not compares
+    inside the op too. Empty where the look inside cannot be made.
+    """
+    from bisect_onnx.search.decomposition import pair_by_structure
+
+    culprit = _culprit_op(record, segments, ops)
+    if culprit is None:
+        return {}
+    op, segment = culprit
+    try:
+        alone = _translate_alone(op, ops, opset)
+    except Exception:  # as the look inside itself: what cannot be exported is not kept
+        logger.debug("exporting %s alone failed", op.name, exc_info=True)
+        return {}
+    protos = [model.graph.node[item.index] for item in segment]
+    pairs = pair_by_structure(protos, alone.nodes)
+    found: dict[str, np.ndarray] = {}
+    for node in protos:
+        fresh = pairs.get(node.name or id(node))
+        for value, theirs in zip(node.output, fresh.output if fresh is not None else (),
+                                 strict=False):
+            if value and theirs in alone.values:
+                found[value] = np.asarray(alone.values[theirs])
+    return found
+
+
+def _culprit_op(record: Record | None, segments: Mapping[str, Sequence[NodeInfo]],
+                ops: ScriptOpCapture) -> tuple[ScriptOp, list[NodeInfo]] | None:
+    """The traced op ``record`` names and its nodes, where it is one of several nodes."""
+    if record is None or record.fx_node is None:
+        return None
+    segment = [node for node in segments.get(record.fx_node, ()) if node.op_type != "Constant"]
+    op = next((op for op in ops.ops if op.name == record.fx_node), None)
+    if len(segment) < 2 or op is None:
+        return None
+    return op, segment
 
 
 def _localize(op: ScriptOp, ops: ScriptOpCapture, segment: Sequence[onnx.NodeProto],

@@ -11,7 +11,9 @@ as the recording showed them (:mod:`bisect_onnx.pipeline.recorded_rows`).
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -34,12 +36,13 @@ from bisect_onnx.pipeline.repro import write_sample_repro
 from bisect_onnx.pipeline.samples import as_arrays, compare_samples
 from bisect_onnx.pipeline.stages import run_stages
 from bisect_onnx.reference.archive import MODEL
-from bisect_onnx.reference.graph_digest import difference, graph_digest
+from bisect_onnx.reference.graph_digest import GraphDigest, difference, graph_digest
 from bisect_onnx.reference.loaded import Reference
 from bisect_onnx.reference.manifest import PYTORCH, Manifest
 from bisect_onnx.runtime.heap import give_back, kept_in_heap
 from bisect_onnx.runtime.recorded.runner import RecordedRunner
 from bisect_onnx.runtime.runner import Runner
+from bisect_onnx.search.modes import over_budget
 from bisect_onnx.sources.arrangement import arrange_inputs
 from bisect_onnx.sources.file_kinds import check_onnx_file
 from bisect_onnx.sources.graph_inputs import check_against_onnx
@@ -50,7 +53,7 @@ if TYPE_CHECKING:
     from bisect_onnx.judge.tolerances import Judge, ToleranceRule
     from bisect_onnx.runtime.sides import SampleArrays
 
-__all__ = ["check", "reference_onnx_path", "check_models",
+__all__ = ["check", "reference_onnx_path", "check_models", "digest_while_planning",
            "recorded_inputs"]
 
 OTHER_FILE = ("{onnx} is not the graph the reference was recorded on: {why}; check the file "
@@ -110,12 +113,14 @@ def check(reference: str | Path | Reference, onnx_model: str | Path | None = Non
     with tempfile.TemporaryDirectory(prefix="bisect-onnx-check-") as workdir:
         path = reference_onnx_path(loaded, onnx_model, Path(workdir))
         candidate = runtime.runner(path)
-        models = replace(check_models(loaded, candidate, Tolerance.of(tolerance), search,
-                                      fixes, allow_other_file, onnx_model),
-                         recorded=loaded, budget=runtime.budget())
-        arrays = recorded_inputs(loaded, candidate, inputs)
         try:
             with kept_in_heap(candidate.holds_weights_once):
+                digest = digest_while_planning(candidate, loaded, runtime.budget())
+                models = replace(check_models(loaded, candidate, Tolerance.of(tolerance),
+                                              search, fixes, allow_other_file, onnx_model,
+                                              digest=digest),
+                                 recorded=loaded, budget=runtime.budget())
+                arrays = recorded_inputs(loaded, candidate, inputs)
                 report = compare_samples(
                     [(arrays, "recorded")], partial(_run_sample, models, candidate),
                     repro_dir=output.repro_dir, kind=None)
@@ -140,13 +145,40 @@ def reference_onnx_path(loaded: Reference, onnx_model: str | Path | None, folder
     return Path(recorded)
 
 
+def digest_while_planning(candidate: Runner, loaded: Reference,
+                          budget: int | None) -> GraphDigest:
+    """The candidate graph's digest, hashed while the runtime plans its capture.
+
+    Hashing every weight (a quarter of a second for BERT-base's 440 MB) and making
+    ONNX Runtime's planning session (production's optimized graph) both let go of
+    Python's lock: side by side, the check pays for the longer one only. Only where
+    the sample will be captured (within the memory ``budget``) and the runtime's
+    planning leaves a core free (a compiling runtime's takes every core). A planning
+    that fails is not reported here: the capture plans again in its place, after the
+    graph and the inputs were checked, and says why then.
+    """
+    folder = candidate.path.resolve().parent
+    if not candidate.prepares_on_one_core or over_budget(candidate, loaded.inputs(), budget):
+        return graph_digest(candidate.model, folder)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="bisect-onnx-digest") as pool:
+        digest = pool.submit(graph_digest, candidate.model, folder)
+        with contextlib.suppress(Exception):  # the capture plans again, and says why
+            candidate.prepare()
+        return digest.result()
+
+
 def check_models(loaded: Reference, candidate: Runner, tolerance: Tolerance,
             search: SearchOptions, fixes: FixOptions, allow_other_file: bool,
-            onnx_model: str | Path | None) -> CheckModels:
-    """The recorded reference beside the candidate, its graph checked to be the recorded one."""
+            onnx_model: str | Path | None, *, digest: GraphDigest | None = None,
+            ) -> CheckModels:
+    """The recorded reference beside the candidate, its graph checked to be the recorded one.
+
+    ``digest``: the candidate graph's, where it was hashed already.
+    """
     manifest = loaded.manifest
-    why = difference(manifest.graph, graph_digest(candidate.model,
-                                                  candidate.path.resolve().parent))
+    if digest is None:
+        digest = graph_digest(candidate.model, candidate.path.resolve().parent)
+    why = difference(manifest.graph, digest)
     shown = onnx_model or "the ONNX file"
     other = None
     if why is not None:
@@ -177,6 +209,7 @@ def check_models(loaded: Reference, candidate: Runner, tolerance: Tolerance,
         rtol=rtol, atol=atol, rules=rules,
         all_culprits=search.all_culprits, fixes=fixes,
         user_paths=(onnx_model, onnx_model), manifest=manifest, other_file=other,
+        converted=manifest.converted if other is None else {},
         tolerance_basis=basis, op_segments={} if other is not None else {
             name: [candidate.nodes[index] for index in nodes]
             for name, nodes in manifest.op_segments.items()})

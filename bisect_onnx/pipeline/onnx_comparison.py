@@ -110,7 +110,8 @@ def compare_onnx_sample(sample: OnnxSample) -> tuple[ComparisonFindings, Paired]
     warnings = [sample.fell_back] if sample.fell_back else []
     judge, precision = pair_judge(models, candidate)
     base = judge.base
-    groups = CandidateGroups(candidate.model, str(candidate.path.resolve().parent))
+    groups = CandidateGroups(candidate.model, str(candidate.path.resolve().parent),
+                             models.converted)
     graph_inputs = dict(zip((spec.name for spec in reference.inputs), sample.arrays,
                             strict=True))
     reference_arrays = {name: value.array for name, value in reference_capture.values.items()}

@@ -9,7 +9,7 @@ gathered, the culprit attributed, the run described, and the fix searches.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     import onnx
 
     from bisect_onnx.align.onnx_pairs import ValuePair
+    from bisect_onnx.align.quantization import Conversion
     from bisect_onnx.graph.nodes import NodeInfo
     from bisect_onnx.judge.tolerances import ToleranceRule
     from bisect_onnx.pipeline.options import FixOptions
@@ -70,6 +71,9 @@ class OnnxModels:
     all_culprits: bool
     fixes: FixOptions
     user_paths: tuple[object, ...] = ()
+    converted: Mapping[str, Conversion] = field(default_factory=dict)
+    """Reference values compared with their candidate value only once converted, by
+    candidate name (a recorded reference's: it pairs by name)."""
 
 
 @dataclass(frozen=True)

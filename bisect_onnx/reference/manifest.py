@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from bisect_onnx.align.quantization import Conversion
 from bisect_onnx.errors import InputError
 from bisect_onnx.graph.provenance import SourceLocation
 from bisect_onnx.judge.records import Coverage, Record
@@ -27,6 +28,8 @@ FORMAT = "bisect-onnx-reference"
 VERSION = 1
 #: ``reference_kind``: PyTorch's values, or a reference ONNX file's.
 PYTORCH, ONNX = "pytorch", "onnx"
+#: How a value recorded under a QDQ candidate's name is converted before it is compared.
+_CONVERSIONS = frozenset({"dequantized", "requantized"})
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,9 @@ class Manifest:
     counterparts: tuple[str, ...] | None = None
     """The reference ONNX graph's node names (``onnx`` only): a candidate node that is
     none of them (a Cast a converter inserted) is told apart as the in-process run does."""
+    converted: Mapping[str, Conversion] = field(default_factory=dict)
+    """Values the run compared with their candidate value only once converted (``onnx``
+    only, a QDQ candidate's): candidate value name -> how, and whose Q/DQ pair."""
 
     def to_json(self) -> JsonObject:
         """The manifest's JSON object, ``format`` and ``version`` first."""
@@ -145,7 +151,10 @@ class Manifest:
                 "recorded": dict(self.recorded),
                 "op_segments": {name: list(nodes) for name, nodes in self.op_segments.items()},
                 "reference_kind": self.reference_kind,
-                "counterparts": None if self.counterparts is None else list(self.counterparts)}
+                "counterparts": None if self.counterparts is None else list(self.counterparts),
+                "converted": {name: {"how": conversion.how,
+                                     "quantized_as": conversion.quantized_as}
+                              for name, conversion in self.converted.items()}}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], path: Path) -> Manifest:
@@ -177,7 +186,9 @@ class Manifest:
                 op_segments={str(name): tuple(int(index) for index in nodes)
                              for name, nodes in data["op_segments"].items()},
                 reference_kind=_reference_kind(data.get("reference_kind", PYTORCH)),
-                counterparts=_optional_names(data.get("counterparts")))
+                counterparts=_optional_names(data.get("counterparts")),
+                converted={str(name): _conversion(conversion)
+                           for name, conversion in data.get("converted", {}).items()})
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise InputError(f"{path}: its manifest is malformed ({type(error).__name__}: "
                              f"{error}); record the reference again") from None
@@ -214,3 +225,9 @@ def _reference_kind(value: Any) -> str:
 
 def _optional_names(value: Any) -> tuple[str, ...] | None:
     return None if value is None else tuple(str(name) for name in value)
+
+
+def _conversion(data: Mapping[str, Any]) -> Conversion:
+    if data["how"] not in _CONVERSIONS:
+        raise ValueError(f"converted how {data['how']!r} is none of {sorted(_CONVERSIONS)}")
+    return Conversion(str(data["how"]), str(data["quantized_as"]))

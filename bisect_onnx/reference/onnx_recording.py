@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bisect_onnx.align.quantization import Conversion
 from bisect_onnx.errors import UsageError
 from bisect_onnx.reference.graph_digest import graph_digest
 from bisect_onnx.reference.manifest import ONNX
@@ -36,8 +37,8 @@ if TYPE_CHECKING:
 __all__ = ["record_onnx_with_report", "is_onnx_model"]
 
 #: Pairs whose candidate value is converted before it is compared (a QuantizeLinear's
-#: integers dequantized, a float put through its QDQ pair): a check pairs by name and
-#: converts nothing, so their reference values are not recorded.
+#: integers dequantized, a float put through its QDQ pair): a check pairs by name, so
+#: the manifest says how each was converted (``converted``).
 _CONVERTED_HERE = frozenset({"dequantized", "requantized"})
 
 CANDIDATE_TOO_LARGE = ("the candidate is over 2 GiB and cannot be kept inside the reference; "
@@ -106,12 +107,9 @@ class _Keeper:
                             in zip(candidate.inputs, sample.candidate_arrays, strict=True)],
                     reference_kind=ONNX, counterparts=tuple(
                         node.name for node in reference.model.graph.node if node.name))
-        kept.values = _reference_values(sample)
+        # In the order the run compared them (the reference graph's): a check keeps it.
+        kept.values, kept.converted = _reference_values(sample)
         kept.outputs = [pair.candidate for pair in sample.paired.outputs]
-        order = {output: index for index, node in enumerate(candidate.nodes)
-                 for output in node.outputs}
-        kept.values = dict(sorted(kept.values.items(),
-                                  key=lambda item: order.get(item[0], len(order))))
         kept.digest = graph_digest(candidate.model, candidate.path.resolve().parent)
         if isinstance(self.given, (str, Path)):
             kept.onnx = {"path": str(Path(self.given).resolve())}
@@ -121,22 +119,33 @@ class _Keeper:
         return kept
 
 
-def _reference_values(sample: OnnxSample) -> dict[str, np.ndarray]:
+def _reference_values(sample: OnnxSample) -> tuple[dict[str, np.ndarray],
+                                                     dict[str, Conversion]]:
     """The reference's value at each candidate value it was paired with, by candidate name.
 
-    A value compared only once converted (``_CONVERTED_HERE``) is left out: a check pairs
-    by name.
+    With how each value compared only once converted (``_CONVERTED_HERE``) was
+    converted: a check pairs by name, and converts it as the run did.
     """
     capture, candidate = sample.reference_capture, sample.candidate
+    producers = sample.paired.groups.producers
     by_name = {**{value.name: value.array for value in capture.outputs},
                **{name: value.array for name, value in capture.values.items()}}
     values: dict[str, np.ndarray] = {}
+    converted: dict[str, Conversion] = {}
     if sample.models.reference.path == candidate.path:  # one file: every value pairs
         named = {output for node in candidate.nodes for output in node.outputs}
         values.update((name, array) for name, array in by_name.items() if name in named)
     for pair in (*sample.pairs, *sample.paired.uncaptured(capture)):
         array = by_name.get(pair.reference)
-        if array is None or pair.how in _CONVERTED_HERE or pair.candidate in values:
+        if array is None or pair.candidate in values:
             continue
         values[pair.candidate] = array
-    return values
+        if pair.how in _CONVERTED_HERE:
+            # Dequantized by the DequantizeLinear it pairs as, where it was that one's
+            # integers the run dequantized; otherwise by its own pair.
+            dequantize = producers.get(pair.reference)
+            by_reference = (dequantize is not None and dequantize.op_type == "DequantizeLinear"
+                            and dequantize.input[0] == pair.candidate)
+            converted[pair.candidate] = Conversion(
+                pair.how, pair.reference if by_reference else pair.candidate)
+    return values, converted

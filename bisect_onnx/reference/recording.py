@@ -147,9 +147,12 @@ def _inner_values(sample: TorchSample) -> dict[str, tuple[CapturedValue, NodeInf
     """PyTorch's values inside the runtime's kernels, by ONNX value name, with their node.
 
     Module outputs the alignment pairs once every ONNX value is captured (one run with
-    every value promoted), and op values whose FX name is an ONNX value's (a dynamo
-    export names its values so). Over the memory budget, none.
+    every value promoted), and op values: by their FX name where it is an ONNX value's
+    (a dynamo export names its values so), a TorchScript trace's by the value its op's
+    nodes end in (what the run's local reruns take as the values inside a kernel).
+    Over the memory budget, none.
     """
+    from bisect_onnx.align.script_inside import references_by_onnx_value
     from bisect_onnx.pytorch.op_values import OpCapture
     from bisect_onnx.pytorch.script_ops import ScriptOpCapture
     from bisect_onnx.search.inner_values import module_references
@@ -166,7 +169,10 @@ def _inner_values(sample: TorchSample) -> dict[str, tuple[CapturedValue, NodeInf
             {name: value.array for name, value in every.values.items()}))
         del every
     ops = sample.ops
-    if isinstance(ops, OpCapture) and not isinstance(ops, ScriptOpCapture):
+    if isinstance(ops, ScriptOpCapture):  # by the value each op's nodes end in
+        found.update(references_by_onnx_value(sample.segments, ops, candidate.nodes,
+                                              candidate.opset))
+    elif isinstance(ops, OpCapture):
         found.update({name: value for name, value in ops.values.items()})
     return {name: (value, producers[name]) for name, value in found.items()
             if name in producers}
@@ -180,17 +186,24 @@ def _inside_op(sample: TorchSample) -> dict[str, tuple[np.ndarray, RowProvenance
     compares them as values inside a kernel, and names the node the look inside named.
     Each shown as the culprit's op.
     """
+    from bisect_onnx.align.script_inside import script_inside_values
     from bisect_onnx.judge.reading import Reading
     from bisect_onnx.pipeline.inside_op import inside_op_values
     from bisect_onnx.pipeline.torch_attribution import graph_inputs
+    from bisect_onnx.pytorch.script_ops import ScriptOpCapture
 
     report, candidate = sample.report, sample.candidate
     if report is None or report.inside_op is None or sample.values is None:
         return {}
     culprit = report.culprit
-    found = inside_op_values(Reading(sample.findings), candidate,
-                             sample.settings.reference.exportable,
-                             {**sample.values.reference, **graph_inputs(candidate, sample.arrays)})
+    if isinstance(sample.ops, ScriptOpCapture):  # the traced op exported alone again
+        found = script_inside_values(culprit, sample.segments, sample.ops, candidate.model,
+                                     opset=candidate.opset) if culprit is not None else {}
+    else:
+        found = inside_op_values(Reading(sample.findings), candidate,
+                                 sample.settings.reference.exportable,
+                                 {**sample.values.reference,
+                                  **graph_inputs(candidate, sample.arrays)})
     producers = {output: node for node in candidate.nodes for output in node.outputs}
     return {name: (array, RowProvenance(
         name, producers[name].name, producers[name].op_type, culprit.torch_module,

@@ -18,6 +18,7 @@ from bisect_onnx.reference.archive import MODEL, write_archive
 from bisect_onnx.reference.manifest import ArrayEntry, Manifest, RowProvenance
 
 if TYPE_CHECKING:
+    from bisect_onnx.align.quantization import Conversion
     from bisect_onnx.judge.records import Report
     from bisect_onnx.pipeline.options import Tolerance
 
@@ -48,6 +49,8 @@ class Kept:
     reference_kind: str = "pytorch"
     counterparts: tuple[str, ...] | None = None
     """The reference graph's node names, where the reference is an ONNX file."""
+    converted: dict[str, Conversion] = field(default_factory=dict)
+    """Values compared only once converted (a QDQ candidate's), by candidate name."""
 
 
 def write_reference(path: Path, report: Report, kept: Kept, command: str | None,
@@ -106,7 +109,8 @@ def _manifest(report: Report, kept: Kept, command: str | None) -> Manifest:
                                  "onnx_value": shown.onnx_value,
                                  "onnx_node": shown.onnx_node}}),
         onnx=kept.onnx, command=command, op_segments=kept.op_segments,
-        reference_kind=kept.reference_kind, counterparts=kept.counterparts)
+        reference_kind=kept.reference_kind, counterparts=kept.counterparts,
+        converted=kept.converted)
 
 
 def _arrays(manifest: Manifest, kept: Kept) -> Iterator[tuple[str, np.ndarray]]:

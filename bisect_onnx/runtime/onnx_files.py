@@ -16,7 +16,7 @@ from bisect_onnx.graph.walk import graph_tensors
 if TYPE_CHECKING:
     import onnx
 
-__all__ = ["load_onnx_model", "hand_over"]
+__all__ = ["load_onnx_model", "hand_over", "file_key"]
 
 #: A model read for its graph's inputs alone, kept for the next reader of the same
 #: file (unchanged since): a file with its weights inside takes seconds to parse.
@@ -32,6 +32,14 @@ def hand_over(path: Path, model: onnx.ModelProto) -> None:
 def _file_key(path: Path) -> tuple[str, int, int]:
     status = path.stat()
     return str(path.resolve()), status.st_mtime_ns, status.st_size
+
+
+def file_key(path: Path) -> tuple[str, int, int] | None:
+    """What tells the file at ``path`` changed: where it is, when written, its size."""
+    try:
+        return _file_key(path)
+    except OSError:
+        return None
 
 
 def load_onnx_model(path: Path) -> onnx.ModelProto:

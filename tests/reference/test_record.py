@@ -114,3 +114,78 @@ def test_graph_digest_is_the_graph_not_the_bytes(tmp_path):
         f"initializer {weight.name!r} holds other values")
     model.graph.node[0].op_type = "Sigmoid"
     assert "node 0" in difference(recorded, graph_digest(model, tmp_path))
+
+
+def test_the_look_inside_a_torchscript_op_is_recorded(tmp_path):
+    import torch
+    from onnx import numpy_helper
+
+    class TwoLinears(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.first, self.second = torch.nn.Linear(8, 16), torch.nn.Linear(16, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.second(torch.relu(self.first(x)))
+
+    model = TwoLinears().eval()
+    x = np.random.default_rng(0).standard_normal((2, 5, 8)).astype(np.float32)
+    path = tmp_path / "model.onnx"
+    bisect_onnx.bisect(model, x, export=bisect_onnx.ExportOptions(exporter="torchscript",
+                                                                  save_to=path))
+    exported = onnx.load(str(path))
+    matmul = next(node for node in exported.graph.node if node.op_type == "MatMul")
+    weight = next(tensor for tensor in exported.graph.initializer
+                  if tensor.name in matmul.input)
+    weight.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(weight) * 1.5, weight.name))
+    onnx.save(exported, str(path))
+    op_level = bisect_onnx.SearchOptions(granularity="op")
+    report = bisect_onnx.bisect(model, x, onnx_model=path, search=op_level)
+    # The linear op's value goes wrong at its Add; the look inside it names the MatMul.
+    assert report.inside_op is not None and report.inside_op.node == matmul.name
+    assert report.culprit.onnx_node == matmul.name
+    reference = bisect_onnx.record(model, x, path=tmp_path / "ref.npz", onnx_model=path,
+                                   search=op_level)
+    assert matmul.output[0] in bisect_onnx.Reference.load(reference).value_names
+    checked = bisect_onnx.check(reference)
+    assert (checked.culprit.onnx_node, checked.culprit.onnx_value) == (
+        matmul.name, report.inside_op.value)
+
+
+def test_a_torchscript_ops_value_inside_a_fused_kernel_is_recorded(tmp_path):
+    import torch
+    from onnx import numpy_helper
+
+    class ConvInside(torch.nn.Module):  # a functional conv: no module output of its own
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.weight = torch.nn.Parameter(torch.randn(8, 3, 3, 3) * 0.3)
+            self.bias = torch.nn.Parameter(torch.randn(8) * 0.1)
+            self.head = torch.nn.Linear(8 * 6 * 6, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = torch.relu(torch.nn.functional.conv2d(x, self.weight, self.bias))
+            return self.head(torch.tanh(y * 2.0).flatten(1))
+
+    model = ConvInside().eval()
+    x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    path = tmp_path / "model.onnx"
+    bisect_onnx.bisect(model, x, export=bisect_onnx.ExportOptions(exporter="torchscript",
+                                                                  save_to=path))
+    exported = onnx.load(str(path))
+    conv = next(node for node in exported.graph.node if node.op_type == "Conv")
+    weight = next(tensor for tensor in exported.graph.initializer
+                  if tensor.name == conv.input[1])
+    weight.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(weight) * 1.5, weight.name))
+    onnx.save(exported, str(path))
+    op_level = bisect_onnx.SearchOptions(granularity="op")
+    report = bisect_onnx.bisect(model, x, onnx_model=path, search=op_level)
+    # ONNX Runtime fuses the Conv with its Relu: the conv op's value, traced, names it.
+    assert (report.culprit.onnx_node, report.culprit.onnx_value) == (conv.name, conv.output[0])
+    reference = bisect_onnx.record(model, x, path=tmp_path / "ref.npz", onnx_model=path,
+                                   search=op_level)
+    checked = bisect_onnx.check(reference)
+    assert (checked.culprit.onnx_node, checked.culprit.onnx_value) == (conv.name,
+                                                                        conv.output[0])

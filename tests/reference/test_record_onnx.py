@@ -34,6 +34,53 @@ def float16(tmp_path_factory):
     return {"clean": clean, "planted": planted}
 
 
+@pytest.fixture(scope="module")
+def qdq_planted(tmp_path_factory):
+    """resnet_like's static QDQ quantization, one Conv's weight scale negated."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    folder = tmp_path_factory.mktemp("record_qdq")
+    x = np.load(RESNET_INPUT)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            rng = np.random.default_rng(0)
+            self.batches = iter([{"x": rng.standard_normal(x.shape).astype(np.float32)}
+                                 for _ in range(4)] + [{"x": x}])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    def negate_weight_scale(model: onnx.ModelProto) -> onnx.NodeProto:
+        node = next(node for node in model.graph.node if node.name == PLANTED_NODE)
+        dequantize = next(other for other in model.graph.node if node.input[1] in other.output)
+        scale_initializer_input(dequantize.name, 1, -1.0)(model)
+        return node
+
+    clean, planted = folder / "qdq.onnx", folder / "qdq_planted.onnx"
+    quantize_static(str(RESNET), str(clean), Reader(), quant_format=QuantFormat.QDQ)
+    plant(clean, planted, negate_weight_scale)
+    return planted
+
+
+def test_a_check_compares_the_qdq_values_the_run_compared_once_converted(qdq_planted,
+                                                                          tmp_path):
+    x = np.load(RESNET_INPUT)
+    report = bisect_onnx.bisect_onnx_models(RESNET, qdq_planted, x)
+    reference = bisect_onnx.record(RESNET, x, path=tmp_path / "ref.npz",
+                                   candidate=qdq_planted)
+    checked = bisect_onnx.check(reference, qdq_planted)
+    # The planted weight shows under agreeing outputs, first at a float the quantizer
+    # left before its QDQ pair (its Relu dropped): compared once put through the pair.
+    assert report.verdict == checked.verdict == "parity"
+    hidden = [(row.onnx_value, row.onnx_node) for row in report.hidden_divergences]
+    assert hidden[0] == ("relu_1", PLANTED_NODE)
+    assert [(row.onnx_value, row.onnx_node) for row in checked.hidden_divergences] == hidden
+    assert_same_answer(checked, report)
+    assert [(row.onnx_value, row.failed, row.figures.sqnr_db) for row in checked.comparisons] \
+        == [(row.onnx_value, row.failed, row.figures.sqnr_db) for row in report.comparisons]
+
+
 @pytest.mark.parametrize("which", ["clean", "planted"])
 def test_check_of_a_recorded_onnx_reference_names_what_the_run_names(float16, tmp_path,
                                                                      which):

@@ -49,9 +49,9 @@ def fusable(tmp_path_factory):
     return model, x, path
 
 
-def _optimized_ops(serialized: bytes, folder, name: str) -> dict[str, int]:
+def _optimized_ops(serialized: bytes, folder, name: str, model_dir) -> dict[str, int]:
     path = folder / f"{name}.onnx"
-    create_session(serialized, model_dir=folder, label=name, optimized_path=path)
+    create_session(serialized, model_dir=model_dir, label=name, optimized_path=path)
     return op_counts(onnx.load(str(path), load_external_data=False))
 
 
@@ -76,7 +76,8 @@ def test_fusion_preserving_capture_fuses_as_production_and_promoting_all_does_no
     assert all(np.array_equal(ours, theirs)
                for ours, theirs in zip(ran.production.outputs, expected, strict=True))
     # Every node output promoted: ORT can no longer fuse what feeds a graph output.
-    everything = _optimized_ops(side.promoted_bytes(None), tmp_path, "all")
+    # (its weights read from the model's folder, where they lie)
+    everything = _optimized_ops(side.promoted_bytes(None), tmp_path, "all", path.parent)
     assert everything != production
     assert sum(everything.values()) > sum(production.values())
 
@@ -191,3 +192,60 @@ def test_the_layout_transformer_is_disabled_only_where_it_rewrote_the_graph(monk
     assert plans["tiny_mlp"].mode == "fusion-preserving"
     if platform.machine().lower() in ("x86_64", "amd64"):  # where NCHWc kernels exist
         assert plans["resnet_like"].disabled_optimizers == [capture_plan.NCHWC_TRANSFORMER]
+
+
+def test_the_promoted_model_leaves_the_files_weights_where_they_lie(tmp_path):
+    from onnx.external_data_helper import load_external_data_for_model
+
+    path = tmp_path / "resnet_like.onnx"
+    path.write_bytes(repo_path(FIXTURES["resnet_like"].onnx_file).read_bytes())
+    runner = OnnxRuntimeRunner(path)
+    wanted = {"relu", "relu_1"}
+    promoted = runner.promoted_bytes(wanted)
+    # The large weights are read from the file where they lie, not serialized again.
+    assert len(promoted) < path.stat().st_size / 2
+    model = onnx.load_from_string(promoted)
+    referenced = [tensor for tensor in model.graph.initializer
+                  if tensor.data_location == onnx.TensorProto.EXTERNAL]
+    assert referenced and {entry.value for tensor in referenced
+                           for entry in tensor.external_data
+                           if entry.key == "location"} == {path.name}
+    assert [value.name for value in model.graph.output] == ["linear", "relu", "relu_1"]
+    load_external_data_for_model(model, str(tmp_path))
+    for tensor in model.graph.initializer:  # (loading sets it, to its default)
+        tensor.ClearField("data_location")
+    expected = onnx.ModelProto()
+    expected.CopyFrom(runner.model)
+    expected.graph.output.extend(onnx.ValueInfoProto(name=name) for name in ("relu", "relu_1"))
+    assert model == expected
+    # ONNX Runtime computes the same values, bitwise, as from the model serialized.
+    x = np.load(repo_path(FIXTURES["resnet_like"].input_file))
+    ours = create_session(promoted, model_dir=tmp_path, label="in place").run(None, {"x": x})
+    theirs = create_session(expected.SerializeToString(), model_dir=tmp_path,
+                            label="serialized").run(None, {"x": x})
+    assert all(np.array_equal(a, b) for a, b in zip(ours, theirs, strict=True))
+    # Production too is made on the file's weights where they lie.
+    production = runner.file_source()
+    assert isinstance(production, bytes) and len(production) < path.stat().st_size / 2
+    ours = create_session(production, model_dir=tmp_path, label="in place").run(None, {"x": x})
+    theirs = create_session(path, model_dir=tmp_path, label="file").run(None, {"x": x})
+    assert all(np.array_equal(a, b) for a, b in zip(ours, theirs, strict=True))
+    # A file written since is not the model read: the model read is what is promoted.
+    path.write_bytes(b"written since")
+    assert runner.file_source() == path
+    assert onnx.load_from_string(runner.promoted_bytes(wanted)) == expected
+    assert [value.name for value in runner.model.graph.output] == ["linear"]
+
+
+def test_weights_said_to_be_inline_are_read_where_they_lie_too(tmp_path):
+    # onnx writes ``data_location: DEFAULT`` on a weight it read back from external data.
+    model = onnx.load(str(repo_path(FIXTURES["resnet_like"].onnx_file)))
+    for tensor in model.graph.initializer:
+        tensor.data_location = onnx.TensorProto.DEFAULT
+    path = tmp_path / "said_inline.onnx"
+    onnx.save(model, str(path))
+    source = OnnxRuntimeRunner(path).file_source()
+    assert isinstance(source, bytes) and len(source) < path.stat().st_size / 2
+    referenced = [tensor for tensor in onnx.load_from_string(source).graph.initializer
+                  if tensor.data_location == onnx.TensorProto.EXTERNAL]
+    assert referenced and all(not tensor.raw_data for tensor in referenced)

@@ -97,13 +97,15 @@ class CapturePlan:
 
 
 def plan_capture(model: onnx.ModelProto, path: Path, *, promote: str, provider: str,
-                 opt_level: str, label: str) -> CapturePlan:
+                 opt_level: str, label: str, source: bytes | Path | None = None) -> CapturePlan:
     """Decide what to promote from the optimized graph of the production session.
 
-    The production session reads the file at ``path`` itself: serializing a model
-    with its weights inline takes the better part of a second on BERT-base.
+    The production session reads the file at ``path`` itself, or ``source``, its bytes
+    with its weights referenced where they lie in it: serializing a model with its
+    weights inline takes the better part of a second on BERT-base.
     """
     model_dir = path.resolve().parent
+    source = path if source is None else source
     names = [name for node in model.graph.node if node.op_type != "Constant"
              for name in node.output if name]
     if promote == "all":
@@ -116,7 +118,7 @@ def plan_capture(model: onnx.ModelProto, path: Path, *, promote: str, provider: 
         convolutional = opt_level == "all" and any(node.op_type == "Conv"
                                                    for node in model.graph.node)
         settings = SessionSettings(provider, opt_level)
-        production, optimized = session_and_graph(path, model_dir, Path(folder), settings,
+        production, optimized = session_and_graph(source, model_dir, Path(folder), settings,
                                                    label, graph_only=not convolutional)
         survivors = _survivors(optimized, names)
         plan = CapturePlan(mode="fusion-preserving", promoted=survivors,
@@ -129,7 +131,7 @@ def plan_capture(model: onnx.ModelProto, path: Path, *, promote: str, provider: 
         if (opt_level == "all" and names and len(survivors) < _SURVIVAL_FLOOR * len(names)
                 and _has_nchwc_nodes(optimized)):
             _, optimized = session_and_graph(
-                path, model_dir, Path(folder),
+                source, model_dir, Path(folder),
                 replace(settings, disabled_optimizers=(NCHWC_TRANSFORMER,)), label,
                 graph_only=True)
             plan.promoted = _survivors(optimized, names)

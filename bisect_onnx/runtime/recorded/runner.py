@@ -10,6 +10,7 @@ inputs are checked to be the recorded ones. It computes nothing, so it has no se
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -73,9 +74,17 @@ class RecordedRunner(ReferenceOnlyRunner):
         return self
 
     def run(self, inputs: Sequence[np.ndarray]) -> RuntimeRun:
-        """The recorded values, once ``inputs`` are found to be the recorded ones."""
+        """The recorded values, once ``inputs`` are found to be the recorded ones.
+
+        In the order they were recorded: the order the recording's comparison paired
+        them in (a reference ONNX file's graph order, where a converter reordered the
+        candidate's nodes), which the check's rows keep.
+        """
         self.check_inputs(inputs)
-        return RuntimeRun(captured_by_node(self.nodes, self._outputs, self._values(None)))
+        recorded = self._values(None)
+        capture = captured_by_node(self.nodes, self._outputs, recorded)
+        return RuntimeRun(replace(capture, values={
+            name: capture.values[name] for name in recorded if name in capture.values}))
 
     def run_outputs(self, inputs: Sequence[np.ndarray]) -> list[CapturedValue]:
         """The recorded final outputs, and no other value read."""
