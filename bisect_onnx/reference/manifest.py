@@ -25,7 +25,11 @@ __all__ = ["FORMAT", "VERSION", "PYTORCH", "ONNX", "ArrayEntry", "RowProvenance"
            "check_header"]
 
 FORMAT = "bisect-onnx-reference"
-VERSION = 1
+#: Version 2 added ``converted``: a reader of version 1 would compare those values by
+#: name, unconverted, and fail them; it refuses version 2 instead.
+VERSION = 2
+#: The versions read: version 1 is version 2 without ``converted``.
+READ_VERSIONS = (1, 2)
 #: ``reference_kind``: PyTorch's values, or a reference ONNX file's.
 PYTORCH, ONNX = "pytorch", "onnx"
 #: How a value recorded under a QDQ candidate's name is converted before it is compared.
@@ -200,10 +204,11 @@ def check_header(data: Mapping[str, Any], path: Path) -> None:
         raise InputError(f"{path} is not a bisect-onnx reference archive (its manifest's "
                          f"format is {data.get('format')!r}, not {FORMAT!r})")
     version = data.get("version")
-    if version != VERSION:
+    if version not in READ_VERSIONS or isinstance(version, bool):
         newer = isinstance(version, int) and version > VERSION
+        read = " and ".join(map(str, READ_VERSIONS))
         raise InputError(f"{path} is a reference archive of version {version!r}; this "
-                         f"bisect-onnx reads version {VERSION}: "
+                         f"bisect-onnx reads versions {read}: "
                          + ("upgrade bisect-onnx where it is checked" if newer
                             else "record it again with this bisect-onnx"))
 

@@ -98,9 +98,9 @@ def test_corrupt_data(recorded, tmp_path, capsys):
 
 
 def test_another_version_or_format(recorded, tmp_path, capsys, no_array_read):
-    newer = rewritten(recorded, tmp_path / "v2.npz",
-                      manifest=lambda manifest: {**manifest, "version": 2})
-    err = refused(newer, capsys, "version 2; this bisect-onnx reads version 1")
+    newer = rewritten(recorded, tmp_path / "v3.npz",
+                      manifest=lambda manifest: {**manifest, "version": 3})
+    err = refused(newer, capsys, "version 3; this bisect-onnx reads versions 1 and 2")
     assert "upgrade bisect-onnx" in err
     other = rewritten(recorded, tmp_path / "other.npz",
                       manifest=lambda manifest: {**manifest, "format": "something"})
@@ -167,3 +167,13 @@ def test_inputs_other_than_the_recorded_ones(recorded, fixture_case, tmp_path, c
     assert main(["check", str(recorded), "--input", str(tmp_path / "other.npy")]) == 2
     err = capsys.readouterr().err
     assert "input 'x' is not the one the reference was recorded on (other values)" in err
+
+
+def test_an_archive_of_version_1_is_still_checked(recorded, tmp_path):
+    """Version 2 added ``converted`` (QDQ values); version 1 is read as having none."""
+    first = rewritten(recorded, tmp_path / "v1.npz",
+                      manifest=lambda manifest: {**manifest, "version": 1})
+
+    report = bisect_onnx.check(first)
+
+    assert report.verdict == bisect_onnx.check(recorded).verdict
