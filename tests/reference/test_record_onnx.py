@@ -142,3 +142,18 @@ def test_a_parity_test_holds_a_candidate_to_a_recorded_onnx_reference(float16, t
     with pytest.raises(bisect_onnx.ParityError) as raised:
         bisect_onnx.assert_parity(planted, None)
     assert culprit_node(raised.value.report) == PLANTED_NODE
+
+
+def test_another_qdq_file_is_not_compared_to_values_recorded_converted(qdq_planted, tmp_path):
+    """Recorded on the clean QDQ file, checked on another: its values compared only once
+    converted are left out, not compared by name (a float against an int8)."""
+    x = np.load(RESNET_INPUT)
+    reference = bisect_onnx.record(RESNET, x, path=tmp_path / "ref.npz",
+                                   candidate=qdq_planted.parent / "qdq.onnx")
+    converted = set(bisect_onnx.Reference.load(reference).manifest.converted)
+
+    checked = bisect_onnx.check(reference, qdq_planted, allow_other_file=True)
+
+    assert converted
+    assert not converted & {row.onnx_value for row in checked.comparisons}
+    assert not any(row.figures.status == "dtype_mismatch" for row in checked.comparisons)
