@@ -26,7 +26,8 @@ __all__ = ["FORMAT", "VERSION", "PYTORCH", "ONNX", "ArrayEntry", "RowProvenance"
 
 FORMAT = "bisect-onnx-reference"
 #: Version 2 added ``converted``: a reader of version 1 would compare those values by
-#: name, unconverted, and fail them; it refuses version 2 instead.
+#: name, unconverted, and fail them; it refuses version 2 instead. An archive with no
+#: converted value is written as version 1, which that reader reads right.
 VERSION = 2
 #: The versions read: version 1 is version 2 without ``converted``.
 READ_VERSIONS = (1, 2)
@@ -141,7 +142,8 @@ class Manifest:
 
     def to_json(self) -> JsonObject:
         """The manifest's JSON object, ``format`` and ``version`` first."""
-        return {"format": FORMAT, "version": VERSION, "graph": self.graph.to_json(),
+        return {"format": FORMAT, "version": VERSION if self.converted else 1,
+                "graph": self.graph.to_json(),
                 "onnx": dict(self.onnx), "command": self.command,
                 "tolerance": {"rtol": self.rtol, "atol": self.atol,
                               "basis": self.tolerance_basis, "given_rtol": self.given_rtol,

@@ -168,12 +168,3 @@ def test_inputs_other_than_the_recorded_ones(recorded, fixture_case, tmp_path, c
     err = capsys.readouterr().err
     assert "input 'x' is not the one the reference was recorded on (other values)" in err
 
-
-def test_an_archive_of_version_1_is_still_checked(recorded, tmp_path):
-    """Version 2 added ``converted`` (QDQ values); version 1 is read as having none."""
-    first = rewritten(recorded, tmp_path / "v1.npz",
-                      manifest=lambda manifest: {**manifest, "version": 1})
-
-    report = bisect_onnx.check(first)
-
-    assert report.verdict == bisect_onnx.check(recorded).verdict

@@ -22,7 +22,7 @@ def test_archive_holds_every_row_readable_by_numpy_alone(fixture_case, tmp_path)
 
     with np.load(path, allow_pickle=False) as archive:  # no bisect-onnx needed to read it
         manifest = json.loads(archive["manifest.json"])
-        assert (manifest["format"], manifest["version"]) == ("bisect-onnx-reference", 2)
+        assert (manifest["format"], manifest["version"]) == ("bisect-onnx-reference", 1)
         values = {entry["name"]: archive[entry["member"][:-4]]
                   for entry in manifest["values"]}
         recorded_input = archive[manifest["inputs"][0]["member"][:-4]]

@@ -155,5 +155,6 @@ def test_another_qdq_file_is_not_compared_to_values_recorded_converted(qdq_plant
     checked = bisect_onnx.check(reference, qdq_planted, allow_other_file=True)
 
     assert converted
+    assert bisect_onnx.Reference.load(reference).manifest.to_json()["version"] == 2
     assert not converted & {row.onnx_value for row in checked.comparisons}
     assert not any(row.figures.status == "dtype_mismatch" for row in checked.comparisons)
