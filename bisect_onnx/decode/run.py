@@ -255,8 +255,14 @@ def _check_before_export(step: DecoderStep, prompt: object, decode: DecodeOption
     Before a long export, where the prompt's shape is known (drawn, or an array) and,
     for the memory, the cache's (a ``transformers`` model's, or ``cache_shape``).
     """
-    shape = getattr(prompt, "shape", None) if prompt is not None else (1, decode.prompt_length)
-    if shape is None or len(shape) not in (1, 2):
+    if prompt is None:
+        shape: tuple[int, ...] = (1, decode.prompt_length)
+    else:
+        try:  # an array, a tensor, or a list of token ids
+            shape = tuple(getattr(prompt, "shape", None) or np.shape(prompt))
+        except ValueError:  # ragged lists
+            return  # left to the prompt's own checks
+    if len(shape) not in (1, 2):
         return  # left to the prompt's own checks
     shape = tuple(shape) if len(shape) == 2 else (1, *shape)
     _check_positions(step, shape, steps)

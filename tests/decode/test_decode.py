@@ -331,6 +331,9 @@ def test_steps_over_the_memory_budget_are_refused_before_the_export(llama, monke
     with pytest.raises(bisect_onnx.UsageError, match="prompt of 3 tokens"):  # [batch, sequence]
         bisect_onnx.bisect_decode(llama, torch.zeros((2, 3), dtype=torch.long), steps=4,
                                   runtime=bisect_onnx.RuntimeOptions(max_memory=1024))
+    with pytest.raises(bisect_onnx.UsageError, match="prompt of 3 tokens"):  # a list of ids
+        bisect_onnx.bisect_decode(llama, [1, 2, 3], steps=4,
+                                  runtime=bisect_onnx.RuntimeOptions(max_memory=1024))
 
 
 class PlainDecoder(torch.nn.Module):
