@@ -239,7 +239,7 @@ class _ScopePairing:
             since=None if bounded else self.table_node.get(op.name, node))
 
     def _at_node_width(self, name: str, value: str) -> None:
-        """PyTorch's widened ``int64`` value at its node's width, where that is lossless."""
+        """PyTorch's ``int64`` at its node's width where lossless, in the capture from here on."""
         known, captured = self.shapes.get(value), self.capture.values[name]
         if known is None or not widened_integer(captured.array.dtype, known[1]):
             return

@@ -47,11 +47,11 @@ def widened_integer(torch_dtype: np.dtype, onnx_dtype: np.dtype) -> bool:
 
     PyTorch widens integer sums to ``int64`` (``cumsum`` of an ``int32`` mask); the
     exporter's CumSum keeps the ``int32`` a later ``type_as`` casts back to
-    (XLM-RoBERTa's position ids). Not the other way: a narrowing ``type_as`` is a Cast.
+    (XLM-RoBERTa's position ids). Not the other way: a narrowing ``type_as`` is a Cast;
+    and ``int32`` only, the width such a sum is taken in: an ``int64`` index is no
+    ``uint8`` mask or ``int8`` quantized value of its shape.
     """
-    onnx_dtype = np.dtype(onnx_dtype)
-    return (np.dtype(torch_dtype) == np.int64 and onnx_dtype.kind in "iu"
-            and onnx_dtype.itemsize < 8)
+    return np.dtype(torch_dtype) == np.int64 and np.dtype(onnx_dtype) == np.int32
 
 
 def could_hold(shapes: Shapes, value: str, wanted: np.ndarray, sources: Sequence[str]) -> bool:
