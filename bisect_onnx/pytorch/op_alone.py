@@ -18,6 +18,7 @@ buffers, so that the exporter folds them as it did in the whole model; activatio
 from __future__ import annotations
 
 import functools
+import math
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,9 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["Slot", "Translation", "single_op", "export_alone"]
+
+#: The largest weight of an op alone (in elements) kept among its values.
+_SMALL_WEIGHT = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -78,11 +82,14 @@ def export_alone(module: torch.nn.Module, inputs: list[np.ndarray], *, exporter:
                                 opset=opset)
         runner = OnnxRuntimeRunner(exported.path, promote="all")  # every intermediate
         capture = runner.run(inputs).capture
-        # Its weights and inputs too: a node of the file may read, as computed values,
-        # what the op alone holds as weights (a GRU's zero state). Read while the
+        # Its small weights and its inputs too: a node of the file may compute what the
+        # op alone holds as a weight (a GRU's zero state, made from a shape). Not its
+        # large ones (an embedding's table, hundreds of MB in a large model, copied for
+        # nothing): a node computing one of those is left uncompared. Read while the
         # folder, which may hold their data, is there.
         values = {initializer.name: numpy_helper.to_array(initializer, folder)
-                  for initializer in runner.model.graph.initializer}
+                  for initializer in runner.model.graph.initializer
+                  if math.prod(initializer.dims) <= _SMALL_WEIGHT}
     values.update({spec.name: array for spec, array in zip(runner.inputs, inputs, strict=False)})
     values.update({name: value.array for name, value in capture.values.items()})
     return Translation([node for node in runner.model.graph.node if node.op_type != "Constant"],
