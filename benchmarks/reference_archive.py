@@ -112,7 +112,11 @@ def floor(archive: Path, onnx_path: Path, *, in_place: bool = False) -> float:
     options = ort.SessionOptions()
     options.log_severity_level = 4
     if in_place:
-        serialized = weights_in_place(onnx_path, file_key(onnx_path)) + onnx.ModelProto(
+        in_place_bytes = weights_in_place(onnx_path, file_key(onnx_path))
+        if in_place_bytes is None:
+            raise SystemExit(f"{onnx_path}'s weights cannot be read in place, as the "
+                             "check reads them: this floor does not apply to it")
+        serialized = in_place_bytes + onnx.ModelProto(
             graph=onnx.GraphProto(output=added)).SerializeToString()
         options.add_session_config_entry(
             "session.model_external_initializers_file_folder_path",
