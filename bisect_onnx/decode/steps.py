@@ -96,10 +96,11 @@ class RuntimeStepper:
 
     A step's teacher-forced and free-running runs may go as one run of both states
     stacked along the batch axis (:meth:`run_both`): reading the weights dominates a
-    decode step, and two rows cost little more than one. ONNX Runtime's CPU kernels
-    compute each row on its own, so the rows come out as the separate runs' bit for
-    bit; that is checked on the first step that runs both, and where it does not hold
-    (or the file's batch axis is fixed) every step runs the two states apart.
+    decode step, and two rows cost little more than one. On ONNX Runtime's CPU
+    provider the rows came out as the separate runs' bit for bit in every file tried;
+    that is checked on the first step that runs both, and where it does not hold (or
+    the file's batch axis is fixed, or another provider runs it: a GPU's matrix kernels
+    may pick their algorithm by batch size) every step runs the two states apart.
     """
 
     def __init__(self, session: ort.InferenceSession, layout: CacheLayout, label: str, *,
@@ -110,7 +111,9 @@ class RuntimeStepper:
         self.label = label
         self.types = {value.name: value.type for value in self.session.get_inputs()}
         self.seconds = 0.0
-        self.stacking: bool | None = None if stack and _batch_is_free(session) else False
+        on_cpu = session.get_providers()[:1] == ["CPUExecutionProvider"]
+        self.stacking: bool | None = (None if stack and on_cpu and _batch_is_free(session)
+                                      else False)
         """Whether the two runs of a step go as one: ``None`` until the first step
         that runs both has compared the stacked run with the separate ones."""
 

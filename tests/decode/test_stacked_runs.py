@@ -37,8 +37,13 @@ def _toy_step(tokens: np.ndarray, past: np.ndarray) -> list[np.ndarray]:
 class FakeSession:
     """The toy step as an ONNX Runtime session; ``skew`` is added to a stacked run's logits."""
 
-    def __init__(self, batch: object = "batch", skew: float = 0.0) -> None:
+    def __init__(self, batch: object = "batch", skew: float = 0.0,
+                 provider: str = "CPUExecutionProvider") -> None:
         self.batch, self.skew, self.batches = batch, skew, []
+        self.provider = provider
+
+    def get_providers(self) -> list[str]:
+        return [self.provider, "CPUExecutionProvider"]
 
     def get_inputs(self) -> list[Value]:
         return [Value("input_ids", "tensor(int64)", [self.batch, "sequence"]),
@@ -87,7 +92,8 @@ def test_both_runs_of_a_step_go_as_one_once_the_first_stacked_run_matches():
     (FakeSession(skew=1e-9), True),  # a stacked run that is not the separate runs' bit for bit
     (FakeSession(batch=1), True),  # a file whose batch axis is fixed
     (FakeSession(), False),  # the caches of a stacked run over the memory budget
-], ids=["differs", "fixed-batch", "no-memory"])
+    (FakeSession(provider="CUDAExecutionProvider"), True),  # kernels chosen by batch size
+], ids=["differs", "fixed-batch", "no-memory", "gpu"])
 def test_the_runs_go_apart_where_stacking_would_change_or_cost_something(session, stack):
     loop, runner = _loop(session, stack=stack)
     assert runner.stacking is False
