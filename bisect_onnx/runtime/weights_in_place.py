@@ -14,6 +14,11 @@ Only top-level initializers with ``raw_data`` of :data:`IN_PLACE_FROM` bytes or 
 are referenced; every other byte is copied as it is. A file that is not what it was
 when read, or that this reading of the wire format does not expect, gives ``None``:
 the caller serializes its model instead.
+
+A session so made may keep the user's file mapped while it lives (a weight no kernel
+packs into memory of its own, an embedding's table): a file rewritten in place during
+the run (a re-export over it) may then end the process or change what it computes, as
+for any model whose weights lie in an external data file. The file is never written.
 """
 
 from __future__ import annotations
