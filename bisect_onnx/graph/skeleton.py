@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bisect_onnx.graph.protobuf_wire import encode_varint, read_varint
+
 if TYPE_CHECKING:
     import onnx
 
@@ -69,20 +71,20 @@ def _rewrite(data: mmap.mmap, start: int, end: int, nested: dict[int, _Rewrite],
     parts: list[bytes] = []
     position = start
     while position < end:
-        tag, body = _varint(data, position)
+        tag, body = read_varint(data, position)
         field, wire = tag >> 3, tag & 7
         if wire == 0:
-            _, after = _varint(data, body)
+            _, after = read_varint(data, body)
         elif wire == 1:
             after = body + 8
         elif wire == 5:
             after = body + 4
         elif wire == _LENGTH_DELIMITED:
-            length, value = _varint(data, body)
+            length, value = read_varint(data, body)
             after = value + length
             if field in nested and field not in dropped:
                 inner = nested[field](data, value, after)
-                parts += [data[position:body], _encode_varint(len(inner)), inner]
+                parts += [data[position:body], encode_varint(len(inner)), inner]
                 position = after
                 continue
         else:
@@ -93,24 +95,3 @@ def _rewrite(data: mmap.mmap, start: int, end: int, nested: dict[int, _Rewrite],
     if position != end:
         raise ValueError(f"not an ONNX model: a field runs past byte {end}")
     return b"".join(parts)
-
-
-def _varint(data: mmap.mmap, position: int) -> tuple[int, int]:
-    """The varint at ``position`` and where the bytes after it start."""
-    value = shift = 0
-    while True:
-        byte = data[position]
-        position += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, position
-        shift += 7
-
-
-def _encode_varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)

@@ -28,6 +28,7 @@ import mmap
 from collections.abc import Iterator
 from pathlib import Path
 
+from bisect_onnx.graph.protobuf_wire import WireFormatError, encode_varint, read_varint
 from bisect_onnx.runtime.onnx_files import file_key
 
 __all__ = ["weights_in_place", "IN_PLACE_FROM"]
@@ -42,10 +43,6 @@ _GRAPH, _INITIALIZER = 7, 5
 _RAW_DATA, _EXTERNAL_DATA, _DATA_LOCATION = 9, 13, 14
 _EXTERNAL = 1  # TensorProto.EXTERNAL
 _VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
-
-
-class _Unexpected(ValueError):
-    """Bytes this reading of the wire format does not expect."""
 
 
 def weights_in_place(path: Path, key: tuple[str, int, int] | None) -> bytes | None:
@@ -89,7 +86,7 @@ def _referenced(data: mmap.mmap, start: int, end: int, location: str) -> bytes |
                 if number == _RAW_DATA), None)
     if raw is None or raw[1] - raw[0] < IN_PLACE_FROM or any(
             number == _EXTERNAL_DATA or (number == _DATA_LOCATION
-                                         and _read_varint(data, payload)[0] != 0)
+                                         and read_varint(data, payload)[0] != 0)
             for number, _, payload, _ in fields):
         return None
     tensor = bytearray()
@@ -101,7 +98,7 @@ def _referenced(data: mmap.mmap, start: int, end: int, location: str) -> bytes |
                              ("length", str(raw[1] - raw[0]))):
         tensor += _field(_EXTERNAL_DATA, _field(1, entry_key.encode())
                          + _field(2, value.encode()))
-    tensor += _varint(_DATA_LOCATION << 3 | _VARINT) + _varint(_EXTERNAL)
+    tensor += encode_varint(_DATA_LOCATION << 3 | _VARINT) + encode_varint(_EXTERNAL)
     return bytes(tensor)
 
 
@@ -109,48 +106,23 @@ def _fields(data: mmap.mmap, start: int, end: int) -> Iterator[tuple[int, int, i
     """Each field of the message in ``data[start:end]``: number, start, payload, end."""
     position = start
     while position < end:
-        tag, payload = _read_varint(data, position)
+        tag, payload = read_varint(data, position)
         number, wire_type = tag >> 3, tag & 7
         if wire_type == _VARINT:
-            _, field_end = _read_varint(data, payload)
+            _, field_end = read_varint(data, payload)
         elif wire_type == _LENGTH:
-            length, payload = _read_varint(data, payload)
+            length, payload = read_varint(data, payload)
             field_end = payload + length
         elif wire_type in (_FIXED64, _FIXED32):
             field_end = payload + (8 if wire_type == _FIXED64 else 4)
         else:  # groups: not in onnx.proto
-            raise _Unexpected(f"wire type {wire_type} at byte {position}")
+            raise WireFormatError(f"wire type {wire_type} at byte {position}")
         if field_end > end or number == 0:
-            raise _Unexpected(f"field {number} at byte {position} runs past its message")
+            raise WireFormatError(f"field {number} at byte {position} runs past its message")
         yield number, position, payload, field_end
         position = field_end
 
 
-def _read_varint(data: mmap.mmap, position: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if position >= len(data) or shift > 63:
-            raise _Unexpected(f"a varint at byte {position} does not end")
-        byte = data[position]
-        position += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, position
-        shift += 7
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        low = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(low | 0x80)
-        else:
-            out.append(low)
-            return bytes(out)
-
-
 def _field(number: int, payload: bytes | bytearray) -> bytes:
     """A length-delimited field."""
-    return _varint(number << 3 | _LENGTH) + _varint(len(payload)) + bytes(payload)
+    return encode_varint(number << 3 | _LENGTH) + encode_varint(len(payload)) + bytes(payload)
