@@ -231,6 +231,7 @@ def _align_several_outputs(
             readers = consumers.get(name, set())
             if name in candidate_values and (not readers or not readers <= inside):
                 leaving.append(candidate_values[name])
+
     def kind(value: CapturedValue) -> tuple[tuple[int, ...], np.dtype]:
         return value.array.shape, value.array.dtype
 
