@@ -103,6 +103,38 @@ def scale_initializer_input(node_name: str, index: int, factor: float):
     return edit
 
 
+def scale_quantized_weight(node_name: str, factor: float):
+    """Scale the dequantization scale of the weight QDQ node ``node_name`` reads."""
+
+    def edit(model: onnx.ModelProto) -> onnx.NodeProto:
+        node = next(node for node in model.graph.node if node.name == node_name)
+        dequantize = next(other for other in model.graph.node if node.input[1] in other.output)
+        scale_initializer_input(dequantize.name, 1, factor)(model)
+        return node
+
+    return edit
+
+
+def quantize_qdq(source: Path, target: Path, x: np.ndarray) -> Path:
+    """``source`` statically quantized to QDQ at ``target``, its one input ``x``
+    calibrated on four standard normal draws of its shape and on ``x`` itself."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    name = onnx.load(str(source), load_external_data=False).graph.input[0].name
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            rng = np.random.default_rng(0)
+            self.batches = iter([{name: rng.standard_normal(x.shape).astype(np.float32)}
+                                 for _ in range(4)] + [{name: x}])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    quantize_static(str(source), str(target), Reader(), quant_format=QuantFormat.QDQ)
+    return target
+
+
 def fx_segment(model: onnx.ModelProto, fx_node: str) -> list[onnx.NodeProto]:
     """The nodes the dynamo exporter made from one FX node, in graph order."""
     return [node for node in model.graph.node

@@ -29,7 +29,13 @@ from bisect_onnx.judge.tolerances import (
 )
 from fixtures.registry import FIXTURES, repo_path
 from tests.conftest import tree_digest
-from tests.planting import fx_segment, plant, scale_initializer_input
+from tests.planting import (
+    fx_segment,
+    plant,
+    quantize_qdq,
+    scale_initializer_input,
+    scale_quantized_weight,
+)
 
 EVERY_CULPRIT = bisect_onnx.SearchOptions(all_culprits=True)
 
@@ -41,7 +47,6 @@ PLANTED_NODE = "node_Conv_140"  # layer1.conv1 (its BatchNorm folded in), output
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):
     """The float16 and QDQ conversions of resnet_like, and a planted copy of each."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
     folder = tmp_path_factory.mktemp("onnx_vs_onnx")
@@ -51,36 +56,14 @@ def made(tmp_path_factory):
     onnx.save(convert_float_to_float16(onnx.load(str(RESNET)), keep_io_types=True),
               str(paths["fp16"]))
 
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            rng = np.random.default_rng(0)
-            self.batches = iter([{"x": rng.standard_normal(x.shape).astype(np.float32)}
-                                 for _ in range(4)] + [{"x": x}])
-
-        def get_next(self):
-            return next(self.batches, None)
-
-    paths["qdq"] = folder / "qdq.onnx"
-    quantize_static(str(RESNET), str(paths["qdq"]), Reader(), quant_format=QuantFormat.QDQ)
+    paths["qdq"] = quantize_qdq(RESNET, folder / "qdq.onnx", x)
     paths["fp16_planted"] = folder / "fp16_planted.onnx"
     plant(paths["fp16"], paths["fp16_planted"], scale_initializer_input(PLANTED_NODE, 1, 1.5))
     paths["qdq_planted"] = folder / "qdq_planted.onnx"
-    plant(paths["qdq"], paths["qdq_planted"], _scale_quantized_weight(PLANTED_NODE, -1.0))
+    plant(paths["qdq"], paths["qdq_planted"], scale_quantized_weight(PLANTED_NODE, -1.0))
     paths["fp32_planted"] = folder / "fp32_planted.onnx"
     plant(RESNET, paths["fp32_planted"], scale_initializer_input(PLANTED_NODE, 1, 1.5))
     return paths
-
-
-def _scale_quantized_weight(node_name: str, factor: float):
-    """Scale the dequantization scale of the weight a QDQ node reads."""
-
-    def edit(model: onnx.ModelProto) -> onnx.NodeProto:
-        node = next(node for node in model.graph.node if node.name == node_name)
-        dequantize = next(other for other in model.graph.node if node.input[1] in other.output)
-        scale_initializer_input(dequantize.name, 1, factor)(model)
-        return node
-
-    return edit
 
 
 # float16 --------------------------------------------------------------------------------

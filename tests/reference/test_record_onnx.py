@@ -12,7 +12,7 @@ import pytest
 import bisect_onnx
 from bisect_onnx.cli.command import main
 from fixtures.registry import FIXTURES, repo_path
-from tests.planting import plant, scale_initializer_input
+from tests.planting import plant, quantize_qdq, scale_initializer_input, scale_quantized_weight
 from tests.reference.test_check import assert_same_answer, culprit_node
 
 pytestmark = pytest.mark.filterwarnings("ignore::bisect_onnx.BisectOnnxWarning")
@@ -37,29 +37,10 @@ def float16(tmp_path_factory):
 @pytest.fixture(scope="module")
 def qdq_planted(tmp_path_factory):
     """resnet_like's static QDQ quantization, one Conv's weight scale negated."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
-
     folder = tmp_path_factory.mktemp("record_qdq")
-    x = np.load(RESNET_INPUT)
-
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            rng = np.random.default_rng(0)
-            self.batches = iter([{"x": rng.standard_normal(x.shape).astype(np.float32)}
-                                 for _ in range(4)] + [{"x": x}])
-
-        def get_next(self):
-            return next(self.batches, None)
-
-    def negate_weight_scale(model: onnx.ModelProto) -> onnx.NodeProto:
-        node = next(node for node in model.graph.node if node.name == PLANTED_NODE)
-        dequantize = next(other for other in model.graph.node if node.input[1] in other.output)
-        scale_initializer_input(dequantize.name, 1, -1.0)(model)
-        return node
-
-    clean, planted = folder / "qdq.onnx", folder / "qdq_planted.onnx"
-    quantize_static(str(RESNET), str(clean), Reader(), quant_format=QuantFormat.QDQ)
-    plant(clean, planted, negate_weight_scale)
+    clean = quantize_qdq(RESNET, folder / "qdq.onnx", np.load(RESNET_INPUT))
+    planted = folder / "qdq_planted.onnx"
+    plant(clean, planted, scale_quantized_weight(PLANTED_NODE, -1.0))
     return planted
 
 
