@@ -106,7 +106,7 @@ def script_inside_values(record: Record, segments: Mapping[str, Sequence[NodeInf
     structure: a recording keeps them, so that a check where PyTorch is not compares
     inside the op too. Empty where the look inside cannot be made.
     """
-    from bisect_onnx.search.decomposition import pair_by_structure
+    from bisect_onnx.search.decomposition import fresh_values_by_file_names
 
     culprit = _culprit_op(record, segments, ops)
     if culprit is None:
@@ -117,16 +117,8 @@ def script_inside_values(record: Record, segments: Mapping[str, Sequence[NodeInf
     except Exception:  # as the look inside itself: what cannot be exported is not kept
         logger.debug("exporting %s alone failed", op.name, exc_info=True)
         return {}
-    protos = [model.graph.node[item.index] for item in segment]
-    pairs = pair_by_structure(protos, alone.nodes)
-    found: dict[str, np.ndarray] = {}
-    for node in protos:
-        fresh = pairs.get(node.name or id(node))
-        for value, theirs in zip(node.output, fresh.output if fresh is not None else (),
-                                 strict=False):
-            if value and theirs in alone.values:
-                found[value] = np.asarray(alone.values[theirs])
-    return found
+    return fresh_values_by_file_names([model.graph.node[item.index] for item in segment],
+                                      alone)
 
 
 def _culprit_op(record: Record | None, segments: Mapping[str, Sequence[NodeInfo]],

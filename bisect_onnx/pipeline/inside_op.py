@@ -24,7 +24,7 @@ from bisect_onnx.judge.findings import Refinement
 from bisect_onnx.judge.reading import Reading
 from bisect_onnx.judge.tolerances import Judge
 from bisect_onnx.pipeline.call_ops import checked_segment
-from bisect_onnx.search.decomposition import compare_segment, pair_by_structure
+from bisect_onnx.search.decomposition import compare_segment, fresh_values_by_file_names
 from bisect_onnx.search.translation_eval import (
     CannotEvaluate,
     evaluate_translation,
@@ -99,15 +99,7 @@ def inside_op_values(report: Reading, candidate: Runner,
     if translated is None:
         return {}
     _, protos, _, fresh = translated
-    pairs = pair_by_structure(protos, fresh.nodes)
-    found: dict[str, np.ndarray] = {}
-    for proto in protos:
-        paired = pairs.get(proto.name or id(proto))
-        for value, fresh_value in zip(proto.output, paired.output if paired else (),
-                                      strict=False):
-            if value and fresh_value in fresh.values:
-                found[value] = np.asarray(fresh.values[fresh_value])
-    return found
+    return fresh_values_by_file_names(protos, fresh)
 
 
 def _translated(report: Reading, candidate: Runner, model: torch.nn.Module | ExportedProgram,

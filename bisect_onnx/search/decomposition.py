@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from torch.export import ExportedProgram
 
 __all__ = ["SegmentFinding", "localize_in_segment", "compare_segment", "pair_by_structure",
-           "translate_alone"]
+           "fresh_values_by_file_names", "translate_alone"]
 
 logger = logging.getLogger(__name__)
 
@@ -203,6 +203,23 @@ def pair_by_structure(
             if source is not None and fresh_source is not None:
                 stack.append((source, fresh_source))
     return pairs
+
+
+def fresh_values_by_file_names(candidate: Sequence[onnx.NodeProto],
+                               fresh: Translation) -> dict[str, np.ndarray]:
+    """The op alone's values, each named as the file's node output it pairs with.
+
+    By :func:`pair_by_structure`: what a recording keeps of a look inside an op.
+    """
+    pairs = pair_by_structure(candidate, fresh.nodes)
+    found: dict[str, np.ndarray] = {}
+    for node in candidate:
+        paired = pairs.get(node.name or id(node))
+        for value, theirs in zip(node.output, paired.output if paired is not None else (),
+                                 strict=False):
+            if value and theirs in fresh.values:
+                found[value] = np.asarray(fresh.values[theirs])
+    return found
 
 
 def _ends(nodes: Sequence[onnx.NodeProto]) -> list[onnx.NodeProto]:
