@@ -282,8 +282,9 @@ def plant(entry: Entry, model, x: np.ndarray, exporter: str, clean_path: Path,
                                             case.seconds)
 
 
-def run_entry(entry: Entry, plants: int, folder: Path, sweep: Sweep) -> None:
-    """Build one model, export it both ways, bisect each export clean and planted."""
+def run_entry(entry: Entry, plants: int, folder: Path, sweep: Sweep,
+              exporters: tuple[str, ...] = EXPORTERS) -> None:
+    """Build one model, export it each way, bisect each export clean and planted."""
     import torch
 
     log = logging.getLogger("sweep")
@@ -298,7 +299,7 @@ def run_entry(entry: Entry, plants: int, folder: Path, sweep: Sweep) -> None:
         return
     sweep.built[entry.group] += 1
     stem = entry.name.replace("/", "-")
-    for exporter in EXPORTERS:
+    for exporter in exporters:
         path = folder / f"{stem}-{exporter}.onnx"
         try:
             with _quiet_descriptors():
@@ -446,6 +447,8 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=45.0, metavar="MINUTES")
     parser.add_argument("--only", help="comma-separated model names (default: all)")
     parser.add_argument("--groups", default=",".join(GROUPS), help="comma-separated groups")
+    parser.add_argument("--exporters", default=",".join(EXPORTERS),
+                        help="comma-separated exporters (default: both)")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--keep", type=Path, metavar="DIR",
                         help="keep the clean and planted files in DIR (default: a temporary one)")
@@ -474,11 +477,12 @@ def main() -> None:
         for entry in chosen:
             if time.perf_counter() - started > 60 * args.time_limit:
                 break
-            run_entry(entry, args.plants, Path(folder), sweep)
+            run_entry(entry, args.plants, Path(folder), sweep,
+                      tuple(args.exporters.split(",")))
             done += 1
     header = (f"models: {done} of {len(chosen)} started ("
               + ", ".join(f"{g} {sum(e.group == g for e in chosen[:done])}" for g in GROUPS)
-              + f"), {args.plants} plants per export, "
+              + f"), exporters {args.exporters}, {args.plants} plants per export, "
               f"{(time.perf_counter() - started) / 60:.1f} minutes, bisect-onnx "
               f"{bisect_onnx.__version__} from {Path(bisect_onnx.__file__).parent}")
     print_sweep(header, sweep)
