@@ -29,6 +29,8 @@ from bisect_onnx.pytorch.script_ops import ScriptOp, ScriptOpCapture
 if TYPE_CHECKING:
     import onnx
 
+    from bisect_onnx.runtime.sides import CapturedValue
+
 __all__ = ["ScopeKey", "CallScopes", "Cursors", "held_inputs"]
 
 #: (innermost module path, which call of it); ``""`` for the model's own forward.
@@ -68,7 +70,11 @@ class CallScopes:
 
     def of_op(self, op: ScriptOp) -> ScopeKey:
         """The scope an op is paired in: its module, and its call where calls are split."""
-        return (op.module, self._call(op) if op.module in self.split else 0)
+        return self.of(op.module, self._capture.values[op.name])
+
+    def of(self, module: str, value: CapturedValue) -> ScopeKey:
+        """The scope of a value computed in ``module`` (its call read off its provenance)."""
+        return (module, value.provenance.call if module in self.split else 0)
 
     def _call(self, op: ScriptOp) -> int:
         return self._capture.values[op.name].provenance.call

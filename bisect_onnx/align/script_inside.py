@@ -50,17 +50,20 @@ def references_by_onnx_value(segments: Mapping[str, Sequence[NodeInfo]],
     between a Linear's MatMul and Add) cuts its segment short, and the value the segment
     ends in is then not the op's. An op of one node (an ``add``) ends in its value
     whatever reads it next, and so does one paired by the exporter's record of it at
-    ``opset`` (the file's): it was paired with the record's last node.
+    ``opset`` (the file's): it was paired with the record's last node. With them, the
+    values of ops made from sizes or weights alone where the file computes them
+    (``constant_references``).
     """
     from bisect_onnx.search.inserted import exporters_node
 
     foreign_inputs = {name for node in nodes if not exporters_node(node) for name in node.inputs}
     kinds = {op.name: op.kind for op in ops.ops}
-    return {segment[-1].outputs[0]: ops.values[name] for name, segment in segments.items()
-            if segment and segment[-1].outputs and name in ops.values
-            and (segment[-1].outputs[0] not in foreign_inputs
-                 or not (_may_go_on(kinds.get(name, ""))
-                         and (opset is None or ops.records.of(name, opset) is None)))}
+    paired = {segment[-1].outputs[0]: ops.values[name] for name, segment in segments.items()
+              if segment and segment[-1].outputs and name in ops.values
+              and (segment[-1].outputs[0] not in foreign_inputs
+                   or not (_may_go_on(kinds.get(name, ""))
+                           and (opset is None or ops.records.of(name, opset) is None)))}
+    return {**ops.constant_references, **paired}
 
 
 def _may_go_on(kind: str) -> bool:

@@ -22,16 +22,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
-
-import numpy as np
 
 from bisect_onnx.align.modules import Pair, Unaligned
 from bisect_onnx.align.ops import RUNTIME_FUSED, OpAlignment
 from bisect_onnx.align.script_calls import CallScopes, Cursors, ScopeKey, held_inputs
+from bisect_onnx.align.script_constants import constant_references
 from bisect_onnx.align.script_ends import Chain, HandsBack, chain_of, output_ends
 from bisect_onnx.align.script_reads import (
+    at_width,
     computes_from_constant,
     could_hold,
     descends,
@@ -41,7 +40,6 @@ from bisect_onnx.align.script_reads import (
     reads_through_foreign,
     reads_type,
     tuple_end,
-    widened_integer,
 )
 from bisect_onnx.align.script_removed import ShapeOnly, undone_transpose
 from bisect_onnx.align.script_table import (
@@ -79,6 +77,9 @@ def align_script_ops(capture: ScriptOpCapture, nodes: Sequence[NodeInfo],
             pairing.place(op)
         elif op.output == 0:  # a tuple-valued op: its outputs' entries follow it
             pairing.place_tuple(ops[index:index + op.outputs])
+    capture.constant_references = constant_references(
+        capture, pairing.shape_only.constant, pairing.in_scope, pairing.calls, pairing.shapes,
+        model, nodes)
     return pairing.finish()
 
 
@@ -240,12 +241,8 @@ class _ScopePairing:
 
     def _at_node_width(self, name: str, value: str) -> None:
         """PyTorch's ``int64`` at its node's width where lossless, in the capture from here on."""
-        known, captured = self.shapes.get(value), self.capture.values[name]
-        if known is None or not widened_integer(captured.array.dtype, known[1]):
-            return
-        narrowed = captured.array.astype(known[1])
-        if np.array_equal(narrowed, captured.array):
-            self.capture.values[name] = replace(captured, array=narrowed)
+        if (known := self.shapes.get(value)) is not None:
+            self.capture.values[name] = at_width(self.capture.values[name], known[1])
 
     def _bounds(self, name: str) -> bool:
         """Whether a value an op reads marks where the op's nodes begin (see ``_pair``)."""

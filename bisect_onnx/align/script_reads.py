@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -18,9 +19,10 @@ from bisect_onnx.graph.nodes import NodeInfo
 
 if TYPE_CHECKING:
     from bisect_onnx.pytorch.script_ops import ScriptOp
+    from bisect_onnx.runtime.sides import CapturedValue
 
-__all__ = ["alike", "computes_from_constant", "could_hold", "descends", "extends", "reads_type",
-           "reads_through_foreign", "reads_kinds", "follow", "tuple_end"]
+__all__ = ["alike", "at_width", "computes_from_constant", "could_hold", "descends", "extends",
+           "reads_type", "reads_through_foreign", "reads_kinds", "follow", "tuple_end"]
 
 Producers = Mapping[str, NodeInfo]
 #: ONNX value -> (shape, with ``None`` for a dimension not known; dtype).
@@ -52,6 +54,14 @@ def widened_integer(torch_dtype: np.dtype, onnx_dtype: np.dtype) -> bool:
     ``uint8`` mask or ``int8`` quantized value of its shape.
     """
     return np.dtype(torch_dtype) == np.int64 and np.dtype(onnx_dtype) == np.int32
+
+
+def at_width(value: CapturedValue, dtype: np.dtype) -> CapturedValue:
+    """PyTorch's ``int64`` value at its node's narrower ``dtype`` where that loses nothing."""
+    if not widened_integer(value.array.dtype, dtype):
+        return value
+    narrowed = value.array.astype(dtype)
+    return replace(value, array=narrowed) if np.array_equal(narrowed, value.array) else value
 
 
 def could_hold(shapes: Shapes, value: str, wanted: np.ndarray, sources: Sequence[str]) -> bool:

@@ -97,6 +97,17 @@ class ScriptOpCapture(OpCapture):
     """Every submodule path of the model (scopes in ONNX node names resolve to them)."""
     records: ExporterRecords = field(default_factory=ExporterRecords)
     """What the TorchScript exporter makes of each op (by name), asked on first use."""
+    fixed_ops: list[ScriptOp] = field(default_factory=list)
+    """The ATen ops no input's value reaches (BiT's Conv weight standardized, position
+    ids made from a tensor of the input's size), in graph order, named
+    ``fixed.batch_norm``...: the same on any input, so never compared, but the file
+    may compute them at run time (see ``constant_references``)."""
+    fixed_values: dict[str, CapturedValue] = field(default_factory=dict)
+    """The value of each of ``fixed_ops``, by its name."""
+    constant_references: dict[str, CapturedValue] = field(default_factory=dict)
+    """PyTorch's value of each op made from sizes or weights alone, by the ONNX value
+    that holds it where the file computes it at run time: set by op alignment
+    (:mod:`bisect_onnx.align.script_constants`), checked inside failing segments only."""
 
 
 def trace_script(module: torch.nn.Module,
@@ -150,8 +161,12 @@ def capture_script_ops(model: torch.jit.ScriptModule, arrays: Sequence[np.ndarra
     counts: dict[str, int] = {}
     for position, node in enumerate(found.nodes):
         reads = [item.debugName() for value in node.inputs() for item in _held(value)]
-        if (node.kind() in _NOT_DATA or node.kind() in _CONTAINERS
-                or not any(read in data for read in reads)):
+        if node.kind() in _NOT_DATA or node.kind() in _CONTAINERS:
+            continue
+        if not any(read in data for read in reads):
+            made = found.outputs_of.get(position, [])
+            _record_fixed_op(capture, node, found, calls.get(position, {}),
+                             [captured[index] for _, index in made])
             continue
         data.update(value.debugName() for value in node.outputs())
         made = found.outputs_of.get(position, [])
@@ -172,6 +187,26 @@ def capture_script_ops(model: torch.jit.ScriptModule, arrays: Sequence[np.ndarra
                 node, op, found, calls.get(position, {}), len(capture.values)))
     logger.info("recorded %d op values of the traced graph", len(capture.values))
     return capture
+
+
+#: A value no input reaches larger than this is not kept (a model's re-laid-out
+#: embedding): the search checks the nodes that compute it without it.
+_FIXED_VALUE_BYTES = 16 << 20
+
+
+def _record_fixed_op(capture: ScriptOpCapture, node: torch.Node, found: TopLevel,
+                     calls: dict[str, int], made: Sequence[torch.Tensor]) -> None:
+    """Keep the value of an ATen op no input reaches, where it is one tensor."""
+    if not node.kind().startswith("aten::") or len(made) != 1 or len(
+            list(node.outputs())) != 1 or made[0].nbytes > _FIXED_VALUE_BYTES:
+        return
+    short = node.kind().split("::", 1)[-1]
+    count = sum(op.kind == node.kind() for op in capture.fixed_ops)
+    name = f"fixed.{short}" if not count else f"fixed.{short}_{count}"
+    op = ScriptOp(name, node.kind(), _innermost(node, found), None)
+    capture.fixed_ops.append(op)
+    capture.fixed_values[name] = CapturedValue(name, to_numpy(made[0]), _provenance(
+        node, op, found, calls, len(capture.values)))
 
 
 def _record(capture: ScriptOpCapture, op: ScriptOp, reads: Sequence[str],

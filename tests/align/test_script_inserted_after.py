@@ -8,12 +8,11 @@ the inserted Mul with the rest of the block: corpus seed 1023).
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 
 from bisect_onnx.align.script_inside import references_by_onnx_value
 from bisect_onnx.graph.nodes import NodeInfo
+from bisect_onnx.pytorch.script_ops import ScriptOp, ScriptOpCapture
 
 
 def test_a_one_node_op_s_value_stands_for_it_whatever_was_inserted_after_it():
@@ -23,9 +22,8 @@ def test_a_one_node_op_s_value_stands_for_it_whatever_was_inserted_after_it():
     add = NodeInfo(1, "/Add", "Add", ("sum",), None, ("y", "z"))
     inserted = [NodeInfo(2, "planted_Mul", "Mul", ("mm_planted",), None, ("mm", "k")),
                 NodeInfo(3, "planted_Mul_1", "Mul", ("sum_planted",), None, ("sum", "k"))]
-    ops = SimpleNamespace(
-        ops=[SimpleNamespace(name="linear", kind="aten::linear"),
-             SimpleNamespace(name="add", kind="aten::add")],
+    ops = ScriptOpCapture(
+        ops=[ScriptOp("linear", "aten::linear", "", None), ScriptOp("add", "aten::add", "", None)],
         values={"linear": np.zeros(2), "add": np.ones(2)})
     found = references_by_onnx_value({"linear": [matmul], "add": [add]}, ops,
                                      [matmul, add, *inserted])
