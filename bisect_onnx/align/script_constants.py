@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bisect_onnx.align.script_reads import alike, at_width
+from bisect_onnx.align.script_reads import at_width, widened_integer
 from bisect_onnx.align.script_table import END_OF
 
 if TYPE_CHECKING:
@@ -70,12 +70,28 @@ def constant_references(capture: ScriptOpCapture, from_sizes: Collection[str],
                 if (end is None or node.op_type not in end.types or not node.outputs
                         or node.outputs[0] in fed_by_inputs or node.outputs[0] in found):
                     continue
-                if alike(shapes, node.outputs[0], wanted):
+                if _same_static(shapes.get(node.outputs[0]), wanted):
                     found[node.outputs[0]] = at_width(values[op.name],
                                                        shapes[node.outputs[0]][1])
                     cursor[key] = position + 1
                     break
     return found
+
+
+def _same_static(known: tuple[tuple[int | None, ...], np.dtype] | None,
+                 wanted: np.ndarray) -> bool:
+    """Whether a node's value is known to have ``wanted``'s very shape, and its dtype.
+
+    A dimension shape inference could not tell matches nothing here: where the
+    exporter folded such an op, it would take the next node of its kind (the
+    ``permute`` before Data2VecVision's ``Resize``, folded, took the Transpose after it,
+    and a plant after them was named as their segment).
+    """
+    if known is None:
+        return False
+    shape, dtype = known
+    return (shape == wanted.shape
+            and (dtype == wanted.dtype or widened_integer(wanted.dtype, dtype)))
 
 
 def _fed_by_inputs(model: onnx.ModelProto, nodes: Sequence[NodeInfo]) -> set[str]:
