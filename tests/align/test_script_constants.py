@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -89,3 +90,44 @@ def test_a_plant_in_a_value_no_input_reaches_is_named_at_its_node(export, tmp_pa
     culprit = report.culprit
     assert culprit is not None and culprit.onnx_node == planted, report.summary()
     assert culprit.local.introduced_here
+
+
+class _Bias(nn.Module):
+    """Data2VecVision's relative position bias: a weight laid out, resized, laid out back."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(16, 4))
+
+    def forward(self, x):
+        grid = self.table.reshape(1, 4, 4, 4).permute(0, 3, 1, 2)  # folded by the exporter
+        # Sized from the input's rows, a dynamic axis: inference cannot tell the Resize's
+        # size, nor the Transpose's after it, which the folded permute's value would fit.
+        grid = F.interpolate(grid, size=(x.shape[0] // 2, 4), mode="bilinear",
+                             align_corners=False)
+        return x + grid.permute(0, 2, 3, 1).reshape(-1, 4)[:x.shape[0]]
+
+
+def test_a_value_no_input_reaches_is_paired_only_with_a_node_holding_it(tmp_path):
+    from bisect_onnx.align.script_ops import align_script_ops
+    from bisect_onnx.pytorch.script_ops import capture_script_ops, trace_script
+    from bisect_onnx.runtime.onnxruntime.runner import OnnxRuntimeRunner
+
+    torch.manual_seed(0)
+    model, x = _Bias().eval(), torch.randn(16, 4)
+    path = tmp_path / "bias.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), str(path), dynamo=False, opset_version=17,
+                          input_names=["x"], dynamic_axes={"x": {0: "rows"}})
+    side = OnnxRuntimeRunner(path, promote="all")
+    every = side.run([x.numpy()]).capture.values
+    capture = capture_script_ops(trace_script(model, [x.numpy()]), [x.numpy()])
+    # Captured as the pipeline does: without the file's intermediate values.
+    align_script_ops(capture, side.nodes, {}, side.model)
+
+    # The folded permute's value fits the Transpose's inferred shape, (1, ?, 4, 4), but
+    # the Transpose holds the resized grid: no value may be kept by a node not holding it.
+    for value, reference in capture.constant_references.items():
+        assert reference.array.shape == every[value].array.shape, (value, reference.name)
+        np.testing.assert_allclose(reference.array, every[value].array, rtol=1e-5, atol=1e-6)
