@@ -12,16 +12,17 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bisect_onnx.errors import ModelError, UsageError
+from bisect_onnx.errors import ModelError, UsageError, one_line
 from bisect_onnx.pytorch.exporting import EXPORTERS, export_failure, quiet_exporter
 
 if TYPE_CHECKING:
     import onnx
     import torch
+    from torch.export import ExportedProgram
 
     from bisect_onnx.decode.flat_cache import DecoderStep
 
-__all__ = ["export_decoder"]
+__all__ = ["export_decoder", "translated_program"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,18 +57,54 @@ def export_decoder(step: DecoderStep, folder: Path, *, exporter: str = "dynamo",
                                   output_names=layout.output_names(), dynamic_axes=axes,
                                   opset_version=opset or 18)
             else:
-                program = torch.onnx.export(step.module, args, dynamo=True, opset_version=opset,
-                                            input_names=layout.input_names(),
-                                            output_names=layout.output_names(),
-                                            dynamic_shapes=_dynamic_shapes(step.module, args),
-                                            verbose=False)
-                program.save(str(path))
+                _dynamo_export(step, args, opset).save(str(path))
     except Exception as error:
         logger.debug("decoder export failed", exc_info=True)
         raise ModelError(export_failure(exporter, step.module, error)) from error
     if exporter == "dynamo":
         _name_axes(path, axes)
     return path
+
+
+def translated_program(step: DecoderStep, path: Path) -> ExportedProgram | None:
+    """The program the dynamo exporter translated ``step.module`` from into ``path``.
+
+    ``None`` unless ``path`` is a dynamo export. Its values carry the FX node names of
+    the program the exporter traced at :func:`export_decoder`'s sizes with dynamic
+    shapes; a trace at a step's own sizes (a batch of one, one token) specializes them
+    and names its nodes otherwise, and the step's bisection would compare the file at
+    module level only. Exported again as :func:`export_decoder` exports, not optimized
+    (only the program is kept); ``None`` where that fails. Whether the program names
+    the file's values, the bisection checks.
+    """
+    from bisect_onnx.graph.nodes import read_nodes
+    from bisect_onnx.graph.scopes import detect_exporter
+    from bisect_onnx.graph.skeleton import load_skeleton
+
+    if step.cache_tails is None or detect_exporter(read_nodes(load_skeleton(path).graph)) != (
+            "dynamo"):
+        return None
+    logger.info("tracing %s's decode step as the dynamo exporter does, for op level",
+                step.name)
+    try:
+        with quiet_exporter("the dynamo exporter"):
+            return _dynamo_export(step, _dummy_inputs(step), None, optimize=False
+                                  ).exported_program
+    except Exception as error:  # the step's bisection compares at module level
+        logger.info("no program for op level: %s", one_line(error))
+        return None
+
+
+def _dynamo_export(step: DecoderStep, args: tuple[torch.Tensor, ...], opset: int | None, *,
+                   optimize: bool = True) -> torch.onnx.ONNXProgram:
+    import torch
+
+    layout = step.layout
+    return torch.onnx.export(step.module, args, dynamo=True, opset_version=opset,
+                             input_names=layout.input_names(),
+                             output_names=layout.output_names(),
+                             dynamic_shapes=_dynamic_shapes(step.module, args),
+                             optimize=optimize, verbose=False)
 
 
 def _dummy_inputs(step: DecoderStep) -> tuple[torch.Tensor, ...]:

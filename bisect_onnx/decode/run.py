@@ -354,14 +354,18 @@ def _bisect_step(step: DecoderStep, loop: StepLoop, finding: DecodeFinding, path
     """Bisect the step the error is introduced at, on PyTorch's cache and token there."""
     from dataclasses import replace
 
-    from bisect_onnx.pipeline.pytorch_vs_onnx import bisect
+    from bisect_onnx.decode.export import translated_program
+    from bisect_onnx.pipeline.pytorch_vs_onnx import PyTorchCall, compare_pytorch
+    from bisect_onnx.pytorch.reference import exit_is_a_model_error
 
     started = time.perf_counter()
     assert loop.first_introduced is not None  # the finding is that step's
     inputs = loop.first_introduced.arrays(step.layout)
+    bisect = exit_is_a_model_error(lambda module: compare_pytorch(PyTorchCall(
+        module, inputs, path, tolerance, runtime=runtime,
+        program=translated_program(step, path))))  # op level for a dynamo file
     try:
-        report = bisect(step.module, inputs, onnx_model=path, tolerance=tolerance,
-                        runtime=runtime)
+        report = bisect(step.module)
     except BisectOnnxError as error:
         logger.info("could not bisect step %d: %s", finding.step, one_line(error))
         return None, replace(finding, culprit=f"not bisected: {one_line(error)}")

@@ -172,12 +172,17 @@ class PreparedCandidate:
 
 def prepare_candidate(reference: TorchReference, given: GivenArrays | None, onnx_model: object,
                       export: ExportOptions, folder: Path,
-                      runtime: RuntimeOptions | None = None) -> PreparedCandidate:
-    """The user's ONNX model (a path, a proto, an ONNXProgram's own), or an export made here."""
+                      runtime: RuntimeOptions | None = None, *,
+                      program: ExportedProgram | None = None) -> PreparedCandidate:
+    """The user's ONNX model (a path, a proto, an ONNXProgram's own), or an export made here.
+
+    ``program``: the ExportedProgram a given file was translated from, where the caller
+    knows it (kept where it names the file's values).
+    """
     keywords = _keywords(reference, given)
     if onnx_model is not None or reference.onnx_program is not None:
         candidate, source, program = _given_candidate(reference, onnx_model, folder,
-                                                      runtime or RuntimeOptions())
+                                                      runtime or RuntimeOptions(), program)
         exporter = detect_exporter(candidate.nodes)
         if not isinstance(given, Mapping):  # random draws or a list: in the graph's order
             keywords = _graph_keywords(reference, candidate)
@@ -228,13 +233,15 @@ def resolve_export(reference: TorchReference, onnx_model: object,
 
 
 def _given_candidate(reference: TorchReference, onnx_model: object, folder: Path,
-                     runtime: RuntimeOptions):
+                     runtime: RuntimeOptions, known: ExportedProgram | None = None):
     """The user's ONNX model, and the ExportedProgram it was made from, if known."""
     given = onnx_model if onnx_model is not None else reference.onnx_program
     path, source = onnx_model_path(given, folder)
     # An ONNXProgram still knows its ExportedProgram, and so which call of a reused
     # module each node ran in; so does an ExportedProgram compared with an export of it.
     program = getattr(given, "exported_program", None)
+    if program is None:
+        program = known
     if program is None and reference.kind == EXPORTED_PROGRAM:
         program = as_translated(reference.exportable)
     candidate = _runtime_side(path, runtime)

@@ -136,6 +136,11 @@ class PyTorchCall:
     search: SearchOptions | None = None
     output: OutputOptions | None = None
     suggest_fix: bool | FixOptions | None = None
+    program: ExportedProgram | None = None
+    """The ExportedProgram the given file was translated from, where the caller knows
+    it and a trace at the inputs' sizes would not be it (a decode step's export, made
+    with dynamic shapes at other sizes): used for op level where it names the file's
+    values, else a trace is made here as for any file."""
 
 
 def compare_pytorch(call: PyTorchCall, run_sample: SampleRunner = run_torch_sample) -> Report:
@@ -179,7 +184,7 @@ def compare_pytorch(call: PyTorchCall, run_sample: SampleRunner = run_torch_samp
           as_the_exporter_runs()):  # attention layers' fast paths have no ONNX graph
         # The export is made on the first input set (and PyTorch's run on it kept).
         prepared = prepare_candidate(reference, given[0][0] if given else None, onnx_model,
-                                     export, Path(workdir), runtime)
+                                     export, Path(workdir), runtime, program=call.program)
         precision, basis = computed_precision(prepared.candidate)
         if tolerance.follows_precision() and basis is not None:
             judge = tolerance.judge(precision)

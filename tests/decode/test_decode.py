@@ -1,7 +1,8 @@
 """Decode loops end to end: tiny decoders at parity over 16 steps, planted errors named.
 
 Tiny configs from ``transformers`` (nothing downloaded). Each decoder is exported once per
-exporter for the module; the planted files are edits of the Llama TorchScript export.
+exporter for the module; the planted files are edits of Llama's TorchScript export (and
+of its dynamo export, for a scale on the past key).
 """
 
 from __future__ import annotations
@@ -62,11 +63,34 @@ def test_llama_torchscript_at_parity_over_16_steps(llama_torchscript):
     assert report.rows[0].length == 8 and report.rows[1].position == 8  # the prefill, then one
 
 
-@pytest.mark.parametrize("factory", [tiny_llama, tiny_gpt2], ids=["llama", "gpt2"])
-def test_dynamo_export_at_parity_over_16_steps(factory):
-    report = bisect_onnx.bisect_decode(factory(), steps=STEPS)
+@pytest.fixture(scope="module")
+def llama_dynamo(llama, tmp_path_factory):
+    """The parity run of Llama exported with dynamo (the default), and the file it exported."""
+    path = tmp_path_factory.mktemp("llama-dynamo") / "decoder.onnx"
+    report = bisect_onnx.bisect_decode(llama, steps=STEPS,
+                                       export=bisect_onnx.ExportOptions(save_to=path))
+    return report, path
+
+
+def test_llama_dynamo_at_parity_over_16_steps(llama_dynamo):
+    report, path = llama_dynamo
     _parity(report)
     assert report.exporter == "dynamo"
+    graph = onnx.load(str(path)).graph
+    assert [value.name for value in graph.input][3:] == [
+        "past_key_values.0.key", "past_key_values.0.value", "past_key_values.1.key",
+        "past_key_values.1.value"]
+    assert [value.name for value in graph.output][0] == "logits"
+    past = graph.input[3].type.tensor_type.shape.dim
+    assert [dim.dim_param or dim.dim_value for dim in past] == ["batch", 1, "past_sequence", 16]
+
+
+@pytest.mark.parametrize("name", ["gpt2", "qwen2", "mistral", "phi3", "gemma"])
+def test_more_decoders_at_parity_with_dynamo(name):
+    """Each takes the dynamo exporter (the default): none is refused."""
+    report = bisect_onnx.bisect_decode(TINY_DECODERS[name](), steps=STEPS)
+    _parity(report)
+    assert report.exporter == "dynamo" and report.finding is None, str(report)
 
 
 def test_a_model_left_training_is_warned_about(llama, llama_torchscript):
@@ -177,18 +201,17 @@ def test_past_key_scale_is_named_at_its_node_and_step(llama, llama_torchscript, 
     assert "DIVERGED at step 1" in text and "step 1's bisection" in text
 
 
-@pytest.mark.xfail(strict=True, reason="dynamo inserted-plant named at Concat: the step's "
-                   "bisection cannot align ops with a file exported with dynamic axes, and at "
-                   "module granularity the search names a failing output's producer")
-def test_past_key_scale_in_a_dynamo_file_is_named_at_its_node(llama, tmp_path):
-    from bisect_onnx.decode.export import export_decoder
-    from bisect_onnx.decode.flat_cache import decoder_step
+def test_past_key_scale_in_a_dynamo_file_is_named_at_its_node(llama, llama_dynamo, tmp_path):
+    """Op level on a file exported with dynamic axes, at the step's sizes (one token).
 
-    clean = export_decoder(decoder_step(llama), tmp_path, exporter="dynamo")
-    planted = _edited(clean, tmp_path / "scaled.onnx", _scale_past_key)
+    Traced at those sizes, torch.export specializes them and names its nodes otherwise
+    than the file's: the program is the one the exporter traced at the export's sizes.
+    """
+    planted = _edited(llama_dynamo[1], tmp_path / "scaled.onnx", _scale_past_key)
     finding = bisect_onnx.bisect_decode(llama, steps=1, onnx_model=planted).finding
     assert (finding.step, finding.kind) == (1, "introduced")
-    assert "planted_scale" in finding.culprit  # today: "node 'node_cat_7' (Concat)"
+    assert "planted_scale" in finding.culprit, finding.culprit  # not the Concat it feeds
+    assert "in these 2 nodes: planted_scale, " in finding.culprit
 
 
 def test_a_file_without_position_ids_is_stepped_and_bisected(llama, tmp_path):
