@@ -79,7 +79,7 @@ def align_script_ops(capture: ScriptOpCapture, nodes: Sequence[NodeInfo],
             pairing.place_tuple(ops[index:index + op.outputs])
     capture.constant_references = constant_references(
         capture, pairing.shape_only.constant, pairing.in_scope, pairing.calls, pairing.shapes,
-        model, nodes)
+        model, nodes, pairing.onnx_of)
     return pairing.finish()
 
 

@@ -25,10 +25,10 @@ if TYPE_CHECKING:
     from bisect_onnx.graph.nodes import NodeInfo
     from bisect_onnx.pytorch.script_ops import ScriptOp, ScriptOpCapture
 
-__all__ = ["ShapeOnly", "undone_transpose"]
+__all__ = ["FROM_SIZE", "ShapeOnly", "undone_transpose"]
 
 #: Ops whose value is made from their input's size (and constants) alone.
-_FROM_SIZE = frozenset({"zeros_like", "ones_like", "empty_like", "full_like", "new_zeros",
+FROM_SIZE = frozenset({"zeros_like", "ones_like", "empty_like", "full_like", "new_zeros",
                         "new_ones", "new_empty", "new_full"})
 #: Ops whose value is a view of their first input: a write into it writes the input.
 _VIEWS = frozenset({"slice", "select", "view", "narrow", "expand", "expand_as", "reshape",
@@ -46,7 +46,7 @@ class ShapeOnly:
         self.constant: set[str] = set()
         for op in capture.ops:
             short, reads = op.kind.split("::", 1)[-1], inputs_of.get(op.name, ())
-            if op.name not in written and (short in _FROM_SIZE or (
+            if op.name not in written and (short in FROM_SIZE or (
                     reads and all(name in self.constant for name in reads))):
                 self.constant.add(op.name)
         self.sized: set[str] = set()  # read only by constant ops: for their size alone

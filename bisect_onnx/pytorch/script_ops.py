@@ -159,6 +159,7 @@ def capture_script_ops(model: torch.jit.ScriptModule, arrays: Sequence[np.ndarra
                 for debug_name, index in made}
     calls = call_numbers(model, found)
     counts: dict[str, int] = {}
+    fixed_names: dict[str, str] = {}  # the trace's name of a fixed op's value -> the op's
     for position, node in enumerate(found.nodes):
         reads = [item.debugName() for value in node.inputs() for item in _held(value)]
         if node.kind() in _NOT_DATA or node.kind() in _CONTAINERS:
@@ -166,7 +167,7 @@ def capture_script_ops(model: torch.jit.ScriptModule, arrays: Sequence[np.ndarra
         if not any(read in data for read in reads):
             made = found.outputs_of.get(position, [])
             _record_fixed_op(capture, node, found, calls.get(position, {}),
-                             [captured[index] for _, index in made])
+                             [captured[index] for _, index in made], fixed_names, reads)
             continue
         data.update(value.debugName() for value in node.outputs())
         made = found.outputs_of.get(position, [])
@@ -195,10 +196,18 @@ _FIXED_VALUE_BYTES = 16 << 20
 
 
 def _record_fixed_op(capture: ScriptOpCapture, node: torch.Node, found: TopLevel,
-                     calls: dict[str, int], made: Sequence[torch.Tensor]) -> None:
-    """Keep the value of an ATen op no input reaches, where it is one tensor."""
-    if not node.kind().startswith("aten::") or len(made) != 1 or len(
-            list(node.outputs())) != 1 or made[0].nbytes > _FIXED_VALUE_BYTES:
+                     calls: dict[str, int], made: Sequence[torch.Tensor],
+                     fixed_names: dict[str, str], reads: Sequence[str]) -> None:
+    """Keep the value of an ATen op no input reaches, where it is one tensor.
+
+    ``fixed_names``: the trace's value names of the fixed ops so far (added to; ``""``
+    for a value not kept, which an op reading it cannot be checked by);
+    ``reads``: the trace's names of the values ``node`` reads.
+    """
+    if not node.kind().startswith("aten::"):
+        return  # a literal, a weight read, a list: what reads it reads the weights
+    if len(made) != 1 or len(list(node.outputs())) != 1 or made[0].nbytes > _FIXED_VALUE_BYTES:
+        fixed_names.update({output.debugName(): "" for output in node.outputs()})
         return
     short = node.kind().split("::", 1)[-1]
     count = sum(op.kind == node.kind() for op in capture.fixed_ops)
@@ -207,6 +216,8 @@ def _record_fixed_op(capture: ScriptOpCapture, node: torch.Node, found: TopLevel
     capture.fixed_ops.append(op)
     capture.fixed_values[name] = CapturedValue(name, to_numpy(made[0]), _provenance(
         node, op, found, calls, len(capture.values)))
+    capture.inputs_of[name] = tuple(fixed_names[read] for read in reads if read in fixed_names)
+    fixed_names[next(iter(node.outputs())).debugName()] = name
 
 
 def _record(capture: ScriptOpCapture, op: ScriptOp, reads: Sequence[str],

@@ -11,6 +11,7 @@ such values are now checked inside the failing segment against PyTorch's.
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -95,6 +96,8 @@ def test_a_plant_in_a_value_no_input_reaches_is_named_at_its_node(export, tmp_pa
 class _Bias(nn.Module):
     """Data2VecVision's relative position bias: a weight laid out, resized, laid out back."""
 
+    dynamic_axes = {"x": {0: "rows"}}
+
     def __init__(self):
         super().__init__()
         self.table = nn.Parameter(torch.randn(16, 4))
@@ -108,18 +111,40 @@ class _Bias(nn.Module):
         return x + grid.permute(0, 2, 3, 1).reshape(-1, 4)[:x.shape[0]]
 
 
-def test_a_value_no_input_reaches_is_paired_only_with_a_node_holding_it(tmp_path):
+class _Buckets(nn.Module):
+    """T5's relative position buckets: arithmetic over positions, part of it folded."""
+
+    dynamic_axes = None
+
+    def __init__(self):
+        super().__init__()
+        self.bias = nn.Embedding(32, 4)
+
+    def forward(self, x):
+        places = torch.arange(x.shape[0])
+        relative = places[None, :] - places[:, None]
+        buckets = 0
+        buckets += (relative > 0).to(torch.long) * 16  # folded into a constant
+        relative = torch.abs(relative)
+        large = 8 + (torch.log(relative.float() / 8) / math.log(128 / 8) * 8).to(torch.long)
+        large = torch.min(large, torch.full_like(large, 15))
+        buckets += torch.where(relative < 8, relative, large)
+        return x + self.bias(buckets).sum(1)
+
+
+@pytest.mark.parametrize("module", [_Bias, _Buckets], ids=["resized-bias", "t5-buckets"])
+def test_a_value_no_input_reaches_is_paired_only_with_a_node_holding_it(tmp_path, module):
     from bisect_onnx.align.script_ops import align_script_ops
     from bisect_onnx.pytorch.script_ops import capture_script_ops, trace_script
     from bisect_onnx.runtime.onnxruntime.runner import OnnxRuntimeRunner
 
     torch.manual_seed(0)
-    model, x = _Bias().eval(), torch.randn(16, 4)
+    model, x = module().eval(), torch.randn(16, 4)
     path = tmp_path / "bias.onnx"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(model, (x,), str(path), dynamo=False, opset_version=17,
-                          input_names=["x"], dynamic_axes={"x": {0: "rows"}})
+                          input_names=["x"], dynamic_axes=module.dynamic_axes)
     side = OnnxRuntimeRunner(path, promote="all")
     every = side.run([x.numpy()]).capture.values
     capture = capture_script_ops(trace_script(model, [x.numpy()]), [x.numpy()])
@@ -127,7 +152,10 @@ def test_a_value_no_input_reaches_is_paired_only_with_a_node_holding_it(tmp_path
     align_script_ops(capture, side.nodes, {}, side.model)
 
     # The folded permute's value fits the Transpose's inferred shape, (1, ?, 4, 4), but
-    # the Transpose holds the resized grid: no value may be kept by a node not holding it.
+    # the Transpose holds the resized grid; the folded ``(relative > 0).to(long)`` would
+    # take a later Cast: no value may be kept by a node not holding it.
+    # The buckets' shapes are known: their Where, Min and Gather hold their ops' values.
+    assert capture.constant_references or module is _Bias
     for value, reference in capture.constant_references.items():
         assert reference.array.shape == every[value].array.shape, (value, reference.name)
         np.testing.assert_allclose(reference.array, every[value].array, rtol=1e-5, atol=1e-6)
