@@ -9,6 +9,7 @@ the TracerWarnings naming the line of each value the tracer turned into a consta
 
 from __future__ import annotations
 
+import inspect
 import logging
 import warnings
 from collections.abc import Mapping, Sequence
@@ -138,14 +139,35 @@ def export_here(model: torch.nn.Module, arrays: Sequence[np.ndarray], call: Expo
 
     caught: list[warnings.WarningMessage] = []
     folder.mkdir(parents=True, exist_ok=True)
+    options = dict(call.options)
+    if isinstance(options.get("dynamic_shapes"), tuple):
+        options["dynamic_shapes"] = _bound(model, options["dynamic_shapes"])
     try:
         exported = export_model(model, arrays, folder, exporter=call.exporter, opset=call.opset,
-                                options=dict(call.options), keywords=keywords, warned=caught)
+                                options=options, keywords=keywords, warned=caught)
     except BisectOnnxError as error:
         logger.info("export %s here failed: %s", call.describe(), error)
         return MadeHere(None, None, _notes(caught), one_line(error))
     return MadeHere(exported.path, onnx.load(str(exported.path), load_external_data=False),
                     _notes(caught))
+
+
+def _bound(model: torch.nn.Module, shapes: tuple[Any, ...]) -> tuple[Any, ...]:
+    """One ``dynamic_shapes`` entry an input, grouped as ``forward`` binds the inputs.
+
+    torch.export binds them to the signature: the inputs past the named parameters go
+    to ``*args`` as one tuple (a decode step's ``forward(input_ids, mask, *past)``).
+    """
+    try:
+        parameters = list(inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError, AttributeError):  # no signature to bind to
+        return shapes
+    named = [parameter for parameter in parameters if parameter.kind in (
+        parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD)]
+    if (not any(parameter.kind is parameter.VAR_POSITIONAL for parameter in parameters)
+            or len(shapes) <= len(named)):
+        return shapes
+    return (*shapes[:len(named)], tuple(shapes[len(named):]))
 
 
 def _run(path: Path, arrays: Sequence[np.ndarray]) -> tuple[list[np.ndarray] | None, str | None]:
