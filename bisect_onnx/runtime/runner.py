@@ -224,6 +224,15 @@ class Runner(ABC):
     def local_session(self, serialized: bytes, label: str) -> Session:
         """A session on a model of nodes copied out of this one (a local check)."""
 
+    def initializers_in_place(self) -> Mapping[str, bytes] | None:
+        """The file's initializers serialized, by name, for a local check's model.
+
+        Each large weight a reference to where it lies in the file, which this runner's
+        local sessions read there (nothing copied or serialized); ``None``: the local
+        model holds copies of the weights it reads (the default).
+        """
+        return None
+
     @abstractmethod
     def probe_session(self, names: Sequence[str] | None) -> tuple[Session, CompiledGraph]:
         """Production with ``names`` made outputs (``None``: production itself).

@@ -22,6 +22,7 @@ from bisect_onnx.errors import BisectOnnxError
 from bisect_onnx.graph.segments import Segment, find_segment, segment_feeds, segment_node_names
 from bisect_onnx.graph.walk import subgraphs
 from bisect_onnx.judge.compare import ArrayComparison, Status, compare_arrays
+from bisect_onnx.runtime.weights_in_place import with_initializers
 
 if TYPE_CHECKING:
     import onnx
@@ -147,7 +148,7 @@ def _run_checks(runner: Runner, values: Sequence[str],
             combined.add(graph, check, _prefix(number))
     if not combined.outputs:
         return checks
-    local_model = combined.model(model)
+    local_model = combined.model(model, runner)
     try:
         results = combined.run(local_model, runner)
     except Exception as error:  # the report stands without attribution
@@ -236,21 +237,34 @@ class _CombinedSegments:
         self.outputs.extend(onnx.ValueInfoProto(name=renamed[name]) for index in segment.nodes
                             for name in graph.node[index].output if name)
 
-    def model(self, model: onnx.ModelProto) -> onnx.ModelProto:
-        """The combined model, with ``model``'s weights, opsets and functions."""
+    def model(self, model: onnx.ModelProto, runner: Runner) -> bytes:
+        """The combined model, serialized, with ``model``'s weights, opsets and functions.
+
+        The weights as ``runner`` has them in place where it does
+        (:meth:`~bisect_onnx.runtime.runner.Runner.initializers_in_place`), else copied.
+        """
         import onnx
 
-        return onnx.helper.make_model(
+        names = [tensor.name for tensor in model.graph.initializer
+                 if tensor.name in self.initializers]
+        in_place = runner.initializers_in_place() if names else None
+        if in_place is not None and not all(name in in_place for name in names):
+            in_place = None
+        local = onnx.helper.make_model(
             onnx.helper.make_graph(
                 self.nodes, "bisect_onnx_local", self.inputs, self.outputs,
-                initializer=[tensor for tensor in model.graph.initializer
-                             if tensor.name in self.initializers]),
+                initializer=[] if in_place is not None else [
+                    tensor for tensor in model.graph.initializer
+                    if tensor.name in self.initializers]),
             opset_imports=list(model.opset_import), functions=list(model.functions),
             ir_version=model.ir_version)
+        if in_place is None:
+            return local.SerializeToString()
+        return with_initializers(local.SerializeToString(), (in_place[name] for name in names))
 
-    def run(self, local_model: onnx.ModelProto, runner: Runner) -> dict[str, np.ndarray]:
+    def run(self, local_model: bytes, runner: Runner) -> dict[str, np.ndarray]:
         """Every output of the combined model, by its prefixed name, in ``runner``'s session."""
-        session = runner.local_session(local_model.SerializeToString(), "local checks")
+        session = runner.local_session(local_model, "local checks")
         fetched = [output.name for output in self.outputs]
         return dict(zip(fetched, session.run(fetched, self.feeds), strict=True))
 

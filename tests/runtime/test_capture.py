@@ -237,6 +237,42 @@ def test_the_promoted_model_leaves_the_files_weights_where_they_lie(tmp_path):
     assert [value.name for value in runner.model.graph.output] == ["linear"]
 
 
+def test_local_checks_read_the_files_weights_where_they_lie(tmp_path, monkeypatch):
+    from bisect_onnx.judge.tolerances import Tolerance
+    from bisect_onnx.search.local import run_locally
+
+    path = tmp_path / "resnet_like.onnx"
+    path.write_bytes(repo_path(FIXTURES["resnet_like"].onnx_file).read_bytes())
+    x = np.load(repo_path(FIXTURES["resnet_like"].input_file))
+    runner = OnnxRuntimeRunner(path, promote="all")
+    values = {name: value.array for name, value in runner.run([x]).capture.values.items()}
+    checked = [name for name in values if name != runner.output_names[0]]
+    sizes = []
+    local_session = runner.local_session
+    monkeypatch.setattr(runner, "local_session", lambda serialized, label: (
+        sizes.append(len(serialized)), local_session(serialized, label))[1])
+
+    def local_values() -> dict[str, dict[str, np.ndarray]]:
+        checks = run_locally(runner, checked, reference_values=values, candidate_values=values,
+                             graph_inputs={"x": x}, tolerance=Tolerance(1e-3, 1e-5))
+        return {name: check.values for name, check in checks.items()}
+
+    in_place = local_values()
+    monkeypatch.setattr(runner, "initializers_in_place", lambda: None)  # copied, as before
+    copied = local_values()
+    # The weights referenced, not copied in: the same values, bitwise, from a model a
+    # fraction of the size.
+    assert sizes[0] < sizes[1] / 2 and all(in_place.values())
+    assert in_place.keys() == copied.keys() and all(
+        local.keys() == copied[name].keys()
+        and all(np.array_equal(array, copied[name][value])
+                for value, array in local.items()) for name, local in in_place.items())
+    # A file written since is not the model read: nothing of it is referenced.
+    path.write_bytes(b"written since")
+    monkeypatch.undo()
+    assert runner.initializers_in_place() is None
+
+
 def test_weights_said_to_be_inline_are_read_where_they_lie_too(tmp_path):
     # onnx writes ``data_location: DEFAULT`` on a weight it read back from external data.
     model = onnx.load(str(repo_path(FIXTURES["resnet_like"].onnx_file)))
