@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import logging
 import mmap
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 from bisect_onnx.graph.protobuf_wire import WireFormatError, encode_varint, read_varint
 from bisect_onnx.runtime.onnx_files import file_key
@@ -39,6 +40,8 @@ from bisect_onnx.runtime.onnx_files import file_key
 __all__ = ["weights_in_place", "initializers_in_place", "with_initializers", "IN_PLACE_FROM"]
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 #: Weights smaller than this stay inline (ONNX's own external-data threshold).
 IN_PLACE_FROM = 1024
@@ -57,15 +60,7 @@ def weights_in_place(path: Path, key: tuple[str, int, int] | None) -> bytes | No
     ``None`` where it changed since, cannot be read, or holds what is not expected.
     ONNX Runtime must be told the file's folder as where external weights lie.
     """
-    if key is None or file_key(path) != key:
-        return None
-    try:
-        with path.open("rb") as stream, mmap.mmap(stream.fileno(), 0,
-                                                  access=mmap.ACCESS_READ) as mapped:
-            return _rewritten(mapped, path.resolve().name)
-    except (OSError, ValueError) as error:  # (an empty file cannot be mapped either)
-        logger.debug("weights of %s not referenced in place: %s", path, error)
-        return None
+    return _read_mapped(path, key, _rewritten)
 
 
 def initializers_in_place(path: Path, key: tuple[str, int, int] | None,
@@ -77,13 +72,19 @@ def initializers_in_place(path: Path, key: tuple[str, int, int] | None,
     its weights from without copying or serializing them (:func:`with_initializers`).
     ``None`` as for :func:`weights_in_place`.
     """
+    return _read_mapped(path, key, _initializers)
+
+
+def _read_mapped(path: Path, key: tuple[str, int, int] | None,
+                 read: Callable[[mmap.mmap, str], _T]) -> _T | None:
+    """``read(the file mapped, its name)`` where the file is still as ``key`` says."""
     if key is None or file_key(path) != key:
         return None
     try:
         with path.open("rb") as stream, mmap.mmap(stream.fileno(), 0,
                                                   access=mmap.ACCESS_READ) as mapped:
-            return _initializers(mapped, path.resolve().name)
-    except (OSError, ValueError) as error:
+            return read(mapped, path.resolve().name)
+    except (OSError, ValueError) as error:  # (an empty file cannot be mapped either)
         logger.debug("weights of %s not referenced in place: %s", path, error)
         return None
 
