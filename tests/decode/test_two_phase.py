@@ -19,6 +19,7 @@ pytest.importorskip("transformers")
 
 import bisect_onnx  # noqa: E402
 import bisect_onnx.pytorch.parking as parking  # noqa: E402
+from bisect_onnx.decode.html import decode_html  # noqa: E402
 from bisect_onnx.decode.layout import standard_layout  # noqa: E402
 from bisect_onnx.decode.steps import StepState, run_reference  # noqa: E402
 from fixtures.decoders import tiny_llama  # noqa: E402
@@ -86,6 +87,7 @@ def test_parked_weights_leave_the_report_and_the_model_as_they_were(
     assert parked_message[2] != "0 B"  # the Linears pointed at the file's own bytes
     assert _without_times(parked) == _without_times(held)
     assert str(parked) == str(held)
+    assert decode_html(parked) == decode_html(held)
     assert _bits(model) == before
     if planted:
         assert parked.finding.step == 1 and "planted_scale" in parked.finding.culprit
