@@ -38,6 +38,7 @@ def decode_from_args(args: argparse.Namespace) -> int:
     from bisect_onnx.decode.run import bisect_decode
     from bisect_onnx.pipeline.options import ExportOptions, RuntimeOptions, Tolerance
     from bisect_onnx.pytorch.installed import require_torch
+    from bisect_onnx.pytorch.parking import models_released_at_end
     from bisect_onnx.sources.loading import load_model
 
     decode = DecodeOptions.from_args(args)
@@ -47,8 +48,11 @@ def decode_from_args(args: argparse.Namespace) -> int:
     prompt = _prompt(args.input)
     require_torch()
     model = load_model(args.model, trust_pickle=args.trust_pickle)
-    report = bisect_decode(model, prompt, steps=args.steps, onnx_model=args.onnx,
-                           tolerance=tolerance, export=export, runtime=runtime, decode=decode)
+    # The model is this command's own: its parked weights need not be read back.
+    with models_released_at_end():
+        report = bisect_decode(model, prompt, steps=args.steps, onnx_model=args.onnx,
+                               tolerance=tolerance, export=export, runtime=runtime,
+                               decode=decode)
     from bisect_onnx.decode.text import decode_verdict
 
     for warning in report.warnings:

@@ -10,7 +10,8 @@ tolerance).
 
 Modules: :mod:`.layout` (the flat names of the cache), :mod:`.flat_cache` (a
 Hugging Face decoder as a module of tensors), :mod:`.export` (its export),
-:mod:`.steps` (the step loop), :mod:`.step_report` and :mod:`.text` (the report),
+:mod:`.file_graph` (the file's names and shapes, its weights unread), :mod:`.steps`
+(the step loop), :mod:`.step_report` and :mod:`.text` (the report),
 :mod:`.run` (:func:`bisect_decode`). ``bisect_onnx`` imports the options, the report
 and :func:`bisect_decode` itself; torch, ONNX Runtime and ``transformers`` are imported
 only when a decode runs.

@@ -6,33 +6,30 @@ import logging
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bisect_onnx.decode.layout import CacheLayout, layout_of_names
+from bisect_onnx.decode.file_graph import FileGraph, Shapes, static_dim
+from bisect_onnx.decode.layout import CacheLayout
 from bisect_onnx.decode.options import DecodeOptions
 from bisect_onnx.decode.step_report import INTRODUCED, DecodeFinding, DecodeReport, find_failure
 from bisect_onnx.errors import BisectOnnxError, InputError, UsageError, issue_warnings, one_line
 from bisect_onnx.pipeline.options import ExportOptions, RuntimeOptions, Tolerance
 
 if TYPE_CHECKING:
-    import onnxruntime as ort
     import torch
 
     from bisect_onnx.decode.flat_cache import DecoderStep
-    from bisect_onnx.decode.steps import StepLoop
+    from bisect_onnx.decode.steps import RuntimeStepper, StepLoop
     from bisect_onnx.judge.tolerance_judge import ToleranceJudge
+    from bisect_onnx.pytorch.parking import WeightParking
 
 __all__ = ["bisect_decode"]
 
 logger = logging.getLogger(__name__)
-
-#: Each session input's and output's shape, as ONNX Runtime gives it (a name for a
-#: symbolic size).
-Shapes = dict[str, list]
-
 
 def bisect_decode(
     model: torch.nn.Module,
@@ -68,9 +65,10 @@ def bisect_decode(
         per step, ``finding`` (the first failing step and its kind) and, for an error
         introduced at a step, that step's ``bisection`` (a :class:`~bisect_onnx.Report`).
     """
+    from bisect_onnx.decode.file_graph import empty_cache, file_layout, read_file_graph
     from bisect_onnx.decode.flat_cache import decoder_step
-    from bisect_onnx.decode.steps import RuntimeStepper, TorchStepper, open_session, run_steps
     from bisect_onnx.pytorch.module_side import model_untouched
+    from bisect_onnx.pytorch.parking import parking_for
 
     started = time.perf_counter()
     decode = decode or DecodeOptions()
@@ -79,30 +77,30 @@ def bisect_decode(
     cautions = _cautions(model)
     issue_warnings(cautions)
     with (model_untouched(model),  # its buffers and modes as they came, on leaving
-          tempfile.TemporaryDirectory(prefix="bisect-onnx-decode-") as folder):
+          tempfile.TemporaryDirectory(prefix="bisect-onnx-decode-") as folder,
+          parking_for(model, Path(folder)) as parking):  # read back (or let go) on leaving
         step = decoder_step(model, decode.cache_shape)
         _check_before_export(step, prompt, decode, steps, runtime)
         seconds: dict[str, float] = {}
         path, exporter = _onnx_file(step, onnx_model, export, Path(folder), seconds)
-        session = open_session(path, provider=runtime.provider, opt_level=runtime.opt_level)
+        graph = read_file_graph(path, runtime)  # its names and shapes, not its weights
         judged = _judge(tolerance, path)
-        shapes = {value.name: value.shape
-                  for value in [*session.get_inputs(), *session.get_outputs()]}
-        layout = step.layout if onnx_model is None else _file_layout(step, session, decode)
+        layout = step.layout if onnx_model is None else file_layout(step, graph, decode)
         step = _step_for_file(step, layout, model)
-        prompt_array = _prompt(prompt, decode, step, shapes, layout)
+        prompt_array = _prompt(prompt, decode, step, graph.shapes, layout)
         _check_positions(step, prompt_array.shape, steps)
-        empty = _empty_cache(step, shapes, layout, batch=prompt_array.shape[0])
+        empty = empty_cache(step, graph.shapes, layout, batch=prompt_array.shape[0])
         if step.cache_tails is None:  # the cache's shape came from the file
             _check_memory(empty, prompt_array.shape, steps, runtime)
-        runner = RuntimeStepper(session, layout, path.name,
-                                stack=_stacking_fits(empty, prompt_array.shape, steps, runtime))
-        loop = run_steps(TorchStepper(step), runner, prompt_array, empty, steps,
-                         rtol=judged.base.rtol, atol=judged.base.atol)
+        loop = _run_steps(_Stepping(step, layout, path, graph, runtime, judged.base.rtol,
+                                    judged.base.atol, _stacking_fits(
+                                        empty, prompt_array.shape, steps, runtime)),
+                          parking, prompt_array, empty, steps)
         seconds.update(torch=loop.torch_seconds, runtime=loop.runtime_seconds)
         finding = find_failure(loop.rows)
         bisection = None
         if finding is not None and finding.kind == INTRODUCED and decode.bisect_step:
+            parking.restore()  # PyTorch runs again (the session is gone)
             bisection, finding = _bisect_step(step, loop, finding, path, tolerance, runtime,
                                               seconds)
     seconds["total"] = time.perf_counter() - started
@@ -111,6 +109,59 @@ def bisect_decode(
                         prompt=tuple(tuple(int(t) for t in row) for row in prompt_array),
                         rows=loop.rows, finding=finding, bisection=bisection, seconds=seconds,
                         warnings=cautions)
+
+
+@dataclass(frozen=True)
+class _Stepping:
+    """What both sides' steps run on: the step, the file and how it is judged."""
+
+    step: DecoderStep
+    layout: CacheLayout
+    path: Path
+    graph: FileGraph
+    runtime: RuntimeOptions
+    rtol: float
+    atol: float
+    stack: bool
+    """Whether a step's two runtime runs may go as one (the memory budget allows it)."""
+
+
+def _run_steps(stepping: _Stepping, parking: WeightParking, prompt: np.ndarray,
+               empty: tuple[np.ndarray, ...], steps: int) -> StepLoop:
+    """PyTorch's steps, its weights parked, then the runtime's: the rows.
+
+    PyTorch's weights are parked once its steps are kept (on the file's own data where
+    it holds them), so that the session's copy is the only one in memory. Where one
+    cache cannot keep every step's (:func:`~bisect_onnx.decode.steps.run_reference`),
+    the sides step in turn with both copies held, as before.
+    """
+    from bisect_onnx.decode.steps import (
+        TorchStepper,
+        replay_steps,
+        run_reference,
+        run_steps,
+    )
+    from bisect_onnx.runtime.heap import kept_in_heap
+
+    reference = run_reference(TorchStepper(stepping.step), prompt, empty, steps)
+    if reference is None:
+        runner = _runtime_stepper(stepping)
+        return run_steps(TorchStepper(stepping.step), runner, prompt, empty, steps,
+                         rtol=stepping.rtol, atol=stepping.atol)
+    parking.park(stepping.graph.skeleton, stepping.path.parent)
+    # The session's pages are kept when it is let go, for the weights read back.
+    with kept_in_heap(parking.parked):
+        return replay_steps(reference, _runtime_stepper(stepping), rtol=stepping.rtol,
+                            atol=stepping.atol)
+
+
+def _runtime_stepper(stepping: _Stepping) -> RuntimeStepper:
+    """The session on the file, and its stepper (let go with it once the loop is done)."""
+    from bisect_onnx.decode.steps import RuntimeStepper, open_session
+
+    session = open_session(stepping.path, provider=stepping.runtime.provider,
+                           opt_level=stepping.runtime.opt_level)
+    return RuntimeStepper(session, stepping.layout, stepping.path.name, stack=stepping.stack)
 
 
 def _refuse_options(steps: int, tolerance: Tolerance | tuple[float, float] | None,
@@ -168,41 +219,6 @@ def _onnx_file(step: DecoderStep, onnx_model: str | Path | None, export: ExportO
     return path, None
 
 
-def _file_layout(step: DecoderStep, session: ort.InferenceSession,
-                 decode: DecodeOptions) -> CacheLayout:
-    """The cache's layout in a file exported elsewhere, read off its session's names."""
-    layout = layout_of_names([value.name for value in session.get_inputs()],
-                             [value.name for value in session.get_outputs()],
-                             decode.cache_names)
-    if step.cache_tails is not None and len(step.cache_tails) != layout.layers:
-        raise UsageError(f"the ONNX file carries the cache of {layout.layers} layers and "
-                         f"{step.name} that of {len(step.cache_tails)}; pass the export of "
-                         "this model (or map its names with --cache-name)")
-    if step.cache_tails is not None:
-        _check_cache_shapes(step, layout, {value.name: value.shape
-                                           for value in session.get_inputs()})
-    return layout
-
-
-def _check_cache_shapes(step: DecoderStep, layout: CacheLayout, shapes: Shapes) -> None:
-    """Refuse a file whose cache has other heads or head size than the model's.
-
-    Another model's export, which ONNX Runtime would refuse at the first step, naming
-    only the indices of the input's shape.
-    """
-    for layer, (names, tails) in enumerate(zip(layout.past, step.cache_tails or (),
-                                               strict=True)):
-        for name, tail in zip(names, tails, strict=True):
-            found = (_static_dim(shapes, name, 1), *(_static_dim(shapes, name, axis)
-                                                      for axis in range(3, 2 + len(tail))))
-            if None not in found and found != tuple(tail):
-                raise UsageError(
-                    f"the ONNX file's {name} is [batch, {found[0]}, past, "
-                    f"{', '.join(map(str, found[1:]))}] and {step.name}'s layer {layer} "
-                    f"cache is [batch, {tail[0]}, past, {', '.join(map(str, tail[1:]))}]; "
-                    "pass the export of this model")
-
-
 def _step_for_file(step: DecoderStep, layout: CacheLayout,
                    model: torch.nn.Module) -> DecoderStep:
     """A ``transformers`` model's step without ``position_ids`` where the file takes none.
@@ -227,10 +243,10 @@ def _prompt(prompt: object, decode: DecodeOptions, step: DecoderStep, shapes: Sh
             raise InputError(f"the prompt must be token ids, [sequence] or [batch, sequence] "
                              f"integers, got {array.dtype} of shape {list(array.shape)}; pass "
                              "a .npy of token ids")
-        _check_vocabulary(array, step.vocab_size or _static_dim(shapes, layout.logits, -1),
+        _check_vocabulary(array, step.vocab_size or static_dim(shapes, layout.logits, -1),
                           step.name)
         return array.astype(np.int64)
-    vocab = step.vocab_size or _static_dim(shapes, layout.logits, -1)
+    vocab = step.vocab_size or static_dim(shapes, layout.logits, -1)
     if vocab is None:
         raise UsageError(f"the vocabulary of {step.name} is unknown, so no random prompt can "
                          "be drawn; pass one (--input ids.npy, prompt= in Python)")
@@ -320,32 +336,6 @@ def _cache_bytes(empty: tuple[np.ndarray, ...], prompt: tuple[int, ...], steps: 
     per_position = sum(array.shape[0] * int(np.prod(array.shape[1:2] + array.shape[3:]))
                        for array in empty) * 4
     return (prompt[1] + steps) * per_position
-
-
-def _empty_cache(step: DecoderStep, shapes: Shapes, layout: CacheLayout,
-                 batch: int) -> tuple[np.ndarray, ...]:
-    """Each layer's key and value with no positions yet, for the prefill."""
-    tails = step.cache_tails
-    if tails is None:
-        tails = tuple((_tail_of(shapes, key), _tail_of(shapes, value))
-                      for key, value in layout.past)
-    return tuple(np.zeros((batch, tail[0], 0, *tail[1:]), dtype=np.float32)
-                 for pair in tails for tail in pair)
-
-
-def _tail_of(shapes: Shapes, name: str) -> tuple[int, ...]:
-    heads, dim = _static_dim(shapes, name, 1), _static_dim(shapes, name, 3)
-    if heads is None or dim is None:
-        raise UsageError(f"the ONNX input {name} has no fixed heads and head size; pass "
-                         "cache_shape=(layers, heads, head_dim) (--cache-shape L,H,D)")
-    return (heads, dim)
-
-
-def _static_dim(shapes: Shapes, name: str, axis: int) -> int | None:
-    """A fixed size of the session's input or output ``name`` (``None``: symbolic)."""
-    shape = shapes.get(name) or []
-    size = shape[axis] if -len(shape) <= axis < len(shape) else None
-    return size if isinstance(size, int) and size > 0 else None
 
 
 def _bisect_step(step: DecoderStep, loop: StepLoop, finding: DecodeFinding, path: Path,

@@ -5,6 +5,15 @@ tokens and cache (what the runtime computes from the reference's state, so an er
 there is introduced at this step), and free-running, on the runtime's own tokens and
 cache from the previous step (what generation would do, so an error there that the
 teacher-forced run lacks came through the cache).
+
+PyTorch's steps run first, all of them, before the runtime's session exists
+(:func:`run_reference`): its weights can then be parked on disk while the session
+holds its copy. What the runtime's steps are compared with is kept meanwhile: each
+step's logits, and one cache, the last step's, whose first positions are every
+earlier step's (each step returns its past with the new positions added), checked
+as PyTorch steps. A cache that is not (a window that drops old positions) leaves the
+two sides stepping in turn, each step's values compared as they come
+(:func:`run_steps`).
 """
 
 from __future__ import annotations
@@ -27,8 +36,8 @@ if TYPE_CHECKING:
     from bisect_onnx.decode.flat_cache import DecoderStep
     from bisect_onnx.decode.layout import CacheLayout
 
-__all__ = ["StepState", "TorchStepper", "RuntimeStepper", "StepLoop", "open_session",
-           "run_steps"]
+__all__ = ["StepState", "TorchStepper", "RuntimeStepper", "StepLoop", "ReferenceSteps",
+           "open_session", "run_steps", "run_reference", "replay_steps"]
 
 logger = logging.getLogger(__name__)
 
@@ -207,26 +216,130 @@ class StepLoop:
 def run_steps(torch_side: TorchStepper, runtime: RuntimeStepper, prompt: np.ndarray,
               empty_past: tuple[np.ndarray, ...], steps: int, *,
               rtol: float, atol: float) -> StepLoop:
-    """Step 0 (the prompt, an empty cache) and ``steps`` greedy steps on both sides."""
+    """Step 0 (the prompt, an empty cache) and ``steps`` greedy steps, the sides in turn."""
     reference = free = StepState(prompt.astype(np.int64), empty_past)
     rows: list[StepRow] = []
     introduced: StepState | None = None
     for step in range(steps + 1):
         expected = torch_side.run(reference)
-        if step:
-            teacher, own = runtime.run_both(reference, free)
-        else:  # at step 0 both sides' states agree
-            teacher = own = runtime.run(reference)
-        rows.append(StepRow(
-            step=step, position=reference.past_length, length=int(reference.tokens.shape[1]),
-            reference_token=_chosen(expected), teacher_token=_chosen(teacher),
-            free_token=_chosen(own),
-            teacher=_compare(expected, teacher, rtol, atol),
-            free=_compare(expected, own, rtol, atol)))
+        own = _runtime_step(runtime, step, reference, free, expected, rows, rtol, atol)
         if introduced is None and not rows[-1].teacher.passed:
             introduced = reference
         reference, free = reference.after(expected), free.after(own)
     return StepLoop(tuple(rows), torch_side.seconds, runtime.seconds, introduced)
+
+
+@dataclass(frozen=True)
+class ReferenceSteps:
+    """PyTorch's prompt and greedy steps, kept for the runtime's steps run after them.
+
+    One cache, not one a step: each step's past and present are the first positions
+    of the last step's cache (:func:`run_reference` checked it, step by step).
+    """
+
+    tokens: tuple[np.ndarray, ...]
+    """Each step's ``[batch, sequence]`` tokens: the prompt, then the token chosen."""
+    logits: tuple[np.ndarray, ...]
+    """Each step's logits, as PyTorch returned them."""
+    cache: tuple[np.ndarray, ...]
+    """The last step's present: each layer's key then value."""
+    lengths: tuple[int, ...]
+    """How many positions the cache holds after each step; before step 0, none."""
+    seconds: float
+    """Time inside PyTorch's calls."""
+
+    def state(self, step: int) -> StepState:
+        """What PyTorch was fed at ``step``: its tokens and its past, a copy of its own."""
+        held = self.lengths[step - 1] if step else 0
+        return StepState(self.tokens[step], tuple(np.ascontiguousarray(array[:, :, :held])
+                                                  for array in self.cache))
+
+    def outputs(self, step: int) -> list[np.ndarray]:
+        """What PyTorch returned at ``step``: its logits and its present (views)."""
+        return [self.logits[step], *(array[:, :, :self.lengths[step]] for array in self.cache)]
+
+
+def run_reference(torch_side: TorchStepper, prompt: np.ndarray,
+                  empty_past: tuple[np.ndarray, ...], steps: int) -> ReferenceSteps | None:
+    """PyTorch's step 0 and ``steps`` greedy steps, kept; ``None`` where one cache cannot be.
+
+    Each step's present must be its past, bit for bit, with positions added after it:
+    then the last step's cache holds every step's. Where a step's does not (a cache
+    that drops or reorders positions), nothing is kept and ``None`` says so.
+    """
+    state = StepState(prompt.astype(np.int64), empty_past)
+    tokens: list[np.ndarray] = []
+    logits: list[np.ndarray] = []
+    lengths: list[int] = []
+    for step in range(steps + 1):
+        outputs = torch_side.run(state)
+        if not _extends(state.past, outputs[1:]):
+            logger.info("PyTorch's cache at step %d is not its past with positions added: "
+                        "the two sides step in turn", step)
+            return None
+        tokens.append(state.tokens)
+        logits.append(outputs[0])
+        lengths.append(int(outputs[1].shape[2]) if len(outputs) > 1 else 0)
+        state = state.after(outputs)
+    return ReferenceSteps(tuple(tokens), tuple(logits), state.past, tuple(lengths),
+                          torch_side.seconds)
+
+
+def _extends(past: Sequence[np.ndarray], present: Sequence[np.ndarray]) -> bool:
+    """Whether each of ``present`` is its entry of ``past`` with positions added (axis 2).
+
+    And every layer's holds as many positions.
+    """
+    def extends(old: np.ndarray, new: np.ndarray) -> bool:
+        if (old.ndim < 3 or new.ndim != old.ndim or new.dtype != old.dtype
+                or new.shape[:2] != old.shape[:2] or new.shape[3:] != old.shape[3:]
+                or new.shape[2] < old.shape[2]):
+            return False
+        kept = new[:, :, :old.shape[2]]
+        if old.dtype.kind == "f":  # bit for bit: -0.0 is not 0.0, a NaN its own bits
+            kept, old = kept.view(f"u{old.itemsize}"), old.view(f"u{old.itemsize}")
+        return bool(np.array_equal(kept, old))
+
+    # One length for every layer: each step's cache is the last one's first positions.
+    return (len(past) == len(present) and len({array.shape[2:3] for array in present}) <= 1
+            and all(map(extends, past, present)))
+
+
+def replay_steps(reference: ReferenceSteps, runtime: RuntimeStepper, *, rtol: float,
+                 atol: float) -> StepLoop:
+    """The runtime's steps against PyTorch's kept ones, teacher-forced and free-running.
+
+    The same runs and rows as :func:`run_steps`'s, PyTorch's values read from
+    ``reference`` instead of computed in turn.
+    """
+    free = reference.state(0)
+    rows: list[StepRow] = []
+    introduced: StepState | None = None
+    for step in range(len(reference.logits)):
+        teacher = reference.state(step)
+        own = _runtime_step(runtime, step, teacher, free, reference.outputs(step), rows,
+                            rtol, atol)
+        if introduced is None and not rows[-1].teacher.passed:
+            introduced = teacher
+        free = free.after(own)
+    return StepLoop(tuple(rows), reference.seconds, runtime.seconds, introduced)
+
+
+def _runtime_step(runtime: RuntimeStepper, step: int, reference: StepState, free: StepState,
+                  expected: Sequence[np.ndarray], rows: list[StepRow], rtol: float,
+                  atol: float) -> list[np.ndarray]:
+    """Run a step teacher-forced and free-running, add its row; the free-running outputs."""
+    if step:
+        teacher, own = runtime.run_both(reference, free)
+    else:  # at step 0 both sides' states agree
+        teacher = own = runtime.run(reference)
+    rows.append(StepRow(
+        step=step, position=reference.past_length, length=int(reference.tokens.shape[1]),
+        reference_token=_chosen(expected), teacher_token=_chosen(teacher),
+        free_token=_chosen(own),
+        teacher=_compare(expected, teacher, rtol, atol),
+        free=_compare(expected, own, rtol, atol)))
+    return own
 
 
 def _chosen(outputs: Sequence[np.ndarray]) -> tuple[int, ...]:
