@@ -29,7 +29,7 @@ __all__ = ["FROM_SIZE", "ShapeOnly", "undone_transpose"]
 
 #: Ops whose value is made from their input's size (and constants) alone.
 FROM_SIZE = frozenset({"zeros_like", "ones_like", "empty_like", "full_like", "new_zeros",
-                        "new_ones", "new_empty", "new_full"})
+                       "new_ones", "new_empty", "new_full"})
 #: Ops whose value is a view of their first input: a write into it writes the input.
 _VIEWS = frozenset({"slice", "select", "view", "narrow", "expand", "expand_as", "reshape",
                     "view_as", "unsqueeze", "squeeze", "transpose", "permute", "t",
