@@ -91,7 +91,8 @@ def bisect_decode(
         _check_positions(step, prompt_array.shape, steps)
         empty = empty_cache(step, graph.shapes, layout, batch=prompt_array.shape[0])
         if step.cache_tails is None:  # the cache's shape came from the file
-            _check_memory(empty, prompt_array.shape, steps, runtime)
+            _check_memory(empty, prompt_array.shape, steps, runtime,
+                          step.vocab_size or static_dim(graph.shapes, layout.logits, -1))
         loop = _run_steps(_Stepping(step, layout, path, graph, runtime, judged.base.rtol,
                                     judged.base.atol, _stacking_fits(
                                         empty, prompt_array.shape, steps, runtime)),
@@ -285,7 +286,7 @@ def _check_before_export(step: DecoderStep, prompt: object, decode: DecodeOption
     if step.cache_tails is not None:
         empty = tuple(np.zeros((shape[0], tail[0], 0, *tail[1:]), dtype=np.float32)
                       for pair in step.cache_tails for tail in pair)
-        _check_memory(empty, shape, steps, runtime)
+        _check_memory(empty, shape, steps, runtime, step.vocab_size)
 
 
 def _check_positions(step: DecoderStep, prompt: tuple[int, ...], steps: int) -> None:
@@ -306,20 +307,24 @@ _STACKED_COPIES = 8
 
 
 def _check_memory(empty: tuple[np.ndarray, ...], prompt: tuple[int, ...], steps: int,
-                  runtime: RuntimeOptions) -> None:
-    """Refuse steps whose caches would not fit the memory budget, before any runs.
+                  runtime: RuntimeOptions, vocab: int | None) -> None:
+    """Refuse steps whose caches and kept logits would not fit the memory budget.
 
-    ``empty``: the prefill's cache (its shapes); ``prompt``: ``[batch, sequence]``.
+    Before any runs. ``empty``: the prefill's cache (its shapes); ``prompt``: ``[batch,
+    sequence]``; ``vocab``: the logits' last size, where known. PyTorch's logits of
+    every step are kept while the runtime steps: the prompt's positions and one a step.
     """
     from bisect_onnx.runtime.memory import format_size
 
     positions = prompt[1] + steps
-    need = _CACHE_COPIES * _cache_bytes(empty, prompt, steps)
+    logits = prompt[0] * positions * (vocab or 0) * 4
+    need = _CACHE_COPIES * _cache_bytes(empty, prompt, steps) + logits
     budget = runtime.budget()
     if budget is not None and need > budget:
+        kept = f" and {format_size(logits)} of logits kept" if logits else ""
         raise UsageError(f"{steps} steps on a prompt of {prompt[1]} tokens hold "
-                         f"{format_size(need)} of caches at once ({_CACHE_COPIES} copies of "
-                         f"{positions} positions), over the memory budget of "
+                         f"{format_size(need)} at once ({_CACHE_COPIES} copies of the cache "
+                         f"at {positions} positions{kept}), over the memory budget of "
                          f"{format_size(budget)}; pass fewer --steps, a shorter prompt, or "
                          "a larger --max-memory")
 

@@ -359,6 +359,24 @@ def test_steps_over_the_memory_budget_are_refused_before_the_export(llama, monke
                                   runtime=bisect_onnx.RuntimeOptions(max_memory=1024))
 
 
+def test_logits_kept_for_the_steps_count_against_the_memory_budget(llama, monkeypatch):
+    """PyTorch's logits of every step are kept while the runtime steps, beside the caches.
+
+    The tiny Llama's caches at 12 positions, 6 copies of 256 bytes a position, fit
+    20,000 bytes; with its 12 positions of 100 logits (4,800 bytes) they do not.
+    """
+    import bisect_onnx.decode.export
+
+    def no_export(*args: object, **kwargs: object) -> None:
+        raise AssertionError("exported before the memory budget was checked")
+
+    monkeypatch.setattr(bisect_onnx.decode.export, "export_decoder", no_export)
+    with pytest.raises(bisect_onnx.UsageError, match=r"\(6 copies of the cache at 12 "
+                                                     r"positions and 4\.7 KiB of logits kept\)"):
+        bisect_onnx.bisect_decode(llama, steps=4,
+                                  runtime=bisect_onnx.RuntimeOptions(max_memory=20_000))
+
+
 class PlainDecoder(torch.nn.Module):
     """One attention layer that takes and returns its cache as tensors."""
 
