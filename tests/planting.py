@@ -208,3 +208,13 @@ def inserted_after_first(model, x, folder: Path, op_type: str):
                  if node.op_type == op_type)
     inserted, _ = plant(clean, planted, insert_mul(after, 1.5))
     return bisect_onnx.bisect(model, x.numpy(), onnx_model=planted), inserted
+
+
+def scale_past_key(graph: onnx.GraphProto) -> None:
+    """Scale layer 0's past key by 1.01 on its way in: nothing to scale at the prefill."""
+    for node in graph.node:
+        node.input[:] = ["past_scaled" if n == "past_key_values.0.key" else n
+                         for n in node.input]
+    graph.initializer.append(numpy_helper.from_array(np.array(1.01, np.float32), "factor"))
+    graph.node.insert(0, onnx.helper.make_node("Mul", ["past_key_values.0.key", "factor"],
+                                               ["past_scaled"], name="planted_scale"))

@@ -20,7 +20,13 @@ pytest.importorskip("transformers")
 
 import bisect_onnx  # noqa: E402
 from bisect_onnx.cli.command import main  # noqa: E402
-from fixtures.decoders import TINY_DECODERS, tiny_gpt2, tiny_llama  # noqa: E402
+from fixtures.decoders import (  # noqa: E402
+    TINY_DECODERS,
+    PlainDecoder,
+    tiny_gpt2,
+    tiny_llama,
+)
+from tests.planting import scale_past_key  # noqa: E402
 
 STEPS = 16
 
@@ -132,16 +138,6 @@ def _edited(source: Path, target: Path, edit) -> Path:
     return target
 
 
-def _scale_past_key(graph: onnx.GraphProto) -> None:
-    """Scale layer 0's past key by 1.01 on its way in: nothing to scale at the prefill."""
-    for node in graph.node:
-        node.input[:] = ["past_scaled" if n == "past_key_values.0.key" else n
-                         for n in node.input]
-    graph.initializer.append(numpy_helper.from_array(np.array(1.01, np.float32), "factor"))
-    graph.node.insert(0, helper.make_node("Mul", ["past_key_values.0.key", "factor"],
-                                          ["past_scaled"], name="planted_scale"))
-
-
 def _mask_out_past_positions(graph: onnx.GraphProto) -> None:
     """Zero the attention mask over the cache's positions: at the prefill there are none."""
     for node in graph.node:
@@ -189,7 +185,7 @@ def _drift_present_value(graph: onnx.GraphProto) -> None:
 
 
 def test_past_key_scale_is_named_at_its_node_and_step(llama, llama_torchscript, tmp_path):
-    planted = _edited(llama_torchscript[1], tmp_path / "scaled.onnx", _scale_past_key)
+    planted = _edited(llama_torchscript[1], tmp_path / "scaled.onnx", scale_past_key)
     report = bisect_onnx.bisect_decode(llama, steps=3, onnx_model=planted)
     assert report.rows[0].teacher.passed  # the prefill's cache is empty
     finding = report.finding
@@ -207,7 +203,7 @@ def test_past_key_scale_in_a_dynamo_file_is_named_at_its_node(llama, llama_dynam
     Traced at those sizes, torch.export specializes them and names its nodes otherwise
     than the file's: the program is the one the exporter traced at the export's sizes.
     """
-    planted = _edited(llama_dynamo[1], tmp_path / "scaled.onnx", _scale_past_key)
+    planted = _edited(llama_dynamo[1], tmp_path / "scaled.onnx", scale_past_key)
     finding = bisect_onnx.bisect_decode(llama, steps=1, onnx_model=planted).finding
     assert (finding.step, finding.kind) == (1, "introduced")
     assert "planted_scale" in finding.culprit, finding.culprit  # not the Concat it feeds
@@ -222,7 +218,7 @@ def test_a_file_without_position_ids_is_stepped_and_bisected(llama, tmp_path):
                            exporter="torchscript")
     assert "position_ids" not in [value.name for value in onnx.load(str(clean)).graph.input]
     assert bisect_onnx.bisect_decode(llama, steps=4, onnx_model=clean).verdict == "parity"
-    planted = _edited(clean, tmp_path / "scaled.onnx", _scale_past_key)
+    planted = _edited(clean, tmp_path / "scaled.onnx", scale_past_key)
     finding = bisect_onnx.bisect_decode(llama, steps=2, onnx_model=planted).finding
     assert finding.step == 1 and "planted_scale" in finding.culprit
 
@@ -375,26 +371,6 @@ def test_logits_kept_for_the_steps_count_against_the_memory_budget(llama, monkey
                                                      r"positions and 4\.7 KiB of logits kept\)"):
         bisect_onnx.bisect_decode(llama, steps=4,
                                   runtime=bisect_onnx.RuntimeOptions(max_memory=20_000))
-
-
-class PlainDecoder(torch.nn.Module):
-    """One attention layer that takes and returns its cache as tensors."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.embed = torch.nn.Embedding(20, 8)
-        self.key = torch.nn.Linear(8, 8)
-        self.value = torch.nn.Linear(8, 8)
-        self.head = torch.nn.Linear(8, 20)
-
-    def forward(self, input_ids, attention_mask, *past):
-        hidden = self.embed(input_ids)
-        keys = torch.cat([past[0], self.key(hidden)[:, None]], dim=2)
-        values = torch.cat([past[1], self.value(hidden)[:, None]], dim=2)
-        weights = torch.softmax(hidden[:, None] @ keys.transpose(-1, -2), dim=-1)
-        mixed = (weights @ values)[:, 0] * attention_mask[:, -1:, None]
-        return self.head(mixed), keys, values
 
 
 def test_a_plain_module_taking_its_cache_as_tensors_is_stepped():

@@ -13,7 +13,6 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from onnx import helper, numpy_helper
 
 pytest.importorskip("transformers")
 
@@ -22,7 +21,8 @@ import bisect_onnx.pytorch.parking as parking  # noqa: E402
 from bisect_onnx.decode.html import decode_html  # noqa: E402
 from bisect_onnx.decode.layout import standard_layout  # noqa: E402
 from bisect_onnx.decode.steps import StepState, run_reference  # noqa: E402
-from fixtures.decoders import tiny_llama  # noqa: E402
+from fixtures.decoders import PlainDecoder, tiny_llama  # noqa: E402
+from tests.planting import scale_past_key  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -57,13 +57,7 @@ def _bits(model: torch.nn.Module) -> dict[str, tuple[int, bytes]]:
 def _planted(source, target):
     """Layer 0's past key scaled by 1.01 on its way in: step 1 fails, bisected."""
     model = onnx.load(str(source))
-    graph = model.graph
-    for node in graph.node:
-        node.input[:] = ["past_scaled" if n == "past_key_values.0.key" else n
-                         for n in node.input]
-    graph.initializer.append(numpy_helper.from_array(np.array(1.01, np.float32), "factor"))
-    graph.node.insert(0, helper.make_node("Mul", ["past_key_values.0.key", "factor"],
-                                          ["past_scaled"], name="planted_scale"))
+    scale_past_key(model.graph)
     onnx.save(model, str(target), save_as_external_data=True, location="planted.data",
               size_threshold=0)
     return target
@@ -95,26 +89,13 @@ def test_parked_weights_leave_the_report_and_the_model_as_they_were(
         assert parked.verdict == "parity"
 
 
-class CroppingDecoder(torch.nn.Module):
+class CroppingDecoder(PlainDecoder):
     """One attention layer whose cache keeps its last 4 positions: a sliding window."""
 
     WINDOW = 4
 
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.embed = torch.nn.Embedding(20, 8)
-        self.key = torch.nn.Linear(8, 8)
-        self.value = torch.nn.Linear(8, 8)
-        self.head = torch.nn.Linear(8, 20)
-
-    def forward(self, input_ids, attention_mask, *past):
-        hidden = self.embed(input_ids)
-        keys = torch.cat([past[0], self.key(hidden)[:, None]], dim=2)[:, :, -self.WINDOW:]
-        values = torch.cat([past[1], self.value(hidden)[:, None]], dim=2)[:, :, -self.WINDOW:]
-        weights = torch.softmax(hidden[:, None] @ keys.transpose(-1, -2), dim=-1)
-        mixed = (weights @ values)[:, 0] * attention_mask[:, -1:, None]
-        return self.head(mixed), keys, values
+    def kept(self, cache: torch.Tensor) -> torch.Tensor:
+        return cache[:, :, -self.WINDOW:]
 
 
 def test_a_cache_that_drops_positions_steps_both_sides_in_turn(caplog):
