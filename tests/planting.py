@@ -178,6 +178,17 @@ def export_torchscript_at_parity(model, x, folder: Path) -> tuple[Path, Path]:
     return clean, planted
 
 
+def bisect_torchscript_with_scaled_weight(model, x, folder: Path, node: str, index: int):
+    """The op-level report on ``model``'s TorchScript export (checked at parity) with
+    input ``index`` of node ``node``, a weight, scaled by 1.05."""
+    import bisect_onnx
+
+    clean, planted = export_torchscript_at_parity(model, x, folder)
+    plant(clean, planted, scale_initializer_input(node, index, 1.05))
+    return bisect_onnx.bisect(model, x.numpy(), onnx_model=planted,
+                              search=bisect_onnx.SearchOptions(granularity="op"))
+
+
 def export_dynamo(model, x, folder: Path) -> Path:
     """``model`` exported by the dynamo exporter (opset 18) to ``folder``/model.onnx."""
     import torch

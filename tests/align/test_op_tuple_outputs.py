@@ -12,6 +12,8 @@ file but a weight of the op alone, so the GRU's node was "not compared before it
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import onnx
 import pytest
 import torch
@@ -19,8 +21,8 @@ from torch import nn
 
 import bisect_onnx
 from tests.planting import (
+    bisect_torchscript_with_scaled_weight,
     export_dynamo,
-    export_torchscript_at_parity,
     plant,
     scale_initializer_input,
 )
@@ -47,13 +49,20 @@ def export(tmp_path_factory):
     return model, x.numpy(), export_dynamo(model, x, tmp_path_factory.mktemp("lstm"))
 
 
+def _lstm_weight_planted(clean: Path, folder: Path, which: int = 0) -> tuple[str, Path]:
+    """A copy of ``clean`` whose LSTM node ``which`` has its recurrent weight (input 2)
+    scaled by 1.05: the node's name and the copy's path."""
+    name = [node.name for node in onnx.load(str(clean)).graph.node
+            if node.op_type == "LSTM"][which]
+    planted = folder / "planted.onnx"
+    recurrent_weight = 2
+    plant(clean, planted, scale_initializer_input(name, recurrent_weight, 1.05))
+    return name, planted
+
+
 def test_a_weight_of_the_second_lstm_layer_is_named_at_its_node(export, tmp_path):
     model, x, clean = export
-    second = [node.name for node in onnx.load(str(clean)).graph.node
-              if node.op_type == "LSTM"][1]
-    planted = tmp_path / "planted.onnx"
-    recurrent_weight = 2
-    plant(clean, planted, scale_initializer_input(second, recurrent_weight, 1.05))
+    second, planted = _lstm_weight_planted(clean, tmp_path, which=1)
 
     report = bisect_onnx.bisect(model, x, onnx_model=planted)
 
@@ -66,12 +75,10 @@ def test_a_weight_of_the_second_lstm_layer_is_named_at_its_node(export, tmp_path
 def test_a_weight_of_a_torchscript_gru_layer_is_named_at_its_node(tmp_path):
     torch.manual_seed(0)
     model, x = _WordModel("GRU").eval(), torch.randn(6, 2, 8)
-    clean, planted = export_torchscript_at_parity(model, x, tmp_path)
     recurrent_weight = 2
-    plant(clean, planted, scale_initializer_input("/rnn/GRU", recurrent_weight, 1.05))
 
-    report = bisect_onnx.bisect(model, x.numpy(), onnx_model=planted,
-                                search=bisect_onnx.SearchOptions(granularity="op"))
+    report = bisect_torchscript_with_scaled_weight(model, x, tmp_path, "/rnn/GRU",
+                                                   recurrent_weight)
 
     assert report.culprit is not None, report.summary()
     assert report.culprit.onnx_node == "/rnn/GRU", report.summary()
@@ -113,11 +120,7 @@ def test_the_hidden_and_cell_states_are_not_both_paired_with_y_h(final_states):
 def test_a_weight_of_the_call_traced_alone_is_named_at_its_lstm(final_states, tmp_path):
     """The call's outputs are getitems no node of the call reads: named by the file."""
     model, x, clean = final_states
-    lstm = next(node.name for node in onnx.load(str(clean)).graph.node
-                if node.op_type == "LSTM")
-    planted = tmp_path / "planted.onnx"
-    recurrent_weight = 2
-    plant(clean, planted, scale_initializer_input(lstm, recurrent_weight, 1.05))
+    lstm, planted = _lstm_weight_planted(clean, tmp_path)
 
     report = bisect_onnx.bisect(model, x, onnx_model=planted)
 

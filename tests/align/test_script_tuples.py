@@ -249,16 +249,14 @@ class _TupleThenLinear(nn.Module):
 
 def test_a_linear_reading_a_returned_tuple_is_looked_inside(tmp_path):
     """Its input was "computed in the graph": the MatMul's weight named at the Add."""
-    from tests.planting import export_torchscript_at_parity, scale_initializer_input
+    from tests.planting import bisect_torchscript_with_scaled_weight
 
     torch.manual_seed(0)
     model, x = _TupleThenLinear().eval(), torch.randn(2, 3, 8)  # 3-D: MatMul, Add
-    clean, planted = export_torchscript_at_parity(model, x, tmp_path)
     weight_index = 1
-    plant(clean, planted, scale_initializer_input("/dense/MatMul", weight_index, 1.05))
 
-    report = bisect_onnx.bisect(model, x.numpy(), onnx_model=planted,
-                                search=bisect_onnx.SearchOptions(granularity="op"))
+    report = bisect_torchscript_with_scaled_weight(model, x, tmp_path, "/dense/MatMul",
+                                                   weight_index)
 
     assert report.culprit is not None, report.summary()
     assert report.culprit.onnx_node == "/dense/MatMul", report.summary()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -118,7 +119,6 @@ def test_graph_digest_is_the_graph_not_the_bytes(tmp_path):
 
 def test_the_look_inside_a_torchscript_op_is_recorded(tmp_path):
     import torch
-    from onnx import numpy_helper
 
     class TwoLinears(torch.nn.Module):
         def __init__(self) -> None:
@@ -132,14 +132,7 @@ def test_the_look_inside_a_torchscript_op_is_recorded(tmp_path):
     model = TwoLinears().eval()
     x = np.random.default_rng(0).standard_normal((2, 5, 8)).astype(np.float32)
     path = tmp_path / "model.onnx"
-    bisect_onnx.bisect(model, x, export=bisect_onnx.ExportOptions(exporter="torchscript",
-                                                                  save_to=path))
-    exported = onnx.load(str(path))
-    matmul = next(node for node in exported.graph.node if node.op_type == "MatMul")
-    weight = next(tensor for tensor in exported.graph.initializer
-                  if tensor.name in matmul.input)
-    weight.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(weight) * 1.5, weight.name))
-    onnx.save(exported, str(path))
+    matmul = _exported_with_scaled_weight(model, x, path, "MatMul")
     op_level = bisect_onnx.SearchOptions(granularity="op")
     report = bisect_onnx.bisect(model, x, onnx_model=path, search=op_level)
     # The linear op's value goes wrong at its Add; the look inside it names the MatMul.
@@ -155,7 +148,6 @@ def test_the_look_inside_a_torchscript_op_is_recorded(tmp_path):
 
 def test_a_torchscript_ops_value_inside_a_fused_kernel_is_recorded(tmp_path):
     import torch
-    from onnx import numpy_helper
 
     class ConvInside(torch.nn.Module):  # a functional conv: no module output of its own
         def __init__(self) -> None:
@@ -172,14 +164,7 @@ def test_a_torchscript_ops_value_inside_a_fused_kernel_is_recorded(tmp_path):
     model = ConvInside().eval()
     x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
     path = tmp_path / "model.onnx"
-    bisect_onnx.bisect(model, x, export=bisect_onnx.ExportOptions(exporter="torchscript",
-                                                                  save_to=path))
-    exported = onnx.load(str(path))
-    conv = next(node for node in exported.graph.node if node.op_type == "Conv")
-    weight = next(tensor for tensor in exported.graph.initializer
-                  if tensor.name == conv.input[1])
-    weight.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(weight) * 1.5, weight.name))
-    onnx.save(exported, str(path))
+    conv = _exported_with_scaled_weight(model, x, path, "Conv")
     op_level = bisect_onnx.SearchOptions(granularity="op")
     report = bisect_onnx.bisect(model, x, onnx_model=path, search=op_level)
     # ONNX Runtime fuses the Conv with its Relu: the conv op's value, traced, names it.
@@ -189,3 +174,19 @@ def test_a_torchscript_ops_value_inside_a_fused_kernel_is_recorded(tmp_path):
     checked = bisect_onnx.check(reference)
     assert (checked.culprit.onnx_node, checked.culprit.onnx_value) == (conv.name,
                                                                         conv.output[0])
+
+
+def _exported_with_scaled_weight(model, x: np.ndarray, path: Path, op_type: str):
+    """``model`` exported by the TorchScript exporter to ``path``, the weight (input 1) of
+    its first ``op_type`` node scaled by 1.5 in place: that node."""
+    from onnx import numpy_helper
+
+    bisect_onnx.bisect(model, x, export=bisect_onnx.ExportOptions(exporter="torchscript",
+                                                                  save_to=path))
+    exported = onnx.load(str(path))
+    node = next(node for node in exported.graph.node if node.op_type == op_type)
+    weight = next(tensor for tensor in exported.graph.initializer
+                  if tensor.name == node.input[1])
+    weight.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(weight) * 1.5, weight.name))
+    onnx.save(exported, str(path))
+    return node
