@@ -6,7 +6,13 @@ import json
 import tempfile
 from pathlib import Path
 
+import numpy as np
+import onnxruntime
+import pytest
+
 from bisect_onnx.cli.command import main
+from bisect_onnx.errors import ModelError
+from bisect_onnx.runtime.onnxruntime.runner import OnnxRuntimeRunner
 from fixtures.registry import FIXTURES, repo_path
 from tests.planting import plant, scale_conv_weight
 
@@ -32,3 +38,20 @@ def test_a_planted_conv_fused_with_its_relu_names_its_kernel_and_provider(tmp_pa
             in capsys.readouterr().out)
     # The profile went with its folder.
     assert set(Path(tempfile.gettempdir()).glob("bisect-onnx-profile-*")) <= before
+
+
+def test_a_capture_session_that_cannot_be_made_leaves_no_profile_folder(tmp_path, monkeypatch):
+    made = onnxruntime.InferenceSession
+
+    def refuse_profiled(model, options=None, *args, **kwargs):
+        if options is not None and options.enable_profiling:  # the capture session alone
+            raise RuntimeError("out of memory")
+        return made(model, options, *args, **kwargs)
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(onnxruntime, "InferenceSession", refuse_profiled)
+    fixture = FIXTURES["resnet_like"]
+    runner = OnnxRuntimeRunner(repo_path(fixture.onnx_file))
+    with pytest.raises(ModelError, match="out of memory"):
+        runner.run([np.load(repo_path(fixture.input_file))])
+    assert not list(tmp_path.glob("bisect-onnx-profile-*"))

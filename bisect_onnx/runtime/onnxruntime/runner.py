@@ -217,13 +217,19 @@ class OnnxRuntimeRunner(Runner):
             return self._promoted_session
         promoted = self.promoted_bytes(self.plan.promoted)
         self._profile = ProfileFolder() if self.kernels is None else None
-        if self.promote == "all" or self.plan.capture_ops:  # nothing (more) to check
-            self._promoted_session = self._session(
-                promoted, disabled=self.plan.disabled_optimizers, profile=self._profile)
-        else:
-            self._promoted_session = check_capture_graph(
-                self.plan, promoted, self.path.resolve().parent, provider=self.provider,
-                opt_level=self.opt_level, label=self.path.name, profile=self._profile)
+        try:
+            if self.promote == "all" or self.plan.capture_ops:  # nothing (more) to check
+                self._promoted_session = self._session(
+                    promoted, disabled=self.plan.disabled_optimizers, profile=self._profile)
+            else:
+                self._promoted_session = check_capture_graph(
+                    self.plan, promoted, self.path.resolve().parent, provider=self.provider,
+                    opt_level=self.opt_level, label=self.path.name, profile=self._profile)
+        except BaseException:  # no session, no profile: its folder goes now
+            if self._profile is not None:
+                self._profile.remove()
+                self._profile = None
+            raise
         return self._promoted_session
 
     def _matches_production(self, by_name: Mapping[str, npt.ArrayLike],
