@@ -20,6 +20,7 @@ from bisect_onnx.errors import BisectOnnxError, InputError, UsageError, issue_wa
 from bisect_onnx.pipeline.options import ExportOptions, RuntimeOptions, Tolerance
 
 if TYPE_CHECKING:
+    import onnx
     import torch
 
     from bisect_onnx.decode.flat_cache import DecoderStep
@@ -84,7 +85,7 @@ def bisect_decode(
         seconds: dict[str, float] = {}
         path, exporter = _onnx_file(step, onnx_model, export, Path(folder), seconds)
         graph = read_file_graph(path, runtime)  # its names and shapes, not its weights
-        judged = _judge(tolerance, path)
+        judged = _judge(tolerance, graph.skeleton)
         layout = step.layout if onnx_model is None else file_layout(step, graph, decode)
         step = _step_for_file(step, layout, model)
         prompt_array = _prompt(prompt, decode, step, graph.shapes, layout)
@@ -180,16 +181,16 @@ def _refuse_options(steps: int, tolerance: Tolerance | tuple[float, float] | Non
                          "file (--onnx), or drop them")
 
 
-def _judge(tolerance: Tolerance | tuple[float, float] | None, path: Path) -> ToleranceJudge:
+def _judge(tolerance: Tolerance | tuple[float, float] | None,
+           skeleton: onnx.ModelProto) -> ToleranceJudge:
     """The run's tolerance: an rtol or atol left out follows what the file computes in.
 
     As :func:`bisect_onnx.bisect`'s: a float16 decoder gets float16's defaults. Read
     off the file's graph without its weights (0.8 s of a 0.2B decoder's run otherwise).
     """
-    from bisect_onnx.graph.skeleton import load_skeleton
     from bisect_onnx.judge.tolerances import precision_of
 
-    return Tolerance.of(tolerance).judge(precision_of(load_skeleton(path)))
+    return Tolerance.of(tolerance).judge(precision_of(skeleton))
 
 
 def _cautions(model: torch.nn.Module) -> tuple[str, ...]:

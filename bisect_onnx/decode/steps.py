@@ -360,7 +360,14 @@ def _deviation(expected: np.ndarray, actual: np.ndarray, rtol: float, atol: floa
         return Deviation(float("inf"), passed=False)
     if expected.size == 0:
         return Deviation(0.0, passed=True)
-    difference = np.abs(actual.astype(np.float64) - expected)
-    bad = ~(difference <= atol + rtol * np.abs(expected))  # NaN fails
+    difference = np.abs(np.subtract(actual, expected, dtype=np.float64))
+    largest = difference.max()
+    # Within atol everywhere, it passes whatever rtol adds: most values of a run at
+    # parity go no further (330 comparisons a 32-step run of 2 layers; NaN goes on).
+    if largest <= atol:
+        return Deviation(float(largest), passed=True)
+    passed = bool((difference <= atol + rtol * np.abs(expected)).all())  # NaN fails
+    if largest == largest:  # no NaN: the largest is the largest error
+        return Deviation(float(largest), passed=passed)
     return Deviation(float(np.nanmax(difference)) if not np.isnan(difference).all()
-                     else float("nan"), passed=not bool(bad.any()))
+                     else float("nan"), passed=passed)

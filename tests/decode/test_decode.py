@@ -423,6 +423,7 @@ def test_per_value_tolerance_rules_are_refused_in_one_line():
 def test_the_tolerance_follows_a_float16_files_precision(tmp_path):
     """As bisect's does: an rtol or atol left out takes float16's defaults."""
     from bisect_onnx.decode.run import _judge
+    from bisect_onnx.graph.skeleton import load_skeleton
     from bisect_onnx.judge.tolerances import PRECISION_DEFAULTS
 
     graph = helper.make_graph(
@@ -431,9 +432,10 @@ def test_the_tolerance_follows_a_float16_files_precision(tmp_path):
         [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [2])])
     path = tmp_path / "half.onnx"
     onnx.save(helper.make_model(graph), str(path))
+    skeleton = load_skeleton(path)
 
-    assert _judge(None, path).base == PRECISION_DEFAULTS["float16"]
-    assert _judge((1e-3, 1e-5), path).base.atol == 1e-5  # given: kept
+    assert _judge(None, skeleton).base == PRECISION_DEFAULTS["float16"]
+    assert _judge((1e-3, 1e-5), skeleton).base.atol == 1e-5  # given: kept
 
 
 class MaskFreeDecoder(PlainDecoder):
