@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from bisect_onnx.decode.layout import POSITIONS, CacheLayout, standard_layout
-from bisect_onnx.errors import UsageError
+from bisect_onnx.errors import ModelError, UsageError, one_line
 
 __all__ = ["DecoderStep", "FlatCacheDecoder", "decoder_step", "is_hf_decoder"]
 
@@ -115,14 +115,33 @@ class FlatCacheDecoder(torch.nn.Module):
         return (out.logits, *[tensor for pair in cache_pairs(returned) for tensor in pair])
 
     def cache_tails(self) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
-        """Each layer's key and value shape past batch and sequence, from a one-token run."""
-        with torch.no_grad():
-            out = self.lm(input_ids=torch.zeros((1, 1), dtype=torch.long), use_cache=True)
-        returned = getattr(out, "cache", None) or out.past_key_values
-        pairs = cache_pairs(returned)
+        """Each layer's key and value shape past batch and sequence, from a one-token run.
+
+        A ``transformers`` model that is not a causal LM with a cache (an encoder, an
+        encoder-decoder, a model without its language-model head) is refused here, in
+        one line, before anything is exported.
+        """
+        name = type(self.lm).__name__
+        causal_lm = ("step a causal LM with its head (a transformers ...ForCausalLM), or a "
+                     "module whose forward takes (input_ids, attention_mask, *past)")
+        if getattr(self.lm.config, "is_encoder_decoder", False):
+            raise UsageError(f"{name} is an encoder-decoder model, and --steps steps a "
+                             f"decoder with its cache alone: {causal_lm}")
+        try:
+            with torch.no_grad():
+                out = self.lm(input_ids=torch.zeros((1, 1), dtype=torch.long), use_cache=True)
+        except Exception as error:
+            raise ModelError(f"{name} failed on one token with use_cache=True "
+                             f"({one_line(error)}); {causal_lm}") from error
+        if getattr(out, "logits", None) is None:
+            raise UsageError(f"{name} returns no logits (no language-model head); {causal_lm}")
+        returned = getattr(out, "cache", None)
+        if returned is None:
+            returned = getattr(out, "past_key_values", None)
+        pairs = cache_pairs(returned) if returned is not None else []
         if not pairs:
-            raise UsageError(f"{type(self.lm).__name__} returned no cache with use_cache=True; "
-                             "a decoder to step must return its key/value cache")
+            raise UsageError(f"{name} returned no cache with use_cache=True; a decoder to "
+                             "step must return its key/value cache")
         return tuple((tuple(k.shape[1:2] + k.shape[3:]), tuple(v.shape[1:2] + v.shape[3:]))
                      for k, v in pairs)
 

@@ -356,7 +356,8 @@ def _bisect_step(step: DecoderStep, loop: StepLoop, finding: DecodeFinding, path
 
     started = time.perf_counter()
     assert loop.first_introduced is not None  # the finding is that step's
-    inputs = loop.first_introduced.arrays(step.layout)
+    inputs = _in_float16_where_the_model_is(loop.first_introduced.arrays(step.layout),
+                                            step.module)
     bisect = exit_is_a_model_error(lambda module: compare_pytorch(PyTorchCall(
         module, inputs, path, tolerance, runtime=runtime,
         program=translated_program(step, path))))  # op level for a dynamo file
@@ -372,3 +373,18 @@ def _bisect_step(step: DecoderStep, loop: StepLoop, finding: DecodeFinding, path
         culprit = (f"the step's bisection finds its outputs within rtol={report.rtol:g}, "
                    f"atol={report.atol:g}: no failing value to name at that tolerance")
     return report, replace(finding, culprit=culprit)
+
+
+def _in_float16_where_the_model_is(arrays: list[np.ndarray],
+                                   module: torch.nn.Module) -> list[np.ndarray]:
+    """The step's inputs, its float ones as float16 for a float16 model (as its file takes).
+
+    The cache is kept as float32; a float16 model returned it, so nothing is rounded.
+    """
+    import torch
+
+    float_type = next((parameter.dtype for parameter in module.parameters()
+                       if parameter.is_floating_point()), None)
+    if float_type != torch.float16:
+        return arrays
+    return [array.astype(np.float16) if array.dtype.kind == "f" else array for array in arrays]

@@ -79,14 +79,25 @@ class TorchStepper:
         self.module = step.module
         self.layout = step.layout
         self.seconds = 0.0
+        self.float_type = next((parameter.dtype for parameter in self.module.parameters()
+                                if parameter.is_floating_point()), None)
+        """The model's own float type: a float16 model's cache goes in as float16."""
 
     def run(self, state: StepState) -> list[np.ndarray]:
-        """The step's outputs (logits, then each layer's key and value) as float32 arrays."""
+        """The step's outputs (logits, then each layer's key and value) as float32 arrays.
+
+        A cache kept as float32 goes in as the model's float type (float16, bfloat16):
+        it came out of the model in that type, so nothing is rounded on the way back.
+        """
         import torch
 
         started = time.perf_counter()
+        inputs = [torch.from_numpy(array) for array in state.arrays(self.layout)]
+        if self.float_type is not None:
+            inputs = [tensor.to(self.float_type) if tensor.is_floating_point() else tensor
+                      for tensor in inputs]
         with torch.no_grad():
-            outputs = self.module(*[torch.from_numpy(a) for a in state.arrays(self.layout)])
+            outputs = self.module(*inputs)
         self.seconds += time.perf_counter() - started
         return [output.detach().float().numpy() for output in outputs]
 

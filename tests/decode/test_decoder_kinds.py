@@ -1,0 +1,67 @@
+"""Which models a decode run steps: a float16 decoder does; an encoder or an
+encoder-decoder is refused in one line before anything is exported."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+import torch
+import transformers
+from onnx import numpy_helper
+
+import bisect_onnx
+from fixtures.decoders import tiny_llama
+
+
+def test_a_float16_decoder_is_stepped_at_parity():
+    model = tiny_llama().half()
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    report = bisect_onnx.bisect_decode(model, np.array([[3, 14, 15, 9, 2]]), steps=4,
+                                       export=bisect_onnx.ExportOptions(exporter="torchscript"))
+    assert not report.diverged and len(report.rows) == 5
+    # The file computes in float16: float16's tolerance, as for one forward.
+    assert report.rtol == pytest.approx(1e-2)
+    assert all(torch.equal(before[name], tensor) for name, tensor in model.state_dict().items())
+
+
+def _bert_config() -> transformers.BertConfig:
+    return transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
+                                   num_attention_heads=2, intermediate_size=64,
+                                   max_position_embeddings=64)
+
+
+@pytest.mark.parametrize(("build", "problem"), [
+    (lambda: transformers.BertModel(_bert_config()), "returns no logits"),
+    (lambda: transformers.BertForMaskedLM(_bert_config()), "returned no cache"),
+    (lambda: transformers.T5ForConditionalGeneration(transformers.T5Config(
+        vocab_size=100, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=2)),
+     "is an encoder-decoder model"),
+])
+def test_a_model_that_is_not_a_causal_lm_with_a_cache_is_refused(build, problem):
+    torch.manual_seed(0)
+    with pytest.raises(bisect_onnx.UsageError, match=problem) as refused:
+        bisect_onnx.bisect_decode(build().eval(), np.array([1, 2, 3]), steps=2)
+    assert "\n" not in str(refused.value)
+
+
+def test_a_float16_decoders_planted_past_key_is_named_at_its_node(tmp_path):
+    model = tiny_llama().half()
+    exported = tmp_path / "exported.onnx"
+    bisect_onnx.bisect_decode(model, np.array([[3, 14, 15, 9, 2]]), steps=0, export=(
+        bisect_onnx.ExportOptions(exporter="torchscript", save_to=exported)))
+    planted = onnx.load(str(exported))
+    graph = planted.graph
+    for node in graph.node:
+        node.input[:] = ["past_scaled" if name == "past_key_values.0.key" else name
+                         for name in node.input]
+    graph.initializer.append(numpy_helper.from_array(np.array(1.5, np.float16), "factor"))
+    graph.node.insert(0, onnx.helper.make_node("Mul", ["past_key_values.0.key", "factor"],
+                                               ["past_scaled"], name="planted_scale"))
+    onnx.save(planted, str(tmp_path / "planted.onnx"))
+
+    report = bisect_onnx.bisect_decode(model, np.array([[3, 14, 15, 9, 2]]), steps=3,
+                                       onnx_model=tmp_path / "planted.onnx")
+    assert report.diverged and report.finding.step == 1
+    assert report.bisection is not None and report.bisection.diverged
+    assert "planted_scale" in report.finding.culprit
