@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 
     from bisect_onnx.decode.flat_cache import DecoderStep
     from bisect_onnx.decode.options import DecodeOptions
-    from bisect_onnx.pipeline.options import RuntimeOptions
 
 __all__ = ["Shapes", "FileGraph", "read_file_graph", "file_layout", "empty_cache",
            "static_dim"]
@@ -47,22 +46,20 @@ class FileGraph:
     shapes: Shapes
 
 
-def read_file_graph(path: Path, runtime: RuntimeOptions) -> FileGraph:
+def read_file_graph(path: Path) -> FileGraph:
     """``path``'s inputs, outputs and shapes, its weights left unread.
 
-    A file the graph cannot be read from is handed to ONNX Runtime, whose refusal
-    says why, as when the session was made first.
+    A file whose graph cannot be read (truncated, not ONNX) is refused in one line
+    before PyTorch runs, as the one-forward comparison refuses it.
     """
     from bisect_onnx.graph.skeleton import load_skeleton
 
     try:
         skeleton = load_skeleton(path)
-    except Exception as error:  # not an ONNX file (a protobuf error): ORT says it in one line
-        from bisect_onnx.decode.steps import open_session
-
-        open_session(path, provider=runtime.provider, opt_level=runtime.opt_level)
-        raise InputError(f"--onnx {path}: its graph cannot be read ({error}); pass the "
-                         "decoder's ONNX export") from error
+    except Exception as error:  # not an ONNX file: a protobuf error, say
+        first = str(error).splitlines()[0] if str(error) else "parse failed"
+        raise InputError(f"--onnx {path} is not a readable ONNX model ({type(error).__name__}: "
+                         f"{first}); pass the decoder's ONNX export") from error
     graph = skeleton.graph
     stored = {tensor.name for tensor in graph.initializer}
     inputs = [value for value in graph.input if value.name not in stored]

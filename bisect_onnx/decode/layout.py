@@ -75,6 +75,12 @@ def layout_of_names(inputs: Sequence[str], outputs: Sequence[str],
     renamed = {theirs: ours for ours, theirs in (mapping or {}).items()}
     ours_in = [renamed.get(name, name) for name in inputs]
     ours_out = [renamed.get(name, name) for name in outputs]
+    if not any(map(_PAST.match, ours_in)) and not any(map(_PRESENT.match, ours_out)):
+        raise UsageError(f"the ONNX file is not a decoder step with its cache: it takes "
+                         f"{', '.join(inputs) or 'nothing'} and returns {', '.join(outputs)}; "
+                         "pass an export that takes input_ids, attention_mask and "
+                         "past_key_values.{i}.key/.value and returns logits and "
+                         "present.{i}.key/.value (or map its own names with --cache-name)")
     for role, names in ((TOKENS, ours_in), (MASK, ours_in), (LOGITS, ours_out)):
         if role not in names:
             raise UsageError(f"the decoder has no {'output' if role == LOGITS else 'input'} "

@@ -84,11 +84,12 @@ def bisect_decode(
         _check_before_export(step, prompt, decode, steps, runtime)
         seconds: dict[str, float] = {}
         path, exporter = _onnx_file(step, onnx_model, export, Path(folder), seconds)
-        graph = read_file_graph(path, runtime)  # its names and shapes, not its weights
+        graph = read_file_graph(path)  # its names and shapes, not its weights
         judged = _judge(tolerance, graph.skeleton)
         layout = step.layout if onnx_model is None else file_layout(step, graph, decode)
         step = _step_for_file(step, layout, model)
         prompt_array = _prompt(prompt, decode, step, graph.shapes, layout)
+        _check_fixed_axes(graph.shapes, layout, prompt_array.shape)
         _check_positions(step, prompt_array.shape, steps)
         empty = empty_cache(step, graph.shapes, layout, batch=prompt_array.shape[0])
         if step.cache_tails is None:  # the cache's shape came from the file
@@ -256,6 +257,30 @@ def _prompt(prompt: object, decode: DecodeOptions, step: DecoderStep, shapes: Sh
     return generator.integers(0, vocab, size=(1, decode.prompt_length), dtype=np.int64)
 
 
+def _check_fixed_axes(shapes: Shapes, layout: CacheLayout, prompt: tuple[int, ...]) -> None:
+    """Refuse a file whose batch or lengths are fixed where the steps feed others.
+
+    ONNX Runtime would refuse the first such run, naming only the input's indices.
+    ``prompt``: the prompt's shape, ``[batch, sequence]``.
+    """
+    inputs = [(layout.tokens, 1), (layout.mask, 1), *([(layout.positions, 1)]
+                                                     if layout.positions else []),
+              *((name, 2) for pair in layout.past for name in pair)]
+    for name, length_axis in inputs:
+        batch = static_dim(shapes, name, 0)
+        if batch is not None and batch != prompt[0]:
+            raise InputError(f"the ONNX file's input {name} has its batch fixed at {batch} "
+                             f"and the prompt has {prompt[0]} rows; pass a prompt of "
+                             f"{batch} row(s), or an export whose batch axis is dynamic")
+        length = static_dim(shapes, name, length_axis)
+        if length is not None:
+            raise InputError(f"the ONNX file's input {name} has its length (axis "
+                             f"{length_axis}) fixed at {length}, and a decode run feeds the "
+                             "prompt, then one token a step, its cache growing; pass an "
+                             "export whose sequence axes are dynamic (dynamic_axes, or "
+                             "dynamic_shapes with the dynamo exporter)")
+
+
 def _check_vocabulary(prompt: np.ndarray, vocab: int | None, name: str) -> None:
     """Refuse token ids the embedding has no row for (an index error in PyTorch's forward)."""
     low, high = int(prompt.min()), int(prompt.max())
@@ -295,8 +320,8 @@ def _check_positions(step: DecoderStep, prompt: tuple[int, ...], steps: int) -> 
     if step.max_positions is not None and prompt[1] + steps > step.max_positions:
         raise InputError(f"a prompt of {prompt[1]} tokens and {steps} steps need "
                          f"{prompt[1] + steps} positions and {step.name} has "
-                         f"{step.max_positions}; pass a shorter prompt (--input) or fewer "
-                         "--steps")
+                         f"{step.max_positions}; pass a shorter prompt (--input, or "
+                         "--prompt-length) or fewer --steps")
 
 
 # Caches alive at once at the last step: PyTorch's state and outputs, the runtime's

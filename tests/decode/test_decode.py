@@ -319,6 +319,43 @@ def test_cache_inputs_that_match_no_layer_are_refused_in_one_line(llama, llama_t
     assert report.verdict == "parity"
 
 
+def test_a_file_with_a_fixed_batch_or_length_is_refused_before_it_runs(llama, llama_torchscript,
+                                                                       tmp_path):
+    def fix(axis: int, size: int):
+        def edit(graph: onnx.GraphProto) -> None:
+            dim = next(value for value in graph.input if value.name == "input_ids"
+                       ).type.tensor_type.shape.dim[axis]
+            dim.Clear()
+            dim.dim_value = size
+        return edit
+
+    batch_of_one = _edited(llama_torchscript[1], tmp_path / "batch.onnx", fix(0, 1))
+    with pytest.raises(bisect_onnx.InputError, match="input_ids has its batch fixed at 1 and "
+                                                     "the prompt has 2 rows") as error:
+        bisect_onnx.bisect_decode(llama, np.ones((2, 4), dtype=np.int64), steps=1,
+                                  onnx_model=batch_of_one)
+    assert "\n" not in str(error.value)
+    assert bisect_onnx.bisect_decode(llama, np.ones((1, 4), dtype=np.int64), steps=1,
+                                     onnx_model=batch_of_one).verdict == "parity"
+    eight_tokens = _edited(llama_torchscript[1], tmp_path / "length.onnx", fix(1, 8))
+    with pytest.raises(bisect_onnx.InputError, match="length .* fixed at 8.* sequence axes are "
+                                                     "dynamic"):
+        bisect_onnx.bisect_decode(llama, steps=1, onnx_model=eight_tokens)
+
+
+def test_a_file_that_is_not_a_decoder_or_not_onnx_is_refused_in_one_line(llama, tmp_path):
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    onnx.save(helper.make_model(graph), str(tmp_path / "relu.onnx"))
+    with pytest.raises(bisect_onnx.UsageError, match="not a decoder step with its cache: it "
+                                                     "takes x and returns y"):
+        bisect_onnx.bisect_decode(llama, steps=1, onnx_model=tmp_path / "relu.onnx")
+    (tmp_path / "cut.onnx").write_bytes((tmp_path / "relu.onnx").read_bytes()[:-9])
+    with pytest.raises(bisect_onnx.InputError, match="is not a readable ONNX model"):
+        bisect_onnx.bisect_decode(llama, steps=1, onnx_model=tmp_path / "cut.onnx")
+
+
 def test_prompt_past_the_model_positions_is_refused(llama, llama_torchscript):
     with pytest.raises(bisect_onnx.InputError, match="need 72 positions .* has 64; pass a "
                                                      "shorter prompt"):
