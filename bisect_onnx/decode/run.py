@@ -12,9 +12,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bisect_onnx.decode.file_graph import FileGraph, Shapes, static_dim
+from bisect_onnx.decode.file_graph import FileGraph, static_dim
 from bisect_onnx.decode.layout import CacheLayout
 from bisect_onnx.decode.options import DecodeOptions
+from bisect_onnx.decode.prompt_checks import (
+    check_before_export,
+    check_fixed_axes,
+    check_memory,
+    check_positions,
+    prompt_tokens,
+    stacking_fits,
+)
 from bisect_onnx.decode.step_report import INTRODUCED, DecodeFinding, DecodeReport, find_failure
 from bisect_onnx.errors import BisectOnnxError, InputError, UsageError, issue_warnings, one_line
 from bisect_onnx.pipeline.options import ExportOptions, RuntimeOptions, Tolerance
@@ -81,22 +89,22 @@ def bisect_decode(
           tempfile.TemporaryDirectory(prefix="bisect-onnx-decode-") as folder,
           parking_for(model, Path(folder)) as parking):  # read back (or let go) on leaving
         step = decoder_step(model, decode.cache_shape)
-        _check_before_export(step, prompt, decode, steps, runtime)
+        check_before_export(step, prompt, decode, steps, runtime)
         seconds: dict[str, float] = {}
         path, exporter = _onnx_file(step, onnx_model, export, Path(folder), seconds)
         graph = read_file_graph(path)  # its names and shapes, not its weights
         judged = _judge(tolerance, graph.skeleton)
         layout = step.layout if onnx_model is None else file_layout(step, graph, decode)
         step = _step_for_file(step, layout, model)
-        prompt_array = _prompt(prompt, decode, step, graph.shapes, layout)
-        _check_fixed_axes(graph.shapes, layout, prompt_array.shape)
-        _check_positions(step, prompt_array.shape, steps)
+        prompt_array = prompt_tokens(prompt, decode, step, graph.shapes, layout)
+        check_fixed_axes(graph.shapes, layout, prompt_array.shape)
+        check_positions(step, prompt_array.shape, steps)
         empty = empty_cache(step, graph.shapes, layout, batch=prompt_array.shape[0])
         if step.cache_tails is None:  # the cache's shape came from the file
-            _check_memory(empty, prompt_array.shape, steps, runtime,
+            check_memory(empty, prompt_array.shape, steps, runtime,
                           step.vocab_size or static_dim(graph.shapes, layout.logits, -1))
         loop = _run_steps(_Stepping(step, layout, path, graph, runtime, judged.base.rtol,
-                                    judged.base.atol, _stacking_fits(
+                                    judged.base.atol, stacking_fits(
                                         empty, prompt_array.shape, steps, runtime)),
                           parking, prompt_array, empty, steps)
         seconds.update(torch=loop.torch_seconds, runtime=loop.runtime_seconds)
@@ -233,140 +241,6 @@ def _step_for_file(step: DecoderStep, layout: CacheLayout,
     if layout.positions is None and step.layout.positions is not None and is_hf_decoder(model):
         return decoder_step(model, positions=False)
     return step
-
-
-def _prompt(prompt: object, decode: DecodeOptions, step: DecoderStep, shapes: Shapes,
-            layout: CacheLayout) -> np.ndarray:
-    """The prompt as ``[batch, sequence]`` int64: given, or drawn from the vocabulary."""
-    if prompt is not None:
-        array = np.asarray(prompt.numpy() if hasattr(prompt, "numpy") else prompt)
-        if array.ndim == 1:
-            array = array[None, :]
-        if array.ndim != 2 or array.shape[1] == 0 or not np.issubdtype(array.dtype, np.integer):
-            raise InputError(f"the prompt must be token ids, [sequence] or [batch, sequence] "
-                             f"integers, got {array.dtype} of shape {list(array.shape)}; pass "
-                             "a .npy of token ids")
-        _check_vocabulary(array, step.vocab_size or static_dim(shapes, layout.logits, -1),
-                          step.name)
-        return array.astype(np.int64)
-    vocab = step.vocab_size or static_dim(shapes, layout.logits, -1)
-    if vocab is None:
-        raise UsageError(f"the vocabulary of {step.name} is unknown, so no random prompt can "
-                         "be drawn; pass one (--input ids.npy, prompt= in Python)")
-    generator = np.random.default_rng(decode.seed)
-    return generator.integers(0, vocab, size=(1, decode.prompt_length), dtype=np.int64)
-
-
-def _check_fixed_axes(shapes: Shapes, layout: CacheLayout, prompt: tuple[int, ...]) -> None:
-    """Refuse a file whose batch or lengths are fixed where the steps feed others.
-
-    ONNX Runtime would refuse the first such run, naming only the input's indices.
-    ``prompt``: the prompt's shape, ``[batch, sequence]``.
-    """
-    inputs = [(layout.tokens, 1), (layout.mask, 1), *([(layout.positions, 1)]
-                                                     if layout.positions else []),
-              *((name, 2) for pair in layout.past for name in pair)]
-    for name, length_axis in inputs:
-        batch = static_dim(shapes, name, 0)
-        if batch is not None and batch != prompt[0]:
-            raise InputError(f"the ONNX file's input {name} has its batch fixed at {batch} "
-                             f"and the prompt has {prompt[0]} rows; pass a prompt of "
-                             f"{batch} row(s), or an export whose batch axis is dynamic")
-        length = static_dim(shapes, name, length_axis)
-        if length is not None:
-            raise InputError(f"the ONNX file's input {name} has its length (axis "
-                             f"{length_axis}) fixed at {length}, and a decode run feeds the "
-                             "prompt, then one token a step, its cache growing; pass an "
-                             "export whose sequence axes are dynamic (dynamic_axes, or "
-                             "dynamic_shapes with the dynamo exporter)")
-
-
-def _check_vocabulary(prompt: np.ndarray, vocab: int | None, name: str) -> None:
-    """Refuse token ids the embedding has no row for (an index error in PyTorch's forward)."""
-    low, high = int(prompt.min()), int(prompt.max())
-    if low < 0 or (vocab is not None and high >= vocab):
-        bad = low if low < 0 else high
-        known = f"0..{vocab - 1}" if vocab is not None else "0 or more"
-        raise InputError(f"the prompt holds token id {bad}, and {name}'s vocabulary is "
-                         f"{known}; pass token ids of this model's tokenizer")
-
-
-def _check_before_export(step: DecoderStep, prompt: object, decode: DecodeOptions, steps: int,
-                         runtime: RuntimeOptions) -> None:
-    """Refuse a prompt and steps past the model's positions or the memory budget.
-
-    Before a long export, where the prompt's shape is known (drawn, or an array) and,
-    for the memory, the cache's (a ``transformers`` model's, or ``cache_shape``).
-    """
-    if prompt is None:
-        shape: tuple[int, ...] = (1, decode.prompt_length)
-    else:
-        try:  # an array, a tensor, or a list of token ids
-            shape = tuple(getattr(prompt, "shape", None) or np.shape(prompt))
-        except ValueError:  # ragged lists
-            return  # left to the prompt's own checks
-    if len(shape) not in (1, 2):
-        return  # left to the prompt's own checks
-    shape = tuple(shape) if len(shape) == 2 else (1, *shape)
-    _check_positions(step, shape, steps)
-    if step.cache_tails is not None:
-        empty = tuple(np.zeros((shape[0], tail[0], 0, *tail[1:]), dtype=np.float32)
-                      for pair in step.cache_tails for tail in pair)
-        _check_memory(empty, shape, steps, runtime, step.vocab_size)
-
-
-def _check_positions(step: DecoderStep, prompt: tuple[int, ...], steps: int) -> None:
-    """``prompt``: the prompt's shape, ``[batch, sequence]``."""
-    if step.max_positions is not None and prompt[1] + steps > step.max_positions:
-        raise InputError(f"a prompt of {prompt[1]} tokens and {steps} steps need "
-                         f"{prompt[1] + steps} positions and {step.name} has "
-                         f"{step.max_positions}; pass a shorter prompt (--input, or "
-                         "--prompt-length) or fewer --steps")
-
-
-# Caches alive at once at the last step: PyTorch's state and outputs, the runtime's
-# teacher-forced outputs, its free-running state and outputs, the introduced step's state.
-_CACHE_COPIES = 6
-# With the step's two runtime runs stacked into one: both states' caches fed at once,
-# and both returned, while PyTorch's and the free-running state are alive.
-_STACKED_COPIES = 8
-
-
-def _check_memory(empty: tuple[np.ndarray, ...], prompt: tuple[int, ...], steps: int,
-                  runtime: RuntimeOptions, vocab: int | None) -> None:
-    """Refuse steps whose caches and kept logits would not fit the memory budget.
-
-    Before any runs. ``empty``: the prefill's cache (its shapes); ``prompt``: ``[batch,
-    sequence]``; ``vocab``: the logits' last size, where known. PyTorch's logits of
-    every step are kept while the runtime steps: the prompt's positions and one a step.
-    """
-    from bisect_onnx.runtime.memory import format_size
-
-    positions = prompt[1] + steps
-    logits = prompt[0] * positions * (vocab or 0) * 4
-    need = _CACHE_COPIES * _cache_bytes(empty, prompt, steps) + logits
-    budget = runtime.budget()
-    if budget is not None and need > budget:
-        kept = f" and {format_size(logits)} of logits kept" if logits else ""
-        raise UsageError(f"{steps} steps on a prompt of {prompt[1]} tokens hold "
-                         f"{format_size(need)} at once ({_CACHE_COPIES} copies of the cache "
-                         f"at {positions} positions{kept}), over the memory budget of "
-                         f"{format_size(budget)}; pass fewer --steps, a shorter prompt, or "
-                         "a larger --max-memory")
-
-
-def _stacking_fits(empty: tuple[np.ndarray, ...], prompt: tuple[int, ...], steps: int,
-                   runtime: RuntimeOptions) -> bool:
-    """Whether the caches of a step's two runtime runs stacked into one fit the budget."""
-    budget = runtime.budget()
-    return budget is None or _STACKED_COPIES * _cache_bytes(empty, prompt, steps) <= budget
-
-
-def _cache_bytes(empty: tuple[np.ndarray, ...], prompt: tuple[int, ...], steps: int) -> int:
-    """One copy of the cache at the last step, float32."""
-    per_position = sum(array.shape[0] * int(np.prod(array.shape[1:2] + array.shape[3:]))
-                       for array in empty) * 4
-    return (prompt[1] + steps) * per_position
 
 
 def _bisect_step(step: DecoderStep, loop: StepLoop, finding: DecodeFinding, path: Path,

@@ -114,7 +114,7 @@ def test_a_real_files_report_is_the_same_stacked_or_apart(monkeypatch, tmp_path,
     caplog.set_level("INFO", logger="bisect_onnx.decode.steps")
     stacked = bisect_onnx.bisect_decode(llama, steps=6, export=bisect_onnx.ExportOptions(
         exporter="torchscript", save_to=path))
-    monkeypatch.setattr(bisect_onnx.decode.run, "_stacking_fits", lambda *args: False)
+    monkeypatch.setattr(bisect_onnx.decode.run, "stacking_fits", lambda *args: False)
     apart = bisect_onnx.bisect_decode(llama, steps=6, onnx_model=path)
     assert stacked.verdict == "parity"
     assert "go as one, stacked" in caplog.text
