@@ -10,9 +10,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Iterator, Sequence
+from types import FrameType
 
 from bisect_onnx.chatter import warnings_logged
 from bisect_onnx.cli.check import check_from_args, recording_command
@@ -42,7 +45,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _outcome(args: argparse.Namespace) -> int:
     """The run's exit status: errors bisect-onnx raises on purpose are one line."""
     try:
-        return _run(args)
+        with _terminate_unwinds():
+            return _run(args)
     except BisectOnnxError as error:
         sweep = getattr(error, "sweep", None)  # a refusal the sweep found: what led to it
         if sweep is not None:
@@ -52,6 +56,8 @@ def _outcome(args: argparse.Namespace) -> int:
         return _fail(str(error), error.exit_code)
     except KeyboardInterrupt:
         return _fail("interrupted", 130)
+    except _Terminated:
+        return _fail("terminated", _EXIT_TERMINATED)
     except SystemExit as error:  # from the user's code: exiting 0 would read as parity
         return _fail(f"the model's code called sys.exit({error.code!r}) during the run, so "
                      "there is no verdict; remove the exit", ModelError.exit_code)
@@ -59,6 +65,46 @@ def _outcome(args: argparse.Namespace) -> int:
         traceback.print_exc()
         return _fail("this is a bug in bisect-onnx; please report it with the traceback "
                      "above", EXIT_BUG)
+
+
+# What a shell reports for a process SIGTERM ended: 128 + the signal's number.
+_EXIT_TERMINATED = 128 + signal.SIGTERM
+
+
+class _Terminated(BaseException):
+    """SIGTERM arrived: unwinds the run like Ctrl-C's KeyboardInterrupt.
+
+    A BaseException, as KeyboardInterrupt is, so that no ``except Exception`` on the way
+    (the exporter's, the model's) takes it for a failure of the step it interrupts.
+    """
+
+
+@contextlib.contextmanager
+def _terminate_unwinds() -> Iterator[None]:
+    """Make SIGTERM unwind the run, for the run: every ``finally`` and ``with`` runs.
+
+    SIGTERM (``timeout``, a CI runner's cancel) would otherwise end the process at
+    once and leave the run's temporary folders behind. A second SIGTERM while the run
+    unwinds is ignored, so that the cleanup itself is not cut short. Only the main
+    thread can set a handler (``main`` called from another is left as it was); the
+    previous handler is back after the run (``main`` called in-process, by tests).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received = False
+
+    def unwind(signum: int, frame: FrameType | None) -> None:
+        nonlocal received
+        if not received:
+            received = True
+            raise _Terminated
+
+    previous = signal.signal(signal.SIGTERM, unwind)
+    try:
+        yield
+    finally:  # (None: one set outside Python, which cannot be put back; the default then)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 @contextlib.contextmanager
