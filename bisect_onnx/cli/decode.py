@@ -96,13 +96,23 @@ def _prompt(inputs: list[Path]) -> object:
     """The prompt's token ids from the one ``.npy`` given, or ``None`` (a random prompt)."""
     import numpy as np
 
+    from bisect_onnx.sources.file_kinds import NPY_MAGIC, read_head
+
     if not inputs:
         return None
     if len(inputs) > 1 or inputs[0].suffix != ".npy":
         raise UsageError("with --steps, --input takes one .npy of token ids ([sequence] or "
                          "[batch, sequence] integers)")
+    path = inputs[0]
+    # As the one-forward form does: missing, a folder, a FIFO (whose read would block)
+    # or empty is refused in one line before numpy reads it.
+    head = read_head(path, len(NPY_MAGIC), label="input file",
+                     expected="token ids saved with numpy.save")
+    if head != NPY_MAGIC:  # numpy.load would open an .npz whatever its name, as no array
+        raise InputError(f"input file {path} is not .npy data; pass token ids saved with "
+                         "numpy.save")
     try:
-        return np.load(inputs[0], allow_pickle=False)
-    except (OSError, ValueError) as error:
-        raise InputError(f"--input {inputs[0]}: not a readable .npy ({error}); pass token "
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as error:
+        raise InputError(f"--input {path}: not a readable .npy ({error}); pass token "
                          "ids saved with numpy.save") from error
