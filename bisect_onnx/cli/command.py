@@ -19,6 +19,11 @@ from types import FrameType
 
 from bisect_onnx.chatter import warnings_logged
 from bisect_onnx.cli.check import check_from_args, recording_command
+from bisect_onnx.cli.decode import (
+    decode_from_args,
+    refuse_decode_only_options,
+    refuse_ignored_options,
+)
 from bisect_onnx.cli.parser import EXIT_BUG, build_check_parser, build_parser
 from bisect_onnx.cli.printing import print_report, show_progress
 from bisect_onnx.errors import BisectOnnxError, ModelError
@@ -152,12 +157,11 @@ def _run(args: argparse.Namespace) -> int:
         _runtime_logs_off()
         return print_report(args, check_from_args(args))
     if getattr(args, "steps", None) is not None:  # a decoder stepped with its cache
-        from bisect_onnx.cli.decode import decode_from_args, refuse_one_forward_options
-
-        refuse_one_forward_options(args)
+        refuse_ignored_options(args)
         _check_files(args, against=False)  # --json, --html, --save-onnx onto an input
         _runtime_logs_off()
         return decode_from_args(args)
+    refuse_decode_only_options(args)  # what a run without --steps would ignore
     against = against_requested(args)
     if against:  # two ONNX models, MODEL the reference: their own driver
         _check_files(args, against=True)  # before anything runs or is written

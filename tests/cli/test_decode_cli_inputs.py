@@ -1,4 +1,4 @@
-"""The decode form's prompt file, refused as the one-forward form's: one line, exit 2.
+"""The decode form's prompt file and the options each form would ignore: one line, exit 2.
 
 All refused before any model is loaded, so none of these needs ``transformers``.
 """
@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from bisect_onnx.cli.command import main
-from fixtures.registry import REPO_ROOT
+from fixtures.registry import FIXTURES, REPO_ROOT
 
+MLP = FIXTURES["tiny_mlp"]
 LLAMA = ["decoders.py:tiny_llama", "--steps", "1"]
 
 
@@ -68,3 +69,39 @@ def test_a_fifo_prompt_is_refused_rather_than_read(user_files):
     assert result.returncode == 2, result.stderr
     assert "input file fifo.npy is not a regular file (a FIFO)" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize("options, named", [
+    (["--prompt-length", "4"], "--prompt-length applies"),
+    (["--seed", "3"], "--seed applies"),
+    (["--seed", "3", "--prompt-length", "4"], "--prompt-length, --seed apply")])
+def test_random_prompt_options_beside_a_prompt_file_are_refused(user_files, capsys, options,
+                                                                 named):
+    assert main([*LLAMA, "--input", "prompt.npy", *options]) == 2
+    line = one_line_error(capsys)
+    assert f"{named} to the random prompt drawn without --input; drop" in line
+    assert "or drop --input to draw one" in line
+
+
+@pytest.mark.parametrize("options, named", [
+    (["--prompt-length", "4"], "--prompt-length applies"),
+    (["--cache-shape", "2,4,8"], "--cache-shape applies"),
+    (["--cache-name", "logits=out"], "--cache-name applies"),
+    (["--prompt-length", "4", "--cache-shape", "2,4,8"], "--prompt-length, --cache-shape apply")])
+def test_decode_options_without_steps_are_refused(capsys, monkeypatch, options, named):
+    monkeypatch.chdir(REPO_ROOT)
+    assert main([MLP.factory, "--input", MLP.input_file, *options]) == 2
+    line = one_line_error(capsys)
+    assert f"{named} to a decode run; add --steps N, or drop" in line
+
+
+def test_against_without_steps_refuses_decode_options_too(capsys, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    assert main([MLP.onnx_file, "--against", MLP.onnx_file, "--cache-shape", "1,1,1"]) == 2
+    assert "--cache-shape applies to a decode run" in one_line_error(capsys)
+
+
+def test_seed_without_steps_still_seeds_one_forward_random_inputs(capsys, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    assert main([MLP.factory, "--onnx", MLP.onnx_file, "--seed", "3", "-q"]) == 0
+    assert capsys.readouterr().out.startswith("PARITY")
