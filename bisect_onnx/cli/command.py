@@ -10,12 +10,20 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Iterator, Sequence
+from types import FrameType
 
 from bisect_onnx.chatter import warnings_logged
 from bisect_onnx.cli.check import check_from_args, recording_command
+from bisect_onnx.cli.decode import (
+    decode_from_args,
+    refuse_decode_only_options,
+    refuse_ignored_options,
+)
 from bisect_onnx.cli.parser import EXIT_BUG, build_check_parser, build_parser
 from bisect_onnx.cli.printing import print_report, show_progress
 from bisect_onnx.errors import BisectOnnxError, ModelError
@@ -42,7 +50,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _outcome(args: argparse.Namespace) -> int:
     """The run's exit status: errors bisect-onnx raises on purpose are one line."""
     try:
-        return _run(args)
+        with _terminate_unwinds():
+            return _run(args)
     except BisectOnnxError as error:
         sweep = getattr(error, "sweep", None)  # a refusal the sweep found: what led to it
         if sweep is not None:
@@ -52,6 +61,8 @@ def _outcome(args: argparse.Namespace) -> int:
         return _fail(str(error), error.exit_code)
     except KeyboardInterrupt:
         return _fail("interrupted", 130)
+    except _Terminated:
+        return _fail("terminated", _EXIT_TERMINATED)
     except SystemExit as error:  # from the user's code: exiting 0 would read as parity
         return _fail(f"the model's code called sys.exit({error.code!r}) during the run, so "
                      "there is no verdict; remove the exit", ModelError.exit_code)
@@ -59,6 +70,46 @@ def _outcome(args: argparse.Namespace) -> int:
         traceback.print_exc()
         return _fail("this is a bug in bisect-onnx; please report it with the traceback "
                      "above", EXIT_BUG)
+
+
+# What a shell reports for a process SIGTERM ended: 128 + the signal's number.
+_EXIT_TERMINATED = 128 + signal.SIGTERM
+
+
+class _Terminated(BaseException):
+    """SIGTERM arrived: unwinds the run like Ctrl-C's KeyboardInterrupt.
+
+    A BaseException, as KeyboardInterrupt is, so that no ``except Exception`` on the way
+    (the exporter's, the model's) takes it for a failure of the step it interrupts.
+    """
+
+
+@contextlib.contextmanager
+def _terminate_unwinds() -> Iterator[None]:
+    """Make SIGTERM unwind the run, for the run: every ``finally`` and ``with`` runs.
+
+    SIGTERM (``timeout``, a CI runner's cancel) would otherwise end the process at
+    once and leave the run's temporary folders behind. A second SIGTERM while the run
+    unwinds is ignored, so that the cleanup itself is not cut short. Only the main
+    thread can set a handler (``main`` called from another is left as it was); the
+    previous handler is back after the run (``main`` called in-process, by tests).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received = False
+
+    def unwind(signum: int, frame: FrameType | None) -> None:
+        nonlocal received
+        if not received:
+            received = True
+            raise _Terminated
+
+    previous = signal.signal(signal.SIGTERM, unwind)
+    try:
+        yield
+    finally:  # (None: one set outside Python, which cannot be put back; the default then)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 @contextlib.contextmanager
@@ -106,12 +157,11 @@ def _run(args: argparse.Namespace) -> int:
         _runtime_logs_off()
         return print_report(args, check_from_args(args))
     if getattr(args, "steps", None) is not None:  # a decoder stepped with its cache
-        from bisect_onnx.cli.decode import decode_from_args, refuse_one_forward_options
-
-        refuse_one_forward_options(args)
+        refuse_ignored_options(args)
         _check_files(args, against=False)  # --json, --html, --save-onnx onto an input
         _runtime_logs_off()
         return decode_from_args(args)
+    refuse_decode_only_options(args)  # what a run without --steps would ignore
     against = against_requested(args)
     if against:  # two ONNX models, MODEL the reference: their own driver
         _check_files(args, against=True)  # before anything runs or is written

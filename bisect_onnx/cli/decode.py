@@ -14,7 +14,7 @@ from bisect_onnx.errors import InputError, UsageError
 if TYPE_CHECKING:
     from bisect_onnx.decode.step_report import DecodeReport
 
-__all__ = ["decode_from_args", "refuse_one_forward_options"]
+__all__ = ["decode_from_args", "refuse_ignored_options", "refuse_decode_only_options"]
 
 # Options of the one-forward comparison that a decode run does not take.
 _NOT_FOR_DECODE = {"record": "--record", "model_explorer": "--model-explorer",
@@ -32,7 +32,7 @@ def decode_from_args(args: argparse.Namespace) -> int:
     """Run ``bisect_decode`` from parsed arguments, print its report; the exit status.
 
     The caller has refused the options a decode run ignores
-    (:func:`refuse_one_forward_options`) and output paths onto the run's inputs.
+    (:func:`refuse_ignored_options`) and output paths onto the run's inputs.
     """
     from bisect_onnx.decode.options import DecodeOptions
     from bisect_onnx.decode.run import bisect_decode
@@ -65,19 +65,62 @@ def decode_from_args(args: argparse.Namespace) -> int:
     return EXIT_DIVERGED if report.diverged else EXIT_PARITY
 
 
-def refuse_one_forward_options(args: argparse.Namespace) -> None:
-    """Refuse the one-forward options a decode run would ignore, and a negative ``--steps``."""
+def refuse_ignored_options(args: argparse.Namespace) -> None:
+    """Refuse what a decode run would ignore, and a negative ``--steps``.
+
+    The one-forward options, and the random prompt's beside the prompt ``--input`` gives.
+    """
     given = [flag for name, flag in _NOT_FOR_DECODE.items()
              if getattr(args, name, None) not in (None, False, [])]
     if getattr(args, "samples", 1) != 1:  # random inputs of one forward; the prompt is drawn
         given.append("--samples")         # with --prompt-length and --seed
     if given:
-        one = len(given) == 1
-        raise UsageError(f"{', '.join(given)} {'does' if one else 'do'} not apply to a decode "
-                         f"run (--steps); drop {'it' if one else 'them'}, or drop --steps to "
-                         "compare one forward")
+        raise UsageError(f"{_listed(given)} not apply to a decode run (--steps); drop "
+                         f"{_pronoun(given)}, or drop --steps to compare one forward")
     if args.steps < 0:
         raise UsageError(f"--steps takes 0 or more, got {args.steps}")
+    drawing = _random_prompt_options(args)
+    if args.input and drawing:
+        raise UsageError(f"{_listed(drawing, verb='apply')} to the random prompt drawn without "
+                         f"--input; drop {_pronoun(drawing)} (the prompt is the --input "
+                         "file's), or drop --input to draw one")
+
+
+def refuse_decode_only_options(args: argparse.Namespace) -> None:
+    """Refuse, in a run without ``--steps``, the options only a decode run reads.
+
+    (``--seed`` is not one: it seeds the one-forward form's random inputs too.)
+    """
+    given = [flag for flag, is_given in (
+        ("--prompt-length", "--prompt-length" in _random_prompt_options(args)),
+        ("--cache-name", bool(args.cache_name)),
+        ("--cache-shape", args.cache_shape is not None)) if is_given]
+    if given:
+        raise UsageError(f"{_listed(given, verb='apply')} to a decode run; add --steps N, or "
+                         f"drop {_pronoun(given)} to compare one forward")
+
+
+def _random_prompt_options(args: argparse.Namespace) -> list[str]:
+    """The options given that set the random prompt drawn where ``--input`` gives none.
+
+    Told from their defaults, as the one-forward form tells its random-input options.
+    """
+    from bisect_onnx.decode.options import DecodeOptions
+
+    defaults = DecodeOptions()
+    return [flag for flag, is_given in (("--prompt-length",
+                                         args.prompt_length != defaults.prompt_length),
+                                        ("--seed", args.seed != defaults.seed)) if is_given]
+
+
+def _listed(flags: list[str], *, verb: str = "do") -> str:
+    """``--a does`` or ``--a, --b do`` (``verb``: the plural form, ``do`` or ``apply``)."""
+    singular = {"do": "does", "apply": "applies"}[verb]
+    return f"{', '.join(flags)} {singular if len(flags) == 1 else verb}"
+
+
+def _pronoun(flags: list[str]) -> str:
+    return "it" if len(flags) == 1 else "them"
 
 
 def _write(report: DecodeReport, path: Path, suffix: str) -> None:
@@ -96,13 +139,23 @@ def _prompt(inputs: list[Path]) -> object:
     """The prompt's token ids from the one ``.npy`` given, or ``None`` (a random prompt)."""
     import numpy as np
 
+    from bisect_onnx.sources.file_kinds import NPY_MAGIC, read_head
+
     if not inputs:
         return None
     if len(inputs) > 1 or inputs[0].suffix != ".npy":
         raise UsageError("with --steps, --input takes one .npy of token ids ([sequence] or "
                          "[batch, sequence] integers)")
+    path = inputs[0]
+    # As the one-forward form does: missing, a folder, a FIFO (whose read would block)
+    # or empty is refused in one line before numpy reads it.
+    head = read_head(path, len(NPY_MAGIC), label="input file",
+                     expected="token ids saved with numpy.save")
+    if head != NPY_MAGIC:  # numpy.load would open an .npz whatever its name, as no array
+        raise InputError(f"input file {path} is not .npy data; pass token ids saved with "
+                         "numpy.save")
     try:
-        return np.load(inputs[0], allow_pickle=False)
-    except (OSError, ValueError) as error:
-        raise InputError(f"--input {inputs[0]}: not a readable .npy ({error}); pass token "
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as error:
+        raise InputError(f"--input {path}: not a readable .npy ({error}); pass token "
                          "ids saved with numpy.save") from error

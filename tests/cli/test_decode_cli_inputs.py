@@ -1,0 +1,107 @@
+"""The decode form's prompt file and the options each form would ignore: one line, exit 2.
+
+All refused before any model is loaded, so none of these needs ``transformers``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from bisect_onnx.cli.command import main
+from fixtures.registry import FIXTURES, REPO_ROOT
+
+MLP = FIXTURES["tiny_mlp"]
+LLAMA = ["decoders.py:tiny_llama", "--steps", "1"]
+
+
+@pytest.fixture
+def user_files(tmp_path, monkeypatch):
+    """A user's folder: a copy of the tiny decoders' factory file and a prompt."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(REPO_ROOT / "fixtures" / "decoders.py", tmp_path / "decoders.py")
+    np.save(tmp_path / "prompt.npy", np.array([[5, 17, 42, 3]]))
+    return tmp_path
+
+
+def one_line_error(capsys) -> str:
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("bisect-onnx: error: "), captured.err
+    return lines[0]
+
+
+def test_an_empty_prompt_file_is_one_line_exit_2(user_files, capsys):
+    (user_files / "empty.npy").write_bytes(b"")
+    assert main([*LLAMA, "--input", "empty.npy"]) == 2
+    assert "input file empty.npy is empty (0 bytes); pass token ids saved with numpy.save" \
+        in one_line_error(capsys)
+
+
+@pytest.mark.parametrize("name, reason", [("missing.npy", "does not exist"),
+                                          ("folder.npy", "is a folder")])
+def test_a_prompt_path_that_is_no_file_is_one_line_exit_2(user_files, capsys, name, reason):
+    (user_files / "folder.npy").mkdir()
+    assert main([*LLAMA, "--input", name]) == 2
+    assert f"input file {name} {reason}" in one_line_error(capsys)
+
+
+def test_an_npz_named_npy_is_not_taken_for_a_prompt(user_files, capsys):
+    np.savez(user_files / "ids.npz", ids=np.array([[5, 17]]))
+    (user_files / "ids.npz").rename(user_files / "ids.npy")
+    assert main([*LLAMA, "--input", "ids.npy"]) == 2
+    assert "input file ids.npy is not .npy data; pass token ids saved with numpy.save" \
+        in one_line_error(capsys)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_prompt_is_refused_rather_than_read(user_files):
+    os.mkfifo(user_files / "fifo.npy")  # reading it would wait for a writer forever
+    result = subprocess.run([sys.executable, "-m", "bisect_onnx", *LLAMA, "--input",
+                             "fifo.npy"], cwd=user_files, capture_output=True, text=True,
+                            timeout=60, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert result.returncode == 2, result.stderr
+    assert "input file fifo.npy is not a regular file (a FIFO)" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize("options, named", [
+    (["--prompt-length", "4"], "--prompt-length applies"),
+    (["--seed", "3"], "--seed applies"),
+    (["--seed", "3", "--prompt-length", "4"], "--prompt-length, --seed apply")])
+def test_random_prompt_options_beside_a_prompt_file_are_refused(user_files, capsys, options,
+                                                                 named):
+    assert main([*LLAMA, "--input", "prompt.npy", *options]) == 2
+    line = one_line_error(capsys)
+    assert f"{named} to the random prompt drawn without --input; drop" in line
+    assert "or drop --input to draw one" in line
+
+
+@pytest.mark.parametrize("options, named", [
+    (["--prompt-length", "4"], "--prompt-length applies"),
+    (["--cache-shape", "2,4,8"], "--cache-shape applies"),
+    (["--cache-name", "logits=out"], "--cache-name applies"),
+    (["--prompt-length", "4", "--cache-shape", "2,4,8"], "--prompt-length, --cache-shape apply")])
+def test_decode_options_without_steps_are_refused(capsys, monkeypatch, options, named):
+    monkeypatch.chdir(REPO_ROOT)
+    assert main([MLP.factory, "--input", MLP.input_file, *options]) == 2
+    line = one_line_error(capsys)
+    assert f"{named} to a decode run; add --steps N, or drop" in line
+
+
+def test_against_without_steps_refuses_decode_options_too(capsys, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    assert main([MLP.onnx_file, "--against", MLP.onnx_file, "--cache-shape", "1,1,1"]) == 2
+    assert "--cache-shape applies to a decode run" in one_line_error(capsys)
+
+
+def test_seed_without_steps_still_seeds_one_forward_random_inputs(capsys, monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
+    assert main([MLP.factory, "--onnx", MLP.onnx_file, "--seed", "3", "-q"]) == 0
+    assert capsys.readouterr().out.startswith("PARITY")
