@@ -97,20 +97,29 @@ def check_before_export(step: DecoderStep, prompt: object, decode: DecodeOptions
     if len(shape) not in (1, 2):
         return  # left to the prompt's own checks
     shape = tuple(shape) if len(shape) == 2 else (1, *shape)
-    check_positions(step, shape, steps)
+    check_positions(step, shape, steps, drawn=prompt is None)
     if step.cache_tails is not None:
         empty = tuple(np.zeros((shape[0], tail[0], 0, *tail[1:]), dtype=np.float32)
                       for pair in step.cache_tails for tail in pair)
         check_memory(empty, shape, steps, runtime, step.vocab_size)
 
 
-def check_positions(step: DecoderStep, prompt: tuple[int, ...], steps: int) -> None:
-    """``prompt``: the prompt's shape, ``[batch, sequence]``."""
-    if step.max_positions is not None and prompt[1] + steps > step.max_positions:
-        raise InputError(f"a prompt of {prompt[1]} tokens and {steps} steps need "
-                         f"{prompt[1] + steps} positions and {step.name} has "
-                         f"{step.max_positions}; pass a shorter prompt (--input, or "
-                         "--prompt-length) or fewer --steps")
+def check_positions(step: DecoderStep, prompt: tuple[int, ...], steps: int, *,
+                    drawn: bool) -> None:
+    """``prompt``: the prompt's shape, ``[batch, sequence]``; ``drawn``: a random one."""
+    most = step.max_positions
+    if most is None or prompt[1] + steps <= most:
+        return
+    need = (f"{'a random prompt' if drawn else 'a prompt'} of {prompt[1]} tokens and {steps} "
+            f"steps need {prompt[1] + steps} positions and {step.name} has {most}")
+    fits = most - steps
+    if fits < 1:
+        raise InputError(f"{need}; pass at most {most - 1} --steps")
+    if drawn:
+        raise InputError(f"{need}; draw a shorter one (--prompt-length {fits} or less, "
+                         "prompt_length= in Python) or take fewer --steps")
+    raise InputError(f"{need}; pass a prompt of at most {fits} tokens (--input) or fewer "
+                     "--steps")
 
 
 # Caches alive at once at the last step: PyTorch's state and outputs, the runtime's

@@ -98,7 +98,7 @@ def bisect_decode(
         step = _step_for_file(step, layout, model)
         prompt_array = prompt_tokens(prompt, decode, step, graph.shapes, layout)
         check_fixed_axes(graph.shapes, layout, prompt_array.shape)
-        check_positions(step, prompt_array.shape, steps)
+        check_positions(step, prompt_array.shape, steps, drawn=prompt is None)
         empty = empty_cache(step, graph.shapes, layout, batch=prompt_array.shape[0])
         if step.cache_tails is None:  # the cache's shape came from the file
             check_memory(empty, prompt_array.shape, steps, runtime,

@@ -358,9 +358,13 @@ def test_a_file_that_is_not_a_decoder_or_not_onnx_is_refused_in_one_line(llama, 
 
 def test_prompt_past_the_model_positions_is_refused(llama, llama_torchscript):
     with pytest.raises(bisect_onnx.InputError, match="need 72 positions .* has 64; pass a "
-                                                     "shorter prompt"):
+                                                     "prompt of at most 62 tokens"):
         bisect_onnx.bisect_decode(llama, np.zeros(70, dtype=np.int64), steps=2,
                                   onnx_model=llama_torchscript[1])
+    with pytest.raises(bisect_onnx.InputError, match="a random prompt of 70 tokens .*"
+                                                     "--prompt-length 62 or less"):
+        bisect_onnx.bisect_decode(llama, steps=2, onnx_model=llama_torchscript[1],
+                                  decode=bisect_onnx.DecodeOptions(prompt_length=70))
 
 
 def test_steps_whose_caches_pass_the_memory_budget_are_refused(llama, llama_torchscript):
