@@ -205,8 +205,9 @@ def _judge(tolerance: Tolerance | tuple[float, float] | None,
 def _cautions(model: torch.nn.Module) -> tuple[str, ...]:
     """What may make the comparison mean less than it says (a model left training)."""
     if getattr(model, "training", False):
-        return ("the model is in training mode: its dropout makes PyTorch's steps random; "
-                "call model.eval() before stepping it",)
+        return ("the model is in training mode: dropout and batch statistics, where it has "
+                "them, make PyTorch's steps differ from inference; call model.eval() before "
+                "stepping it",)
     return ()
 
 

@@ -63,7 +63,8 @@ def advice(report: Report) -> str:
         return "not classified (which side is wrong could not be told)"
     if _training_unchecked(report):  # the likeliest cause, not yet checked
         return (f"{kind['file_with'].removeprefix('unknown: ')}; but the model is in training "
-                "mode, a likelier cause: --suggest-fix checks whether eval mode reaches parity")
+                "mode, a likelier cause: call model.eval() first (for one forward, --suggest-fix "
+                "checks whether eval mode reaches parity)")
     if kind.get("kind") != "unclassified":
         return kind["file_with"].removeprefix("unknown: ")
     narrower = _narrower_precision(report)

@@ -106,5 +106,6 @@ def test_where_eval_mode_reaches_parity_the_headline_says_so_not_file_a_bug(case
                for warning in checked.warnings)
     # Without the fix search nothing was checked: the headline keeps the classification.
     assert "in eval mode it reaches parity" not in unchecked.summary()
-    assert ("the model is in training mode, a likelier cause: --suggest-fix checks whether "
-            "eval mode reaches parity") in unchecked.summary().splitlines()[0]
+    assert ("the model is in training mode, a likelier cause: call model.eval() first (for "
+            "one forward, --suggest-fix checks whether eval mode reaches parity)"
+            ) in unchecked.summary().splitlines()[0]
