@@ -113,7 +113,7 @@ def bisect_decode(
         if finding is not None and finding.kind == INTRODUCED and decode.bisect_step:
             parking.restore()  # PyTorch runs again (the session is gone)
             bisection, finding = _bisect_step(step, loop, finding, path, tolerance, runtime,
-                                              seconds)
+                                              seconds, mapped=bool(decode.cache_names))
     seconds["total"] = time.perf_counter() - started
     return DecodeReport(model=step.name, onnx=str(onnx_model) if onnx_model else "(exported)",
                         exporter=exporter, rtol=judged.base.rtol, atol=judged.base.atol,
@@ -246,8 +246,13 @@ def _step_for_file(step: DecoderStep, layout: CacheLayout,
 
 def _bisect_step(step: DecoderStep, loop: StepLoop, finding: DecodeFinding, path: Path,
                  tolerance: Tolerance | tuple[float, float] | None, runtime: RuntimeOptions,
-                 seconds: dict[str, float]) -> tuple[object, DecodeFinding]:
-    """Bisect the step the error is introduced at, on PyTorch's cache and token there."""
+                 seconds: dict[str, float], *, mapped: bool) -> tuple[object, DecodeFinding]:
+    """Bisect the step the error is introduced at, on PyTorch's cache and token there.
+
+    ``mapped``: the file's names were mapped (``cache_names``). The bisection feeds the
+    file's inputs in the file's own order; where the step then agrees, the mapping
+    that fed the steps is the likelier fault (a key given for a value, two layers).
+    """
     from dataclasses import replace
 
     from bisect_onnx.decode.export import translated_program
@@ -272,6 +277,10 @@ def _bisect_step(step: DecoderStep, loop: StepLoop, finding: DecodeFinding, path
     if not report.diverged:  # the step's outputs agree at bisect's own tolerance
         culprit = (f"the step's bisection finds its outputs within rtol={report.rtol:g}, "
                    f"atol={report.atol:g}: no failing value to name at that tolerance")
+        if mapped:
+            culprit += ("; fed in the file's own input order the step agrees, so the "
+                        "--cache-name mapping may pair the wrong inputs (a key with a value, "
+                        "or two layers): check it")
     return report, replace(finding, culprit=culprit)
 
 

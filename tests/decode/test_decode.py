@@ -356,6 +356,25 @@ def test_a_file_that_is_not_a_decoder_or_not_onnx_is_refused_in_one_line(llama, 
         bisect_onnx.bisect_decode(llama, steps=1, onnx_model=tmp_path / "cut.onnx")
 
 
+def test_a_mapping_that_swaps_a_key_and_value_is_named_as_the_likelier_fault(
+        llama, llama_torchscript, tmp_path):
+    names = {"past_key_values.0.key": "k0", "past_key_values.0.value": "v0"}
+
+    def rename(graph: onnx.GraphProto) -> None:
+        for value in graph.input:
+            value.name = names.get(value.name, value.name)
+        for node in graph.node:
+            node.input[:] = [names.get(n, n) for n in node.input]
+
+    renamed = _edited(llama_torchscript[1], tmp_path / "renamed.onnx", rename)
+    report = bisect_onnx.bisect_decode(llama, steps=2, onnx_model=renamed,
+                                       decode=bisect_onnx.DecodeOptions(cache_names={
+                                           "past_key_values.0.key": "v0",
+                                           "past_key_values.0.value": "k0"}))
+    assert report.diverged and report.finding.step == 1
+    assert "the --cache-name mapping may pair the wrong inputs" in report.finding.culprit
+
+
 def test_prompt_past_the_model_positions_is_refused(llama, llama_torchscript):
     with pytest.raises(bisect_onnx.InputError, match="need 72 positions .* has 64; pass a "
                                                      "prompt of at most 62 tokens"):
