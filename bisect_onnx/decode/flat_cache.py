@@ -57,6 +57,9 @@ def decoder_step(model: torch.nn.Module, cache_shape: tuple[int, int, int] | Non
     """
     name = type(model).__name__
     if is_hf_decoder(model):
+        if cache_shape is not None:
+            raise UsageError(f"the cache's shape is read from {name} itself; drop cache_shape "
+                             "(--cache-shape), which is for a plain module's cache")
         wrapper = FlatCacheDecoder(model, positions=positions)
         tails = wrapper.cache_tails()
         config = model.config
@@ -75,8 +78,46 @@ def decoder_step(model: torch.nn.Module, cache_shape: tuple[int, int, int] | Non
     if cache_shape is not None:
         layers, heads, dim = cache_shape
         tails = tuple(((heads, dim), (heads, dim)) for _ in range(layers))
-    return DecoderStep(model, standard_layout(layers, positions=takes_positions), tails,
+    step = DecoderStep(model, standard_layout(layers, positions=takes_positions), tails,
                        None, None, name)
+    if tails is not None:
+        _check_cache_shape(step, cache_shape)
+    return step
+
+
+def _check_cache_shape(step: DecoderStep, cache_shape: tuple[int, int, int]) -> None:
+    """Refuse a ``cache_shape`` the module does not take, before anything is exported.
+
+    The module steps two tokens on an empty cache of that shape; it must return the
+    logits and each layer's key and value, ``[batch, heads, 2, head_dim]``. Otherwise
+    the exporter (or ONNX Runtime) would fail later, naming neither the shape nor the fix.
+    """
+    layers, heads, dim = cache_shape
+    given = f"--cache-shape {layers},{heads},{dim}"
+    fix = "pass its layers, heads and head size (--cache-shape L,H,D, cache_shape= in Python)"
+    tokens = torch.zeros((1, 2), dtype=torch.long)
+    inputs = [tokens, torch.ones((1, 2), dtype=torch.long)]
+    if step.layout.positions:
+        inputs.append(torch.arange(2).unsqueeze(0))
+    float_type = next((parameter.dtype for parameter in step.module.parameters()
+                       if parameter.is_floating_point()), torch.float32)
+    inputs += [torch.zeros((1, heads, 0, dim), dtype=float_type) for _ in range(2 * layers)]
+    try:
+        with torch.no_grad():
+            outputs = step.module(*inputs)
+    except Exception as error:
+        raise UsageError(f"{step.name} fails on an empty cache of {given} "
+                         f"({one_line(error)}); {fix}") from error
+    outputs = tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
+    present = outputs[1:]
+    wrong = next((tuple(tensor.shape) for tensor in present
+                  if not isinstance(tensor, torch.Tensor) or tensor.dim() != 4
+                  or (tensor.shape[1], tensor.shape[3]) != (heads, dim)), None)
+    if len(present) != 2 * layers or wrong is not None:
+        returned = (f"{len(present)} cache tensors" if wrong is None
+                    else f"a cache tensor of shape {list(wrong)}")
+        raise UsageError(f"{step.name} returns {returned} on an empty cache of {given}, "
+                         f"not {2 * layers} of [batch, {heads}, 2, {dim}]; {fix}")
 
 
 class FlatCacheDecoder(torch.nn.Module):

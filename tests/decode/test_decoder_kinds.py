@@ -11,7 +11,7 @@ import transformers
 from onnx import numpy_helper
 
 import bisect_onnx
-from fixtures.decoders import tiny_llama
+from fixtures.decoders import PlainDecoder, tiny_llama
 
 
 def test_a_float16_decoder_is_stepped_at_parity():
@@ -65,3 +65,20 @@ def test_a_float16_decoders_planted_past_key_is_named_at_its_node(tmp_path):
     assert report.diverged and report.finding.step == 1
     assert report.bisection is not None and report.bisection.diverged
     assert "planted_scale" in report.finding.culprit
+
+
+@pytest.mark.parametrize(("cache_shape", "problem"), [
+    ((1, 2, 8), "fails on an empty cache of --cache-shape 1,2,8"),
+    ((2, 1, 8), "returns 2 cache tensors on an empty cache of --cache-shape 2,1,8, not 4"),
+])
+def test_a_cache_shape_the_module_does_not_take_is_refused_before_export(cache_shape, problem):
+    with pytest.raises(bisect_onnx.UsageError, match=problem) as refused:
+        bisect_onnx.bisect_decode(PlainDecoder().eval(), np.array([1, 2, 3]), steps=1,
+                                  decode=bisect_onnx.DecodeOptions(cache_shape=cache_shape))
+    assert "\n" not in str(refused.value) and "--cache-shape L,H,D" in str(refused.value)
+
+
+def test_a_cache_shape_for_a_transformers_model_is_refused():
+    with pytest.raises(bisect_onnx.UsageError, match="read from LlamaForCausalLM itself"):
+        bisect_onnx.bisect_decode(tiny_llama(), np.array([1, 2, 3]), steps=1,
+                                  decode=bisect_onnx.DecodeOptions(cache_shape=(2, 1, 8)))
