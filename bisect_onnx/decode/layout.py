@@ -124,6 +124,12 @@ def _check_mapping(mapping: Mapping[str, str], names: Sequence[str]) -> None:
             raise UsageError(f"cache name {ours}={theirs}: the decoder has no input or output "
                              f"named {theirs!r} (it has {', '.join(names)}); map the "
                              "file's own name")
+    mapped_twice = sorted({theirs for theirs in mapping.values()
+                           if list(mapping.values()).count(theirs) > 1})
+    if mapped_twice:
+        standard = [ours for ours, theirs in mapping.items() if theirs == mapped_twice[0]]
+        raise UsageError(f"cache names {', '.join(standard)} all map {mapped_twice[0]!r}; map "
+                         "each of the file's names once")
 
 
 def _pairs(names: Sequence[str], pattern: re.Pattern[str], side: str,

@@ -29,3 +29,10 @@ def test_a_mapping_to_a_name_the_file_lacks_is_refused_naming_it():
 def test_a_layer_entry_missing_names_the_input_that_matched_nothing():
     with pytest.raises(UsageError, match=r"0.key missing \(pk0: not a name read here\)"):
         layout_of_names(INPUTS, OUTPUTS)
+
+
+def test_one_file_name_mapped_twice_is_refused_naming_both():
+    with pytest.raises(UsageError, match="past_key_values.0.key, past_key_values.0.value all "
+                                         "map 'pk0'; map each"):
+        layout_of_names(INPUTS, OUTPUTS, {"past_key_values.0.key": "pk0",
+                                          "past_key_values.0.value": "pk0"})
