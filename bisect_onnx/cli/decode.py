@@ -155,7 +155,11 @@ def _prompt(inputs: list[Path]) -> object:
         raise InputError(f"input file {path} is not .npy data; pass token ids saved with "
                          "numpy.save")
     try:
-        return np.load(path, allow_pickle=False)
+        array = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError) as error:
         raise InputError(f"--input {path}: not a readable .npy ({error}); pass token "
                          "ids saved with numpy.save") from error
+    from bisect_onnx.decode.prompt_checks import token_ids
+
+    token_ids(array)  # refused now, before the model is built, where it is not token ids
+    return array

@@ -20,30 +20,42 @@ if TYPE_CHECKING:
     from bisect_onnx.decode.options import DecodeOptions
     from bisect_onnx.pipeline.options import RuntimeOptions
 
-__all__ = ["prompt_tokens", "check_fixed_axes", "check_before_export", "check_positions",
-           "check_memory", "stacking_fits"]
+__all__ = ["prompt_tokens", "token_ids", "check_fixed_axes", "check_before_export",
+           "check_positions", "check_memory", "stacking_fits"]
 
 
 def prompt_tokens(prompt: object, decode: DecodeOptions, step: DecoderStep, shapes: Shapes,
-            layout: CacheLayout) -> np.ndarray:
+                  layout: CacheLayout) -> np.ndarray:
     """The prompt as ``[batch, sequence]`` int64: given, or drawn from the vocabulary."""
     if prompt is not None:
-        array = np.asarray(prompt.numpy() if hasattr(prompt, "numpy") else prompt)
-        if array.ndim == 1:
-            array = array[None, :]
-        if array.ndim != 2 or array.shape[1] == 0 or not np.issubdtype(array.dtype, np.integer):
-            raise InputError(f"the prompt must be token ids, [sequence] or [batch, sequence] "
-                             f"integers, got {array.dtype} of shape {list(array.shape)}; pass "
-                             "a .npy of token ids")
+        array = token_ids(prompt)
         _check_vocabulary(array, step.vocab_size or static_dim(shapes, layout.logits, -1),
                           step.name)
-        return array.astype(np.int64)
+        return array
     vocab = step.vocab_size or static_dim(shapes, layout.logits, -1)
     if vocab is None:
         raise UsageError(f"the vocabulary of {step.name} is unknown, so no random prompt can "
                          "be drawn; pass one (--input ids.npy, prompt= in Python)")
     generator = np.random.default_rng(decode.seed)
     return generator.integers(0, vocab, size=(1, decode.prompt_length), dtype=np.int64)
+
+
+def token_ids(prompt: object) -> np.ndarray:
+    """A given prompt as ``[batch, sequence]`` int64, or a one-line refusal of what it is.
+
+    Checked as soon as the prompt is read (the command line does, before the model is
+    built), and again by the run.
+    """
+    array = np.asarray(prompt.numpy() if hasattr(prompt, "numpy") else prompt)
+    if array.ndim == 1:
+        array = array[None, :]
+    if array.ndim == 2 and array.shape[1] == 0:
+        raise InputError("the prompt is empty (no token ids); pass at least one token id")
+    if array.ndim != 2 or not np.issubdtype(array.dtype, np.integer):
+        raise InputError(f"the prompt must be token ids, [sequence] or [batch, sequence] "
+                         f"integers, got {array.dtype} of shape {list(array.shape)}; pass "
+                         "a .npy of token ids")
+    return array.astype(np.int64)
 
 
 def check_fixed_axes(shapes: Shapes, layout: CacheLayout, prompt: tuple[int, ...]) -> None:

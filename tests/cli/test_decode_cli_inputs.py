@@ -105,3 +105,17 @@ def test_seed_without_steps_still_seeds_one_forward_random_inputs(capsys, monkey
     monkeypatch.chdir(REPO_ROOT)
     assert main([MLP.factory, "--onnx", MLP.onnx_file, "--seed", "3", "-q"]) == 0
     assert capsys.readouterr().out.startswith("PARITY")
+
+
+@pytest.mark.parametrize(("ids", "problem"), [
+    (np.array([0.5, 1.0]), "must be token ids, [sequence] or [batch, sequence] integers, got "
+                           "float64"),
+    (np.zeros((1, 2, 3), dtype=np.int64), "got int64 of shape [1, 2, 3]"),
+    (np.zeros(0, dtype=np.int64), "the prompt is empty (no token ids)"),
+])
+def test_a_prompt_that_is_not_token_ids_is_refused_before_the_model_is_built(
+        user_files, capsys, ids, problem):
+    np.save(user_files / "ids.npy", ids)
+    # The file has no such factory: the prompt is refused before the model is looked up.
+    assert main(["decoders.py:no_such_factory", "--steps", "1", "--input", "ids.npy"]) == 2
+    assert problem in one_line_error(capsys)
