@@ -221,11 +221,18 @@ def inserted_after_first(model, x, folder: Path, op_type: str):
     return bisect_onnx.bisect(model, x.numpy(), onnx_model=planted), inserted
 
 
-def scale_past_key(graph: onnx.GraphProto) -> None:
-    """Scale layer 0's past key by 1.01 on its way in: nothing to scale at the prefill."""
+#: The past key's planted scale: a float32 cache's.
+PAST_KEY_SCALE = np.float32(1.01)
+
+
+def scale_past_key(graph: onnx.GraphProto, factor: np.generic = PAST_KEY_SCALE) -> None:
+    """Scale layer 0's past key on its way in (by 1.01): nothing to scale at the prefill.
+
+    ``factor``: in the cache's element type (``np.float16(1.5)`` for a float16 file).
+    """
     for node in graph.node:
         node.input[:] = ["past_scaled" if n == "past_key_values.0.key" else n
                          for n in node.input]
-    graph.initializer.append(numpy_helper.from_array(np.array(1.01, np.float32), "factor"))
+    graph.initializer.append(numpy_helper.from_array(np.array(factor), "factor"))
     graph.node.insert(0, onnx.helper.make_node("Mul", ["past_key_values.0.key", "factor"],
                                                ["past_scaled"], name="planted_scale"))

@@ -6,7 +6,6 @@ All refused before any model is loaded, so none of these needs ``transformers``.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 
@@ -18,15 +17,6 @@ from fixtures.registry import FIXTURES, REPO_ROOT
 
 MLP = FIXTURES["tiny_mlp"]
 LLAMA = ["decoders.py:tiny_llama", "--steps", "1"]
-
-
-@pytest.fixture
-def user_files(tmp_path, monkeypatch):
-    """A user's folder: a copy of the tiny decoders' factory file and a prompt."""
-    monkeypatch.chdir(tmp_path)
-    shutil.copy(REPO_ROOT / "fixtures" / "decoders.py", tmp_path / "decoders.py")
-    np.save(tmp_path / "prompt.npy", np.array([[5, 17, 42, 3]]))
-    return tmp_path
 
 
 def one_line_error(capsys) -> str:

@@ -8,10 +8,10 @@ import onnx
 import pytest
 import torch
 import transformers
-from onnx import numpy_helper
 
 import bisect_onnx
 from fixtures.decoders import PlainDecoder, tiny_llama
+from tests.planting import scale_past_key
 
 
 def test_a_float16_decoder_is_stepped_at_parity():
@@ -51,13 +51,7 @@ def test_a_float16_decoders_planted_past_key_is_named_at_its_node(tmp_path):
     bisect_onnx.bisect_decode(model, np.array([[3, 14, 15, 9, 2]]), steps=0, export=(
         bisect_onnx.ExportOptions(exporter="torchscript", save_to=exported)))
     planted = onnx.load(str(exported))
-    graph = planted.graph
-    for node in graph.node:
-        node.input[:] = ["past_scaled" if name == "past_key_values.0.key" else name
-                         for name in node.input]
-    graph.initializer.append(numpy_helper.from_array(np.array(1.5, np.float16), "factor"))
-    graph.node.insert(0, onnx.helper.make_node("Mul", ["past_key_values.0.key", "factor"],
-                                               ["past_scaled"], name="planted_scale"))
+    scale_past_key(planted.graph, np.float16(1.5))
     onnx.save(planted, str(tmp_path / "planted.onnx"))
 
     report = bisect_onnx.bisect_decode(model, np.array([[3, 14, 15, 9, 2]]), steps=3,
