@@ -102,7 +102,7 @@ def bisect_decode(
         empty = empty_cache(step, graph.shapes, layout, batch=prompt_array.shape[0])
         if step.cache_tails is None:  # the cache's shape came from the file
             check_memory(empty, prompt_array.shape, steps, runtime,
-                          step.vocab_size or static_dim(graph.shapes, layout.logits, -1))
+                         step.vocab_size or static_dim(graph.shapes, layout.logits, -1))
         loop = _run_steps(_Stepping(step, layout, path, graph, runtime, judged.base.rtol,
                                     judged.base.atol, stacking_fits(
                                         empty, prompt_array.shape, steps, runtime)),
