@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -176,9 +177,12 @@ class FlatCacheDecoder(torch.nn.Module):
                              f"({one_line(error)}); {causal_lm}") from error
         if getattr(out, "logits", None) is None:
             raise UsageError(f"{name} returns no logits (no language-model head); {causal_lm}")
-        returned = getattr(out, "cache", None)
-        if returned is None:
-            returned = getattr(out, "past_key_values", None)
+        # Looked up among the output's own names: asked for ``past_key_values`` by its
+        # old name, transformers 5 logs a deprecation to the terminal.
+        entries = out if isinstance(out, Mapping) else vars(out)
+        names = list(entries.keys())
+        key = next((name for name in ("cache", "past_key_values") if name in names), None)
+        returned = entries[key] if key is not None else None
         pairs = cache_pairs(returned) if returned is not None else []
         if not pairs:
             raise UsageError(f"{name} returned no cache with use_cache=True; a decoder to "

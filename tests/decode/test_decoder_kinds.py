@@ -3,6 +3,8 @@ encoder-decoder is refused in one line before anything is exported."""
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import onnx
 import pytest
@@ -76,3 +78,14 @@ def test_a_cache_shape_for_a_transformers_model_is_refused():
     with pytest.raises(bisect_onnx.UsageError, match="read from LlamaForCausalLM itself"):
         bisect_onnx.bisect_decode(tiny_llama(), np.array([1, 2, 3]), steps=1,
                                   decode=bisect_onnx.DecodeOptions(cache_shape=(2, 1, 8)))
+
+
+def test_a_model_that_returns_no_cache_is_refused_with_nothing_else_logged(caplog):
+    """transformers 5 logs a deprecation (to the terminal) when its output is asked for
+    ``past_key_values``: the cache is looked up by the output's own names instead."""
+    logging.Logger.warning_once.cache_clear()  # transformers logs each message once
+    torch.manual_seed(0)
+    with pytest.raises(bisect_onnx.UsageError, match="returned no cache"):
+        bisect_onnx.bisect_decode(transformers.BertForMaskedLM(_bert_config()).eval(),
+                                  np.array([1, 2, 3]), steps=1)
+    assert not [record for record in caplog.records if "deprecated" in record.getMessage()]
