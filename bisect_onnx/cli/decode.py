@@ -103,14 +103,15 @@ def refuse_decode_only_options(args: argparse.Namespace) -> None:
 def _random_prompt_options(args: argparse.Namespace) -> list[str]:
     """The options given that set the random prompt drawn where ``--input`` gives none.
 
-    Told from their defaults, as the one-forward form tells its random-input options.
+    ``--prompt-length`` has no default on the command line, so giving it is seen;
+    ``--seed``, which the one-forward form's random inputs share, is told from its
+    default, as that form tells it.
     """
     from bisect_onnx.decode.options import DecodeOptions
 
-    defaults = DecodeOptions()
-    return [flag for flag, is_given in (("--prompt-length",
-                                         args.prompt_length != defaults.prompt_length),
-                                        ("--seed", args.seed != defaults.seed)) if is_given]
+    return [flag for flag, is_given in (("--prompt-length", args.prompt_length is not None),
+                                        ("--seed", args.seed != DecodeOptions.seed))
+            if is_given]
 
 
 def _listed(flags: list[str], *, verb: str = "do") -> str:
@@ -159,7 +160,7 @@ def _prompt(inputs: list[Path]) -> object:
     except (OSError, ValueError, EOFError) as error:
         raise InputError(f"--input {path}: not a readable .npy ({error}); pass token "
                          "ids saved with numpy.save") from error
-    from bisect_onnx.decode.prompt_checks import token_ids
+    from bisect_onnx.decode.checks import token_ids
 
     token_ids(array)  # refused now, before the model is built, where it is not token ids
     return array

@@ -110,6 +110,8 @@ def _dynamo_export(step: DecoderStep, args: tuple[torch.Tensor, ...], opset: int
 def _dummy_inputs(step: DecoderStep) -> tuple[torch.Tensor, ...]:
     import torch
 
+    from bisect_onnx.decode.flat_cache import float_type
+
     generator = torch.Generator().manual_seed(0)
     layout = step.layout
     vocab = step.vocab_size or 2
@@ -118,8 +120,7 @@ def _dummy_inputs(step: DecoderStep) -> tuple[torch.Tensor, ...]:
     head = [tokens, mask]
     if layout.positions:
         head.append(torch.arange(_PAST, _PAST + _SEQUENCE).expand(_BATCH, _SEQUENCE).clone())
-    dtype = next((p.dtype for p in step.module.parameters() if p.is_floating_point()),
-                 torch.float32)
+    dtype = float_type(step.module) or torch.float32
     past = [torch.randn((_BATCH, tail[0], _PAST, *tail[1:]), generator=generator).to(dtype)
             for pair in step.cache_tails or () for tail in pair]
     return (*head, *past)

@@ -22,7 +22,7 @@ import torch
 from bisect_onnx.decode.layout import POSITIONS, CacheLayout, standard_layout
 from bisect_onnx.errors import ModelError, UsageError, one_line
 
-__all__ = ["DecoderStep", "FlatCacheDecoder", "decoder_step", "is_hf_decoder"]
+__all__ = ["DecoderStep", "FlatCacheDecoder", "decoder_step", "float_type", "is_hf_decoder"]
 
 
 @dataclass(frozen=True)
@@ -89,36 +89,50 @@ def decoder_step(model: torch.nn.Module, cache_shape: tuple[int, int, int] | Non
 def _check_cache_shape(step: DecoderStep, cache_shape: tuple[int, int, int]) -> None:
     """Refuse a ``cache_shape`` the module does not take, before anything is exported.
 
-    The module steps two tokens on an empty cache of that shape; it must return the
-    logits and each layer's key and value, ``[batch, heads, 2, head_dim]``. Otherwise
-    the exporter (or ONNX Runtime) would fail later, naming neither the shape nor the fix.
+    The module steps two tokens on an empty cache of that shape, or one where two fail
+    (a module that steps one token at a time); it must return the logits and each
+    layer's key and value, ``[batch, heads, tokens, head_dim]``. Otherwise the exporter
+    (or ONNX Runtime) would fail later, naming neither the shape nor the fix. A
+    ``forward`` that fails on both may have another fault than the shape: that is a
+    model error (exit 3), its message naming both.
     """
     layers, heads, dim = cache_shape
     given = f"--cache-shape {layers},{heads},{dim}"
     fix = "pass its layers, heads and head size (--cache-shape L,H,D, cache_shape= in Python)"
-    tokens = torch.zeros((1, 2), dtype=torch.long)
-    inputs = [tokens, torch.ones((1, 2), dtype=torch.long)]
-    if step.layout.positions:
-        inputs.append(torch.arange(2).unsqueeze(0))
-    float_type = next((parameter.dtype for parameter in step.module.parameters()
-                       if parameter.is_floating_point()), torch.float32)
-    inputs += [torch.zeros((1, heads, 0, dim), dtype=float_type) for _ in range(2 * layers)]
-    try:
-        with torch.no_grad():
-            outputs = step.module(*inputs)
-    except Exception as error:
-        raise UsageError(f"{step.name} fails on an empty cache of {given} "
-                         f"({one_line(error)}); {fix}") from error
-    outputs = tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
-    present = outputs[1:]
-    wrong = next((tuple(tensor.shape) for tensor in present
+    past = [torch.zeros((1, heads, 0, dim), dtype=float_type(step.module) or torch.float32)
+            for _ in range(2 * layers)]
+    failure: Exception | None = None
+    for tokens in (2, 1):
+        head = [torch.zeros((1, tokens), dtype=torch.long),
+                torch.ones((1, tokens), dtype=torch.long)]
+        if step.layout.positions:
+            head.append(torch.arange(tokens).unsqueeze(0))
+        try:
+            with torch.no_grad():
+                outputs = step.module(*head, *past)
+            break
+        except Exception as error:  # a module's forward may raise anything
+            failure = error
+    else:
+        raise ModelError(f"{step.name} fails on an empty cache of {given} "
+                         f"({one_line(failure)}); if the shape is wrong, {fix}; else its "
+                         "forward fails for another reason") from failure
+    present = (tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,))[1:]
+    wrong = next((tensor for tensor in present
                   if not isinstance(tensor, torch.Tensor) or tensor.dim() != 4
                   or (tensor.shape[1], tensor.shape[3]) != (heads, dim)), None)
     if len(present) != 2 * layers or wrong is not None:
         returned = (f"{len(present)} cache tensors" if wrong is None
-                    else f"a cache tensor of shape {list(wrong)}")
+                    else f"a cache entry of shape {list(wrong.shape)}"
+                    if isinstance(wrong, torch.Tensor) else f"a {type(wrong).__name__}")
         raise UsageError(f"{step.name} returns {returned} on an empty cache of {given}, "
-                         f"not {2 * layers} of [batch, {heads}, 2, {dim}]; {fix}")
+                         f"not {2 * layers} of [batch, {heads}, tokens, {dim}]; {fix}")
+
+
+def float_type(module: torch.nn.Module) -> torch.dtype | None:
+    """The float type of ``module``'s first float parameter: what its cache is in."""
+    return next((parameter.dtype for parameter in module.parameters()
+                 if parameter.is_floating_point()), None)
 
 
 class FlatCacheDecoder(torch.nn.Module):
@@ -149,8 +163,9 @@ class FlatCacheDecoder(torch.nn.Module):
         past = rest[1:] if self.positions else rest
         keywords = {"position_ids": rest[0]} if self.positions else {}
         cache = _dynamic_cache(list(zip(past[0::2], past[1::2], strict=True)))
+        # return_dict: a config made for TorchScript (torchscript=True) returns tuples.
         out = self.lm(input_ids=input_ids, attention_mask=attention_mask, use_cache=True,
-                      **keywords, **{self.cache_keyword: cache})
+                      return_dict=True, **keywords, **{self.cache_keyword: cache})
         returned = getattr(out, "cache", None)
         if returned is None:
             returned = out.past_key_values
@@ -171,7 +186,8 @@ class FlatCacheDecoder(torch.nn.Module):
                              f"decoder with its cache alone: {causal_lm}")
         try:
             with torch.no_grad():
-                out = self.lm(input_ids=torch.zeros((1, 1), dtype=torch.long), use_cache=True)
+                out = self.lm(input_ids=torch.zeros((1, 1), dtype=torch.long), use_cache=True,
+                              return_dict=True)
         except Exception as error:
             raise ModelError(f"{name} failed on one token with use_cache=True "
                              f"({one_line(error)}); {causal_lm}") from error

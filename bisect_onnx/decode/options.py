@@ -52,8 +52,10 @@ class DecodeOptions:
                            help="run the prompt (--input: token ids .npy) and N greedy decode "
                            "steps, teacher-forced and free-running, and name the first "
                            "failing step (docs/decode.md)")
-        group.add_argument("--prompt-length", type=int, default=8, metavar="N",
-                           help="length of the random prompt drawn without --input (default 8)")
+        # No default here: whether it was given is read off None (--input refuses it).
+        group.add_argument("--prompt-length", type=int, metavar="N",
+                           help="length of the random prompt drawn without --input (default "
+                           f"{DecodeOptions.prompt_length})")
         group.add_argument("--cache-name", action="append", default=[],
                            metavar="STANDARD=NAME",
                            help="the --onnx file's name for a standard one "
@@ -64,8 +66,9 @@ class DecodeOptions:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> DecodeOptions:
         """The decode settings the command line asks for (``--seed`` seeds the prompt)."""
-        if args.prompt_length < 1:  # as the command line names it (the API names its field)
-            raise UsageError(f"--prompt-length takes 1 or more, got {args.prompt_length}")
+        length = cls.prompt_length if args.prompt_length is None else args.prompt_length
+        if length < 1:  # as the command line names it (the API names its field)
+            raise UsageError(f"--prompt-length takes 1 or more, got {length}")
         names = {}
         for pair in args.cache_name:
             standard, sep, theirs = pair.partition("=")
@@ -83,5 +86,5 @@ class DecodeOptions:
             if min(shape) < 1:
                 raise UsageError(f"--cache-shape takes L,H,D, each at least 1, got "
                                  f"{args.cache_shape!r}")
-        return cls(prompt_length=args.prompt_length, seed=args.seed, cache_names=names or None,
+        return cls(prompt_length=length, seed=args.seed, cache_names=names or None,
                    cache_shape=shape)

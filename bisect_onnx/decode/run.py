@@ -12,10 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bisect_onnx.decode.file_graph import FileGraph, static_dim
-from bisect_onnx.decode.layout import CacheLayout
-from bisect_onnx.decode.options import DecodeOptions
-from bisect_onnx.decode.prompt_checks import (
+from bisect_onnx.decode.checks import (
     check_before_export,
     check_fixed_axes,
     check_memory,
@@ -23,6 +20,9 @@ from bisect_onnx.decode.prompt_checks import (
     prompt_tokens,
     stacking_fits,
 )
+from bisect_onnx.decode.file_graph import FileGraph, static_dim
+from bisect_onnx.decode.layout import CacheLayout
+from bisect_onnx.decode.options import DecodeOptions
 from bisect_onnx.decode.step_report import INTRODUCED, DecodeFinding, DecodeReport, find_failure
 from bisect_onnx.errors import BisectOnnxError, InputError, UsageError, issue_warnings, one_line
 from bisect_onnx.pipeline.options import ExportOptions, RuntimeOptions, Tolerance
@@ -97,7 +97,7 @@ def bisect_decode(
         layout = step.layout if onnx_model is None else file_layout(step, graph, decode)
         step = _step_for_file(step, layout, model)
         prompt_array = prompt_tokens(prompt, decode, step, graph.shapes, layout)
-        check_fixed_axes(graph.shapes, layout, prompt_array.shape)
+        check_fixed_axes(graph.shapes, layout, prompt_array.shape, steps)
         check_positions(step, prompt_array.shape, steps, drawn=prompt is None)
         empty = empty_cache(step, graph.shapes, layout, batch=prompt_array.shape[0])
         if step.cache_tails is None:  # the cache's shape came from the file
@@ -113,7 +113,8 @@ def bisect_decode(
         if finding is not None and finding.kind == INTRODUCED and decode.bisect_step:
             parking.restore()  # PyTorch runs again (the session is gone)
             bisection, finding = _bisect_step(step, loop, finding, path, tolerance, runtime,
-                                              seconds, mapped=bool(decode.cache_names))
+                                              seconds, reordered=_reordered(layout, graph,
+                                                                            decode))
     seconds["total"] = time.perf_counter() - started
     return DecodeReport(model=step.name, onnx=str(onnx_model) if onnx_model else "(exported)",
                         exporter=exporter, rtol=judged.base.rtol, atol=judged.base.atol,
@@ -246,12 +247,13 @@ def _step_for_file(step: DecoderStep, layout: CacheLayout,
 
 def _bisect_step(step: DecoderStep, loop: StepLoop, finding: DecodeFinding, path: Path,
                  tolerance: Tolerance | tuple[float, float] | None, runtime: RuntimeOptions,
-                 seconds: dict[str, float], *, mapped: bool) -> tuple[object, DecodeFinding]:
+                 seconds: dict[str, float], *, reordered: str | None,
+                 ) -> tuple[object, DecodeFinding]:
     """Bisect the step the error is introduced at, on PyTorch's cache and token there.
 
-    ``mapped``: the file's names were mapped (``cache_names``). The bisection feeds the
-    file's inputs in the file's own order; where the step then agrees, the mapping
-    that fed the steps is the likelier fault (a key given for a value, two layers).
+    ``reordered``: why the steps fed the file's inputs in another order than its own
+    (:func:`_reordered`), which the bisection feeds them in; where the step then agrees,
+    that order is the likelier fault.
     """
     from dataclasses import replace
 
@@ -277,11 +279,21 @@ def _bisect_step(step: DecoderStep, loop: StepLoop, finding: DecodeFinding, path
     if not report.diverged:  # the step's outputs agree at bisect's own tolerance
         culprit = (f"the step's bisection finds its outputs within rtol={report.rtol:g}, "
                    f"atol={report.atol:g}: no failing value to name at that tolerance")
-        if mapped:
-            culprit += ("; fed in the file's own input order the step agrees, so the "
-                        "--cache-name mapping may pair the wrong inputs (a key with a value, "
-                        "or two layers): check it")
+        if reordered is not None:
+            culprit += f"; fed in the file's own input order the step agrees: {reordered}"
     return report, replace(finding, culprit=culprit)
+
+
+def _reordered(layout: CacheLayout, graph: FileGraph, decode: DecodeOptions) -> str | None:
+    """Why the steps feed the file's inputs in another order than the file's; None if not."""
+    fed = [name for name in layout.input_names() if name in graph.inputs]
+    if fed == list(graph.inputs):
+        return None
+    if decode.cache_names:
+        return ("the --cache-name mapping may pair the wrong inputs (a key with a value, or "
+                "two layers): check it")
+    return ("the file takes its inputs in another order than the step's (tokens, mask, "
+            "positions, each layer's key and value), and its bisection pairs them by position")
 
 
 def _in_float16_where_the_model_is(arrays: list[np.ndarray],
@@ -289,11 +301,13 @@ def _in_float16_where_the_model_is(arrays: list[np.ndarray],
     """The step's inputs, its float ones as float16 for a float16 model (as its file takes).
 
     The cache is kept as float32; a float16 model returned it, so nothing is rounded.
+    (A bfloat16 model's stay float32: numpy has no bfloat16, nor ONNX Runtime's CPU
+    provider kernels for it.)
     """
     import torch
 
-    float_type = next((parameter.dtype for parameter in module.parameters()
-                       if parameter.is_floating_point()), None)
-    if float_type != torch.float16:
+    from bisect_onnx.decode.flat_cache import float_type
+
+    if float_type(module) != torch.float16:
         return arrays
     return [array.astype(np.float16) if array.dtype.kind == "f" else array for array in arrays]

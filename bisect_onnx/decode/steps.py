@@ -76,11 +76,12 @@ class TorchStepper:
     """The PyTorch side: the step module on numpy arrays, under ``no_grad``."""
 
     def __init__(self, step: DecoderStep) -> None:
+        from bisect_onnx.decode.flat_cache import float_type
+
         self.module = step.module
         self.layout = step.layout
         self.seconds = 0.0
-        self.float_type = next((parameter.dtype for parameter in self.module.parameters()
-                                if parameter.is_floating_point()), None)
+        self.float_type = float_type(self.module)
         """The model's own float type: a float16 model's cache goes in as float16."""
 
     def run(self, state: StepState) -> list[np.ndarray]:

@@ -63,6 +63,7 @@ def test_a_fifo_prompt_is_refused_rather_than_read(user_files):
 
 @pytest.mark.parametrize("options, named", [
     (["--prompt-length", "4"], "--prompt-length applies"),
+    (["--prompt-length", "8"], "--prompt-length applies"),  # its default, given: seen too
     (["--seed", "3"], "--seed applies"),
     (["--seed", "3", "--prompt-length", "4"], "--prompt-length, --seed apply")])
 def test_random_prompt_options_beside_a_prompt_file_are_refused(user_files, capsys, options,
@@ -101,7 +102,8 @@ def test_seed_without_steps_still_seeds_one_forward_random_inputs(capsys, monkey
     (np.array([0.5, 1.0]), "must be token ids, [sequence] or [batch, sequence] integers, got "
                            "float64"),
     (np.zeros((1, 2, 3), dtype=np.int64), "got int64 of shape [1, 2, 3]"),
-    (np.zeros(0, dtype=np.int64), "the prompt is empty (no token ids)"),
+    (np.zeros(0, dtype=np.int64), "the prompt is empty (shape [1, 0], no token ids)"),
+    (np.zeros((0, 3), dtype=np.int64), "the prompt is empty (shape [0, 3], no token ids)"),
 ])
 def test_a_prompt_that_is_not_token_ids_is_refused_before_the_model_is_built(
         user_files, capsys, ids, problem):

@@ -338,9 +338,13 @@ def test_a_file_with_a_fixed_batch_or_length_is_refused_before_it_runs(llama, ll
     assert bisect_onnx.bisect_decode(llama, np.ones((1, 4), dtype=np.int64), steps=1,
                                      onnx_model=batch_of_one).verdict == "parity"
     eight_tokens = _edited(llama_torchscript[1], tmp_path / "length.onnx", fix(1, 8))
-    with pytest.raises(bisect_onnx.InputError, match="length .* fixed at 8.* sequence axes are "
-                                                     "dynamic"):
+    with pytest.raises(bisect_onnx.InputError, match="length .* fixed at 8, and this run feeds "
+                                                     "it 1, 8; .*sequence axes are dynamic"):
         bisect_onnx.bisect_decode(llama, steps=1, onnx_model=eight_tokens)
+    # A size the run always feeds is fine: one token a step, a prompt of one.
+    one_token = _edited(llama_torchscript[1], tmp_path / "one.onnx", fix(1, 1))
+    assert bisect_onnx.bisect_decode(llama, np.ones((1, 1), dtype=np.int64), steps=2,
+                                     onnx_model=one_token).verdict == "parity"
 
 
 def test_a_file_that_is_not_a_decoder_or_not_onnx_is_refused_in_one_line(llama, tmp_path):
@@ -384,6 +388,10 @@ def test_prompt_past_the_model_positions_is_refused(llama, llama_torchscript):
                                                      "--prompt-length 62 or less"):
         bisect_onnx.bisect_decode(llama, steps=2, onnx_model=llama_torchscript[1],
                                   decode=bisect_onnx.DecodeOptions(prompt_length=70))
+    with pytest.raises(bisect_onnx.InputError, match="need 74 positions .* has 64; take at "
+                                                     "most 60 --steps$"):
+        bisect_onnx.bisect_decode(llama, np.zeros(4, dtype=np.int64), steps=70,
+                                  onnx_model=llama_torchscript[1])
 
 
 def test_steps_whose_caches_pass_the_memory_budget_are_refused(llama, llama_torchscript):

@@ -63,12 +63,16 @@ def test_a_float16_decoders_planted_past_key_is_named_at_its_node(tmp_path):
     assert "planted_scale" in report.finding.culprit
 
 
-@pytest.mark.parametrize(("cache_shape", "problem"), [
-    ((1, 2, 8), "fails on an empty cache of --cache-shape 1,2,8"),
-    ((2, 1, 8), "returns 2 cache tensors on an empty cache of --cache-shape 2,1,8, not 4"),
+@pytest.mark.parametrize(("cache_shape", "error", "problem"), [
+    # The forward fails: the shape, or another fault (exit 3, both named).
+    ((1, 2, 8), bisect_onnx.ModelError, "fails on an empty cache of --cache-shape 1,2,8"),
+    # The forward runs, and returns another cache than the shape says (exit 2).
+    ((2, 1, 8), bisect_onnx.UsageError,
+     "returns 2 cache tensors on an empty cache of --cache-shape 2,1,8, not 4"),
 ])
-def test_a_cache_shape_the_module_does_not_take_is_refused_before_export(cache_shape, problem):
-    with pytest.raises(bisect_onnx.UsageError, match=problem) as refused:
+def test_a_cache_shape_the_module_does_not_take_is_refused_before_export(cache_shape, error,
+                                                                         problem):
+    with pytest.raises(error, match=problem) as refused:
         bisect_onnx.bisect_decode(PlainDecoder().eval(), np.array([1, 2, 3]), steps=1,
                                   decode=bisect_onnx.DecodeOptions(cache_shape=cache_shape))
     assert "\n" not in str(refused.value) and "--cache-shape L,H,D" in str(refused.value)

@@ -1,4 +1,4 @@
-"""The prompt of a decode run, and what the run refuses before PyTorch or the runtime runs.
+"""What a decode run checks before PyTorch or the runtime runs, and its prompt.
 
 Each refusal is one line that says what to pass: token ids the model has no row for, a
 prompt and steps past the model's positions, a file whose batch or lengths are fixed
@@ -49,8 +49,9 @@ def token_ids(prompt: object) -> np.ndarray:
     array = np.asarray(prompt.numpy() if hasattr(prompt, "numpy") else prompt)
     if array.ndim == 1:
         array = array[None, :]
-    if array.ndim == 2 and array.shape[1] == 0:
-        raise InputError("the prompt is empty (no token ids); pass at least one token id")
+    if array.ndim == 2 and array.size == 0:
+        raise InputError(f"the prompt is empty (shape {list(array.shape)}, no token ids); pass "
+                         "at least one token id")
     if array.ndim != 2 or not np.issubdtype(array.dtype, np.integer):
         raise InputError(f"the prompt must be token ids, [sequence] or [batch, sequence] "
                          f"integers, got {array.dtype} of shape {list(array.shape)}; pass "
@@ -58,28 +59,42 @@ def token_ids(prompt: object) -> np.ndarray:
     return array.astype(np.int64)
 
 
-def check_fixed_axes(shapes: Shapes, layout: CacheLayout, prompt: tuple[int, ...]) -> None:
-    """Refuse a file whose batch or lengths are fixed where the steps feed others.
+def check_fixed_axes(shapes: Shapes, layout: CacheLayout, prompt: tuple[int, ...],
+                     steps: int) -> None:
+    """Refuse a file whose batch or a length is fixed where the steps feed another size.
 
-    ONNX Runtime would refuse the first such run, naming only the input's indices.
+    ONNX Runtime would refuse the first such run, naming only the input's indices. A
+    size the run always feeds is fine: a step of one token on a file fixed at one.
     ``prompt``: the prompt's shape, ``[batch, sequence]``.
     """
-    inputs = [(layout.tokens, 1), (layout.mask, 1), *([(layout.positions, 1)]
-                                                     if layout.positions else []),
-              *((name, 2) for pair in layout.past for name in pair)]
-    for name, length_axis in inputs:
+    length = prompt[1]
+    tokens = {length} | ({1} if steps else set())  # the prompt, then one token a step
+    fed = {layout.tokens: (1, tokens), layout.mask: (1, set(range(length, length + steps + 1))),
+           # The prefill's past is empty, then holds the positions so far.
+           **{name: (2, {0} | set(range(length, length + steps)))
+              for pair in layout.past for name in pair}}
+    if layout.positions:
+        fed[layout.positions] = (1, tokens)
+    for name, (axis, sizes) in fed.items():
         batch = static_dim(shapes, name, 0)
         if batch is not None and batch != prompt[0]:
             raise InputError(f"the ONNX file's input {name} has its batch fixed at {batch} "
                              f"and the prompt has {prompt[0]} rows; pass a prompt of "
                              f"{batch} row(s), or an export whose batch axis is dynamic")
-        length = static_dim(shapes, name, length_axis)
-        if length is not None:
-            raise InputError(f"the ONNX file's input {name} has its length (axis "
-                             f"{length_axis}) fixed at {length}, and a decode run feeds the "
-                             "prompt, then one token a step, its cache growing; pass an "
-                             "export whose sequence axes are dynamic (dynamic_axes, or "
-                             "dynamic_shapes with the dynamo exporter)")
+        fixed = static_dim(shapes, name, axis)
+        if fixed is not None and sizes != {fixed}:
+            raise InputError(f"the ONNX file's input {name} has its length (axis {axis}) "
+                             f"fixed at {fixed}, and this run feeds it "
+                             f"{_sizes(sizes)}; pass an export whose sequence axes are "
+                             "dynamic (dynamic_axes, or dynamic_shapes with the dynamo "
+                             "exporter)")
+
+
+def _sizes(sizes: set[int]) -> str:
+    ordered = sorted(sizes)
+    if len(ordered) > 3 and ordered[1:] == list(range(ordered[1], ordered[-1] + 1)):
+        return f"{ordered[0]}, then {ordered[1]} to {ordered[-1]}"
+    return ", ".join(map(str, ordered))
 
 
 def _check_vocabulary(prompt: np.ndarray, vocab: int | None, name: str) -> None:
@@ -124,14 +139,14 @@ def check_positions(step: DecoderStep, prompt: tuple[int, ...], steps: int, *,
         return
     need = (f"{'a random prompt' if drawn else 'a prompt'} of {prompt[1]} tokens and {steps} "
             f"steps need {prompt[1] + steps} positions and {step.name} has {most}")
-    fits = most - steps
-    if fits < 1:
-        raise InputError(f"{need}; pass at most {most - 1} --steps")
-    if drawn:
-        raise InputError(f"{need}; draw a shorter one (--prompt-length {fits} or less, "
-                         "prompt_length= in Python) or take fewer --steps")
-    raise InputError(f"{need}; pass a prompt of at most {fits} tokens (--input) or fewer "
-                     "--steps")
+    fixes = []
+    if most - steps >= 1:  # a shorter prompt, these steps
+        fixes.append(f"draw a shorter one (--prompt-length {most - steps} or less, "
+                     "prompt_length= in Python)" if drawn
+                     else f"pass a prompt of at most {most - steps} tokens (--input)")
+    if most - prompt[1] >= 0:  # this prompt, fewer steps
+        fixes.append(f"take at most {most - prompt[1]} --steps")
+    raise InputError(f"{need}; {' or '.join(fixes) or 'pass a shorter prompt and fewer steps'}")
 
 
 # Caches alive at once at the last step: PyTorch's state and outputs, the runtime's
