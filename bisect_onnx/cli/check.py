@@ -25,6 +25,7 @@ def check_from_args(args: argparse.Namespace) -> Report:
         SearchOptions,
         Tolerance,
     )
+    from bisect_onnx.reference.loaded import Reference
     from bisect_onnx.sources.file_kinds import check_onnx_file
     from bisect_onnx.sources.input_samples import Samples, load_input_samples
     from bisect_onnx.sources.output_paths import check_outputs, onnx_files
@@ -38,21 +39,27 @@ def check_from_args(args: argparse.Namespace) -> Report:
         raise UsageError("--granularity is the recording's; drop it")
     if args.onnx is not None:
         check_onnx_file(args.onnx, "--onnx")
+    runtime = RuntimeOptions.from_args(args)
+    # Its manifest, read once: without --onnx, the file it was recorded on is the run's
+    # input too, which no output may be written over.
+    reference = Reference.load(args.reference, max_memory=runtime.max_memory)
+    onnx, onnx_label = args.onnx, "--onnx"
+    if onnx is None and reference.manifest.onnx.get("member") is None:
+        onnx, onnx_label = reference.manifest.onnx.get("path"), "the recorded ONNX file"
     outputs = {"--json": args.json, "--html": args.html,
                "--model-explorer": args.model_explorer, "--repro-dir": args.repro_dir,
                "--write-fixed": args.write_fixed}
     check_outputs(outputs, inputs=[("REF", args.reference),
-                                   *onnx_files(args.onnx, "--onnx", outputs=outputs),
+                                   *onnx_files(onnx, onnx_label, outputs=outputs),
                                    *(("--input", path) for path in args.input),
                                    ("--tolerances", args.tolerances)],
                   folders={"--repro-dir"})
-    runtime = RuntimeOptions.from_args(args)
     inputs = (load_input_samples(args.input, max_memory=args.max_memory, onnx_model=args.onnx)
               if args.input else None)
     if isinstance(inputs, Samples):
         raise UsageError("a reference holds one input set; give its inputs once, or none")
     args.model = str(args.reference)  # how the report and its progress name the run
-    return check(args.reference, args.onnx, inputs, runtime=runtime,
+    return check(reference, args.onnx, inputs, runtime=runtime,
                  tolerance=Tolerance.from_args(args), search=SearchOptions.from_args(args),
                  output=OutputOptions.from_args(args), suggest_fix=FixOptions.from_args(args),
                  allow_other_file=args.allow_other_file)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import bisect_onnx
@@ -28,3 +30,25 @@ def test_refusals_name_the_option_given(reference, tmp_path, monkeypatch, capsys
     assert main(["check", str(reference), *options]) == 2
     err = capsys.readouterr().err
     assert said in err and err.count("\n") == 1
+
+
+def test_no_output_is_written_over_the_onnx_file_the_reference_names(
+        tmp_path, fixture_case, monkeypatch, capsys):
+    """Without --onnx, the check reads the file the reference was recorded on."""
+    model, inputs, onnx_path = fixture_case("avgpool_divisor")
+    deployed = tmp_path / "deploy" / "model.onnx"
+    deployed.parent.mkdir()
+    deployed.write_bytes(Path(onnx_path).read_bytes())
+    reference = bisect_onnx.record(model, inputs, path=tmp_path / "ref.npz",
+                                   onnx_model=deployed)
+    before = deployed.read_bytes()
+    monkeypatch.chdir(tmp_path)
+    for options in (["--json", str(deployed)], ["--html", str(deployed)],
+                    ["--repro-dir", str(deployed.parent)]):
+        assert main(["check", str(reference), *options]) == 2, options
+        err = capsys.readouterr().err
+        assert "the recorded ONNX file" in err and err.count("\n") == 1, err
+    with pytest.raises(bisect_onnx.UsageError, match="the recorded ONNX file"):
+        bisect_onnx.check(reference, output=bisect_onnx.OutputOptions(
+            repro_dir=deployed.parent))
+    assert deployed.read_bytes() == before
