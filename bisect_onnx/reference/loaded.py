@@ -26,7 +26,7 @@ from bisect_onnx.reference.archive import (
     read_members,
 )
 from bisect_onnx.reference.manifest import ArrayEntry, Manifest
-from bisect_onnx.sources.file_kinds import read_head
+from bisect_onnx.sources.file_kinds import looks_like_onnx, read_head
 from bisect_onnx.sources.input_sizes import Budget, input_budget
 
 __all__ = ["Reference"]
@@ -60,7 +60,10 @@ class Reference:
                 version), a member it should not hold or that would not fit the budget.
         """
         path = Path(path)
-        read_head(path, 1, label="reference", expected=_EXPECTED)
+        head = read_head(path, 16, label="reference", expected=_EXPECTED)
+        if looks_like_onnx(head):  # (the advice to --record it would write over the model)
+            raise InputError(f"{path} is an ONNX model, not a reference archive; pass the "
+                             "archive --record wrote as REF, and this file with --onnx")
         budget = input_budget(max_memory)
         try:
             with zipfile.ZipFile(path) as archive:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -79,6 +80,15 @@ def test_not_a_zip_and_a_plain_npz(tmp_path, capsys, no_array_read):
     np.savez(tmp_path / "plain.npz", x=np.zeros(3))
     assert "no manifest.json member" in refused(tmp_path / "plain.npz", capsys,
                                                 "no manifest.json member")
+
+
+def test_an_onnx_file_given_as_the_reference_is_told_to_go_with_onnx(
+        fixture_case, tmp_path, capsys, no_array_read):
+    _, _, onnx_path = fixture_case("avgpool_divisor")
+    model = tmp_path / "model.onnx"
+    model.write_bytes(Path(onnx_path).read_bytes())
+    err = refused(model, capsys, "is an ONNX model, not a reference archive; pass the archive")
+    assert "--record" not in err.split(";")[0] and "with --onnx" in err
 
 
 def test_corrupt_data(recorded, tmp_path, capsys):
