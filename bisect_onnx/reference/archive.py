@@ -134,6 +134,11 @@ def read_members(archive: zipfile.ZipFile, path: Path, budget: Budget) -> dict[s
             raise InputError(f"{path}: member {name!r} holds Python objects ({dtype}), which "
                              "only a pickle can hold; refused: a reference holds numbers only")
         members[name] = Member(name, tuple(shape), dtype)
+        if info.file_size < members[name].nbytes:  # its header lies: not read, nor allocated
+            raise InputError(f"{path}: member {name!r}'s header claims {dtype} "
+                             f"{list(shape)} ({format_size(members[name].nbytes)}) and it "
+                             f"holds {format_size(info.file_size)}; the archive is corrupt: "
+                             "record it again")
         budget.check(members[name].nbytes, f"{path}: member {name!r} ({dtype} {list(shape)})",
                      "check it on a machine with more memory, or a larger --max-memory")
     # All of them together may be over the budget: a check then reads them one at a

@@ -120,14 +120,19 @@ def test_another_version_or_format(recorded, tmp_path, capsys, no_array_read):
     refused(broken, capsys, "its manifest is malformed")
 
 
-def test_a_member_claiming_more_than_the_budget(recorded, tmp_path, capsys, no_array_read):
+def test_a_member_claiming_more_than_it_holds_or_the_budget(recorded, tmp_path, capsys,
+                                                            no_array_read):
     header = io.BytesIO()
     np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False,
                                                   "shape": (10 ** 12,)})
     huge = rewritten(recorded, tmp_path / "huge.npz",
                      members={"values/0.npy": header.getvalue() + bytes(16)})
-    refused(huge, capsys, r"'values/0.npy' \(float32 \[1000000000000\]\) would take .* over "
-            "the memory budget")
+    # Its header claims 4 TB and it holds 144 bytes: corrupt, however large the budget.
+    refused(huge, capsys, r"'values/0.npy''s header claims float32 \[1000000000000\] .* and "
+            "it holds .*; the archive is corrupt")
+    assert main(["check", str(huge), "--max-memory", "10TiB"]) == 2
+    assert "the archive is corrupt" in capsys.readouterr().err
+    # A member that holds what it claims, over the budget.
     with pytest.raises(bisect_onnx.InputError, match="over the memory budget of 100 B"):
         bisect_onnx.Reference.load(recorded, max_memory=100)
 
