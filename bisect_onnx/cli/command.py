@@ -49,27 +49,38 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _outcome(args: argparse.Namespace) -> int:
     """The run's exit status: errors bisect-onnx raises on purpose are one line."""
+    termination = _Termination()
     try:
-        with _terminate_unwinds():
+        with termination.unwinds():
             return _run(args)
-    except BisectOnnxError as error:
+    except BaseException as error:
+        # Whatever the run ended with once SIGTERM came (a library that caught the
+        # signal's exception mid-import raises another), it was terminated.
+        if termination.received and not isinstance(error, KeyboardInterrupt):
+            return _fail("terminated", _EXIT_TERMINATED)
+        return _failed(error)
+
+
+def _failed(error: BaseException) -> int:
+    """The exit status of a run that raised ``error``, its line printed."""
+    if isinstance(error, BisectOnnxError):
         sweep = getattr(error, "sweep", None)  # a refusal the sweep found: what led to it
         if sweep is not None:
             from bisect_onnx.report.sweep_text import sweep_text
 
             print(f"{sweep_text(sweep)}\n")
         return _fail(str(error), error.exit_code)
-    except KeyboardInterrupt:
+    if isinstance(error, KeyboardInterrupt):
         return _fail("interrupted", 130)
-    except _Terminated:
-        return _fail("terminated", _EXIT_TERMINATED)
-    except SystemExit as error:  # from the user's code: exiting 0 would read as parity
+    if isinstance(error, SystemExit):  # from the user's code: exiting 0 would read as parity
         return _fail(f"the model's code called sys.exit({error.code!r}) during the run, so "
                      "there is no verdict; remove the exit", ModelError.exit_code)
-    except Exception:  # a bug: keep the traceback, but never exit as "diverged"
-        traceback.print_exc()
-        return _fail("this is a bug in bisect-onnx; please report it with the traceback "
-                     "above", EXIT_BUG)
+    if not isinstance(error, Exception):  # GeneratorExit and the like: not ours to judge
+        raise error
+    # A bug: keep the traceback, but never exit as "diverged".
+    traceback.print_exception(error)
+    return _fail("this is a bug in bisect-onnx; please report it with the traceback above",
+                 EXIT_BUG)
 
 
 # What a shell reports for a process SIGTERM ended: 128 + the signal's number.
@@ -84,32 +95,36 @@ class _Terminated(BaseException):
     """
 
 
-@contextlib.contextmanager
-def _terminate_unwinds() -> Iterator[None]:
-    """Make SIGTERM unwind the run, for the run: every ``finally`` and ``with`` runs.
+class _Termination:
+    """SIGTERM during one run: whether it came, and the handler that unwinds the run."""
 
-    SIGTERM (``timeout``, a CI runner's cancel) would otherwise end the process at
-    once and leave the run's temporary folders behind. A second SIGTERM while the run
-    unwinds is ignored, so that the cleanup itself is not cut short. Only the main
-    thread can set a handler (``main`` called from another is left as it was); the
-    previous handler is back after the run (``main`` called in-process, by tests).
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received = False
+    def __init__(self) -> None:
+        self.received = False
 
-    def unwind(signum: int, frame: FrameType | None) -> None:
-        nonlocal received
-        if not received:
-            received = True
-            raise _Terminated
+    @contextlib.contextmanager
+    def unwinds(self) -> Iterator[None]:
+        """Make SIGTERM unwind the run, for the run: every ``finally`` and ``with`` runs.
 
-    previous = signal.signal(signal.SIGTERM, unwind)
-    try:
-        yield
-    finally:  # (None: one set outside Python, which cannot be put back; the default then)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+        SIGTERM (``timeout``, a CI runner's cancel) would otherwise end the process at
+        once and leave the run's temporary folders behind. A second SIGTERM while the
+        run unwinds is ignored, so that the cleanup itself is not cut short. Only the
+        main thread can set a handler (``main`` called from another is left as it
+        was); the previous handler is back after the run (``main`` called in-process).
+        """
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def unwind(signum: int, frame: FrameType | None) -> None:
+            if not self.received:
+                self.received = True
+                raise _Terminated
+
+        previous = signal.signal(signal.SIGTERM, unwind)
+        try:
+            yield
+        finally:  # (None: one set outside Python, which cannot be put back: the default)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 @contextlib.contextmanager

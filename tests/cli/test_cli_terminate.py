@@ -37,10 +37,20 @@ class Slow(torch.nn.Module):
 def slow():
     return Slow()
 """
+# One whose forward takes the signal's exception for a failure of its own, as a library
+# interrupted mid-import did: the run still ends as terminated, not as an export error.
+SWALLOWING_MODEL = SLOW_MODEL.replace(
+    "        time.sleep(120)\n",
+    "        try:\n"
+    "            time.sleep(120)\n"
+    "        except BaseException:\n"
+    "            raise RuntimeError('interrupted by something')\n")
 
 
-def test_sigterm_removes_the_temporary_folders_and_exits_143(tmp_path):
-    (tmp_path / "slow.py").write_text(SLOW_MODEL)
+@pytest.mark.parametrize("source", [SLOW_MODEL, SWALLOWING_MODEL], ids=["slow", "swallowing"])
+def test_sigterm_removes_the_temporary_folders_and_exits_143(tmp_path, source):
+    assert source.count("sleep") == 1
+    (tmp_path / "slow.py").write_text(source)
     np.save(tmp_path / "x.npy", np.ones((2, 4), np.float32))
     temp = tmp_path / "tmp"
     temp.mkdir()
