@@ -21,7 +21,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse that reports usage errors in one line with our exit status."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_USAGE, f"bisect-onnx: error: {message} (see bisect-onnx --help)\n")
+        self.exit(EXIT_USAGE, f"bisect-onnx: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

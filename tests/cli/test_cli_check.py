@@ -52,3 +52,12 @@ def test_no_output_is_written_over_the_onnx_file_the_reference_names(
         bisect_onnx.check(reference, output=bisect_onnx.OutputOptions(
             repro_dir=deployed.parent))
     assert deployed.read_bytes() == before
+
+
+def test_an_unknown_option_points_to_the_check_forms_help(reference, capsys):
+    with pytest.raises(SystemExit) as exited:  # argparse's own exit, with our status
+        main(["check", str(reference), "--steps", "4"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --steps 4 (see bisect-onnx check --help)" in err
+    assert err.count("\n") == 1
