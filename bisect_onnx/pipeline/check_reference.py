@@ -185,7 +185,9 @@ def check_models(loaded: Reference, candidate: Runner, tolerance: Tolerance,
     if digest is None:
         digest = graph_digest(candidate.model, candidate.path.resolve().parent)
     why = difference(manifest.graph, digest)
-    shown = onnx_model or "the ONNX file"
+    shown = onnx_model or (f"the recorded ONNX file {manifest.onnx.get('path')}"
+                           if manifest.onnx.get("member") is None
+                           else "the ONNX file the archive holds")
     other = None
     if why is not None:
         if not allow_other_file:

@@ -181,5 +181,21 @@ def test_inputs_other_than_the_recorded_ones(recorded, fixture_case, tmp_path, c
     capsys.readouterr()
     assert main(["check", str(recorded), "--input", str(tmp_path / "other.npy")]) == 2
     err = capsys.readouterr().err
-    assert "input 'x' is not the one the reference was recorded on (other values)" in err
+    size = inputs["x"].size
+    assert ("input 'x' is not the one the reference was recorded on (" in err
+            and "elements differ, the first at [0, 0, 0, 0], by up to " in err), err
+    assert f" of {size} elements differ" in err
 
+
+
+def test_a_recorded_file_changed_since_is_named_by_its_path(fixture_case, tmp_path, capsys):
+    model, inputs, onnx_path = fixture_case("avgpool_divisor")
+    deployed = tmp_path / "model.onnx"
+    deployed.write_bytes(Path(onnx_path).read_bytes())
+    reference = bisect_onnx.record(model, inputs, path=tmp_path / "ref.npz",
+                                   onnx_model=deployed)
+    _, _, other = fixture_case("tiny_mlp")
+    deployed.write_bytes(Path(other).read_bytes())  # redeployed since, say
+    assert main(["check", str(reference)]) == 2
+    err = capsys.readouterr().err
+    assert f"the recorded ONNX file {deployed} is not the graph the reference" in err, err

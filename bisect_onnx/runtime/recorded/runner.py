@@ -108,7 +108,7 @@ class RecordedRunner(ReferenceOnlyRunner):
             if one.shape != kept.shape or one.dtype != kept.dtype:
                 differs = f"{one.dtype}{list(one.shape)}, recorded {kept.dtype}{list(kept.shape)}"
             elif not np.array_equal(one, kept, equal_nan=one.dtype.kind in "fc"):
-                differs = "other values"
+                differs = _how_values_differ(one, kept)
             else:
                 continue
             raise InputError(f"input {spec.name!r} is not the one the reference was recorded "
@@ -120,3 +120,19 @@ class RecordedRunner(ReferenceOnlyRunner):
     def where_it_ran(self, value: str, node: str | None) -> JsonObject:
         """Recorded elsewhere."""
         return {"runtime": self.runtime, "provider": None, "kernel": None}
+
+
+def _how_values_differ(given: np.ndarray, recorded: np.ndarray) -> str:
+    """How many elements differ, the first's index, and by how much where numeric."""
+    unequal = given != recorded
+    if given.dtype.kind in "fc":
+        unequal &= ~(np.isnan(given) & np.isnan(recorded))
+    count = int(unequal.sum())
+    first = tuple(int(i) for i in np.argwhere(unequal)[0]) if given.ndim else ()
+    said = f"{count} of {given.size} elements differ, the first at {list(first)}"
+    if given.dtype.kind in "iufc":
+        largest = float(np.max(np.abs(given.astype(np.float64) - recorded.astype(np.float64),
+                                      where=unequal, out=np.zeros(given.shape))))
+        said += f", by up to {largest:.3g}"
+    return said
+
