@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from bisect_onnx.decode.file_graph import Shapes, static_dim
-from bisect_onnx.errors import InputError, UsageError
+from bisect_onnx.errors import InputError, UsageError, one_line
 
 if TYPE_CHECKING:
     from bisect_onnx.decode.flat_cache import DecoderStep
@@ -46,7 +46,11 @@ def token_ids(prompt: object) -> np.ndarray:
     Checked as soon as the prompt is read (the command line does, before the model is
     built), and again by the run.
     """
-    array = np.asarray(prompt.numpy() if hasattr(prompt, "numpy") else prompt)
+    try:
+        array = np.asarray(prompt.numpy() if hasattr(prompt, "numpy") else prompt)
+    except ValueError as error:  # ragged lists: rows of different lengths
+        raise InputError(f"the prompt's rows are of different lengths ({one_line(error)}); "
+                         "pass token ids of one length per row, [batch, sequence]") from error
     if array.ndim == 1:
         array = array[None, :]
     if array.ndim == 2 and array.size == 0:
@@ -111,19 +115,11 @@ def check_before_export(step: DecoderStep, prompt: object, decode: DecodeOptions
                          runtime: RuntimeOptions) -> None:
     """Refuse a prompt and steps past the model's positions or the memory budget.
 
-    Before a long export, where the prompt's shape is known (drawn, or an array) and,
-    for the memory, the cache's (a ``transformers`` model's, or ``cache_shape``).
+    Before a long export: a given prompt that is not token ids is refused here too,
+    and the memory is checked where the cache's shape is known (a ``transformers``
+    model's, or ``cache_shape``).
     """
-    if prompt is None:
-        shape: tuple[int, ...] = (1, decode.prompt_length)
-    else:
-        try:  # an array, a tensor, or a list of token ids
-            shape = tuple(getattr(prompt, "shape", None) or np.shape(prompt))
-        except ValueError:  # ragged lists
-            return  # left to the prompt's own checks
-    if len(shape) not in (1, 2):
-        return  # left to the prompt's own checks
-    shape = tuple(shape) if len(shape) == 2 else (1, *shape)
+    shape = (1, decode.prompt_length) if prompt is None else token_ids(prompt).shape
     check_positions(step, shape, steps, drawn=prompt is None)
     if step.cache_tails is not None:
         empty = tuple(np.zeros((shape[0], tail[0], 0, *tail[1:]), dtype=np.float32)

@@ -93,3 +93,19 @@ def test_a_model_that_returns_no_cache_is_refused_with_nothing_else_logged(caplo
         bisect_onnx.bisect_decode(transformers.BertForMaskedLM(_bert_config()).eval(),
                                   np.array([1, 2, 3]), steps=1)
     assert not [record for record in caplog.records if "deprecated" in record.getMessage()]
+
+
+@pytest.mark.parametrize(("prompt", "problem"), [
+    ([[1, 2], [3]], "rows are of different lengths"),
+    (np.array([0.5, 1.5]), "must be token ids"),
+])
+def test_a_prompt_that_is_not_token_ids_is_refused_before_the_export(monkeypatch, prompt,
+                                                                      problem):
+    import bisect_onnx.decode.run as run
+
+    def no_export(*args, **kwargs):
+        raise AssertionError("exported before the prompt was checked")
+
+    monkeypatch.setattr(run, "_onnx_file", no_export)
+    with pytest.raises(bisect_onnx.InputError, match=problem):
+        bisect_onnx.bisect_decode(tiny_llama(), prompt, steps=1)
