@@ -43,9 +43,8 @@ def check_from_args(args: argparse.Namespace) -> Report:
     # Its manifest, read once: without --onnx, the file it was recorded on is the run's
     # input too, which no output may be written over.
     reference = Reference.load(args.reference, max_memory=runtime.max_memory)
-    onnx, onnx_label = args.onnx, "--onnx"
-    if onnx is None and reference.manifest.onnx.get("member") is None:
-        onnx, onnx_label = reference.manifest.onnx.get("path"), "the recorded ONNX file"
+    onnx, onnx_label = ((args.onnx, "--onnx") if args.onnx is not None
+                        else (reference.recorded_onnx, "the recorded ONNX file"))
     outputs = {"--json": args.json, "--html": args.html,
                "--model-explorer": args.model_explorer, "--repro-dir": args.repro_dir,
                "--write-fixed": args.write_fixed}

@@ -106,12 +106,10 @@ def check(reference: str | Path | Reference, onnx_model: str | Path | None = Non
     loaded = (reference if isinstance(reference, Reference)
               else Reference.load(reference, max_memory=runtime.max_memory))
     # Without onnx_model, the file it was recorded on is read: no repro over it either.
-    recorded = (loaded.manifest.onnx.get("path") if loaded.manifest.onnx.get("member") is None
-                else None)
-    recorded = recorded if recorded is not None and Path(recorded).is_file() else None
     check_run_files({"output.repro_dir": output.repro_dir},
                     onnx_models={"onnx_model": onnx_model} if onnx_model is not None
-                    else {"the recorded ONNX file": recorded}, folders={"output.repro_dir"})
+                    else {"the recorded ONNX file": loaded.recorded_onnx},
+                    folders={"output.repro_dir"})
     from bisect_onnx.fixes.stage import check_write_fixed, write_fixed
 
     check_write_fixed(fixes.write_fixed, (loaded.path, onnx_model))

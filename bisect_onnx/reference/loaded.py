@@ -111,6 +111,17 @@ class Reference:
         """What the value recorded at ``name`` is (dtype, shape), from the header alone."""
         return self._entries.get(name)
 
+    @property
+    def recorded_onnx(self) -> Path | None:
+        """The ONNX file outside the archive it was recorded on, where that file is here.
+
+        A check without ``--onnx`` reads it: no output may be written over it.
+        """
+        path = self.manifest.onnx.get("path")
+        if self.manifest.onnx.get("member") is not None or path is None:
+            return None
+        return Path(path) if Path(path).is_file() else None
+
     def model_bytes(self) -> bytes | None:
         """The ONNX file recorded inside the archive, if it was."""
         if self.manifest.onnx.get("member") != MODEL:
