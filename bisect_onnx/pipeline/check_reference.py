@@ -40,6 +40,7 @@ from bisect_onnx.reference.archive import MODEL
 from bisect_onnx.reference.graph_digest import GraphDigest, difference, graph_digest
 from bisect_onnx.reference.loaded import Reference
 from bisect_onnx.reference.manifest import PYTORCH, Manifest
+from bisect_onnx.report.repro import check_repro_dir
 from bisect_onnx.runtime.heap import give_back, kept_in_heap
 from bisect_onnx.runtime.recorded.runner import RecordedRunner
 from bisect_onnx.runtime.runner import Runner
@@ -110,6 +111,7 @@ def check(reference: str | Path | Reference, onnx_model: str | Path | None = Non
                     onnx_models={"onnx_model": onnx_model} if onnx_model is not None
                     else {"the recorded ONNX file": loaded.recorded_onnx},
                     folders={"output.repro_dir"})
+    check_repro_dir(output.repro_dir, per_sample=False)
     from bisect_onnx.fixes.stage import check_write_fixed, write_fixed
 
     check_write_fixed(fixes.write_fixed, (loaded.path, onnx_model))

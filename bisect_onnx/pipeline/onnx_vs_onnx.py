@@ -50,6 +50,7 @@ from bisect_onnx.pipeline.sweep import (
     onnx_outputs_compared,
     run_sweep,
 )
+from bisect_onnx.report.repro import check_repro_dir
 from bisect_onnx.runtime.heap import give_back, kept_in_heap
 from bisect_onnx.runtime.reference_evaluator.runner import ReferenceEvaluatorRunner
 from bisect_onnx.runtime.runner import Runner
@@ -174,11 +175,8 @@ def compare_onnx_models(
                          else reference_runtime)
     random_inputs = inputs if isinstance(inputs, RandomInputs) else RandomInputs()
     inputs = None if isinstance(inputs, RandomInputs) else inputs
-    if search.sweep:  # before anything runs
-        check_one_sweep_sample(_sample_count(inputs, random_inputs))
-    check_run_files({"output.repro_dir": output.repro_dir},
-                    onnx_models={"reference": reference, "candidate": candidate},
-                    tolerances=tolerance.rules, folders={"output.repro_dir"})
+    _check_before_running(reference, candidate, inputs, random_inputs, tolerance=tolerance,
+                          search=search, output=output)
     rules = tolerance.per_value()
     candidate_runtime = candidate_runtime or RuntimeOptions(
         provider=reference_runtime.provider, opt_level=reference_runtime.opt_level,
@@ -313,6 +311,19 @@ def _candidate_inputs(arrays: Sequence[np.ndarray], reference: Runner,
                  else array for array, spec in zip(arrays, candidate.inputs, strict=True)]
     check_against_onnx(converted, candidate.inputs)
     return converted
+
+
+def _check_before_running(reference: object, candidate: object, inputs: object,
+                          random_inputs: RandomInputs, *, tolerance: Tolerance,
+                          search: SearchOptions, output: OutputOptions) -> None:
+    """What is refused before anything runs: the sweep's samples, the files, the repro folder."""
+    if search.sweep:
+        check_one_sweep_sample(_sample_count(inputs, random_inputs))
+    check_run_files({"output.repro_dir": output.repro_dir},
+                    onnx_models={"reference": reference, "candidate": candidate},
+                    tolerances=tolerance.rules, folders={"output.repro_dir"})
+    check_repro_dir(output.repro_dir, per_sample=samples_kind(inputs) is not None
+                    and not search.sweep)
 
 
 def _compare(models: _Models, inputs: object, random_inputs: RandomInputs, *, sweep: bool,

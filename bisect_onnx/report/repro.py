@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from bisect_onnx.judge.tolerances import Tolerance
     from bisect_onnx.runtime.sides import SampleArrays
 
-__all__ = ["Repro", "attach_repro", "write_repro"]
+__all__ = ["Repro", "attach_repro", "check_repro_dir", "write_repro"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +55,10 @@ logger = logging.getLogger(__name__)
 # in one file beside model.onnx, inside the repro folder.
 _PROTOBUF_LIMIT = 2**31 - 1
 _DATA_FILE = "model.onnx.data"
+# What a repro writes in its folder. A folder holding one of them that no earlier repro
+# wrote is the user's: writing there would overwrite their files.
+_WRITTEN = ("model.onnx", _DATA_FILE, "inputs.npz", "expected.npz", "candidate.npz",
+            "environment.json", "repro.py", "README.txt", "backend_test")
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,48 @@ def attach_repro(report: Report, repro_dir: str | Path | None, *, sample: int | 
         return amended(report, repro_warnings=(f"no repro written: {error}",))
 
 
+def check_repro_dir(repro_dir: str | Path | None, *, per_sample: bool) -> None:
+    """Before a run: refuse a ``--repro-dir`` whose repro would overwrite the user's files.
+
+    ``per_sample``: each sample's repro goes in ``<repro_dir>/sample-<k>``; those that
+    exist are checked, not the folder itself.
+    """
+    if repro_dir is None:
+        return
+    folder = Path(repro_dir)
+    for each in sorted(folder.glob("sample-*")) if per_sample else [folder]:
+        _check_repro_folder(each)
+
+
+def _check_repro_folder(folder: Path) -> None:
+    """Refuse ``folder`` where it holds what a repro writes and no earlier repro wrote it.
+
+    An earlier repro's folder (its ``environment.json`` names the repro) is written
+    over, as running again means to; a link among those names never is, since writing
+    through it would change the file it points to.
+    """
+    if not folder.is_dir():
+        return
+    there = [name for name in _WRITTEN
+             if (folder / name).exists() or (folder / name).is_symlink()]
+    links = [name for name in there if (folder / name).is_symlink()]
+    if there and (links or not _earlier_repro(folder)):
+        raise UsageError(
+            f"--repro-dir {folder} holds {', '.join(links or there)}, which the repro "
+            "would overwrite" + (" through a link" if links else "")
+            + ", and no earlier repro wrote it; pass a new or empty folder to --repro-dir")
+
+
+def _earlier_repro(folder: Path) -> bool:
+    """Whether ``folder`` holds a repro this package wrote: its ``environment.json`` says so."""
+    try:
+        record = json.loads((folder / "environment.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and isinstance(record.get("repro"), dict) \
+        and "failing_value" in record["repro"]
+
+
 def write_repro(
     folder: Path,
     *,
@@ -118,6 +164,7 @@ def write_repro(
     graph_inputs, rtol, atol = values.graph_inputs, tolerance.rtol, tolerance.atol
     check_tolerances(rtol, atol)
     folder, model_dir = Path(folder), Path(model_dir)
+    _check_repro_folder(folder)
     opt_level = _opt_level(environment)
     _check_failing_value(failing_value, reference_values, candidate_values, reference_label)
     expected = np.asarray(reference_values[failing_value])
