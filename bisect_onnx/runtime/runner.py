@@ -31,6 +31,7 @@ from bisect_onnx.graph.view import GraphView
 from bisect_onnx.runtime.input_specs import InputSpec, input_specs
 from bisect_onnx.runtime.onnx_files import load_onnx_model
 from bisect_onnx.runtime.sides import Capture, CapturedValue, JsonObject
+from bisect_onnx.runtime.weights_in_place import model_in_place
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -161,13 +162,20 @@ class Runner(ABC):
     #: How the progress events and the environment record name this runner as the
     #: reference, where not by its runtime's name (ONNX's reference evaluator).
     reference_label: str | None = None
+    #: Whether its model is read with the file's large inline weights referenced where
+    #: they lie (:func:`~bisect_onnx.runtime.weights_in_place.model_in_place`), not
+    #: copied out: only where every reader of the model's weights (its local checks'
+    #: sessions, the repro) finds them in the file's folder. OpenVINO reads a local
+    #: check's model from bytes, where no external weight is found.
+    reads_weights_in_place: ClassVar[bool] = False
 
     def __init__(self, path: Path, *, promote: str) -> None:
         if promote not in PROMOTE_CHOICES:
             raise ValueError(f"promote must be one of {PROMOTE_CHOICES}, got {promote!r}")
         self.path = Path(path)
         self.promote = promote
-        self.model = load_onnx_model(self.path)
+        self.model = load_onnx_model(
+            self.path, read=model_in_place if self.reads_weights_in_place else None)
         graph = self.model.graph
         self.inputs: list[InputSpec] = input_specs(graph)
         self.nodes: list[NodeInfo] = read_nodes(graph)
@@ -246,6 +254,7 @@ class Runner(ABC):
 
     def prepare(self) -> None:  # noqa: B027 (a hook: nothing to plan by default)
         """Plan the capture from production's compiled graph, before any run."""
+
 
     def survival(self) -> tuple[int, int] | None:
         """How many of the candidate values production's graph keeps, of how many.

@@ -15,6 +15,7 @@ from torch.nn import functional as F
 
 import bisect_onnx
 from bisect_onnx.cli.command import main
+from bisect_onnx.errors import InputError
 from bisect_onnx.runtime.onnxruntime.capture_plan import op_counts
 from bisect_onnx.runtime.onnxruntime.runner import OnnxRuntimeRunner
 from bisect_onnx.runtime.onnxruntime.sessions import create_session
@@ -214,8 +215,7 @@ def test_the_promoted_model_leaves_the_files_weights_where_they_lie(tmp_path):
     load_external_data_for_model(model, str(tmp_path))
     for tensor in model.graph.initializer:  # (loading sets it, to its default)
         tensor.ClearField("data_location")
-    expected = onnx.ModelProto()
-    expected.CopyFrom(runner.model)
+    expected = onnx.load(str(path))  # the file parsed whole, its weights inline
     expected.graph.output.extend(onnx.ValueInfoProto(name=name) for name in ("relu", "relu_1"))
     assert model == expected
     # ONNX Runtime computes the same values, bitwise, as from the model serialized.
@@ -230,10 +230,12 @@ def test_the_promoted_model_leaves_the_files_weights_where_they_lie(tmp_path):
     ours = create_session(production, model_dir=tmp_path, label="in place").run(None, {"x": x})
     theirs = create_session(path, model_dir=tmp_path, label="file").run(None, {"x": x})
     assert all(np.array_equal(a, b) for a, b in zip(ours, theirs, strict=True))
-    # A file written since is not the model read: the model read is what is promoted.
+    # The model read references the file's weights: a file written since is refused,
+    # never mixed with the graph as it was read.
     path.write_bytes(b"written since")
-    assert runner.file_source() == path
-    assert onnx.load_from_string(runner.promoted_bytes(wanted)) == expected
+    for source in (runner.file_source, lambda: runner.promoted_bytes(wanted)):
+        with pytest.raises(InputError, match="written again while it was compared"):
+            source()
     assert [value.name for value in runner.model.graph.output] == ["linear"]
 
 
@@ -261,16 +263,18 @@ def test_local_checks_read_the_files_weights_where_they_lie(tmp_path, monkeypatc
     monkeypatch.setattr(runner, "initializers_in_place", lambda: None)  # copied, as before
     copied = local_values()
     # The weights referenced, not copied in: the same values, bitwise, from a model a
-    # fraction of the size.
-    assert sizes[0] < sizes[1] / 2 and all(in_place.values())
+    # fraction of the size. (The runner's own model references them too, so a copy of
+    # its initializers is as small.)
+    assert max(sizes) < path.stat().st_size / 2 and all(in_place.values())
     assert in_place.keys() == copied.keys() and all(
         local.keys() == copied[name].keys()
         and all(np.array_equal(array, copied[name][value])
                 for value, array in local.items()) for name, local in in_place.items())
-    # A file written since is not the model read: nothing of it is referenced.
+    # A file written since is not the model read: refused, nothing of it referenced.
     path.write_bytes(b"written since")
     monkeypatch.undo()
-    assert runner.initializers_in_place() is None
+    with pytest.raises(InputError, match="written again while it was compared"):
+        runner.initializers_in_place()
 
 
 def test_weights_said_to_be_inline_are_read_where_they_lie_too(tmp_path):
@@ -285,3 +289,22 @@ def test_weights_said_to_be_inline_are_read_where_they_lie_too(tmp_path):
     referenced = [tensor for tensor in onnx.load_from_string(source).graph.initializer
                   if tensor.data_location == onnx.TensorProto.EXTERNAL]
     assert referenced and all(not tensor.raw_data for tensor in referenced)
+
+
+def test_the_model_is_read_with_its_weights_where_they_lie(tmp_path):
+    path = tmp_path / "resnet_like.onnx"
+    path.write_bytes(repo_path(FIXTURES["resnet_like"].onnx_file).read_bytes())
+    runner = OnnxRuntimeRunner(path)
+    referenced = [tensor for tensor in runner.model.graph.initializer
+                  if tensor.data_location == onnx.TensorProto.EXTERNAL]
+    # Each large weight is a reference into the file itself, never copied out of it.
+    assert referenced and all(not tensor.raw_data for tensor in referenced)
+    assert {entry.value for tensor in referenced for entry in tensor.external_data
+            if entry.key == "location"} == {path.name}
+    whole = onnx.load(str(path))
+    from onnx.external_data_helper import load_external_data_for_model
+
+    load_external_data_for_model(runner.model, str(tmp_path))
+    for tensor in runner.model.graph.initializer:
+        tensor.ClearField("data_location")
+    assert runner.model == whole

@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from bisect_onnx.errors import InputError
 from bisect_onnx.graph.provenance import Provenance
 from bisect_onnx.graph.walk import graph_tensors
-from bisect_onnx.graph.weights import weight_bytes
+from bisect_onnx.graph.weights import external_location, weight_bytes
 from bisect_onnx.judge.compare import compare_arrays
 from bisect_onnx.runtime.onnx_files import file_key
 from bisect_onnx.runtime.onnxruntime.capture_plan import (
@@ -76,6 +77,7 @@ class OnnxRuntimeRunner(Runner):
     """
 
     runtime = "onnxruntime"
+    reads_weights_in_place = True
 
     def __init__(
         self,
@@ -96,6 +98,10 @@ class OnnxRuntimeRunner(Runner):
         self.kernels: dict[str, Kernel] | None = None
         """The capture session's kernels by node, from its first run's profile."""
         self._in_place: dict[str, bytes] | None = None  # (initializers_in_place)
+        # Where the model was read in place, its large weights are read from the file:
+        # one written since is refused rather than mixed with what was read before.
+        self._weights_in_file = any(external_location(tensor) == self.path.resolve().name
+                                    for tensor in self.model.graph.initializer)
         self.holds_weights_once = (weight_bytes(graph_tensors(self.model.graph))
                                    > HOLD_WEIGHTS_ONCE_ABOVE)
         """Whether no two sessions on the whole model may exist at once (each holds
@@ -279,6 +285,7 @@ class OnnxRuntimeRunner(Runner):
         referenced, they are read from the file (mapped), the same values bitwise. Read
         once; ``None`` where the file is not as its model was read.
         """
+        self._check_unchanged()
         if self._in_place is None or file_key(self.path) != self._read_as:
             self._in_place = initializers_in_place(self.path, self._read_as)
         return self._in_place
@@ -338,8 +345,20 @@ class OnnxRuntimeRunner(Runner):
         copies nor parses again (BERT-base's planning session: 0.12 s, from the path
         0.31 s); the path where the file is not as its model was read.
         """
+        self._check_unchanged()
         in_place = weights_in_place(self.path, self._read_as)
         return self.path if in_place is None else in_place
+
+    def _check_unchanged(self) -> None:
+        """Refuse a file written since its model was read, where its weights are read from it.
+
+        The model holds references to where its large weights lie in the file
+        (:attr:`reads_weights_in_place`): a session made now would mix the file as it is
+        with the graph as it was.
+        """
+        if self._weights_in_file and file_key(self.path) != self._read_as:
+            raise InputError(f"{self.path} was written again while it was compared (its "
+                             "weights are read from it); run again once it is written")
 
     def promoted_bytes(self, wanted: set[str] | None = None) -> bytes:
         """The model serialized with its top-level node outputs also graph outputs.
@@ -347,15 +366,11 @@ class OnnxRuntimeRunner(Runner):
         ``wanted`` limits them to those names (fusion-preserving capture).
 
         Where the file is as its model was read, its own bytes, its large inline
-        weights referenced where they lie in it (:mod:`bisect_onnx.runtime.weights_in_place`:
-        nothing serialized, no weight copied or parsed again), and after them a
-        message adding the outputs: protobuf merges a message read twice, and appends
-        to a repeated field, so ONNX Runtime reads the model with the outputs appended.
-        Otherwise the outputs are appended to the loaded model only for its
-        serialization, not to a copy: a copy would hold every inline weight a second
-        time. Plain protos rather than onnx-graphsurgeon: its exporter wants typed
-        outputs and would pull every external weight into memory, while ORT is content
-        with untyped ``ValueInfoProto`` outputs.
+        weights referenced where they lie in it (:mod:`bisect_onnx.runtime.weights_in_place`),
+        and after them a message adding the outputs: protobuf merges a message read
+        twice, appending to a repeated field. Otherwise the outputs are appended to the
+        loaded model only for its serialization (a copy would hold its inline weights
+        twice). Plain untyped ``ValueInfoProto`` outputs, which ORT is content with.
         """
         import onnx
 
@@ -370,6 +385,7 @@ class OnnxRuntimeRunner(Runner):
                 if output and output not in present and (wanted is None or output in wanted):
                     added.append(onnx.ValueInfoProto(name=output))
                     present.add(output)
+        self._check_unchanged()
         in_place = weights_in_place(self.path, self._read_as)
         if in_place is not None:
             return in_place + onnx.ModelProto(graph=onnx.GraphProto(
