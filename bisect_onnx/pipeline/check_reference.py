@@ -132,6 +132,7 @@ def check(reference: str | Path | Reference, onnx_model: str | Path | None = Non
                     repro_dir=output.repro_dir, kind=None)
             return write_fixed(report, fixes.write_fixed, (onnx_model,))
         finally:
+            candidate.release()
             give_back()
 
 
@@ -153,15 +154,16 @@ def reference_onnx_path(loaded: Reference, onnx_model: str | Path | None, folder
 
 def digest_while_planning(candidate: Runner, loaded: Reference,
                           budget: int | None) -> GraphDigest:
-    """The candidate graph's digest, hashed while the runtime plans its capture.
+    """The candidate graph's digest, hashed while the runtime plans and makes its capture.
 
     Hashing every weight (a quarter of a second for BERT-base's 440 MB) and making
-    ONNX Runtime's planning session (production's optimized graph) both let go of
-    Python's lock: side by side, the check pays for the longer one only. Only where
-    the sample will be captured (within the memory ``budget``) and the runtime's
-    planning leaves a core free (a compiling runtime's takes every core). A planning
-    that fails is not reported here: the capture plans again in its place, after the
-    graph and the inputs were checked, and says why then.
+    ONNX Runtime's sessions (the planning session on production's optimized graph, then
+    the capture's) both let go of Python's lock: side by side, the check pays for the
+    longer one only. Only where the sample will be captured (within the memory
+    ``budget``) and the runtime's planning leaves a core free (a compiling runtime's
+    takes every core). A planning that fails is not reported here: the capture plans
+    again in its place, after the graph and the inputs were checked, and says why then.
+    A graph found not to be the recorded one is refused then, before any run.
     """
     folder = candidate.path.resolve().parent
     if not candidate.prepares_on_one_core or over_budget(candidate, loaded.inputs(), budget):
@@ -169,7 +171,7 @@ def digest_while_planning(candidate: Runner, loaded: Reference,
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="bisect-onnx-digest") as pool:
         digest = pool.submit(graph_digest, candidate.model, folder)
         with contextlib.suppress(Exception):  # the capture plans again, and says why
-            candidate.prepare()
+            candidate.prepare_sessions()
         return digest.result()
 
 

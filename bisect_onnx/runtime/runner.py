@@ -255,6 +255,17 @@ class Runner(ABC):
     def prepare(self) -> None:  # noqa: B027 (a hook: nothing to plan by default)
         """Plan the capture from production's compiled graph, before any run."""
 
+    def prepare_sessions(self) -> None:
+        """Plan the capture and make its session ahead of the first run, where it is kept.
+
+        For a caller with other work to do meanwhile (a check hashes the graph's
+        weights); :meth:`release` lets go of a session so made and never run. The plan
+        alone by default.
+        """
+        self.prepare()
+
+    def release(self) -> None:  # noqa: B027 (a hook: nothing made ahead by default)
+        """Let go of what :meth:`prepare_sessions` made and no run used."""
 
     def survival(self) -> tuple[int, int] | None:
         """How many of the candidate values production's graph keeps, of how many.

@@ -199,3 +199,31 @@ def test_a_recorded_file_changed_since_is_named_by_its_path(fixture_case, tmp_pa
     assert main(["check", str(reference)]) == 2
     err = capsys.readouterr().err
     assert f"the recorded ONNX file {deployed} is not the graph the reference" in err, err
+
+
+def test_a_graph_refused_after_its_capture_was_made_leaves_nothing_behind(
+        recorded, fixture_case, tmp_path, monkeypatch):
+    # The check makes its capture session (profiled) while the graph is hashed: a
+    # graph then found not to be the recorded one lets go of it and its folder.
+    import tempfile
+
+    import onnxruntime
+
+    _, _, onnx_path = fixture_case("avgpool_divisor")
+    other = tmp_path / "other.onnx"
+    plant(onnx_path, other, scale_conv_weight("conv", 1.01))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    profiled = []
+    made = onnxruntime.InferenceSession
+
+    def session(model, options=None, *args, **kwargs):
+        profiled.append(options is not None and options.enable_profiling)
+        return made(model, options, *args, **kwargs)
+
+    monkeypatch.setattr(onnxruntime, "InferenceSession", session)
+    with pytest.raises(bisect_onnx.InputError, match="is not the graph the reference"):
+        bisect_onnx.check(recorded, other)
+    assert any(profiled)  # the capture session was made before the refusal
+    assert not list(scratch.iterdir())

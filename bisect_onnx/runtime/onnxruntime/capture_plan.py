@@ -20,28 +20,35 @@ from __future__ import annotations
 import logging
 import tempfile
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from bisect_onnx.judge.compare import compare_arrays
 from bisect_onnx.runtime.onnxruntime.placement import ProfileFolder, kernels_by_output
 from bisect_onnx.runtime.onnxruntime.sessions import SessionSettings, create_session
 
 if TYPE_CHECKING:
+    import numpy.typing as npt
     import onnx
     import onnxruntime as ort
 
     from bisect_onnx.runtime.sides import JsonObject
 
 __all__ = ["CapturePlan", "plan_capture", "NCHWC_TRANSFORMER", "NCHWC_DOMAIN",
-           "graph_nodes", "op_counts", "session_and_graph"]
+           "graph_nodes", "op_counts", "session_and_graph", "matches_production"]
 
 logger = logging.getLogger(__name__)
 
 NCHWC_TRANSFORMER = "NchwcTransformer"
 #: The domain of the nodes that transformer writes (Conv, ReorderInput, ...).
 NCHWC_DOMAIN = "com.microsoft.nchwc"
+# Capture against production on providers that are not bitwise deterministic.
+GPU_RTOL = 1e-5
+GPU_ATOL = 1e-6
 # Below this share of surviving value names, the layout transformer is taken to have
 # renamed the graph, and capture runs without it.
 _SURVIVAL_FLOOR = 0.5
@@ -200,3 +207,27 @@ def op_counts(optimized: onnx.ModelProto) -> dict[str, int]:
     """How many nodes of each op type (``domain:op`` outside the default domain)."""
     return dict(Counter(f"{node.domain}:{node.op_type}" if node.domain else node.op_type
                         for node in optimized.graph.node))
+
+
+def matches_production(output_names: Sequence[str], by_name: Mapping[str, npt.ArrayLike],
+                       expected: Sequence[npt.ArrayLike], *,
+                       exact: bool) -> tuple[bool, float | None]:
+    """Whether the capture's final outputs are production's, and by how much not.
+
+    ``exact``: bitwise (the CPU provider); else within a tight tolerance, since GPU
+    providers are not deterministic run to run. The difference is the first differing
+    output's largest, where it has one.
+    """
+    for name, array in zip(output_names, expected, strict=True):
+        got = np.asarray(by_name[name])
+        array = np.asarray(array)
+        same = (np.array_equal(got, array, equal_nan=True) if exact
+                else compare_arrays(array, got, rtol=GPU_RTOL, atol=GPU_ATOL).passed)
+        if not same:
+            difference = (float(np.nanmax(np.abs(got.astype(np.float64) - array)))
+                          if got.shape == array.shape and got.dtype.kind in "fc"
+                          and got.size else None)
+            logger.info("the capture session's output %s differs from production's "
+                        "(max abs %s)", name, difference)
+            return False, difference
+    return True, None

@@ -21,12 +21,12 @@ from bisect_onnx.errors import InputError
 from bisect_onnx.graph.provenance import Provenance
 from bisect_onnx.graph.walk import graph_tensors
 from bisect_onnx.graph.weights import external_location, weight_bytes
-from bisect_onnx.judge.compare import compare_arrays
 from bisect_onnx.runtime.onnx_files import file_key
 from bisect_onnx.runtime.onnxruntime.capture_plan import (
     CapturePlan,
     check_capture_graph,
     graph_nodes,
+    matches_production,
     op_counts,
     plan_capture,
     session_and_graph,
@@ -51,16 +51,12 @@ from bisect_onnx.runtime.sides import CapturedValue, JsonObject
 from bisect_onnx.runtime.weights_in_place import initializers_in_place, weights_in_place
 
 if TYPE_CHECKING:
-    import numpy.typing as npt
     import onnxruntime as ort
 
 __all__ = ["OnnxRuntimeRunner"]
 
 logger = logging.getLogger(__name__)
 
-# Capture against production on providers that are not bitwise deterministic.
-GPU_RTOL = 1e-5
-GPU_ATOL = 1e-6
 #: Past this many bytes of weights, the production and the capture session are never
 #: held at once: two sessions hold the weights twice (prepacked), on top of PyTorch's
 #: copy, and memory runs out before time does. Below it both are kept for every random
@@ -157,6 +153,19 @@ class OnnxRuntimeRunner(Runner):
                                      label=self.path.name)
         return self.plan
 
+    def prepare_sessions(self) -> None:
+        """The plan, and the capture session where it is kept for the run (not a big model's)."""
+        self.prepare()
+        if not self.holds_weights_once:
+            self._capture_session()
+
+    def release(self) -> None:
+        """The capture session let go of, and its profile's folder where no run read it."""
+        self._promoted_session = None  # first: it writes its profile as it goes
+        if self._profile is not None:
+            self._profile.remove()
+            self._profile = None
+
     def survival(self) -> tuple[int, int] | None:
         """How many candidate values production's optimized graph keeps, of how many."""
         plan = self.prepare()  # decided from production's graph, before any capture
@@ -201,7 +210,8 @@ class OnnxRuntimeRunner(Runner):
         if expected is None:
             production = ProductionCheck()
         else:
-            matches, difference = self._matches_production(by_name, expected)
+            matches, difference = matches_production(
+                self.output_names, by_name, expected, exact=self.provider == CPU_PROVIDER)
             production = ProductionCheck(tuple(expected), matches, difference, how)
         return RuntimeRun(self.captured(by_name), production)
 
@@ -237,28 +247,6 @@ class OnnxRuntimeRunner(Runner):
                 self._profile = None
             raise
         return self._promoted_session
-
-    def _matches_production(self, by_name: Mapping[str, npt.ArrayLike],
-                            expected: Sequence[npt.ArrayLike]) -> tuple[bool, float | None]:
-        """Whether the capture's final outputs are production's, and by how much not.
-
-        The difference is the first differing output's largest, where it has one.
-        """
-        exact = self.provider == CPU_PROVIDER
-        for name, array in zip(self.output_names, expected, strict=True):
-            got = np.asarray(by_name[name])
-            array = np.asarray(array)
-            # Bitwise on CPU; GPU providers are not deterministic run to run.
-            same = (np.array_equal(got, array, equal_nan=True) if exact
-                    else compare_arrays(array, got, rtol=GPU_RTOL, atol=GPU_ATOL).passed)
-            if not same:
-                difference = (float(np.nanmax(np.abs(got.astype(np.float64) - array)))
-                              if got.shape == array.shape and got.dtype.kind in "fc"
-                              and got.size else None)
-                logger.info("the capture session's output %s differs from production's "
-                            "(max abs %s)", name, difference)
-                return False, difference
-        return True, None
 
     @property
     def session_settings(self) -> SessionSettings:
