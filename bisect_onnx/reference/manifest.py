@@ -195,7 +195,10 @@ class Manifest:
                 counterparts=_optional_names(data.get("counterparts")),
                 converted={str(name): _conversion(conversion)
                            for name, conversion in data.get("converted", {}).items()})
-        except (KeyError, TypeError, ValueError, AttributeError) as error:
+        except KeyError as error:
+            raise InputError(f"{path}: its manifest is malformed (no {error.args[0]!r} "
+                             "field); record the reference again") from None
+        except (TypeError, ValueError, AttributeError) as error:
             raise InputError(f"{path}: its manifest is malformed ({type(error).__name__}: "
                              f"{error}); record the reference again") from None
 

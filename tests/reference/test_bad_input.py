@@ -118,6 +118,9 @@ def test_another_version_or_format(recorded, tmp_path, capsys, no_array_read):
     broken = rewritten(recorded, tmp_path / "broken.npz",
                        manifest=lambda manifest: {**manifest, "values": 3})
     refused(broken, capsys, "its manifest is malformed")
+    missing = rewritten(recorded, tmp_path / "missing.npz", manifest=lambda manifest: {
+        name: value for name, value in manifest.items() if name != "values"})
+    refused(missing, capsys, "its manifest is malformed [(]no 'values' field[)]; record")
 
 
 def test_a_member_claiming_more_than_it_holds_or_the_budget(recorded, tmp_path, capsys,
