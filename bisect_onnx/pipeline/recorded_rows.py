@@ -29,13 +29,18 @@ if TYPE_CHECKING:
     from bisect_onnx.pipeline.onnx_sample import OnnxSample
     from bisect_onnx.reference.manifest import Manifest, RowProvenance
 
-__all__ = ["show_recorded_rows", "NEEDS_PYTORCH", "RERUN_WITH_PYTORCH"]
+__all__ = ["show_recorded_rows", "NEEDS_PYTORCH", "RERUN_WITH_PYTORCH", "WIDER_THAN_RECORDED"]
 
 NEEDS_PYTORCH = ReportWarning(
     "needs-pytorch",
     "checked against a recorded reference, without PyTorch: the culprit's float64 "
     "classification (graph semantics, runtime kernel or float precision) and the look "
     "inside its torch op need PyTorch; where it runs: {command}")
+WIDER_THAN_RECORDED = ReportWarning(
+    "wider-than-recorded",
+    "the recording diverged at its tolerance (rtol={rtol:g}, atol={atol:g}); this check "
+    "passes at a wider one (rtol={here_rtol:g}, atol={here_atol:g}: {why}): check with "
+    "--rtol {rtol:g} --atol {atol:g} to hold this runtime to the recorded tolerance")
 NO_TORCH_FIXES = ("the exporter and eval-mode fix searches need PyTorch; where it runs: "
                   "{command} --suggest-fix")
 #: A row of one output of a module call that returns several (``block[1]``).
@@ -70,11 +75,31 @@ def show_recorded_rows(sample: OnnxSample) -> OnnxSample:
     notes = [models.other_file] if models.other_file else []
     if of_pytorch and (reading.diverged or reading.hidden_divergences):
         notes.append(NEEDS_PYTORCH.format(command=command))
+    wider = _wider_than_recorded(models, diverged=reading.diverged)
+    if wider is not None:
+        notes.append(wider)
     fix_notes = shown.fix_notes
     if of_pytorch and models.fixes.suggest:
         fix_notes = (*fix_notes, NO_TORCH_FIXES.format(command=command))
     return replace(sample, findings=replace(shown, warnings=(*shown.warnings, *notes),
                                             fix_notes=fix_notes))
+
+
+def _wider_than_recorded(models: CheckModels, *, diverged: bool) -> ReportWarning | None:
+    """Where a check passes only at a wider tolerance than the recording diverged at.
+
+    A check in OpenVINO's bf16 is judged at bfloat16's tolerance; the recording's own
+    runtime may have diverged from PyTorch at float32's, which the verdict alone hides.
+    """
+    manifest = models.manifest
+    if diverged or manifest.recorded.get("verdict") != "diverged":
+        return None
+    here, recorded = (models.rtol, models.atol), (manifest.rtol, manifest.atol)
+    if here == recorded or here[0] < recorded[0] or here[1] < recorded[1]:
+        return None
+    return WIDER_THAN_RECORDED.format(rtol=recorded[0], atol=recorded[1], here_rtol=here[0],
+                                      here_atol=here[1],
+                                      why=models.tolerance_basis or "given here")
 
 
 def _as_recorded(comparison: ComparisonFindings, manifest: Manifest) -> ComparisonFindings:

@@ -179,3 +179,19 @@ def test_an_unclassified_culprit_sends_the_pytorch_searches_where_pytorch_runs(f
     assert "search_exporter" not in said
     assert ("where PyTorch runs (the recorded command), --suggest-fix tries the other "
             "exporter and opsets and eval mode") in said
+
+
+def test_a_check_passing_only_at_a_wider_tolerance_says_the_recording_diverged(
+        fixture_case, tmp_path):
+    model, inputs, onnx_path = case_files(fixture_case, tmp_path, "resnet_like", "conv-weight")
+    reference = bisect_onnx.record(model, inputs, path=tmp_path / "ref.npz",
+                                   onnx_model=onnx_path)
+    held = bisect_onnx.check(reference)
+    assert held.diverged
+    assert "wider-than-recorded" not in [warning.code for warning in held.warnings]
+    loose = bisect_onnx.check(reference, tolerance=(0.5, 0.5))
+    assert not loose.diverged
+    wider = [warning for warning in loose.warnings if warning.code == "wider-than-recorded"]
+    assert len(wider) == 1
+    assert f"rtol={held.rtol:g}, atol={held.atol:g}" in wider[0] and "given here" in wider[0]
+    assert f"--rtol {held.rtol:g} --atol {held.atol:g}" in wider[0]
