@@ -55,3 +55,7 @@ def test_the_command_line_builds_the_runtime_options():
         runtime="openvino", precision="f32")
     with pytest.raises(UsageError, match="are ONNX Runtime's"):
         bisect_onnx.RuntimeOptions(runtime="openvino", opt_level="basic")
+    # A provider this onnxruntime lacks is still ONNX Runtime's option, not its absence.
+    for provider in ("CUDAExecutionProvider", "NoSuchProvider"):
+        with pytest.raises(UsageError, match="are ONNX Runtime's.*drop them"):
+            bisect_onnx.RuntimeOptions(runtime="openvino", provider=provider)
