@@ -139,3 +139,17 @@ def test_another_qdq_file_is_not_compared_to_values_recorded_converted(qdq_plant
     assert bisect_onnx.Reference.load(reference).manifest.to_json()["version"] == 2
     assert not converted & {row.onnx_value for row in checked.comparisons}
     assert not any(row.figures.status == "dtype_mismatch" for row in checked.comparisons)
+
+
+def test_a_diverged_onnx_reference_checked_on_a_file_that_passes(tmp_path):
+    # A reference ONNX file's check takes its tolerance from the file's precision:
+    # passing where the recording diverged says nothing of a wider tolerance.
+    x = np.load(RESNET_INPUT)
+    planted = tmp_path / "planted.onnx"
+    plant(RESNET, planted, scale_initializer_input(PLANTED_NODE, 1, 1.5))
+    reference = bisect_onnx.record(RESNET, x, path=tmp_path / "ref.npz", candidate=planted)
+    assert bisect_onnx.check(reference, planted).diverged
+    fixed = bisect_onnx.check(reference, RESNET, allow_other_file=True)
+    assert not fixed.diverged
+    assert "wider-than-recorded" not in [getattr(warning, "code", None)
+                                         for warning in fixed.warnings]
