@@ -77,11 +77,19 @@ def model_in_place(path: Path, key: tuple[str, int, int] | None) -> onnx.ModelPr
     BERT-base's 440 MB, against 0.2 to 0.4 s for protobuf to copy every weight out. A
     weight's values are read from the file where something needs them, as from any
     external-data file (``numpy_helper.to_array(tensor, folder)``). ``None`` as for
-    :func:`weights_in_place`, or where the rewritten bytes do not parse.
+    :func:`weights_in_place`, where the rewritten bytes do not parse, or where the file
+    has other hard links.
     """
     import onnx
     from google.protobuf.message import DecodeError
 
+    try:
+        if path.stat().st_nlink > 1:
+            # onnx refuses to read external data from a file with several hard links
+            # (a guard against hard-link attacks): a DVC cache's or ``cp -al``'s file.
+            return None
+    except OSError:
+        return None
     serialized = weights_in_place(path, key)
     if serialized is None:
         return None

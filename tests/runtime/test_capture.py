@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 
 import numpy as np
@@ -308,3 +309,17 @@ def test_the_model_is_read_with_its_weights_where_they_lie(tmp_path):
     for tensor in runner.model.graph.initializer:
         tensor.ClearField("data_location")
     assert runner.model == whole
+
+
+def test_a_file_with_other_hard_links_is_read_whole(tmp_path):
+    # onnx refuses to read external data from a file with several hard links: such a
+    # file's weights stay inline in the model read, and every reader of them works.
+    from bisect_onnx.reference.graph_digest import graph_digest
+
+    path = tmp_path / "resnet_like.onnx"
+    path.write_bytes(repo_path(FIXTURES["resnet_like"].onnx_file).read_bytes())
+    os.link(path, tmp_path / "linked.onnx")
+    runner = OnnxRuntimeRunner(path)
+    assert not any(tensor.data_location == onnx.TensorProto.EXTERNAL
+                   for tensor in runner.model.graph.initializer)
+    assert graph_digest(runner.model, tmp_path) == graph_digest(onnx.load(str(path)), tmp_path)
