@@ -59,6 +59,8 @@ _DATA_FILE = "model.onnx.data"
 # wrote is the user's: writing there would overwrite their files.
 _WRITTEN = ("model.onnx", _DATA_FILE, "inputs.npz", "expected.npz", "candidate.npz",
             "environment.json", "repro.py", "README.txt", "backend_test")
+# Written first, so that a repro cut short (Ctrl-C, a full disk) is still known as one.
+_MARKER = ".bisect-onnx-repro"
 
 
 @dataclass(frozen=True)
@@ -112,13 +114,13 @@ def check_repro_dir(repro_dir: str | Path | None, *, per_sample: bool) -> None:
 def _check_repro_folder(folder: Path) -> None:
     """Refuse ``folder`` where it holds what a repro writes and no earlier repro wrote it.
 
-    An earlier repro's folder (its ``environment.json`` names the repro) is written
-    over, as running again means to; a link among those names never is, since writing
-    through it would change the file it points to.
+    An earlier repro's folder (its marker, or its ``environment.json``, names the
+    repro) is written over, as running again means to; a link among those names never
+    is, since writing through it would change the file it points to.
     """
     if not folder.is_dir():
         return
-    there = [name for name in _WRITTEN
+    there = [name for name in (*_WRITTEN, _MARKER)
              if (folder / name).exists() or (folder / name).is_symlink()]
     links = [name for name in there if (folder / name).is_symlink()]
     if there and (links or not _earlier_repro(folder)):
@@ -129,7 +131,13 @@ def _check_repro_folder(folder: Path) -> None:
 
 
 def _earlier_repro(folder: Path) -> bool:
-    """Whether ``folder`` holds a repro this package wrote: its ``environment.json`` says so."""
+    """Whether ``folder`` holds a repro this package wrote (or began to write).
+
+    Its marker, written first, says so; or, for one written before the marker was,
+    its ``environment.json``.
+    """
+    if (folder / _MARKER).is_file() and not (folder / _MARKER).is_symlink():
+        return True
     try:
         record = json.loads((folder / "environment.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -255,6 +263,9 @@ def _write_case(folder: Path, repro_model: onnx.ModelProto, weights_dir: Path | 
     """
     with _writing_to(folder):
         # A repro written over an older one must not keep its extra input_<k>.pb files.
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / _MARKER).write_text("a repro bisect-onnx writes; a run with this folder "
+                                      "as --repro-dir writes over it\n", encoding="utf-8")
         shutil.rmtree(folder / "backend_test", ignore_errors=True)
         (folder / "backend_test" / DATA_SET).mkdir(parents=True, exist_ok=True)
         _save_segment(repro_model, folder, weights_dir)

@@ -101,3 +101,16 @@ def test_random_samples_check_their_own_folders_only(tmp_path):
         check_repro_dir(tmp_path, per_sample=True)
     with pytest.raises(UsageError, match="holds repro.py"):
         check_repro_dir(tmp_path, per_sample=False)
+
+
+def test_a_repro_cut_short_is_still_known_as_one(two_files, capsys):
+    assert main(_argv("out")) == 1
+    capsys.readouterr()
+    out = two_files / "out"
+    # Cut short before its last files: the marker, written first, is there.
+    for name in ("environment.json", "repro.py", "README.txt"):
+        (out / name).unlink()
+    check_repro_dir(out, per_sample=False)
+    assert main(_argv("out")) == 1
+    capsys.readouterr()
+    assert (out / "environment.json").is_file()
