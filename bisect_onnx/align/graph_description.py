@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from bisect_onnx.graph.nodes import NodeInfo, read_nodes
+from bisect_onnx.graph.weights import tensor_values
 
 if TYPE_CHECKING:
     import onnx
@@ -153,7 +154,6 @@ def describe_model(
         the initializers and ``Constant`` outputs as arrays.
     """
     import onnx
-    from onnx import numpy_helper
 
     try:
         model = onnx.shape_inference.infer_shapes(model)
@@ -163,7 +163,7 @@ def describe_model(
     # An initializer no node reads (left behind by an edit) must not pair with a
     # template weight the foreign nodes no longer use.
     used = {name for node in graph.node for name in node.input}
-    constants = {tensor.name: numpy_helper.to_array(tensor, base_dir)
+    constants = {tensor.name: tensor_values(tensor, base_dir)
                  for tensor in graph.initializer if tensor.name in used}
     for node in graph.node:
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):

@@ -37,6 +37,7 @@ from bisect_onnx.align.kept_names import NAME_KEPT_FOR_OTHER_SHAPE, TAKEN_OVER, 
 from bisect_onnx.align.modules import Unaligned
 from bisect_onnx.align.quantization import Conversion, Quantization
 from bisect_onnx.align.structural_match import Agree
+from bisect_onnx.graph.weights import tensor_values
 
 if TYPE_CHECKING:
     import onnx
@@ -169,11 +170,9 @@ class CandidateGroups:
         return node.op_type if node is not None else None
 
     def _constant(self, name: str) -> np.ndarray | None:
-        from onnx import numpy_helper
-
         for tensor in self.model.graph.initializer:
             if tensor.name == name:
-                return numpy_helper.to_array(tensor, self.base_dir)
+                return tensor_values(tensor, self.base_dir)
         node = self.producers.get(name)
         if node is not None and node.op_type == "Constant":
             from bisect_onnx.align.graph_description import constant_node_value

@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING
 from bisect_onnx.graph.walk import graph_tensors
 
 if TYPE_CHECKING:
+    import numpy as np
     import onnx
 
-__all__ = ["copy_model", "external_location", "link_or_copy", "weight_bytes",
-           "write_external_data"]
+__all__ = ["copy_model", "external_location", "link_or_copy", "tensor_values",
+           "weight_bytes", "write_external_data"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +39,24 @@ def external_location(tensor: onnx.TensorProto) -> str | None:
     if tensor.data_location != onnx.TensorProto.EXTERNAL:
         return None
     return next((entry.value for entry in tensor.external_data if entry.key == "location"), "")
+
+
+def tensor_values(tensor: onnx.TensorProto, base_dir: str | Path) -> np.ndarray:
+    """A tensor's values, its external data read from ``base_dir``; the tensor untouched.
+
+    Older onnx releases (this package takes onnx 1.16 on) write the bytes they read
+    into the tensor they read them for; onnx 1.23 does not. A model read in place
+    (:mod:`bisect_onnx.runtime.weights_in_place`) would then hold each weight it was
+    asked for (all of them after a digest), and change under a thread reading it: a
+    copy of the reference (a few bytes) is read instead.
+    """
+    from onnx import numpy_helper
+
+    if external_location(tensor) is not None:
+        copy = type(tensor)()
+        copy.CopyFrom(tensor)
+        tensor = copy
+    return numpy_helper.to_array(tensor, str(base_dir))
 
 
 def weight_bytes(tensors: Iterable[onnx.TensorProto]) -> int:

@@ -28,6 +28,7 @@ import numpy as np
 
 from bisect_onnx.graph.nodes import NodeInfo
 from bisect_onnx.graph.scopes import read_scopes
+from bisect_onnx.graph.weights import tensor_values
 
 if TYPE_CHECKING:
     import onnx
@@ -143,8 +144,6 @@ def _missing_modules(nodes: Sequence[NodeInfo], paths: set[str]) -> tuple[int, l
 def _compare_weights(weights: Mapping[str, np.ndarray], model: onnx.ModelProto,
                      nodes: Sequence[NodeInfo], base_dir: Path) -> tuple[int, list[str]]:
     """How many same-named weights the file holds, and which hold other values."""
-    from onnx import numpy_helper
-
     rewritten = {name for node in nodes if node.torch is not None and node.torch.rewrite_rule
                  for name in node.inputs}
     compared, differing = 0, []
@@ -153,7 +152,7 @@ def _compare_weights(weights: Mapping[str, np.ndarray], model: onnx.ModelProto,
         if mine is None or tuple(tensor.dims) != mine.shape:
             continue
         try:
-            theirs = numpy_helper.to_array(tensor, str(base_dir))
+            theirs = tensor_values(tensor, base_dir)
         except (OSError, ValueError) as error:  # external data gone: nothing to compare
             logger.debug("initializer %s not read: %s", tensor.name, error)
             continue

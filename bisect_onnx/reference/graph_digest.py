@@ -149,9 +149,10 @@ def _node_digest(node: onnx.NodeProto) -> str:
 def _tensor_digest(tensor: onnx.TensorProto, base_dir: Path) -> str:
     """An initializer's dtype, shape and values, however the file stores them."""
     import numpy as np
-    from onnx import numpy_helper
 
-    array = np.ascontiguousarray(numpy_helper.to_array(tensor, str(base_dir)))
+    from bisect_onnx.graph.weights import tensor_values
+
+    array = np.ascontiguousarray(tensor_values(tensor, base_dir))
     digest = hashlib.sha256(f"{array.dtype.str}{list(array.shape)}".encode())
     if array.dtype.hasobject:  # a string tensor
         digest.update(json.dumps([str(item) for item in array.reshape(-1)]).encode())
