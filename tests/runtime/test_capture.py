@@ -323,3 +323,16 @@ def test_a_file_with_other_hard_links_is_read_whole(tmp_path):
     assert not any(tensor.data_location == onnx.TensorProto.EXTERNAL
                    for tensor in runner.model.graph.initializer)
     assert graph_digest(runner.model, tmp_path) == graph_digest(onnx.load(str(path)), tmp_path)
+
+
+def test_a_model_not_read_in_place_is_promoted_without_being_changed(tmp_path, monkeypatch):
+    import bisect_onnx.runtime.onnxruntime.runner as ort_runner
+
+    path = tmp_path / "resnet_like.onnx"
+    path.write_bytes(repo_path(FIXTURES["resnet_like"].onnx_file).read_bytes())
+    runner = OnnxRuntimeRunner(path)
+    before = runner.model.SerializeToString()
+    monkeypatch.setattr(ort_runner, "weights_in_place", lambda *_: None)  # (unexpected bytes)
+    promoted = onnx.load_from_string(runner.promoted_bytes({"relu"}))
+    assert [value.name for value in promoted.graph.output] == ["linear", "relu"]
+    assert runner.model.SerializeToString() == before

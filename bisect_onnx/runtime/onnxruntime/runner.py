@@ -183,8 +183,9 @@ class OnnxRuntimeRunner(Runner):
         expected = None
         if plan.promoted is not None and not plan.production_nodes:
             # The capture mirrors another graph (NCHWc disabled): production must run.
-            # It runs first and goes, so that its session and the capture's, each with
-            # every weight, are never held together.
+            # It runs first and goes, so that a big model's session and its capture's,
+            # each with every weight, are never held together (a smaller model's capture
+            # session may have been made ahead: prepare_sessions).
             expected = self._production_outputs(inputs, release=True)
         session = self._capture_session()
         fetched = [output.name for output in session.get_outputs()]
@@ -355,10 +356,9 @@ class OnnxRuntimeRunner(Runner):
 
         Where the file is as its model was read, its own bytes, its large inline
         weights referenced where they lie in it (:mod:`bisect_onnx.runtime.weights_in_place`),
-        and after them a message adding the outputs: protobuf merges a message read
-        twice, appending to a repeated field. Otherwise the outputs are appended to the
-        loaded model only for its serialization (a copy would hold its inline weights
-        twice). Plain untyped ``ValueInfoProto`` outputs, which ORT is content with.
+        else the model read serialized; after them, a message adding the outputs:
+        protobuf merges a message read twice, appending to a repeated field. Plain
+        untyped ``ValueInfoProto`` outputs, which ORT is content with.
         """
         import onnx
 
@@ -375,12 +375,6 @@ class OnnxRuntimeRunner(Runner):
                     present.add(output)
         self._check_unchanged()
         in_place = weights_in_place(self.path, self._read_as)
-        if in_place is not None:
-            return in_place + onnx.ModelProto(graph=onnx.GraphProto(
-                output=added)).SerializeToString()
-        original = len(graph.output)
-        try:
-            graph.output.extend(added)
-            return self.model.SerializeToString()
-        finally:
-            del graph.output[original:]
+        outputs = onnx.ModelProto(graph=onnx.GraphProto(output=added)).SerializeToString()
+        # (The model read is never changed: a check's digest reads it from a thread.)
+        return (self.model.SerializeToString() if in_place is None else in_place) + outputs
