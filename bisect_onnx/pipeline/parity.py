@@ -114,7 +114,8 @@ def assert_parity(
             emit(CAPTURE_STARTED, "pytorch")
         capture = prepared.capture or reference.side.run(arrays, keywords=prepared.keywords)
         # PyTorch's values are recorded: one copy of the weights (the file's, where it can)
-        parking.park(prepared.candidate.model, prepared.candidate.path.parent)
+        parking.park(prepared.candidate.model, prepared.candidate.path.parent,
+                     model_file=prepared.candidate.path)
         warnings: list[str] = []
         with kept_in_heap(parking.parked):  # its pages kept for the weights read back
             outputs = prepared.candidate.run_outputs(arrays)

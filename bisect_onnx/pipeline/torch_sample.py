@@ -152,7 +152,7 @@ def _capture_pytorch(sample: TorchSample) -> TorchSample:
         emit(CAPTURE_STARTED, "pytorch")
         torch_capture = settings.reference.side.run(arrays, keywords=prepared.keywords)
     # PyTorch's values are recorded: one copy of the weights (the file's, where it holds them)
-    settings.parking.park(candidate.model, candidate.path.parent)
+    settings.parking.park(candidate.model, candidate.path.parent, model_file=candidate.path)
     return replace(sample, memory_reason=memory_reason, torch_capture=torch_capture)
 
 

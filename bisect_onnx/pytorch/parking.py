@@ -99,12 +99,14 @@ class WeightParking:
         return self.folder / "parked-weights.bin"
 
     def park(self, onnx_model: onnx.ModelProto | None = None,
-             model_dir: Path | None = None) -> None:
+             model_dir: Path | None = None, *, model_file: Path | None = None) -> None:
         """Point the tensors at bytes on disk, if the model is large.
 
         A parameter whose bytes ``onnx_model``'s external data (in ``model_dir``) holds
         is pointed at them, read-only for the file (:mod:`~bisect_onnx.pytorch.
-        weights_in_file`); the other tensors are written out to the run's folder.
+        weights_in_file`); the other tensors are written out to the run's folder. The
+        ONNX file itself (``model_file``) is not pointed at, though its model read in
+        place references its inline weights.
         """
         if self.parked:
             return
@@ -115,7 +117,7 @@ class WeightParking:
             return
         started = time.perf_counter()
         if onnx_model is not None and model_dir is not None:
-            tensors = self._point_at_model_file(tensors, onnx_model, model_dir)
+            tensors = self._point_at_model_file(tensors, onnx_model, model_dir, model_file)
         in_file = total - sum(_padded(t) for t in tensors)
         if tensors:
             self._write_out(tensors)
@@ -125,12 +127,13 @@ class WeightParking:
                         format_size(in_file), time.perf_counter() - started)
 
     def _point_at_model_file(self, tensors: list[torch.Tensor], onnx_model: onnx.ModelProto,
-                             model_dir: Path) -> list[torch.Tensor]:
+                             model_dir: Path, model_file: Path | None,
+                             ) -> list[torch.Tensor]:
         """Point each parameter the file holds at its bytes there; the other tensors."""
         import torch
 
         try:
-            stored = StoredWeights(onnx_model, model_dir)
+            stored = StoredWeights(onnx_model, model_dir, model_file=model_file)
         except OSError as error:  # a data file that cannot be read: write them out
             logger.info("weights not parked on the ONNX file's data: %s", error)
             return tensors

@@ -75,7 +75,8 @@ class StoredWeights:
     parameters pointed at the same bytes would see each other's writes.
     """
 
-    def __init__(self, model: onnx.ModelProto, model_dir: Path) -> None:
+    def __init__(self, model: onnx.ModelProto, model_dir: Path, *,
+                 model_file: Path | None = None) -> None:
         self._by_kind: dict[tuple[torch.dtype | None, tuple[int, ...]], list[_Stored]] = {}
         self._used: set[tuple[Path, int]] = set()
         self._maps: dict[Path, mmap.mmap] = {}
@@ -83,9 +84,12 @@ class StoredWeights:
         # while the disk's queue is full, and would stall the comparison it feeds.
         self._reader = ThreadPoolExecutor(1)
         sizes: dict[Path, int] = {}
+        # The ONNX file itself (its inline weights, read in place) is not a data file:
+        # the user re-exports over it, where a data file is written once beside it.
+        own = model_file.resolve() if model_file is not None else None
         for tensor in model.graph.initializer:
             stored = _stored(tensor, model_dir.resolve(), sizes)
-            if stored is not None:
+            if stored is not None and stored.path != own:
                 self._by_kind.setdefault((_torch_dtype(tensor.data_type), stored.shape),
                                          []).append(stored)
 

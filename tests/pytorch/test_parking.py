@@ -251,3 +251,41 @@ def test_a_parked_run_keeps_freed_memory_for_the_weights_then_gives_it_back(
     assert [event for event in happened if event.startswith("kept")] == ["kept True"]
     assert (happened.index("kept True") < happened.index("restored")
             < happened.index("given back") == len(happened) - 1)
+
+
+def test_the_onnx_file_itself_is_never_parked_on(tmp_path):
+    # A model read in place references the file's inline weights; parking points
+    # parameters only at data files, never at the .onnx file a re-export writes over.
+    import onnx
+    from onnx import helper, numpy_helper
+
+    from bisect_onnx.runtime.onnx_files import file_key
+    from bisect_onnx.runtime.weights_in_place import model_in_place
+
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 64, bias=False)
+    weight = numpy_helper.from_array(linear.weight.detach().numpy().T.copy(), "w")
+    for padding in range(4):  # the weight's bytes at an offset a float32 can start at
+        graph = helper.make_graph(
+            [helper.make_node("MatMul", ["x", "w"], ["y"])], "g" * (padding + 1),
+            [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 64])],
+            [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 64])],
+            initializer=[weight])
+        path = tmp_path / "m.onnx"
+        onnx.save(helper.make_model(graph), str(path))
+        model = model_in_place(path, file_key(path))
+        offset = int(next(entry.value for entry in model.graph.initializer[0].external_data
+                          if entry.key == "offset"))
+        if offset % 4 == 0:
+            break
+    before = linear.weight.detach().clone()
+    pointed = WeightParking(linear, tmp_path / "run", min_bytes=0)
+    (tmp_path / "run").mkdir()
+    pointed.park(model, tmp_path)
+    assert path in pointed._maps  # noqa: SLF001 (without model_file: the file's bytes)
+    pointed.restore()
+    kept_off = WeightParking(linear, tmp_path / "run", min_bytes=0)
+    kept_off.park(model, tmp_path, model_file=path)
+    assert kept_off.parked and path not in kept_off._maps  # noqa: SLF001 (written out)
+    kept_off.restore()
+    assert torch.equal(linear.weight, before)

@@ -175,7 +175,7 @@ def test_a_data_file_that_cannot_be_mapped_leaves_the_weights_to_be_written(
     model = Net()
     proto, _ = _save_with_external_data(tmp_path, _as_exported(model))
 
-    def no_device(*args):
+    def no_device(*args, **kwargs):
         raise OSError(19, "No such device")
 
     monkeypatch.setattr(StoredWeights, failing, no_device)
