@@ -372,14 +372,22 @@ def _deviation(expected: np.ndarray, actual: np.ndarray, rtol: float, atol: floa
         return Deviation(float("inf"), passed=False)
     if expected.size == 0:
         return Deviation(0.0, passed=True)
-    difference = np.abs(np.subtract(actual, expected, dtype=np.float64))
+    with np.errstate(invalid="ignore"):  # an infinity less itself: NaN, judged below
+        difference = np.abs(np.subtract(actual, expected, dtype=np.float64))
     largest = difference.max()
     # Within atol everywhere, it passes whatever rtol adds: most values of a run at
     # parity go no further (330 comparisons a 32-step run of 2 layers; NaN goes on).
     if largest <= atol:
         return Deviation(float(largest), passed=True)
-    passed = bool((difference <= atol + rtol * np.abs(expected)).all())  # NaN fails
-    if largest == largest:  # no NaN: the largest is the largest error
-        return Deviation(float(largest), passed=passed)
+    finite = np.isfinite(expected) & np.isfinite(actual)
+    if finite.all():  # the largest is the largest error
+        return Deviation(float(largest), passed=bool(
+            (difference <= atol + rtol * np.abs(expected)).all()))
+    # As the judge rules (judge/compare.py), a NaN against a NaN and an infinity against
+    # the same infinity agree (the model computes them so); any other non-finite pair
+    # fails (opposite infinities too, which an infinite rtol term would let pass).
+    agree = ~finite & ((np.isnan(expected) & np.isnan(actual)) | (actual == expected))
+    within = finite & (difference <= atol + rtol * np.abs(expected))
+    difference[agree] = 0.0
     return Deviation(float(np.nanmax(difference)) if not np.isnan(difference).all()
-                     else float("nan"), passed=passed)
+                     else float("nan"), passed=bool((within | agree).all()))

@@ -44,3 +44,22 @@ def test_another_shape_fails_and_an_empty_value_passes():
     assert _deviation(EXPECTED, EXPECTED[:, :2], rtol=1e-3, atol=1e-5).passed is False
     empty = np.zeros((1, 0), dtype=np.float32)
     assert _deviation(empty, empty, rtol=1e-3, atol=1e-5).passed is True
+
+
+def test_non_finite_values_agree_as_the_judge_rules():
+    # A NaN against a NaN, an infinity against the same one: the model computes them so,
+    # on both sides, and one forward's comparison lets them agree too.
+    from bisect_onnx.judge.compare import compare_arrays
+
+    expected = np.array([[np.nan, np.inf, -np.inf, 1.0]], dtype=np.float32)
+    for actual, passed in ((expected.copy(), True),
+                           (np.array([[np.nan, np.inf, -np.inf, 1.5]], np.float32), False),
+                           (np.array([[np.nan, -np.inf, -np.inf, 1.0]], np.float32), False),
+                           (np.array([[0.0, np.inf, -np.inf, 1.0]], np.float32), False)):
+        deviation = _deviation(expected, actual, rtol=1e-3, atol=1e-5)
+        assert deviation.passed is passed
+        assert compare_arrays(expected, actual, rtol=1e-3, atol=1e-5).passed is passed
+    assert _deviation(expected, expected.copy(), rtol=1e-3, atol=1e-5).max_abs == 0.0
+    mixed = _deviation(expected, np.array([[np.nan, np.inf, -np.inf, 1.5]], np.float32),
+                       rtol=1e-3, atol=1e-5)
+    assert mixed.max_abs == pytest.approx(0.5)
