@@ -230,3 +230,15 @@ def test_a_graph_refused_after_its_capture_was_made_leaves_nothing_behind(
         bisect_onnx.check(recorded, other)
     assert any(profiled)  # the capture session was made before the refusal
     assert not list(scratch.iterdir())
+
+
+def test_another_models_file_let_through_by_name_is_told_its_inputs_do_not_fit(
+        recorded, capsys):
+    from fixtures.registry import FIXTURES, repo_path
+
+    other = repo_path(FIXTURES["tiny_mlp"].onnx_file)
+    assert main(["check", str(recorded), "--onnx", str(other), "--allow-other-file"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"the recorded inputs do not fit {other}: input 0" in err
+    assert "check the file the reference was recorded on" in err
