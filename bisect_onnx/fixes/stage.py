@@ -134,10 +134,13 @@ def check_write_fixed(path: str | Path | None, user_paths: tuple[object, ...]) -
     """Refuse ``--write-fixed`` onto a user's file, or into a folder that does not exist."""
     if path is None:
         return
+    from bisect_onnx.sources.output_paths import same_file
+
     target = Path(path).expanduser().resolve()
     for user in user_paths:
+        # (a hard link of an input too: writing it would truncate the input's bytes)
         if user is not None and isinstance(user, (str, Path)) and \
-                Path(user).expanduser().resolve() == target:
+                same_file(Path(user).expanduser(), target):
             raise UsageError(f"--write-fixed {path} is one of the input files; the user's files "
                              "are never written: choose another path")
     if not target.parent.is_dir():

@@ -26,7 +26,7 @@ from bisect_onnx.errors import InputError, UsageError
 if TYPE_CHECKING:
     from bisect_onnx.judge.records import Report
 
-__all__ = ["check_outputs", "check_run_files", "check_report_path", "model_files",
+__all__ = ["check_outputs", "check_run_files", "check_report_path", "same_file", "model_files",
            "onnx_files", "source_file"]
 
 Labelled = tuple[str, "str | Path | None"]
@@ -217,6 +217,11 @@ def _identity(path: Path) -> tuple[Path, tuple[int, int] | None]:
     except OSError:
         return resolved, None
     return resolved, (status.st_dev, status.st_ino)
+
+
+def same_file(one: Path, other: Path) -> bool:
+    """Whether two paths name one file: links followed, hard links (one inode) included."""
+    return _same(_identity(one), _identity(other))
 
 
 def _same(one: tuple, other: tuple) -> bool:

@@ -73,3 +73,19 @@ def test_suggest_fix_against_a_bfloat16_candidate_prints_and_writes_the_checked_
     assert "FIX, reaches parity: " in out
     fixed = onnx.load(tmp_path / "fixed.onnx")
     assert not bisect_onnx.bisect_onnx_models(reference, fixed, inputs).diverged
+
+
+def test_write_fixed_onto_a_hard_link_of_the_candidate_is_refused(tmp_path, capsys):
+    import hashlib
+    import os
+    import shutil
+
+    candidate = tmp_path / "candidate.onnx"
+    shutil.copyfile(REPO_ROOT / MLP.onnx_file, candidate)
+    os.link(candidate, tmp_path / "linked.onnx")
+    before = hashlib.sha256(candidate.read_bytes()).hexdigest()
+    status = main([str(REPO_ROOT / MLP.onnx_file), "--against", str(candidate),
+                   "--write-fixed", str(tmp_path / "linked.onnx")])
+    err = capsys.readouterr().err
+    assert status == 2 and "is one of the input files" in err and err.count("\n") == 1
+    assert hashlib.sha256(candidate.read_bytes()).hexdigest() == before
