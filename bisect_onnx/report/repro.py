@@ -108,6 +108,10 @@ def check_repro_dir(repro_dir: str | Path | None, *, per_sample: bool) -> None:
         return
     folder = Path(repro_dir)
     for each in sorted(folder.glob("sample-*")) if per_sample else [folder]:
+        if per_sample and not each.is_dir():  # (a sample's repro could not go there)
+            raise UsageError(f"--repro-dir {folder} holds {each.name}, which is not a "
+                             "folder, where a sample's repro goes; pass a new or empty "
+                             "folder to --repro-dir")
         _check_repro_folder(each)
 
 

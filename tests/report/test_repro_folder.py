@@ -103,6 +103,13 @@ def test_random_samples_check_their_own_folders_only(tmp_path):
         check_repro_dir(tmp_path, per_sample=False)
 
 
+def test_a_file_named_as_a_samples_folder_is_refused(tmp_path):
+    (tmp_path / "sample-1").write_text(USERS)
+    with pytest.raises(UsageError, match="holds sample-1, which is not a folder"):
+        check_repro_dir(tmp_path, per_sample=True)
+    assert (tmp_path / "sample-1").read_text() == USERS
+
+
 def test_a_repro_cut_short_is_still_known_as_one(two_files, capsys):
     assert main(_argv("out")) == 1
     capsys.readouterr()
