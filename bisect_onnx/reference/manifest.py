@@ -92,7 +92,9 @@ class RowProvenance:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RowProvenance:
-        """The provenance :meth:`to_json` gave."""
+        """The provenance :meth:`to_json` gave; the value's name is required, the rest not."""
+        if not isinstance(data["onnx_value"], str):
+            raise ValueError(f"onnx_value {data['onnx_value']!r} is not a value's name")
         source = data.get("source")
         return cls(**{**{key: data.get(key) for key in (
             "onnx_value", "onnx_node", "onnx_op", "torch_module", "torch_op", "fx_node",

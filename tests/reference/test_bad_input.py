@@ -121,6 +121,12 @@ def test_another_version_or_format(recorded, tmp_path, capsys, no_array_read):
     missing = rewritten(recorded, tmp_path / "missing.npz", manifest=lambda manifest: {
         name: value for name, value in manifest.items() if name != "values"})
     refused(missing, capsys, "its manifest is malformed [(]no 'values' field[)]; record")
+    for field in ("final_outputs", "rows"):  # a row without the value it shows
+        nameless = rewritten(recorded, tmp_path / f"nameless_{field}.npz",
+                             manifest=lambda manifest, field=field: {**manifest, field: [
+                                 {key: value for key, value in row.items()
+                                  if key != "onnx_value"} for row in manifest[field]]})
+        refused(nameless, capsys, "its manifest is malformed [(]no 'onnx_value' field[)]")
 
 
 def test_a_member_claiming_more_than_it_holds_or_the_budget(recorded, tmp_path, capsys,
