@@ -31,6 +31,12 @@ def print_report(args: argparse.Namespace, report: Report) -> int:
             print(_paint_table(sweep, colour))
             print()
     print(_paint(report.summary(), _RED if report.diverged else _GREEN, colour))
+    if report.repro is not None:  # the one file the run writes that no option names
+        repro = report.repro
+        print(f"repro: {repro.folder} ({len(repro.nodes)} node(s); "
+              + ("`python repro.py` there exits 1 while the runtime still disagrees)"
+                 if repro.reproduces else "the segment alone does not reproduce it: the "
+                 "error builds up over more of the model)"))
     fixes = fixes_section(report)
     if fixes:
         print(f"\n{fixes}")

@@ -121,3 +121,9 @@ def test_a_repro_cut_short_is_still_known_as_one(two_files, capsys):
     assert main(_argv("out")) == 1
     capsys.readouterr()
     assert (out / "environment.json").is_file()
+
+
+def test_the_command_says_where_the_repro_went(two_files, capsys):
+    assert main(_argv("out")) == 1
+    printed = capsys.readouterr().out
+    assert "repro: out (1 node(s); `python repro.py` there exits 1" in printed
