@@ -40,6 +40,10 @@ _WHERE_PYTORCH_RUNS = ("; where PyTorch runs (the recorded command), --suggest-f
                        "other exporter and opsets and eval mode")
 _BY_HAND = ("compare the op and the ONNX segment by hand in float64 to tell the exporter from "
             "the runtime")
+_BY_HAND_ONNX = ("run the culprit's node from each file alone in float64 (the repro's "
+                 "segment) and compare")
+#: How a PyTorch reference describes itself (the report's ``reference.kind``).
+_PYTORCH_KINDS = ("torch", "exported_program", "torchscript")
 
 
 def advice(report: Report) -> str:
@@ -71,7 +75,19 @@ def advice(report: Report) -> str:
     if narrower is not None:
         return (f"the candidate computes in {narrower}, and this node loses more than that "
                 f"precision's tolerance; {_tried(report, narrower)}")
+    if not _against_pytorch(report):  # two ONNX models: no torch op, no exporter to blame
+        return (f"not classified: the reference is an ONNX model, so no torch op runs in "
+                f"float64 to tell which side is right; {_tried(report, None)}; "
+                f"{_BY_HAND_ONNX}")
     return f"not classified: {kind['detail']}; {_tried(report, None)}; {_BY_HAND}"
+
+
+def _against_pytorch(report: Report) -> bool:
+    """Whether the reference is PyTorch (run here, or recorded where it runs)."""
+    reference = report.reference or {}
+    if reference.get("kind") == "recorded reference":
+        reference = reference.get("recorded") or {}
+    return reference.get("kind") in _PYTORCH_KINDS
 
 
 def baked_cause(report: Report) -> str | None:
@@ -154,5 +170,7 @@ def _tried(report: Report, narrower: str | None) -> str:
     if elsewhere:
         return ("--suggest-fix tries the runtime's optimizations here, and where PyTorch runs "
                 "(the recorded command) the other exporter and opsets and eval mode")
+    if not _against_pytorch(report):
+        return "--suggest-fix tries the runtime's optimizations"
     return ("--suggest-fix tries the other exporter and opsets, eval mode and the runtime's "
             "optimizations")

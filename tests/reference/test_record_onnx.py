@@ -153,3 +153,19 @@ def test_a_diverged_onnx_reference_checked_on_a_file_that_passes(tmp_path):
     assert not fixed.diverged
     assert "wider-than-recorded" not in [getattr(warning, "code", None)
                                          for warning in fixed.warnings]
+
+
+def test_two_onnx_models_get_no_exporter_advice(tmp_path):
+    # No torch op runs between two ONNX files: neither the exporter nor eval mode is
+    # named, in the run or in a check of its recording.
+    from bisect_onnx.report.advice import advice
+
+    x = np.load(RESNET_INPUT)
+    planted = tmp_path / "planted.onnx"
+    plant(RESNET, planted, scale_initializer_input(PLANTED_NODE, 1, 1.5))
+    report = bisect_onnx.bisect_onnx_models(RESNET, planted, x)
+    reference = bisect_onnx.record(RESNET, x, path=tmp_path / "ref.npz", candidate=planted)
+    for run in (report, bisect_onnx.check(reference, planted)):
+        said = advice(run)
+        assert "the reference is an ONNX model" in said and "tries the runtime's" in said
+        assert "exporter" not in said and "eval mode" not in said
