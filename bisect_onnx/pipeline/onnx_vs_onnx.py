@@ -60,7 +60,7 @@ from bisect_onnx.sources.file_kinds import check_onnx_file
 from bisect_onnx.sources.graph_inputs import check_against_onnx
 from bisect_onnx.sources.input_samples import Samples
 from bisect_onnx.sources.input_sizes import input_budget
-from bisect_onnx.sources.output_paths import check_run_files
+from bisect_onnx.sources.output_paths import check_run_files, same_file
 
 if TYPE_CHECKING:
     import onnx
@@ -69,6 +69,9 @@ __all__ = ["bisect_onnx_models", "compare_onnx_models", "check_onnx_file"]
 
 logger = logging.getLogger(__name__)
 
+SAME_FILE = ("the candidate {candidate} is the reference's file {reference} (a link to it, "
+             "or its name again), run the same way: it can only agree with itself; give the "
+             "other file, or another optimization level, provider or runtime to compare")
 NOTHING_TO_COMPARE = (
     "the reference and the candidate are the same model run the same way; give a "
     "candidate (--against FILE), another optimization level (--against-opt-level), "
@@ -182,8 +185,8 @@ def compare_onnx_models(
         provider=reference_runtime.provider, opt_level=reference_runtime.opt_level,
         runtime=reference_runtime.runtime, precision=reference_runtime.precision)
     _check_runtimes(reference_runtime, candidate_runtime)
-    if candidate is None and not evaluator and reference_runtime.runs_like(candidate_runtime):
-        raise UsageError(NOTHING_TO_COMPARE)
+    if not evaluator and reference_runtime.runs_like(candidate_runtime):
+        _check_two_models(reference, candidate)
     emit(BISECTION_STARTED, output.label or str(reference))
     with tempfile.TemporaryDirectory(prefix="bisect-onnx-") as workdir:
         reference_path, reference_label = _model_path(reference, Path(workdir), "reference")
@@ -311,6 +314,15 @@ def _candidate_inputs(arrays: Sequence[np.ndarray], reference: Runner,
                  else array for array, spec in zip(arrays, candidate.inputs, strict=True)]
     check_against_onnx(converted, candidate.inputs)
     return converted
+
+
+def _check_two_models(reference: object, candidate: object) -> None:
+    """Where both sides run alike: refuse a model compared with itself (no candidate, its file)."""
+    if candidate is None:
+        raise UsageError(NOTHING_TO_COMPARE)
+    if isinstance(reference, (str, Path)) and isinstance(candidate, (str, Path)) \
+            and same_file(Path(reference), Path(candidate)):
+        raise UsageError(SAME_FILE.format(candidate=candidate, reference=reference))
 
 
 def _check_before_running(reference: object, candidate: object, inputs: object,

@@ -593,6 +593,7 @@ def test_cli_repro_dir_and_samples_with_a_candidate(made, tmp_path, capsys):
     (["{resnet}"], "is an ONNX model; pass it with --onnx"),
     (["{resnet}", "--against-provider", "NoSuchProvider"], "NoSuchProvider"),
     (["{resnet}", "--against-opt-level", "all"], "same model run the same way"),
+    (["{resnet}", "--against", "{resnet}"], "is the reference's file"),
 ])
 def test_cli_bad_input_is_one_line_with_status_2(made, tmp_path, capsys, argv, message,
                                                  fixtures_untouched):
@@ -688,3 +689,18 @@ def test_the_promote_all_fallback_is_made_once_and_said_in_every_sample(made, mo
     assert promotions == ["all"]  # the first sample falls back; the next ones keep it
     assert any("candidate values survive ONNX Runtime's optimized graph" in warning
                for warning in report.warnings)
+
+
+def test_a_hard_link_of_the_reference_run_alike_is_refused(tmp_path, capsys):
+    import os
+    import shutil
+
+    reference = tmp_path / "resnet.onnx"
+    shutil.copyfile(RESNET, reference)
+    os.link(reference, tmp_path / "same.onnx")
+    argv = [str(reference), "--against", str(tmp_path / "same.onnx"), "--input",
+            str(RESNET_INPUT)]
+    assert main(argv) == 2
+    assert "is the reference's file" in capsys.readouterr().err
+    # Run another way, the same file is a comparison worth making.
+    assert main([*argv, "--against-opt-level", "disabled"]) in (0, 1)

@@ -127,3 +127,4 @@ def test_the_command_says_where_the_repro_went(two_files, capsys):
     assert main(_argv("out")) == 1
     printed = capsys.readouterr().out
     assert "repro: out (1 node(s); `python repro.py` there exits 1" in printed
+
