@@ -53,9 +53,12 @@ def test_the_command_line_builds_the_runtime_options():
                                       "f32"])
     assert bisect_onnx.RuntimeOptions.from_args(args) == bisect_onnx.RuntimeOptions(
         runtime="openvino", precision="f32")
-    with pytest.raises(UsageError, match="are ONNX Runtime's"):
+    with pytest.raises(UsageError, match=r"^opt_level \(--opt-level\) is ONNX Runtime's"):
         bisect_onnx.RuntimeOptions(runtime="openvino", opt_level="basic")
     # A provider this onnxruntime lacks is still ONNX Runtime's option, not its absence.
     for provider in ("CUDAExecutionProvider", "NoSuchProvider"):
-        with pytest.raises(UsageError, match="are ONNX Runtime's.*drop them"):
+        with pytest.raises(UsageError, match=r"^provider \(--provider\) is ONNX Runtime's.*"
+                                             "drop it"):
             bisect_onnx.RuntimeOptions(runtime="openvino", provider=provider)
+    with pytest.raises(UsageError, match="and opt_level .* are ONNX Runtime's.*drop them"):
+        bisect_onnx.RuntimeOptions(runtime="openvino", provider="X", opt_level="basic")

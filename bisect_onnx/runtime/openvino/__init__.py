@@ -46,10 +46,13 @@ def _check(settings: RunnerSettings) -> None:
     # The provider and level are ONNX Runtime's: only their defaults (the options'
     # own) may come along, whatever they name (a provider this onnxruntime lacks is
     # still not OpenVINO's); a wrong promotion is named as for ONNX Runtime.
-    if (settings.provider, settings.opt_level) != (CPU_PROVIDER, DEFAULT_OPT_LEVEL):
-        raise UsageError("provider and opt_level (--provider, --opt-level) are ONNX "
-                         "Runtime's; OpenVINO runs on its CPU plugin as it compiles: "
-                         "drop them with runtime openvino")
+    given = [name for name, value, default in (
+        ("provider (--provider)", settings.provider, CPU_PROVIDER),
+        ("opt_level (--opt-level)", settings.opt_level, DEFAULT_OPT_LEVEL)) if value != default]
+    if given:
+        raise UsageError(f"{' and '.join(given)} {'are' if len(given) > 1 else 'is'} ONNX "
+                         "Runtime's; OpenVINO compiles the model for its CPU device itself: "
+                         f"drop {'them' if len(given) > 1 else 'it'} with runtime openvino")
     check_runtime(settings.provider, settings.opt_level, settings.promote)
 
 
