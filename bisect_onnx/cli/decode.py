@@ -72,8 +72,8 @@ def refuse_ignored_options(args: argparse.Namespace) -> None:
     """
     given = [flag for name, flag in _NOT_FOR_DECODE.items()
              if getattr(args, name, None) not in (None, False, [])]
-    if getattr(args, "samples", 1) != 1:  # random inputs of one forward; the prompt is drawn
-        given.append("--samples")         # with --prompt-length and --seed
+    if getattr(args, "samples", None) is not None:  # one forward's random inputs; the prompt
+        given.append("--samples")  # is drawn with --prompt-length and --seed
     if given:
         raise UsageError(f"{_listed(given)} not apply to a decode run (--steps); drop "
                          f"{_pronoun(given)}, or drop --steps to compare one forward")
@@ -103,14 +103,10 @@ def refuse_decode_only_options(args: argparse.Namespace) -> None:
 def _random_prompt_options(args: argparse.Namespace) -> list[str]:
     """The options given that set the random prompt drawn where ``--input`` gives none.
 
-    ``--prompt-length`` has no default on the command line, so giving it is seen;
-    ``--seed``, which the one-forward form's random inputs share, is told from its
-    default, as that form tells it.
+    Neither has a default on the command line, so giving one is seen (``--seed 0`` too).
     """
-    from bisect_onnx.decode.options import DecodeOptions
-
     return [flag for flag, is_given in (("--prompt-length", args.prompt_length is not None),
-                                        ("--seed", args.seed != DecodeOptions.seed))
+                                        ("--seed", args.seed is not None))
             if is_given]
 
 

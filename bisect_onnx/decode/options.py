@@ -86,5 +86,6 @@ class DecodeOptions:
             if min(shape) < 1:
                 raise UsageError(f"--cache-shape takes L,H,D, each at least 1, got "
                                  f"{args.cache_shape!r}")
-        return cls(prompt_length=length, seed=args.seed, cache_names=names or None,
+        return cls(prompt_length=length, seed=cls.seed if args.seed is None else args.seed,
+                   cache_names=names or None,
                    cache_shape=shape)

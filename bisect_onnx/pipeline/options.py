@@ -18,11 +18,7 @@ from typing import TYPE_CHECKING, Any
 from bisect_onnx.errors import UsageError
 from bisect_onnx.judge.compare import DEFAULT_ATOL, DEFAULT_RTOL, check_tolerances
 from bisect_onnx.runtime.memory import default_budget, parse_size
-from bisect_onnx.runtime.onnxruntime.sessions import (
-    CPU_PROVIDER,
-    DEFAULT_OPT_LEVEL,
-    OPT_LEVELS,
-)
+from bisect_onnx.runtime.onnxruntime.sessions import CPU_PROVIDER, DEFAULT_OPT_LEVEL, OPT_LEVELS
 from bisect_onnx.runtime.registry import (
     ONNXRUNTIME,
     OV_PRECISIONS,
@@ -275,10 +271,11 @@ class RandomInputs:
     @staticmethod
     def add_arguments(parser: Arguments) -> None:
         """``--seed``, ``--dim``, ``--samples``."""
-        parser.add_argument("--seed", type=int, default=0, help="seed of random inputs")
+        # (No defaults here: a value given is told from none, and refused beside --input.)
+        parser.add_argument("--seed", type=int, help="seed of random inputs (default 0)")
         parser.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE",
                             help="value of a named free dimension, for random inputs (repeat)")
-        parser.add_argument("--samples", type=int, default=1, metavar="N",
+        parser.add_argument("--samples", type=int, metavar="N",
                             help="try N random inputs and report the worst (default 1)")
 
     @classmethod
@@ -286,11 +283,13 @@ class RandomInputs:
         """The random-input settings the command line gives (refused beside ``--input``)."""
         from bisect_onnx.sources.random_inputs import parse_dim_options
 
-        drawn = cls(seed=args.seed, dims=parse_dim_options(args.dim), samples=args.samples)
-        if args.input and drawn != cls():  # they cannot change the inputs given
-            raise UsageError("seed, dims and samples (--seed, --dim, --samples) apply to "
-                             "random inputs: drop them, or drop the given inputs")
-        return drawn
+        given = [flag for flag, value in (("--seed", args.seed), ("--dim", args.dim or None),
+                                          ("--samples", args.samples)) if value is not None]
+        if args.input and given:  # they cannot change the inputs given (their defaults too)
+            raise UsageError(f"seed, dims and samples (--seed, --dim, --samples) apply to random "
+                             f"inputs: drop {', '.join(given)}, or drop the given inputs")
+        return cls(seed=cls.seed if args.seed is None else args.seed, dims=parse_dim_options(
+            args.dim), samples=cls.samples if args.samples is None else args.samples)
 
 
 @dataclass(frozen=True)

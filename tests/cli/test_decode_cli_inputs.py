@@ -65,6 +65,7 @@ def test_a_fifo_prompt_is_refused_rather_than_read(user_files):
     (["--prompt-length", "4"], "--prompt-length applies"),
     (["--prompt-length", "8"], "--prompt-length applies"),  # its default, given: seen too
     (["--seed", "3"], "--seed applies"),
+    (["--seed", "0"], "--seed applies"),  # its default, given: still ignored beside --input
     (["--seed", "3", "--prompt-length", "4"], "--prompt-length, --seed apply")])
 def test_random_prompt_options_beside_a_prompt_file_are_refused(user_files, capsys, options,
                                                                  named):

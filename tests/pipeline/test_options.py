@@ -122,3 +122,12 @@ def test_public_functions_name_the_same_things_the_same_way():
              "runtime", "reference_runtime", "candidate_runtime", "search", "output",
              "suggest_fix"}
     assert set().union(*names) <= known
+
+
+@pytest.mark.parametrize("option", [["--seed", "0"], ["--samples", "1"], ["--seed", "3"]])
+def test_a_random_input_setting_given_beside_inputs_is_refused_at_its_default_too(option):
+    # Given, a default value is still a setting the given inputs would silently ignore.
+    with pytest.raises(bisect_onnx.UsageError, match=f"drop {option[0]}, or drop the given"):
+        bisect_onnx.RandomInputs.from_args(parsed("--input", "x.npy", *option))
+    assert bisect_onnx.RandomInputs.from_args(parsed(*option)) == bisect_onnx.RandomInputs(
+        **{option[0].removeprefix("--"): int(option[1])})
