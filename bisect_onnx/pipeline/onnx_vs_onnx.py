@@ -40,6 +40,7 @@ from bisect_onnx.pipeline.prepare import onnx_model_path
 from bisect_onnx.pipeline.repro import write_sample_repro
 from bisect_onnx.pipeline.samples import (
     as_arrays,
+    check_repro_folders,
     compare_samples,
     random_samples,
     samples_kind,
@@ -50,7 +51,6 @@ from bisect_onnx.pipeline.sweep import (
     onnx_outputs_compared,
     run_sweep,
 )
-from bisect_onnx.report.repro import check_repro_dir
 from bisect_onnx.runtime.heap import give_back, kept_in_heap
 from bisect_onnx.runtime.reference_evaluator.runner import ReferenceEvaluatorRunner
 from bisect_onnx.runtime.runner import Runner
@@ -334,8 +334,7 @@ def _check_before_running(reference: object, candidate: object, inputs: object,
     check_run_files({"output.repro_dir": output.repro_dir},
                     onnx_models={"reference": reference, "candidate": candidate},
                     tolerances=tolerance.rules, folders={"output.repro_dir"})
-    check_repro_dir(output.repro_dir, per_sample=samples_kind(inputs) is not None
-                    and not search.sweep)
+    check_repro_folders(output.repro_dir, inputs, sweep=search.sweep)
 
 
 def _compare(models: _Models, inputs: object, random_inputs: RandomInputs, *, sweep: bool,

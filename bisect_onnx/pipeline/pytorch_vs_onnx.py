@@ -36,6 +36,7 @@ from bisect_onnx.pipeline.prepare import (
 )
 from bisect_onnx.pipeline.samples import (
     RANDOM_SAMPLES,
+    check_repro_folders,
     compare_samples,
     given_input_sets,
     random_samples,
@@ -49,7 +50,6 @@ from bisect_onnx.pytorch.installed import require_torch
 from bisect_onnx.pytorch.module_side import model_untouched
 from bisect_onnx.pytorch.parking import parking_for
 from bisect_onnx.pytorch.reference import exit_is_a_model_error, reference_for
-from bisect_onnx.report.repro import check_repro_dir
 from bisect_onnx.sources.input_sizes import input_budget
 from bisect_onnx.sources.output_paths import check_run_files
 
@@ -170,8 +170,7 @@ def compare_pytorch(call: PyTorchCall, run_sample: SampleRunner = run_torch_samp
                     model=model, onnx_models={"onnx_model": onnx_model},
                     tolerances=tolerance.rules, folders={"output.repro_dir"},
                     makes_parents={"export.save_to"})
-    check_repro_dir(output.repro_dir, per_sample=samples_kind(inputs) is not None
-                    and not search.sweep)
+    check_repro_folders(output.repro_dir, inputs, sweep=search.sweep)
     from bisect_onnx.fixes.stage import check_write_fixed, write_fixed  # imports onnx: lazily
 
     check_write_fixed(fixes.write_fixed, (model, onnx_model))

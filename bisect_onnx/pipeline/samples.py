@@ -13,7 +13,7 @@ from bisect_onnx.errors import InputError, issue_warnings
 from bisect_onnx.judge.assembly import amended
 from bisect_onnx.judge.records import Report
 from bisect_onnx.pipeline.options import RandomInputs
-from bisect_onnx.report.repro import attach_repro
+from bisect_onnx.report.repro import attach_repro, check_repro_dir
 from bisect_onnx.runtime.input_specs import InputSpec
 from bisect_onnx.sources.input_samples import Samples
 from bisect_onnx.sources.input_sizes import Budget
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import onnx
 
 __all__ = ["Sample", "GivenArrays", "as_arrays", "given_input_sets", "random_samples",
-           "compare_samples", "worst_report"]
+           "check_repro_folders", "compare_samples", "worst_report"]
 
 Sample = tuple[list[np.ndarray], str]
 """One sample's arrays in the graph's input order, and how the report describes them."""
@@ -44,6 +44,15 @@ def samples_kind(inputs: object) -> str | None:
     if inputs is None:
         return RANDOM_SAMPLES
     return INPUT_SETS if isinstance(inputs, Samples) else None
+
+
+def check_repro_folders(repro_dir: str | Path | None, inputs: object, *, sweep: bool) -> None:
+    """Before a run: the folders the samples' repros will go in hold none of the user's files.
+
+    Each random draw or input set writes ``<repro_dir>/sample-<k>``; one given set, or
+    a sweep's one bisected combination, ``repro_dir`` itself (:func:`compare_samples`).
+    """
+    check_repro_dir(repro_dir, per_sample=samples_kind(inputs) is not None and not sweep)
 
 
 def compare_samples(samples: Iterable[Sample], run_sample: RunSample, *,
