@@ -106,15 +106,16 @@ def check(reference: str | Path | Reference, onnx_model: str | Path | None = Non
                          "reference holds only its own: drop sweep, or sweep where PyTorch runs")
     loaded = (reference if isinstance(reference, Reference)
               else Reference.load(reference, max_memory=runtime.max_memory))
-    # Without onnx_model, the file it was recorded on is read: no repro over it either.
+    # Without onnx_model, the file it was recorded on is read: nothing written over it.
+    read = onnx_model if onnx_model is not None else loaded.recorded_onnx
     check_run_files({"output.repro_dir": output.repro_dir},
-                    onnx_models={"onnx_model": onnx_model} if onnx_model is not None
-                    else {"the recorded ONNX file": loaded.recorded_onnx},
+                    onnx_models={"onnx_model" if onnx_model is not None
+                                 else "the recorded ONNX file": read},
                     folders={"output.repro_dir"})
     check_repro_dir(output.repro_dir, per_sample=False)
     from bisect_onnx.fixes.stage import check_write_fixed, write_fixed
 
-    check_write_fixed(fixes.write_fixed, (loaded.path, onnx_model))
+    check_write_fixed(fixes.write_fixed, (loaded.path, read))
     emit(BISECTION_STARTED, output.label or str(loaded.path))
     with tempfile.TemporaryDirectory(prefix="bisect-onnx-check-") as workdir:
         path = reference_onnx_path(loaded, onnx_model, Path(workdir))
@@ -130,7 +131,7 @@ def check(reference: str | Path | Reference, onnx_model: str | Path | None = Non
                 report = compare_samples(
                     [(arrays, "recorded")], partial(_run_sample, models, candidate),
                     repro_dir=output.repro_dir, kind=None)
-            return write_fixed(report, fixes.write_fixed, (onnx_model,))
+            return write_fixed(report, fixes.write_fixed, (loaded.path, read))
         finally:
             candidate.release()
             give_back()
@@ -146,10 +147,10 @@ def reference_onnx_path(loaded: Reference, onnx_model: str | Path | None, folder
         path = folder / MODEL
         path.write_bytes(embedded)
         return path
-    recorded = loaded.manifest.onnx.get("path")
-    if recorded is None or not Path(recorded).is_file():
-        raise UsageError(NO_ONNX.format(where=recorded or "none recorded"))
-    return Path(recorded)
+    if loaded.recorded_onnx is None:
+        raise UsageError(NO_ONNX.format(where=loaded.manifest.onnx.get("path")
+                                        or "none recorded"))
+    return loaded.recorded_onnx
 
 
 def digest_while_planning(candidate: Runner, loaded: Reference,

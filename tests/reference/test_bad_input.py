@@ -248,3 +248,15 @@ def test_another_models_file_let_through_by_name_is_told_its_inputs_do_not_fit(
     assert err.count("\n") == 1
     assert f"the recorded inputs do not fit {other}: input 0" in err
     assert "check the file the reference was recorded on" in err
+
+
+def test_write_fixed_onto_the_recorded_file_is_refused_through_the_api(fixture_case,
+                                                                       tmp_path):
+    # Without onnx_model the check reads the file the reference was recorded on.
+    model, inputs, onnx_path = fixture_case("avgpool_divisor")
+    deployed = tmp_path / "model.onnx"
+    deployed.write_bytes(Path(onnx_path).read_bytes())
+    reference = bisect_onnx.record(model, inputs, path=tmp_path / "ref.npz",
+                                   onnx_model=deployed)
+    with pytest.raises(bisect_onnx.UsageError, match="is one of the input files"):
+        bisect_onnx.check(reference, suggest_fix=bisect_onnx.FixOptions(write_fixed=deployed))
