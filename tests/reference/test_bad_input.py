@@ -260,3 +260,18 @@ def test_write_fixed_onto_the_recorded_file_is_refused_through_the_api(fixture_c
                                    onnx_model=deployed)
     with pytest.raises(bisect_onnx.UsageError, match="is one of the input files"):
         bisect_onnx.check(reference, suggest_fix=bisect_onnx.FixOptions(write_fixed=deployed))
+
+
+@pytest.mark.parametrize(("given", "recorded", "said"), [
+    (np.array([1 + 1j]), np.array([1 + 2j]), "by up to 1"),  # the imaginary part counts
+    (np.array([2**63 - 1]), np.array([2**63 - 2]), "by up to 1"),  # past float64's units
+    (np.array([1.0, np.nan], np.float32), np.array([1.5, np.nan], np.float32), "by up to 0.5"),
+])
+def test_how_given_inputs_differ_is_told_in_their_own_kind(given, recorded, said):
+    import warnings
+
+    from bisect_onnx.runtime.recorded.runner import _how_values_differ
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no ComplexWarning: nothing is dropped
+        assert _how_values_differ(given, recorded).endswith(said)

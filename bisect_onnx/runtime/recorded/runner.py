@@ -130,9 +130,12 @@ def _how_values_differ(given: np.ndarray, recorded: np.ndarray) -> str:
     count = int(unequal.sum())
     first = tuple(int(i) for i in np.argwhere(unequal)[0]) if given.ndim else ()
     said = f"{count} of {given.size} elements differ, the first at {list(first)}"
-    if given.dtype.kind in "iufc":
-        largest = float(np.max(np.abs(given.astype(np.float64) - recorded.astype(np.float64),
-                                      where=unequal, out=np.zeros(given.shape))))
-        said += f", by up to {largest:.3g}"
+    ours, theirs = given[unequal], recorded[unequal]
+    if given.dtype.kind in "iu":  # Python's integers: int64 past 2**53 keeps its units
+        gaps = [abs(x - y) for x, y in zip(ours.tolist(), theirs.tolist(), strict=True)]
+        said += f", by up to {max(gaps)}"
+    elif given.dtype.kind in "fc":  # a complex number by the modulus of its difference
+        wide = np.complex128 if given.dtype.kind == "c" else np.float64
+        said += f", by up to {float(np.max(np.abs(ours.astype(wide) - theirs.astype(wide)))):.3g}"
     return said
 
