@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from bisect_onnx.decode.layout import CacheLayout, layout_of_names
-from bisect_onnx.errors import InputError, UsageError
+from bisect_onnx.errors import InputError, UsageError, one_line
 
 if TYPE_CHECKING:
     import onnx
@@ -57,9 +57,8 @@ def read_file_graph(path: Path) -> FileGraph:
     try:
         skeleton = load_skeleton(path)
     except Exception as error:  # not an ONNX file: a protobuf error, say
-        first = str(error).splitlines()[0] if str(error) else "parse failed"
         raise InputError(f"--onnx {path} is not a readable ONNX model ({type(error).__name__}: "
-                         f"{first}); pass the decoder's ONNX export") from error
+                         f"{one_line(error)}); pass the decoder's ONNX export") from error
     graph = skeleton.graph
     stored = {tensor.name for tensor in graph.initializer}
     inputs = [value for value in graph.input if value.name not in stored]
