@@ -16,7 +16,6 @@ from bisect_onnx.decode.checks import (
     check_before_export,
     check_fixed_axes,
     check_memory,
-    check_positions,
     prompt_tokens,
     stacking_fits,
 )
@@ -98,7 +97,6 @@ def bisect_decode(
         step = _step_for_file(step, layout, model)
         prompt_array = prompt_tokens(prompt, decode, step, graph.shapes, layout)
         check_fixed_axes(graph.shapes, layout, prompt_array.shape, steps)
-        check_positions(step, prompt_array.shape, steps, drawn=prompt is None)
         empty = empty_cache(step, graph.shapes, layout, batch=prompt_array.shape[0])
         if step.cache_tails is None:  # the cache's shape came from the file
             check_memory(empty, prompt_array.shape, steps, runtime,
