@@ -134,9 +134,8 @@ def _write(report: DecodeReport, path: Path, suffix: str) -> None:
 
 def _prompt(inputs: list[Path]) -> object:
     """The prompt's token ids from the one ``.npy`` given, or ``None`` (a random prompt)."""
-    import numpy as np
-
     from bisect_onnx.sources.file_kinds import NPY_MAGIC, read_head
+    from bisect_onnx.sources.loading import load_input_files
 
     if not inputs:
         return None
@@ -151,11 +150,9 @@ def _prompt(inputs: list[Path]) -> object:
     if head != NPY_MAGIC:  # numpy.load would open an .npz whatever its name, as no array
         raise InputError(f"input file {path} is not .npy data; pass token ids saved with "
                          "numpy.save")
-    try:
-        array = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError) as error:
-        raise InputError(f"--input {path}: not a readable .npy ({error}); pass token "
-                         "ids saved with numpy.save") from error
+    # Read as the one-forward form reads an input: its header against the file's size
+    # and the memory budget first, an object array refused.
+    [array] = load_input_files([path])
     from bisect_onnx.decode.checks import token_ids
 
     token_ids(array)  # refused now, before the model is built, where it is not token ids

@@ -112,3 +112,15 @@ def test_a_prompt_that_is_not_token_ids_is_refused_before_the_model_is_built(
     # The file has no such factory: the prompt is refused before the model is looked up.
     assert main(["decoders.py:no_such_factory", "--steps", "1", "--input", "ids.npy"]) == 2
     assert problem in one_line_error(capsys)
+
+
+def test_a_prompt_file_claiming_more_than_it_holds_is_refused_from_its_header(user_files,
+                                                                              capsys):
+    # Read as one forward reads an input: the header against the file, before numpy.
+    with open("huge.npy", "wb") as stream:
+        np.lib.format.write_array_header_1_0(
+            stream, {"descr": "<i8", "fortran_order": False, "shape": (1, 2**40)})
+        stream.write(np.zeros(4, np.int64).tobytes())
+    assert main([*LLAMA, "--input", "huge.npy"]) == 2
+    line = one_line_error(capsys)
+    assert "huge.npy" in line
